@@ -1,0 +1,48 @@
+// Command tidemark serves MCP over resumable Streamable HTTP.
+//
+// Usage:
+//
+//	tidemark serve [flags]     serve the built-in demo server
+//	tidemark help              print this text
+//
+// Run `tidemark serve -h` for the flags; README.md lists them with their
+// defaults.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `tidemark serves MCP over resumable Streamable HTTP.
+
+Usage:
+  tidemark serve [flags]   serve the built-in demo server (countdown, echo, confirm)
+  tidemark help            print this text
+
+Run "tidemark serve -h" for the flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the process exit code: 0 on success,
+// 1 when the command failed, 2 on a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tidemark: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,104 @@
+// Package engine defines how Tidemark hosts MCP server logic. An engine turns
+// the inbound JSON-RPC messages of one session into outbound messages, and
+// tags each outbound message with the inbound request it relates to, or none
+// (then it belongs on the standalone stream). Adapters live in sub-packages:
+// gosdk hosts an *mcp.Server of the official Go SDK in process.
+//
+// An engine session is one generation of a session's live state: Start
+// begins it, fresh or re-created from a saved State, and it ends with Close
+// or on its own (Done).
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// ErrCapacity is wrapped by Start's error when the engine cannot host
+// another session now; the transport answers 503.
+var ErrCapacity = errors.New("engine: at capacity")
+
+// ErrClosed is returned by Session.Deliver after the session ended.
+var ErrClosed = errors.New("engine: session closed")
+
+// Engine starts the live state of sessions.
+type Engine interface {
+	// Start begins generation info.Generation of session info.Token. When
+	// info.State is nil the session is fresh and its first message will be
+	// initialize; otherwise the engine re-creates the session from the State
+	// so that requests work without a new initialize. Outbound messages go
+	// to out. Start fails if the engine cannot host another session (the
+	// error should wrap ErrCapacity) or cannot restore the State.
+	Start(ctx context.Context, info Info, out Outbox) (Session, error)
+}
+
+// Info describes the session generation an engine starts.
+type Info struct {
+	Token      string
+	Generation uint64
+	State      *State // nil for a fresh session
+	Logger     *slog.Logger
+}
+
+// Session is one generation of one session's live state inside an engine.
+type Session interface {
+	// Deliver hands an inbound message (request, notification or response)
+	// to the engine. It must not block on the handling of the message.
+	// For a request, req describes the HTTP request that carried it.
+	Deliver(ctx context.Context, msg jsonrpc.Message, req Request) error
+	// Close ends the session's live state. It is idempotent.
+	Close() error
+	// Done is closed when the live state has ended, by Close or on its own
+	// (an engine whose state died answers no further message; the next
+	// request re-creates the session at a new generation).
+	Done() <-chan struct{}
+}
+
+// Outbox receives an engine session's outbound messages.
+type Outbox interface {
+	// Send emits msg. related is the ID of the inbound request msg belongs
+	// to (responses: their own ID); the zero ID means none. Send returns
+	// once msg is in the session's event log: a stream with no connection
+	// attached is not an error (the client can resume it). An error means
+	// msg was not stored: the generation was fenced by a newer owner
+	// (store.ErrFenced), the session ended (store.ErrEnded), or the store is
+	// unavailable; the engine session should end on the first two.
+	Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error
+}
+
+// Request describes the HTTP request that carried an inbound message.
+type Request struct {
+	// Header is the HTTP request's header.
+	Header http.Header
+	// TokenInfo is the bearer token information that auth middleware put in
+	// the request context (go-sdk auth.TokenInfoFromContext), or nil.
+	TokenInfo *auth.TokenInfo
+	// CloseStream, when non-nil, closes the SSE stream that carries the
+	// responses to this request, telling the client to reconnect after
+	// retry (SEP-1699). The client resumes with Last-Event-ID.
+	CloseStream func(retry time.Duration)
+}
+
+// State is what an engine needs to re-create a session without a new
+// initialize (DESIGN.md, "Generations"). It is engine-neutral; Tidemark
+// records it from the messages it carries.
+type State struct {
+	// ProtocolVersion is the negotiated protocol version.
+	ProtocolVersion string `json:"protocolVersion"`
+	// InitializeParams are the params of the client's initialize request
+	// (client info and capabilities), as JSON.
+	InitializeParams json.RawMessage `json:"initializeParams,omitempty"`
+	// Initialized reports that notifications/initialized was received.
+	Initialized bool `json:"initialized,omitempty"`
+	// LogLevel is the level set by logging/setLevel; empty if never set.
+	LogLevel string `json:"logLevel,omitempty"`
+	// Subscriptions are the resource URIs subscribed with resources/subscribe.
+	Subscriptions []string `json:"subscriptions,omitempty"`
+}

@@ -1,0 +1,280 @@
+// Package gosdk hosts an *mcp.Server of the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk) as a Tidemark engine, using only
+// exported SDK API (DESIGN.md, "Engines"):
+//
+//   - each session generation is a ServerSession connected, with
+//     Server.Connect, over an in-process mcp.Connection;
+//   - each inbound request gets a fresh *mcp.RequestExtra; a receiving
+//     middleware puts the ID of the request it belongs to in the handler's
+//     context, and Connection.Write reads it back, so progress, logging,
+//     sampling and elicitation sent with the handler's context are tagged
+//     with their request;
+//   - a session is re-created from saved state with
+//     mcp.ServerSessionOptions.State, and its resource subscriptions are
+//     restored by replaying resources/subscribe to it.
+package gosdk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+)
+
+// restoreTimeout bounds how long Start waits for the SDK to acknowledge the
+// resource subscriptions it replays into a re-created session.
+const restoreTimeout = 5 * time.Second
+
+// Engine hosts one *mcp.Server. Create it with New.
+type Engine struct {
+	server *mcp.Server
+	// related maps the RequestExtra of every inbound call still in flight to
+	// the call's ID. The middleware is server-wide, so the map is too.
+	related sync.Map // *mcp.RequestExtra → jsonrpc.ID
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an Engine for server. It adds a receiving middleware to
+// server (AddReceivingMiddleware), which passes through requests that did
+// not come through this Engine, so server may also be served by other
+// handlers.
+func New(server *mcp.Server) *Engine {
+	e := &Engine{server: server}
+	server.AddReceivingMiddleware(e.tagRequests)
+	return e
+}
+
+// Server returns the hosted server.
+func (e *Engine) Server() *mcp.Server { return e.server }
+
+type relatedKey struct{}
+
+// tagRequests puts the ID of the inbound call that a handler serves into
+// its context, where Write finds it.
+func (e *Engine) tagRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if extra := req.GetExtra(); extra != nil {
+			if id, ok := e.related.Load(extra); ok {
+				ctx = context.WithValue(ctx, relatedKey{}, id.(jsonrpc.ID))
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// Start implements engine.Engine.
+func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox) (engine.Session, error) {
+	c := &conn{
+		engine:   e,
+		token:    info.Token,
+		out:      out,
+		in:       make(chan jsonrpc.Message, 16),
+		done:     make(chan struct{}),
+		extras:   make(map[jsonrpc.ID]*mcp.RequestExtra),
+		restores: make(map[jsonrpc.ID]chan error),
+	}
+	var opts *mcp.ServerSessionOptions
+	if info.State != nil && len(info.State.InitializeParams) > 0 {
+		st, err := sdkState(info.State)
+		if err != nil {
+			return nil, fmt.Errorf("gosdk: restore session %.8s… gen %d: %w", info.Token, info.Generation, err)
+		}
+		opts = &mcp.ServerSessionOptions{State: st}
+	}
+	// The session outlives the request that started it: keep ctx's values
+	// (loggers, tracing) but not its cancellation.
+	ss, err := e.server.Connect(context.WithoutCancel(ctx), transport{c}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("gosdk: connect session %.8s… gen %d: %w", info.Token, info.Generation, err)
+	}
+	s := &session{conn: c, ss: ss}
+	if info.State != nil && len(info.State.Subscriptions) > 0 {
+		if err := c.restoreSubscriptions(ctx, info.State.Subscriptions); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("gosdk: restore session %.8s… gen %d: %w", info.Token, info.Generation, err)
+		}
+	}
+	return s, nil
+}
+
+// sdkState converts the engine-neutral state to the SDK's.
+func sdkState(st *engine.State) (*mcp.ServerSessionState, error) {
+	var params mcp.InitializeParams
+	if err := json.Unmarshal(st.InitializeParams, &params); err != nil {
+		return nil, fmt.Errorf("initialize params: %w", err)
+	}
+	return &mcp.ServerSessionState{
+		InitializeParams: &params,
+		// A session whose state was saved was usable; requests of the new
+		// generation must not wait for a second notifications/initialized.
+		InitializedParams:         &mcp.InitializedParams{},
+		NegotiatedProtocolVersion: st.ProtocolVersion,
+		LogLevel:                  mcp.LoggingLevel(st.LogLevel),
+	}, nil
+}
+
+// session is one ServerSession over one conn.
+type session struct {
+	conn *conn
+	ss   *mcp.ServerSession
+}
+
+func (s *session) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	return s.conn.deliver(ctx, msg, req)
+}
+
+func (s *session) Close() error {
+	err := s.ss.Close()
+	s.conn.Close()
+	return err
+}
+
+func (s *session) Done() <-chan struct{} { return s.conn.done }
+
+// transport hands the SDK its Connection.
+type transport struct{ c *conn }
+
+func (t transport) Connect(context.Context) (mcp.Connection, error) { return t.c, nil }
+
+// conn is the mcp.Connection between the SDK's ServerSession and Tidemark.
+type conn struct {
+	engine *Engine
+	token  string
+	out    engine.Outbox
+	in     chan jsonrpc.Message
+
+	closeOnce sync.Once
+	done      chan struct{}
+
+	mu       sync.Mutex
+	extras   map[jsonrpc.ID]*mcp.RequestExtra // inbound calls in flight
+	restores map[jsonrpc.ID]chan error        // replayed subscriptions awaiting their response
+}
+
+// deliver gives msg to the SDK, with a fresh RequestExtra for a request.
+func (c *conn) deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	if r, ok := msg.(*jsonrpc.Request); ok {
+		extra := &mcp.RequestExtra{TokenInfo: req.TokenInfo, Header: req.Header}
+		if req.CloseStream != nil {
+			closeStream := req.CloseStream
+			extra.CloseSSEStream = func(args mcp.CloseSSEStreamArgs) { closeStream(args.RetryAfter) }
+		}
+		r.Extra = extra
+		if r.IsCall() {
+			c.mu.Lock()
+			c.extras[r.ID] = extra
+			c.mu.Unlock()
+			c.engine.related.Store(extra, r.ID)
+		}
+	}
+	select {
+	case c.in <- msg:
+		return nil
+	case <-c.done:
+		return engine.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Read implements mcp.Connection.
+func (c *conn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case msg := <-c.in:
+		return msg, nil
+	case <-c.done:
+		return nil, io.EOF
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Write implements mcp.Connection: it tags msg with the request it relates
+// to and sends it to the outbox.
+func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	var related jsonrpc.ID
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		related = resp.ID
+		c.mu.Lock()
+		if ch, ok := c.restores[resp.ID]; ok {
+			delete(c.restores, resp.ID)
+			c.mu.Unlock()
+			ch <- resp.Error
+			return nil
+		}
+		if extra, ok := c.extras[resp.ID]; ok {
+			delete(c.extras, resp.ID)
+			c.engine.related.Delete(extra)
+		}
+		c.mu.Unlock()
+	} else if id, ok := ctx.Value(relatedKey{}).(jsonrpc.ID); ok {
+		related = id
+	}
+	return c.out.Send(ctx, msg, related)
+}
+
+// Close implements mcp.Connection.
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.mu.Lock()
+		for id, extra := range c.extras {
+			c.engine.related.Delete(extra)
+			delete(c.extras, id)
+		}
+		c.mu.Unlock()
+	})
+	return nil
+}
+
+// SessionID implements mcp.Connection: the SDK's ServerSession.ID is the
+// session token.
+func (c *conn) SessionID() string { return c.token }
+
+// restoreSubscriptions replays resources/subscribe for each URI into the
+// SDK session and waits for each acknowledgement. The requests use string
+// IDs that no client message can reach Write with, and their responses are
+// consumed here, never sent.
+func (c *conn) restoreSubscriptions(ctx context.Context, uris []string) error {
+	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	waits := make([]chan error, len(uris))
+	for i, uri := range uris {
+		id, err := jsonrpc.MakeID(fmt.Sprintf("tidemark-restore-%d", i))
+		if err != nil {
+			return err
+		}
+		params, err := json.Marshal(mcp.SubscribeParams{URI: uri})
+		if err != nil {
+			return err
+		}
+		ch := make(chan error, 1)
+		c.mu.Lock()
+		c.restores[id] = ch
+		c.mu.Unlock()
+		waits[i] = ch
+		req := &jsonrpc.Request{ID: id, Method: "resources/subscribe", Params: params}
+		if err := c.deliver(ctx, req, engine.Request{}); err != nil {
+			return fmt.Errorf("resubscribe %s: %w", uri, err)
+		}
+	}
+	for i, ch := range waits {
+		select {
+		case err := <-ch:
+			if err != nil {
+				return fmt.Errorf("resubscribe %s: %w", uris[i], err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("resubscribe %s: %w", uris[i], ctx.Err())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+// Package demo is the MCP server that `tidemark serve` hosts when no other
+// server is given: a few tools that exercise what Tidemark exists for
+// (progress streams, server-to-client requests) and nothing else.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxCountdownSteps bounds countdown's n, so one call cannot occupy the
+// server for ever.
+const MaxCountdownSteps = 1_000_000
+
+// CountdownArgs are the arguments of the countdown tool.
+type CountdownArgs struct {
+	N       int `json:"n" jsonschema:"number of steps, 1 to 1000000"`
+	DelayMS int `json:"delay_ms,omitempty" jsonschema:"pause before each step, in milliseconds (0 to 60000)"`
+}
+
+// EchoArgs are the arguments of the echo tool.
+type EchoArgs struct {
+	Text string `json:"text" jsonschema:"the text to return"`
+}
+
+// NewServer returns the demo server with three tools:
+//   - countdown: n steps, each after delay_ms milliseconds, each reported
+//     as notifications/progress (progress = step, total = n) when the call
+//     carries a progress token; then the text "countdown of N finished".
+//     Cancellation stops it at the next step.
+//   - echo: returns its text argument.
+//   - confirm: asks the client, through elicitation, to confirm a question,
+//     and returns "accepted", "declined" or "cancelled".
+func NewServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "countdown",
+		Description: "Counts n steps, sending one progress notification per step, then returns.",
+	}, countdown)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text argument."}, echo)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "confirm",
+		Description: "Asks the user, through elicitation, to confirm a question.",
+	}, confirm)
+	return s
+}
+
+func countdown(ctx context.Context, req *mcp.CallToolRequest, args CountdownArgs) (*mcp.CallToolResult, any, error) {
+	if args.N < 1 || args.N > MaxCountdownSteps {
+		return nil, nil, fmt.Errorf("n must be between 1 and %d, got %d", MaxCountdownSteps, args.N)
+	}
+	if args.DelayMS < 0 || args.DelayMS > 60000 {
+		return nil, nil, fmt.Errorf("delay_ms must be between 0 and 60000, got %d", args.DelayMS)
+	}
+	token := req.Params.GetProgressToken()
+	for step := 1; step <= args.N; step++ {
+		if args.DelayMS > 0 {
+			t := time.NewTimer(time.Duration(args.DelayMS) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nil, ctx.Err()
+			case <-t.C:
+			}
+		} else if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if token != nil {
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      float64(step),
+				Total:         float64(args.N),
+				Message:       fmt.Sprintf("step %d of %d", step, args.N),
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("progress step %d: %w", step, err)
+			}
+		}
+	}
+	return &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("countdown of %d finished", args.N)}},
+	}, nil, nil
+}
+
+func echo(ctx context.Context, req *mcp.CallToolRequest, args EchoArgs) (*mcp.CallToolResult, any, error) {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: args.Text}}}, nil, nil
+}
+
+// ConfirmArgs are the arguments of the confirm tool.
+type ConfirmArgs struct {
+	Question string `json:"question" jsonschema:"the question to put to the user"`
+}
+
+func confirm(ctx context.Context, req *mcp.CallToolRequest, args ConfirmArgs) (*mcp.CallToolResult, any, error) {
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+		Message: args.Question,
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"confirmed": map[string]any{"type": "boolean", "description": "true to confirm"},
+			},
+			"required": []string{"confirmed"},
+		},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("elicitation: %w", err)
+	}
+	answer := "cancelled"
+	switch res.Action {
+	case "accept":
+		answer = "declined"
+		if ok, _ := res.Content["confirmed"].(bool); ok {
+			answer = "accepted"
+		}
+	case "decline":
+		answer = "declined"
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: answer}}}, nil, nil
+}

@@ -1,0 +1,152 @@
+package replay
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Bounds of the numbers a cursor can carry. They keep the longest cursor at
+// 50 bytes, inside the 64-byte budget of the cursor grammar.
+const (
+	// MaxGeneration is the largest generation a cursor can name (10 decimal digits).
+	MaxGeneration = 1<<32 - 1
+	// MaxStream is the largest stream number a cursor can name (10 decimal digits).
+	MaxStream = 1<<32 - 1
+	// MaxSequence is the largest sequence a cursor can name (19 decimal digits).
+	MaxSequence = 1<<63 - 1
+	// MaxCursorLen is the longest Last-Event-ID value, in bytes, that Parse
+	// examines at all; longer values are malformed without further reading.
+	MaxCursorLen = 64
+	// TagLen is the length, in bytes, of a cursor's session tag.
+	TagLen = 8
+)
+
+// StandaloneStream is the stream number of a session's standalone GET stream
+// (MCP 2025-11-25, basic/transports, "Listening for Messages from the Server").
+// POST response streams are numbered from 1 within each generation.
+const StandaloneStream uint64 = 0
+
+// ErrMalformed is wrapped by every error Parse returns.
+var ErrMalformed = errors.New("replay: malformed cursor")
+
+// A Cursor names one event of one session: the SSE `id` Tidemark sends, and
+// the `Last-Event-ID` a client echoes to resume (WHATWG HTML, server-sent
+// events; MCP 2025-11-25 basic/transports, "Resumability and Redelivery").
+//
+// Its text form, produced by String and read by Parse, is
+//
+//	cursor     = tag "-" generation "-" stream "-" sequence
+//	tag        = 8 lowercase hexadecimal digits  ; Tag(session token)
+//	generation = number                          ; 1 .. MaxGeneration
+//	stream     = number                          ; 0 .. MaxStream, 0 = standalone GET stream
+//	sequence   = number                          ; 1 .. MaxSequence
+//	number     = "0" / %x31-39 *DIGIT            ; decimal, no sign, no leading zero
+//
+// for example `3f2a9c01-4-2-1187`. Every byte is visible ASCII, so the value
+// survives HTTP header handling unchanged, and it is at most 50 bytes long.
+//
+// The tag ties a cursor to the session that issued it, so a cursor shown to
+// another session is recognised as malformed there instead of being compared
+// with that session's numbers.
+type Cursor struct {
+	Tag        string // TagLen lowercase hex digits; see Tag
+	Generation uint64 // generation the event was emitted in
+	Stream     uint64 // stream the event belongs to
+	Sequence   uint64 // session-wide event number within Generation
+}
+
+// Tag returns the cursor tag of a session token: the first four bytes of the
+// token's SHA-256 digest, as eight lowercase hexadecimal digits.
+func Tag(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:TagLen/2])
+}
+
+// String formats c in the cursor grammar. It does not validate c; a Cursor
+// that Parse returned always formats back to the text it was parsed from.
+func (c Cursor) String() string {
+	return string(c.AppendText(make([]byte, 0, 50)))
+}
+
+// AppendText appends the text form of c to b and returns the extended slice.
+// It allocates nothing when b has room (50 bytes suffice).
+func (c Cursor) AppendText(b []byte) []byte {
+	b = append(b, c.Tag...)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, c.Generation, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, c.Stream, 10)
+	b = append(b, '-')
+	return strconv.AppendUint(b, c.Sequence, 10)
+}
+
+// Parse reads a cursor in the grammar documented on Cursor. It is strict: the
+// value must match the grammar exactly, with no surrounding space, and every
+// number must lie within its bound. The error wraps ErrMalformed and says
+// which part is wrong; it quotes at most the first 64 bytes of s.
+func Parse(s string) (Cursor, error) {
+	if len(s) > MaxCursorLen {
+		return Cursor{}, fmt.Errorf("%w: %d bytes, longer than %d", ErrMalformed, len(s), MaxCursorLen)
+	}
+	tag, rest, ok1 := strings.Cut(s, "-")
+	gen, rest, ok2 := strings.Cut(rest, "-")
+	stream, seq, ok3 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 || !ok3 {
+		return Cursor{}, fmt.Errorf("%w: %q: want tag-generation-stream-sequence", ErrMalformed, s)
+	}
+	if len(tag) != TagLen || !isLowerHex(tag) {
+		return Cursor{}, fmt.Errorf("%w: %q: tag: want %d lowercase hex digits", ErrMalformed, s, TagLen)
+	}
+	c := Cursor{Tag: tag}
+	var err error
+	if c.Generation, err = number(gen, 1, MaxGeneration); err != nil {
+		return Cursor{}, fmt.Errorf("%w: %q: generation %v", ErrMalformed, s, err)
+	}
+	if c.Stream, err = number(stream, 0, MaxStream); err != nil {
+		return Cursor{}, fmt.Errorf("%w: %q: stream %v", ErrMalformed, s, err)
+	}
+	if c.Sequence, err = number(seq, 1, MaxSequence); err != nil {
+		return Cursor{}, fmt.Errorf("%w: %q: sequence %v", ErrMalformed, s, err)
+	}
+	return c, nil
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if (b < '0' || b > '9') && (b < 'a' || b > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// number parses a decimal number without sign or leading zero and checks
+// min <= n <= max.
+func number(s string, min, max uint64) (uint64, error) {
+	if s == "" {
+		return 0, errors.New("is empty")
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return 0, errors.New("has a leading zero")
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		d := s[i]
+		if d < '0' || d > '9' {
+			return 0, fmt.Errorf("has a non-digit byte 0x%02x", d)
+		}
+		if n > (max-uint64(d-'0'))/10 {
+			return 0, fmt.Errorf("exceeds %d", max)
+		}
+		n = n*10 + uint64(d-'0')
+	}
+	if n < min {
+		return 0, fmt.Errorf("is below %d", min)
+	}
+	return n, nil
+}

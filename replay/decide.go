@@ -1,0 +1,247 @@
+package replay
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Status is what the session registry knows of a session token.
+type Status int
+
+const (
+	// Unknown: the token was never issued here, or its tombstone has expired.
+	Unknown Status = iota
+	// Live: the session exists and may be served.
+	Live
+	// Evicted: ended by idle timeout, capacity pressure or DELETE; the token is
+	// kept as a tombstone so it keeps answering 404.
+	Evicted
+	// Superseded: replaced by a newer session; the token is dead.
+	Superseded
+)
+
+// String returns the lowercase name used in logs.
+func (s Status) String() string {
+	switch s {
+	case Live:
+		return "live"
+	case Evicted:
+		return "evicted"
+	case Superseded:
+		return "superseded"
+	default:
+		return "unknown"
+	}
+}
+
+// Session is what the replay decision needs of a session record.
+type Session struct {
+	Status     Status
+	Tag        string // Tag of the session token
+	Generation uint64 // live generation
+	// Floor is the replay floor: the lowest sequence of the live generation
+	// whose event is still retained. Every event from Floor to HWM is
+	// retained. When the generation has no event yet, Floor is HWM+1.
+	Floor uint64
+	// HWM is the high-water mark: the highest sequence emitted so far.
+	HWM uint64
+}
+
+// EventAt is what the caller found in the event log at a cursor's sequence.
+type EventAt struct {
+	Found  bool   // false: the event is no longer retained
+	Stream uint64 // the stream the event belongs to, when Found
+}
+
+// Input is everything the decision reads. It is plain data: Decide performs
+// no I/O and reads no clock.
+type Input struct {
+	// HasSessionID reports whether the request carried Mcp-Session-Id.
+	HasSessionID bool
+	// Session is the record the token resolved to (Status Unknown if none).
+	Session Session
+	// LastEventID is the raw Last-Event-ID header value.
+	LastEventID string
+	// At is the event at the cursor's sequence, or nil when the caller has
+	// not looked it up yet; see NeedEvent.
+	At *EventAt
+}
+
+// Outcome is the result of the replay decision. Its order follows the rows of
+// the decision table in DESIGN.md, "The replay decision (normative)".
+type Outcome int
+
+const (
+	// Replay: replay the cursor's stream after the cursor, then continue live.
+	Replay Outcome = iota
+	// SessionRequired: no Mcp-Session-Id header (400).
+	SessionRequired
+	// SessionNotFound: token unknown, evicted, tombstoned or superseded (404).
+	SessionNotFound
+	// CursorMalformed: Last-Event-ID does not parse, names another session,
+	// or names a stream the event at its sequence does not belong to (400).
+	CursorMalformed
+	// GenerationMismatch: the cursor belongs to an older or newer generation (409).
+	GenerationMismatch
+	// CursorCompacted: the cursor is below the replay floor (409).
+	CursorCompacted
+	// CursorAhead: the cursor is above the high-water mark (400); never clamped.
+	CursorAhead
+	// NeedEvent is not a final outcome: every row up to the stream check
+	// passed, and the caller must look up the event at Decision.Cursor.Sequence,
+	// set Input.At and call Decide again.
+	NeedEvent
+)
+
+// Reason returns the stable machine-readable reason of o, as it appears in
+// error bodies (`error.data.reason`), logs and metric labels.
+func (o Outcome) Reason() string {
+	switch o {
+	case Replay:
+		return "replay"
+	case SessionRequired:
+		return "session_required"
+	case SessionNotFound:
+		return "session_not_found"
+	case CursorMalformed:
+		return "cursor_malformed"
+	case GenerationMismatch:
+		return "generation_mismatch"
+	case CursorCompacted:
+		return "cursor_compacted"
+	case CursorAhead:
+		return "cursor_ahead"
+	case NeedEvent:
+		return "need_event"
+	default:
+		return "unknown"
+	}
+}
+
+// HTTPStatus returns the HTTP status code of o: 200 for Replay, 400, 404 or
+// 409 for the refusals, as DESIGN.md's table states. NeedEvent has none (0).
+func (o Outcome) HTTPStatus() int {
+	switch o {
+	case Replay:
+		return http.StatusOK
+	case SessionRequired, CursorMalformed, CursorAhead:
+		return http.StatusBadRequest
+	case SessionNotFound:
+		return http.StatusNotFound
+	case GenerationMismatch, CursorCompacted:
+		return http.StatusConflict
+	default:
+		return 0
+	}
+}
+
+// Decision is the result of Decide.
+type Decision struct {
+	Outcome Outcome
+	// Cursor is the parsed Last-Event-ID; zero when it did not parse.
+	Cursor Cursor
+	// Session is the session the decision was made against.
+	Session Session
+	// Detail explains a CursorMalformed outcome (the parse error, or which
+	// check failed); empty otherwise.
+	Detail string
+}
+
+// Message returns a one-sentence human explanation of d that says what the
+// client should do next.
+func (d Decision) Message() string {
+	s, c := d.Session, d.Cursor
+	switch d.Outcome {
+	case Replay:
+		return fmt.Sprintf("replaying stream %d after sequence %d of generation %d", c.Stream, c.Sequence, c.Generation)
+	case SessionRequired:
+		return "Mcp-Session-Id header is required to resume a stream"
+	case SessionNotFound:
+		return fmt.Sprintf("session is %s: send initialize to start a new session", s.Status)
+	case CursorMalformed:
+		return "Last-Event-ID is not a cursor of this session: " + d.Detail
+	case GenerationMismatch:
+		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; re-initialize",
+			c.Generation, s.Generation)
+	case CursorCompacted:
+		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; re-initialize", c.Sequence, s.Floor)
+	case CursorAhead:
+		return fmt.Sprintf("cursor sequence %d is above the high-water mark %d: refusing to clamp", c.Sequence, s.HWM)
+	case NeedEvent:
+		return fmt.Sprintf("look up the event at sequence %d", c.Sequence)
+	}
+	return "unknown outcome"
+}
+
+// Data returns the fields of d for a JSON-RPC error's `data` member: always
+// "reason", plus the generations, floor or high-water mark that explain it.
+func (d Decision) Data() map[string]any {
+	m := map[string]any{"reason": d.Outcome.Reason()}
+	switch d.Outcome {
+	case GenerationMismatch:
+		m["generation"] = d.Session.Generation
+		m["cursorGeneration"] = d.Cursor.Generation
+	case CursorCompacted:
+		m["floor"] = d.Session.Floor
+		m["cursorSequence"] = d.Cursor.Sequence
+	case CursorAhead:
+		m["hwm"] = d.Session.HWM
+		m["cursorSequence"] = d.Cursor.Sequence
+	case CursorMalformed:
+		if d.Detail != "" {
+			m["detail"] = d.Detail
+		}
+	}
+	return m
+}
+
+// Decide applies the replay decision of DESIGN.md to a GET that carries
+// Last-Event-ID. The rows are checked in table order and the first that
+// matches decides; both bounds are inclusive (cursor = floor and cursor = HWM
+// replay). The rule it encodes comes from the seed document: replay validity
+// is a function of (session, generation, cursor range), never of the range
+// alone, and a cursor is never clamped.
+//
+// When every row before the stream check passes and in.At is nil, Decide
+// returns NeedEvent; the caller looks up the event and decides again.
+func Decide(in Input) Decision {
+	d := Decision{Session: in.Session}
+	if !in.HasSessionID {
+		d.Outcome = SessionRequired
+		return d
+	}
+	if in.Session.Status != Live {
+		d.Outcome = SessionNotFound
+		return d
+	}
+	c, err := Parse(in.LastEventID)
+	if err != nil {
+		d.Outcome, d.Detail = CursorMalformed, err.Error()
+		return d
+	}
+	d.Cursor = c
+	if c.Tag != in.Session.Tag {
+		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("tag %s belongs to another session", c.Tag)
+		return d
+	}
+	s := in.Session
+	switch {
+	case c.Generation != s.Generation:
+		d.Outcome = GenerationMismatch
+	case c.Sequence < s.Floor:
+		d.Outcome = CursorCompacted
+	case c.Sequence > s.HWM:
+		d.Outcome = CursorAhead
+	case in.At == nil:
+		d.Outcome = NeedEvent
+	case !in.At.Found:
+		// Compaction ran between reading the bounds and reading the event:
+		// the event is gone, which is the compacted row.
+		d.Outcome = CursorCompacted
+	case in.At.Stream != c.Stream:
+		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("event %d belongs to stream %d, not %d", c.Sequence, in.At.Stream, c.Stream)
+	default:
+		d.Outcome = Replay
+	}
+	return d
+}

@@ -1,0 +1,13 @@
+// Package replay holds Tidemark's one rule: replay validity is a function of
+// (session, generation, cursor range), never of the cursor range alone
+// (seed document, "Condition of Validity"; DESIGN.md, "The replay decision").
+//
+// It has two parts, both pure (no I/O, no clock, no project imports):
+//   - the Cursor, the SSE event id that encodes generation, stream and
+//     sequence, with its strict text grammar (cursor.go);
+//   - Decide, which maps a resumption request to an Outcome with its HTTP
+//     status and stable reason (decide.go).
+//
+// The decision table is tested by testdata/decide, the grammar by
+// testdata/parse; read those files for the cases.
+package replay

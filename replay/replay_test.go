@@ -1,0 +1,240 @@
+package replay_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+const (
+	testToken  = "session-token-under-test"
+	otherToken = "another-session-token"
+)
+
+// TestDataDriven runs the cases in testdata/: the decision table (decide) and
+// the cursor grammar (parse).
+func TestDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			switch d.Cmd {
+			case "parse":
+				return runParse(d)
+			case "decide":
+				return runDecide(t, d)
+			default:
+				t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+				return ""
+			}
+		})
+	})
+}
+
+func runParse(d *datadriven.TestData) string {
+	var b strings.Builder
+	for _, line := range strings.Split(d.Input, "\n") {
+		c, err := replay.Parse(line)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: error: %v\n", line, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: tag=%s generation=%d stream=%d sequence=%d\n", line, c.Tag, c.Generation, c.Stream, c.Sequence)
+	}
+	return b.String()
+}
+
+func runDecide(t *testing.T, d *datadriven.TestData) string {
+	in := replay.Input{HasSessionID: true, Session: replay.Session{Tag: replay.Tag(testToken)}}
+	for _, arg := range d.CmdArgs {
+		val := ""
+		if len(arg.Vals) > 0 {
+			val = arg.Vals[0]
+		}
+		num := func() uint64 {
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s=%q: %v", d.Pos, arg.Key, val, err)
+			}
+			return n
+		}
+		switch arg.Key {
+		case "sid":
+			in.HasSessionID = val != "no"
+		case "status":
+			in.Session.Status = map[string]replay.Status{
+				"live": replay.Live, "evicted": replay.Evicted, "superseded": replay.Superseded, "unknown": replay.Unknown,
+			}[val]
+		case "gen":
+			in.Session.Generation = num()
+		case "floor":
+			in.Session.Floor = num()
+		case "hwm":
+			in.Session.HWM = num()
+		case "cursor":
+			r := strings.NewReplacer("{tag}", replay.Tag(testToken), "{other}", replay.Tag(otherToken))
+			in.LastEventID = r.Replace(val)
+		case "at":
+			if val == "gone" {
+				in.At = &replay.EventAt{}
+			} else {
+				in.At = &replay.EventAt{Found: true, Stream: num()}
+			}
+		default:
+			t.Fatalf("%s: unknown argument %q", d.Pos, arg.Key)
+		}
+	}
+	dec := replay.Decide(in)
+	if dec.Outcome == replay.NeedEvent {
+		return fmt.Sprintf("need_event %d\n", dec.Cursor.Sequence)
+	}
+	out := fmt.Sprintf("%d %s", dec.Outcome.HTTPStatus(), dec.Outcome.Reason())
+	data := dec.Data()
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		if k != "reason" && k != "detail" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out += fmt.Sprintf(" %s=%v", k, data[k])
+	}
+	return out + "\n"
+}
+
+// TestParseHostile covers inputs that cannot be written in testdata lines:
+// control characters, non-ASCII bytes and oversized values.
+func TestParseHostile(t *testing.T) {
+	tag := replay.Tag(testToken)
+	for _, s := range []string{
+		tag + "-1-0-1\n",
+		tag + "-1-0-1\x00",
+		tag + "-1\r-0-1",
+		tag + "-1-0-\x7f1",
+		tag + "-1-0-١",  // Arabic-Indic digit one
+		tag + "-1-0-１", // full-width digit one
+		strings.Repeat("9", 10*1024),
+		tag + "-1-0-" + strings.Repeat("1", 50),
+		"\t",
+	} {
+		_, err := replay.Parse(s)
+		if !errors.Is(err, replay.ErrMalformed) {
+			t.Errorf("Parse(%q) = %v, want an error wrapping ErrMalformed", s, err)
+		}
+		if len(s) > replay.MaxCursorLen && err != nil && len(err.Error()) > 100 {
+			t.Errorf("Parse of a %d-byte value: error is %d bytes long, want it bounded", len(s), len(err.Error()))
+		}
+	}
+}
+
+func TestTag(t *testing.T) {
+	// SHA-256("session-token-under-test") starts with these four bytes.
+	if got, want := replay.Tag(testToken), "58aa8801"; got != want {
+		t.Errorf("Tag(%q) = %q, want %q", testToken, got, want)
+	}
+	if replay.Tag(testToken) == replay.Tag(otherToken) {
+		t.Errorf("two tokens share a tag")
+	}
+}
+
+// TestRoundTrip is a property test: every cursor within bounds formats to at
+// most 50 visible ASCII bytes and parses back to itself.
+func TestRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(max uint64, min uint64) uint64 {
+		switch r.IntN(4) {
+		case 0:
+			return min
+		case 1:
+			return max
+		default:
+			return min + r.Uint64N(max-min+1)
+		}
+	}
+	for i := 0; i < 100000; i++ {
+		c := replay.Cursor{
+			Tag:        replay.Tag(strconv.Itoa(i)),
+			Generation: pick(replay.MaxGeneration, 1),
+			Stream:     pick(replay.MaxStream, 0),
+			Sequence:   pick(replay.MaxSequence, 1),
+		}
+		s := c.String()
+		if len(s) > 50 {
+			t.Fatalf("%+v formats to %d bytes: %q", c, len(s), s)
+		}
+		for j := 0; j < len(s); j++ {
+			if s[j] < 0x21 || s[j] > 0x7e {
+				t.Fatalf("%q has a byte outside visible ASCII at %d", s, j)
+			}
+		}
+		got, err := replay.Parse(s)
+		if err != nil || got != c {
+			t.Fatalf("Parse(%q) = %+v, %v; want %+v", s, got, err, c)
+		}
+	}
+}
+
+// FuzzParse checks that Parse never panics, and that whatever it accepts
+// formats back to exactly the input (so there is one text per cursor).
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"3f2a9c01-1-0-1", "3f2a9c01-4294967295-4294967295-9223372036854775807",
+		"3f2a9c01-01-0-1", "", "-", "---", "3f2a9c01-1-0-1-1", "x_1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := replay.Parse(s)
+		if err != nil {
+			if !errors.Is(err, replay.ErrMalformed) {
+				t.Fatalf("Parse(%q) error %v does not wrap ErrMalformed", s, err)
+			}
+			return
+		}
+		if c.String() != s {
+			t.Fatalf("Parse(%q) = %+v, which formats as %q", s, c, c.String())
+		}
+	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	s := replay.Cursor{Tag: replay.Tag(testToken), Generation: 4, Stream: 12, Sequence: 123456789}.String()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := replay.Parse(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFormat(b *testing.B) {
+	c := replay.Cursor{Tag: replay.Tag(testToken), Generation: 4, Stream: 12, Sequence: 123456789}
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = c.AppendText(buf[:0])
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	tag := replay.Tag(testToken)
+	in := replay.Input{
+		HasSessionID: true,
+		Session:      replay.Session{Status: replay.Live, Tag: tag, Generation: 4, Floor: 10, HWM: 200000},
+		LastEventID:  replay.Cursor{Tag: tag, Generation: 4, Stream: 12, Sequence: 123456}.String(),
+		At:           &replay.EventAt{Found: true, Stream: 12},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := replay.Decide(in); d.Outcome != replay.Replay {
+			b.Fatal(d.Message())
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// ErrDuplicateID is returned by OpenStream when a request ID is already in
+// flight on the session (JSON-RPC 2.0 requires unique IDs per sender).
+var ErrDuplicateID = errors.New("session: request ID already in flight")
+
+// Live is one generation of a session whose live state this process holds.
+// It routes the engine's outbound messages to streams and appends them to
+// the event log (it is the engine's Outbox), and it records the session
+// state a later generation needs.
+type Live struct {
+	reg    *Registry
+	token  string
+	gen    uint64
+	tag    string
+	userID string
+	logger *slog.Logger
+	eng    engine.Session
+
+	mu         sync.Mutex
+	nextStream uint64
+	calls      map[jsonrpc.ID]call
+	streams    map[uint64]*openStream
+	state      engine.State
+	lastSeen   time.Time
+	storedSeen time.Time // last LastSeen written to the store
+	attached   int       // connections serving this session's streams
+}
+
+// call is an inbound request in flight.
+type call struct {
+	stream uint64
+	method string
+	params json.RawMessage // kept for the methods that change session state
+}
+
+// openStream is a POST stream whose requests are not all answered.
+type openStream struct {
+	pending int  // requests not yet answered
+	json    bool // answered as application/json: related messages go to the standalone stream
+}
+
+func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
+	l := &Live{
+		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
+		nextStream: 1,
+		calls:      make(map[jsonrpc.ID]call),
+		streams:    make(map[uint64]*openStream),
+		lastSeen:   r.opts.Now(),
+		storedSeen: rec.LastSeen,
+	}
+	if st != nil {
+		l.state = *st
+	}
+	l.logger = r.logger.With("session", store.Prefix(rec.Token), "generation", rec.Generation)
+	return l
+}
+
+// Token returns the session token.
+func (l *Live) Token() string { return l.token }
+
+// Generation returns the generation this Live serves.
+func (l *Live) Generation() uint64 { return l.gen }
+
+// Tag returns the cursor tag of the session (replay.Tag).
+func (l *Live) Tag() string { return l.tag }
+
+// Logger returns the session's logger (with session and generation).
+func (l *Live) Logger() *slog.Logger { return l.logger }
+
+// State returns a copy of the recorded session state.
+func (l *Live) State() engine.State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.state
+	st.Subscriptions = slices.Clone(st.Subscriptions)
+	return st
+}
+
+// Reader returns a reader of stream in this generation, positioned after
+// sequence after.
+func (l *Live) Reader(stream, after uint64) *eventlog.Reader {
+	return l.reg.log.NewReader(l.token, l.gen, stream, after)
+}
+
+// Done is closed when the live state of this generation has ended.
+func (l *Live) Done() <-chan struct{} { return l.eng.Done() }
+
+// Touch records activity now. The store learns of it at most every quarter
+// of the idle TTL, so that a later process sees recent activity.
+func (l *Live) Touch() {
+	now := l.reg.opts.Now()
+	l.mu.Lock()
+	l.lastSeen = now
+	write := l.reg.opts.IdleTTL > 0 && now.Sub(l.storedSeen) > l.reg.opts.IdleTTL/4
+	if write {
+		l.storedSeen = now
+	}
+	l.mu.Unlock()
+	if write {
+		l.reg.st.Touch(context.Background(), l.token, now)
+	}
+}
+
+// Attach records that a connection serves one of the session's streams; a
+// session with an attached connection is not idle. Call the returned
+// function when the connection ends.
+func (l *Live) Attach() (detach func()) {
+	l.mu.Lock()
+	l.attached++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.attached--
+			l.lastSeen = l.reg.opts.Now()
+			l.mu.Unlock()
+		})
+	}
+}
+
+func (l *Live) idleSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.attached > 0 {
+		return l.reg.opts.Now()
+	}
+	return l.lastSeen
+}
+
+// OpenStream allocates a new POST stream for the calls (requests with IDs)
+// of one HTTP request and registers them, so their responses and related
+// messages are routed to it. asJSON marks a stream answered as
+// application/json. It fails with ErrDuplicateID, registering nothing, if
+// an ID is already in flight.
+func (l *Live) OpenStream(calls []*jsonrpc.Request, asJSON bool) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, c := range calls {
+		if _, ok := l.calls[c.ID]; ok {
+			return 0, fmt.Errorf("%w: %v", ErrDuplicateID, c.ID.Raw())
+		}
+		for _, d := range calls[:i] {
+			if d.ID == c.ID {
+				return 0, fmt.Errorf("%w: %v twice in one batch", ErrDuplicateID, c.ID.Raw())
+			}
+		}
+	}
+	s := l.nextStream
+	l.nextStream++
+	l.streams[s] = &openStream{pending: len(calls), json: asJSON}
+	for _, c := range calls {
+		cl := call{stream: s, method: c.Method}
+		if stateChanging(c.Method) {
+			cl.params = c.Params
+		}
+		l.calls[c.ID] = cl
+	}
+	return s, nil
+}
+
+// Prime appends a priming event (an id and empty data, with retry when
+// non-zero) as the first event of stream, and returns its sequence. A new
+// stream's reader starts just before it.
+func (l *Live) Prime(ctx context.Context, stream uint64, retry time.Duration) (uint64, error) {
+	ev := store.Event{Stream: stream, Kind: store.KindPriming, Retry: retry}
+	if err := l.append(ctx, &ev); err != nil {
+		return 0, err
+	}
+	return ev.Seq, nil
+}
+
+// CloseStream appends a close event to stream: the connection serving it
+// sends retry and closes, and the client resumes with Last-Event-ID
+// (SEP-1699).
+func (l *Live) CloseStream(ctx context.Context, stream uint64, retry time.Duration) error {
+	ev := store.Event{Stream: stream, Kind: store.KindClose, Retry: retry}
+	return l.append(ctx, &ev)
+}
+
+// Deliver hands an inbound message to the engine, recording the state
+// changes it makes (initialize, notifications/initialized).
+func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && r.Method == "notifications/initialized" {
+		l.mu.Lock()
+		changed := !l.state.Initialized
+		l.state.Initialized = true
+		st := l.state
+		l.mu.Unlock()
+		if changed {
+			l.saveState(ctx, st)
+		}
+	}
+	if err := l.eng.Deliver(ctx, msg, req); err != nil {
+		return fmt.Errorf("session %s gen %d: deliver: %w", store.Prefix(l.token), l.gen, err)
+	}
+	return nil
+}
+
+// Send implements engine.Outbox: it routes msg to the stream of the request
+// it relates to (the standalone stream when none, or when that request is
+// answered as JSON), marks the response that completes a stream as its end,
+// records state changes, and appends the event.
+func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
+	data, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return fmt.Errorf("session %s gen %d: encode: %w", store.Prefix(l.token), l.gen, err)
+	}
+	ev := store.Event{Stream: replay.StandaloneStream, Kind: store.KindMessage, Data: data}
+	var stateChange *engine.State
+	l.mu.Lock()
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c, known := l.calls[resp.ID]
+		if !known {
+			l.mu.Unlock()
+			l.logger.Warn("dropping a response to no request in flight", "id", resp.ID.Raw())
+			return nil
+		}
+		delete(l.calls, resp.ID)
+		ev.Stream = c.stream
+		if s := l.streams[c.stream]; s != nil {
+			s.pending--
+			if s.pending == 0 {
+				ev.End = true
+				delete(l.streams, c.stream)
+			}
+		}
+		if resp.Error == nil && c.params != nil {
+			if st, changed := l.applyLocked(c, resp.Result); changed {
+				stateChange = &st
+			}
+		}
+	} else if related.IsValid() {
+		if c, ok := l.calls[related]; ok {
+			if s := l.streams[c.stream]; s != nil && !s.json {
+				ev.Stream = c.stream
+			}
+		}
+	}
+	l.mu.Unlock()
+	if stateChange != nil {
+		// Store the state before the response that acknowledges it.
+		if err := l.saveState(ctx, *stateChange); err != nil {
+			return err
+		}
+	}
+	return l.append(ctx, &ev)
+}
+
+// append appends ev and sets its Seq and Generation.
+func (l *Live) append(ctx context.Context, ev *store.Event) error {
+	evs := [1]store.Event{*ev}
+	err := l.reg.log.Append(ctx, l.token, l.gen, evs[:]...)
+	if err == nil {
+		*ev = evs[0]
+		return nil
+	}
+	if errors.Is(err, store.ErrFenced) {
+		l.logger.Warn("append fenced: a newer generation owns the session", "reason", "fenced", "error", err)
+	}
+	return err
+}
+
+// saveState stores st as the session's state, fenced by this generation.
+func (l *Live) saveState(ctx context.Context, st engine.State) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if err := l.reg.st.SaveState(context.WithoutCancel(ctx), l.token, l.gen, b); err != nil {
+		l.logger.Warn("saving session state failed", "reason", "store_error", "error", err)
+		return fmt.Errorf("session %s gen %d: save state: %w", store.Prefix(l.token), l.gen, err)
+	}
+	return nil
+}
+
+// stateChanging reports whether a successful call of method changes the
+// state a re-created session needs.
+func stateChanging(method string) bool {
+	switch method {
+	case "initialize", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return false
+}
+
+// applyLocked applies a successful state-changing call to l.state and
+// returns the new state and whether it changed.
+func (l *Live) applyLocked(c call, result json.RawMessage) (engine.State, bool) {
+	st := &l.state
+	switch c.method {
+	case "initialize":
+		var res struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		json.Unmarshal(result, &res)
+		st.InitializeParams = c.params
+		st.ProtocolVersion = res.ProtocolVersion
+	case "logging/setLevel":
+		var p struct {
+			Level string `json:"level"`
+		}
+		if json.Unmarshal(c.params, &p) != nil {
+			return *st, false
+		}
+		st.LogLevel = p.Level
+	case "resources/subscribe", "resources/unsubscribe":
+		var p struct {
+			URI string `json:"uri"`
+		}
+		if json.Unmarshal(c.params, &p) != nil || p.URI == "" {
+			return *st, false
+		}
+		i := slices.Index(st.Subscriptions, p.URI)
+		switch {
+		case c.method == "resources/subscribe" && i < 0:
+			st.Subscriptions = append(slices.Clone(st.Subscriptions), p.URI)
+		case c.method == "resources/unsubscribe" && i >= 0:
+			st.Subscriptions = slices.Delete(slices.Clone(st.Subscriptions), i, i+1)
+		default:
+			return *st, false
+		}
+	default:
+		return *st, false
+	}
+	cp := *st
+	cp.Subscriptions = slices.Clone(st.Subscriptions)
+	return cp, true
+}
+
+// Initialized reports whether initialize succeeded on this session.
+func (l *Live) Initialized() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.state.InitializeParams) > 0
+}
+
+func decodeState(b []byte) (*engine.State, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var st engine.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("decode saved state: %w", err)
+	}
+	return &st, nil
+}

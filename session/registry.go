@@ -1,0 +1,428 @@
+// Package session keeps Tidemark's sessions: it creates them, looks them up,
+// evicts them (idle TTL, capacity by least recent use, DELETE), keeps
+// tombstones so a dead token answers 404, supersedes them, and re-creates
+// their live state at generation+1 under the same token (DESIGN.md,
+// "Generations").
+//
+// A Registry holds the sessions whose live state this process owns (Live);
+// the records and event logs are in a store.Store, so a store that outlives
+// the process lets a later process re-create them.
+package session
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultIdleTTL      = 30 * time.Minute
+	DefaultMaxSessions  = 10000
+	DefaultTombstoneTTL = 24 * time.Hour
+)
+
+// Options configures a Registry. Zero values select the defaults.
+type Options struct {
+	// Owner identifies this process in session records (store.Record.Owner).
+	// A record owned by anyone else is re-created at generation+1 by the
+	// first request that needs it. Default: a random boot ID, so a restarted
+	// process never mistakes a previous process's sessions for its own.
+	Owner string
+	// IdleTTL evicts a session that has seen no request and had no open
+	// stream for this long. Default 30 minutes; negative: never.
+	IdleTTL time.Duration
+	// MaxSessions is the most sessions whose live state this process holds;
+	// creating one more evicts the least recently used. Default 10,000.
+	MaxSessions int
+	// TombstoneTTL is how long an ended session's token keeps answering 404
+	// as "ended" rather than "unknown". Default 24 hours.
+	TombstoneTTL time.Duration
+	// Logger receives one structured line per session event (created,
+	// re-created, ended) with the session token prefix, generation and
+	// reason. Default: slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time. Default time.Now.
+	Now func() time.Time
+}
+
+// Errors of Registry methods; test with errors.Is.
+var (
+	// ErrNotFound: the token is unknown, or its tombstone expired.
+	ErrNotFound = errors.New("session: not found")
+	// ErrEnded: the token belongs to an evicted, deleted or superseded
+	// session; the error is a *store.EndedError too.
+	ErrEnded = store.ErrEnded
+	// ErrForbidden: the session is bound to another user.
+	ErrForbidden = errors.New("session: bound to another user")
+	// ErrClosed: the registry is shut down.
+	ErrClosed = errors.New("session: registry closed")
+)
+
+// Registry holds sessions. It is safe for concurrent use.
+type Registry struct {
+	st     store.Store
+	log    *eventlog.Log
+	engine engine.Engine
+	opts   Options
+	logger *slog.Logger
+
+	mu       sync.Mutex
+	live     map[string]*list.Element // token → element of lru holding *Live
+	lru      *list.List               // front: most recently used
+	starting map[string]chan struct{} // tokens being re-created
+	closed   bool
+}
+
+// New returns a Registry over st, appending through log and starting live
+// state with eng.
+func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Registry {
+	if opts.Owner == "" {
+		opts.Owner = "boot-" + rand.Text()[:12]
+	}
+	if opts.IdleTTL == 0 {
+		opts.IdleTTL = DefaultIdleTTL
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.TombstoneTTL <= 0 {
+		opts.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Registry{
+		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
+		live:     make(map[string]*list.Element),
+		lru:      list.New(),
+		starting: make(map[string]chan struct{}),
+	}
+}
+
+// Owner returns the identity this registry writes into records it owns.
+func (r *Registry) Owner() string { return r.opts.Owner }
+
+// Log returns the event log the registry appends through.
+func (r *Registry) Log() *eventlog.Log { return r.log }
+
+// NewToken returns a fresh session token: 130 bits from crypto/rand in
+// base32 (26 characters), never reissued (DESIGN.md, Vocabulary).
+func NewToken() string { return rand.Text() }
+
+// Create starts a new session at generation 1 for userID ("" when
+// unauthenticated), evicting the least recently used session if the
+// registry is full. The caller delivers the client's initialize to it.
+func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
+	if err := r.makeRoom(ctx); err != nil {
+		return nil, err
+	}
+	now := r.opts.Now()
+	rec := store.Record{
+		Token: NewToken(), Generation: 1, Owner: r.opts.Owner, UserID: userID,
+		Created: now, LastSeen: now,
+	}
+	if err := r.st.Create(ctx, rec); err != nil {
+		return nil, fmt.Errorf("session: create: %w", err)
+	}
+	l, err := r.start(ctx, rec, nil)
+	if err != nil {
+		r.st.End(context.WithoutCancel(ctx), rec.Token, store.EndDeleted, now.Add(r.opts.TombstoneTTL))
+		return nil, err
+	}
+	l.logger.Info("session created")
+	return l, nil
+}
+
+// makeRoom evicts least recently used sessions until one more fits.
+func (r *Registry) makeRoom(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return ErrClosed
+		}
+		if len(r.live)+len(r.starting) < r.opts.MaxSessions {
+			r.mu.Unlock()
+			return nil
+		}
+		back := r.lru.Back()
+		if back == nil {
+			r.mu.Unlock()
+			return fmt.Errorf("session: %w: %d sessions starting", engine.ErrCapacity, len(r.starting))
+		}
+		victim := back.Value.(*Live)
+		r.mu.Unlock()
+		r.End(ctx, victim.token, store.EndCapacity)
+	}
+}
+
+// start starts the live state of rec's generation and registers it.
+func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State) (*Live, error) {
+	l := newLive(r, rec, st)
+	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, l)
+	if err != nil {
+		return nil, fmt.Errorf("session %s gen %d: start engine: %w", store.Prefix(rec.Token), rec.Generation, err)
+	}
+	l.eng = es
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		es.Close()
+		return nil, ErrClosed
+	}
+	if old, ok := r.live[rec.Token]; ok {
+		r.lru.Remove(old)
+	}
+	r.live[rec.Token] = r.lru.PushFront(l)
+	r.mu.Unlock()
+	go r.watch(l)
+	return l, nil
+}
+
+// watch removes l from the registry when its live state ends on its own,
+// so the next request re-creates the session at a new generation.
+func (r *Registry) watch(l *Live) {
+	<-l.eng.Done()
+	r.mu.Lock()
+	if e, ok := r.live[l.token]; ok && e.Value.(*Live) == l {
+		r.lru.Remove(e)
+		delete(r.live, l.token)
+	}
+	r.mu.Unlock()
+}
+
+// Get returns the live session of token for a request by userID,
+// re-creating its live state at generation+1 if no live process holds it
+// (after a restart on a durable store, or after the engine session ended).
+// Errors: ErrNotFound, ErrEnded (also a *store.EndedError), ErrForbidden,
+// ErrClosed, and the store's errors.
+func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if e, ok := r.live[token]; ok && !closed(e.Value.(*Live).eng.Done()) {
+			l := e.Value.(*Live)
+			r.lru.MoveToFront(e)
+			r.mu.Unlock()
+			if l.userID != "" && l.userID != userID {
+				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+			}
+			l.Touch()
+			return l, nil
+		}
+		if wait, ok := r.starting[token]; ok {
+			r.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		r.starting[token] = done
+		r.mu.Unlock()
+
+		l, err := r.recreate(ctx, token, userID)
+		r.mu.Lock()
+		delete(r.starting, token)
+		close(done)
+		r.mu.Unlock()
+		return l, err
+	}
+}
+
+// recreate loads token's record and claims a new generation of it.
+func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, error) {
+	rec, err := r.st.Get(ctx, token)
+	if err != nil {
+		return nil, r.storeErr(token, err)
+	}
+	if rec.UserID != "" && rec.UserID != userID {
+		return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+	}
+	if r.opts.IdleTTL > 0 && r.opts.Now().Sub(rec.LastSeen) > r.opts.IdleTTL {
+		r.End(ctx, token, store.EndIdle)
+		return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
+	}
+	if err := r.makeRoom(ctx); err != nil {
+		return nil, err
+	}
+	st, err := decodeState(rec.State)
+	if err != nil {
+		return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
+	}
+	from := rec.Generation
+	rec, err = r.st.Claim(ctx, token, r.opts.Owner, from, time.Time{})
+	if err != nil {
+		return nil, r.storeErr(token, err)
+	}
+	r.log.Forget(token)
+	l, err := r.start(ctx, rec, st)
+	if err != nil {
+		return nil, err
+	}
+	l.logger.Info("session re-created", "previous_generation", from, "reason", "owner_gone")
+	return l, nil
+}
+
+// Recreate ends the live state of token's current generation, if this
+// process holds it, and starts generation+1 from the saved state. Streams of
+// the old generation then answer 409 generation_mismatch on resume.
+func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
+	r.mu.Lock()
+	if e, ok := r.live[token]; ok {
+		l := e.Value.(*Live)
+		r.lru.Remove(e)
+		delete(r.live, token)
+		r.mu.Unlock()
+		l.eng.Close()
+	} else {
+		r.mu.Unlock()
+	}
+	rec, err := r.st.Get(ctx, token)
+	if err != nil {
+		return nil, r.storeErr(token, err)
+	}
+	return r.Get(ctx, token, rec.UserID)
+}
+
+// End ends token's session with reason: its live state is closed, its
+// record and event log are removed, and a tombstone answers for the token
+// for TombstoneTTL. Connections tailing it see the end and close.
+func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
+	r.mu.Lock()
+	var l *Live
+	if e, ok := r.live[token]; ok {
+		l = e.Value.(*Live)
+		r.lru.Remove(e)
+		delete(r.live, token)
+	}
+	r.mu.Unlock()
+	err := r.st.End(context.WithoutCancel(ctx), token, reason, r.opts.Now().Add(r.opts.TombstoneTTL))
+	r.log.Forget(token)
+	if l != nil {
+		l.eng.Close()
+		l.logger.Info("session ended", "reason", string(reason))
+	}
+	if err != nil {
+		return r.storeErr(token, err)
+	}
+	return nil
+}
+
+// Status returns what the registry knows of token for the replay decision,
+// without starting anything: Live with the record's generation, Evicted or
+// Superseded for a tombstone, Unknown otherwise.
+func (r *Registry) Status(ctx context.Context, token string) (replay.Status, store.Record, error) {
+	rec, err := r.st.Get(ctx, token)
+	var ended *store.EndedError
+	switch {
+	case err == nil:
+		return replay.Live, rec, nil
+	case errors.As(err, &ended):
+		if ended.Reason == store.EndSuperseded {
+			return replay.Superseded, rec, nil
+		}
+		return replay.Evicted, rec, nil
+	case errors.Is(err, store.ErrNotFound):
+		return replay.Unknown, rec, nil
+	default:
+		return replay.Unknown, rec, err
+	}
+}
+
+// Sweep evicts the sessions idle for longer than IdleTTL and applies the
+// event log's age limit. Run calls it periodically.
+func (r *Registry) Sweep(ctx context.Context) {
+	if r.opts.IdleTTL > 0 {
+		cutoff := r.opts.Now().Add(-r.opts.IdleTTL)
+		var idle []string
+		r.mu.Lock()
+		for e := r.lru.Back(); e != nil; e = e.Prev() {
+			l := e.Value.(*Live)
+			if l.idleSince().Before(cutoff) {
+				idle = append(idle, l.token)
+			}
+		}
+		r.mu.Unlock()
+		for _, tok := range idle {
+			r.End(ctx, tok, store.EndIdle)
+		}
+	}
+	r.log.Sweep(ctx)
+}
+
+// Run sweeps every interval until ctx is done.
+func (r *Registry) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Sweep(ctx)
+		}
+	}
+}
+
+// Len returns the number of sessions whose live state this process holds.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+// Close closes every live session's engine state and refuses new work. It
+// does not end the sessions in the store: a durable store keeps them for
+// the next process.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	var all []*Live
+	for _, e := range r.live {
+		all = append(all, e.Value.(*Live))
+	}
+	r.live = make(map[string]*list.Element)
+	r.lru.Init()
+	r.mu.Unlock()
+	for _, l := range all {
+		l.eng.Close()
+	}
+	return nil
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// storeErr maps a store error to the registry's errors.
+func (r *Registry) storeErr(token string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: session %s", ErrNotFound, store.Prefix(token))
+	}
+	return err
+}

@@ -1,0 +1,280 @@
+// Package store defines what Tidemark keeps about sessions and their event
+// logs, and the guarantees every backend gives: ordering, durability and
+// fencing. Backends live in sub-packages: memory (the default), and stores
+// that outlive the process. The storetest package checks any backend against
+// the contract written here.
+//
+// The generation of a session record is its fencing token (DESIGN.md,
+// "Generations"): every write that belongs to one incarnation of a session's
+// live state carries that incarnation's generation, and the store refuses it,
+// atomically with the write, once the record has moved on.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with the values that explain the
+// failure; callers test with errors.Is.
+var (
+	// ErrNotFound: no record and no tombstone for the token.
+	ErrNotFound = errors.New("session not found")
+	// ErrEnded: the token has a tombstone (evicted or superseded). The
+	// returned error is an *EndedError.
+	ErrEnded = errors.New("session ended")
+	// ErrExists: Create was given a token the store already knows, live or
+	// tombstoned. Tokens are never reissued.
+	ErrExists = errors.New("session token already exists")
+	// ErrFenced: the write carried a generation other than the record's
+	// current one: a newer owner has taken the session over. The returned
+	// error is a *FencedError.
+	ErrFenced = errors.New("fenced by a newer generation")
+	// ErrUnavailable: the backend cannot be reached or cannot write now (disk
+	// full, connection lost). Nothing of the failed call was stored; the
+	// caller may retry later.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// EndedError is returned, wrapping ErrEnded, for a token with a tombstone.
+type EndedError struct {
+	Token  string
+	Reason EndReason
+}
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("session %s: %s: %s", Prefix(e.Token), ErrEnded, e.Reason)
+}
+
+// Unwrap returns ErrEnded.
+func (e *EndedError) Unwrap() error { return ErrEnded }
+
+// FencedError is returned, wrapping ErrFenced, when a write carries a stale
+// generation.
+type FencedError struct {
+	Token string
+	Op    string // the refused operation: "append", "claim", "renew", "save state", "trim"
+	Have  uint64 // generation the write carried
+	Want  uint64 // the record's current generation
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%s session %s gen %d: %s (gen %d)", e.Op, Prefix(e.Token), e.Have, ErrFenced, e.Want)
+}
+
+// Unwrap returns ErrFenced.
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
+// Prefix returns the first 8 bytes of a session token, the form in which
+// tokens appear in logs and errors (never the whole token).
+func Prefix(token string) string {
+	if len(token) > 8 {
+		return token[:8] + "…"
+	}
+	return token
+}
+
+// EndReason says why a session ended.
+type EndReason string
+
+const (
+	// EndDeleted: the client sent DELETE.
+	EndDeleted EndReason = "deleted"
+	// EndIdle: no request for the idle TTL.
+	EndIdle EndReason = "idle"
+	// EndCapacity: evicted, least recently used, to make room for a new session.
+	EndCapacity EndReason = "capacity"
+	// EndSuperseded: replaced by a newer session.
+	EndSuperseded EndReason = "superseded"
+	// EndShutdown: the server shut down with a store that does not outlive it.
+	EndShutdown EndReason = "shutdown"
+)
+
+// Record is the stored part of a session.
+type Record struct {
+	// Token is the session token (Mcp-Session-Id).
+	Token string
+	// Generation identifies the current incarnation of the session's live
+	// state and is the fencing token of its owner. It starts at 1.
+	Generation uint64
+	// Owner identifies the process or replica that holds the live state of
+	// Generation; empty when nobody does.
+	Owner string
+	// LeaseUntil is when the owner's claim lapses unless renewed; zero means
+	// the claim lasts as long as the owner process.
+	LeaseUntil time.Time
+	// UserID binds the session to the authenticated user that created it
+	// (go-sdk auth.TokenInfo.UserID); empty when unauthenticated.
+	UserID string
+	// State is the engine-neutral session state (JSON), saved so that a new
+	// generation can be re-created without a new initialize. Opaque to stores.
+	State []byte
+	// Created is when the session was created.
+	Created time.Time
+	// LastSeen is the time of the latest request recorded by Touch.
+	LastSeen time.Time
+}
+
+// Kind is the kind of an event.
+type Kind uint8
+
+const (
+	// KindMessage is a JSON-RPC message; Data holds it.
+	KindMessage Kind = iota
+	// KindPriming is a priming event: an id and empty data, sent first on a
+	// new stream (MCP 2025-11-25, basic/transports).
+	KindPriming
+	// KindClose records that the server closed the stream (SEP-1699); Retry
+	// is the reconnection delay to send. A reader writes it and closes.
+	KindClose
+)
+
+// Event is one entry of a session's event log.
+type Event struct {
+	// Seq is the session-wide sequence, assigned by Append: HWM+1, HWM+2, …
+	Seq uint64
+	// Generation is the generation the event was emitted in, set by Append
+	// to the generation the append carried.
+	Generation uint64
+	// Stream is the stream the event belongs to (0 = standalone GET stream).
+	Stream uint64
+	// Kind says what the event is.
+	Kind Kind
+	// End marks the last event of its stream: a reader closes after it.
+	End bool
+	// Retry is the SSE reconnection delay to send with the event; zero: none.
+	Retry time.Duration
+	// Time is when the event was emitted (set by the caller of Append); it
+	// drives retention by age.
+	Time time.Time
+	// Data is the JSON-RPC message of a KindMessage event. Stores and readers
+	// must not modify it after Append.
+	Data []byte
+}
+
+// Size returns the number of bytes an event counts for in retention limits:
+// its Data plus a fixed 64-byte overhead for the other fields.
+func (e *Event) Size() int64 { return int64(len(e.Data)) + 64 }
+
+// Bounds describes a session's event log in its current generation.
+type Bounds struct {
+	// Generation is the record's current generation.
+	Generation uint64
+	// Floor is the replay floor: the lowest retained sequence of the current
+	// generation. Every event from Floor to HWM is retained. When the
+	// generation has no event, Floor = HWM+1.
+	Floor uint64
+	// HWM is the high-water mark: the highest sequence ever assigned in the
+	// session (0 before the first event). Sequences continue across
+	// generations, so no cursor of an older generation can name an event of
+	// a newer one.
+	HWM uint64
+	// Events is the number of retained events (HWM - Floor + 1, or 0).
+	Events int
+	// Bytes is the sum of Size over the retained events.
+	Bytes int64
+	// Oldest is the Time of the event at Floor; zero when there is none.
+	Oldest time.Time
+}
+
+// Sessions keeps session records and tombstones.
+//
+// Guarantees every implementation gives:
+//   - Linearizable per token: each call takes effect atomically at one point
+//     between its start and its return, and every later call sees it.
+//   - Durability: once a call returns nil, its effect is as durable as the
+//     backend promises (memory: the process's lifetime; embedded: survives
+//     kill -9; Redis: what Redis acknowledged).
+//   - Fencing: Claim, Renew and SaveState compare the generation they carry
+//     with the record's inside the same atomic step as their write.
+type Sessions interface {
+	// Create stores a new record. It fails with ErrExists if the token is
+	// known, live or tombstoned.
+	Create(ctx context.Context, rec Record) error
+
+	// Get returns the record of token. It fails with ErrNotFound, or with an
+	// *EndedError for a tombstone.
+	Get(ctx context.Context, token string) (Record, error)
+
+	// Claim makes owner the owner of a new generation, from+1, holding it
+	// until leaseUntil (zero: no expiry), if and only if the record's
+	// generation is still from. It discards the events of older
+	// generations, so the new generation's Floor is HWM+1. It fails with a
+	// *FencedError if the generation has moved, and with ErrNotFound or an
+	// *EndedError if the session is gone.
+	Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (Record, error)
+
+	// Renew extends the lease of owner on generation gen. It fails with a
+	// *FencedError if gen is no longer current or owner is no longer the
+	// owner.
+	Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error
+
+	// SaveState replaces the record's State if gen is current, else fails
+	// with a *FencedError.
+	SaveState(ctx context.Context, token string, gen uint64, state []byte) error
+
+	// Touch records a request at time at (LastSeen never moves backwards).
+	// It is not fenced: any replica may report activity.
+	Touch(ctx context.Context, token string, at time.Time) error
+
+	// End removes the record and its whole event log, and keeps a tombstone
+	// with reason until tombstoneUntil, after which the token is unknown
+	// again (still never reissued). Ending an ended session keeps its first
+	// reason. It fails with ErrNotFound if the token is unknown.
+	End(ctx context.Context, token string, reason EndReason, tombstoneUntil time.Time) error
+}
+
+// Log keeps each session's event log.
+//
+// Guarantees every implementation gives:
+//   - Order: Append assigns each session's sequences in increasing order
+//     without gaps; concurrent Appends to one session are serialized, and
+//     the events of one Append are contiguous.
+//   - Durability: when Append returns nil the events are as durable as the
+//     backend promises (see Sessions), so a client can never hold a cursor
+//     above the durable high-water mark.
+//   - Fencing: Append stores nothing and fails with a *FencedError if gen is
+//     not the record's current generation, checked atomically with the
+//     write, so a paused or partitioned old owner cannot write after a
+//     takeover.
+//   - Retention: events are only removed by Trim, by Claim (older
+//     generations) and by End; Floor never decreases within a generation.
+type Log interface {
+	// Append adds evs to the session's log under generation gen. It sets
+	// each event's Seq and Generation (in the slice it was given) and
+	// returns the bounds after the append. Errors: *FencedError,
+	// ErrNotFound, *EndedError, ErrUnavailable.
+	Append(ctx context.Context, token string, gen uint64, evs []Event) (Bounds, error)
+
+	// Read returns, in sequence order, at most max events of the current
+	// generation with Seq > after, and the bounds at the time of the read.
+	// Events below the floor are gone; Read does not report them, callers
+	// compare after with Bounds.Floor. Errors: ErrNotFound, *EndedError.
+	Read(ctx context.Context, token string, after uint64, max int) ([]Event, Bounds, error)
+
+	// Wait blocks until the session's HWM exceeds after, its generation
+	// changes, its floor rises above after+1, it ends, or ctx is done. It
+	// returns nil in the first three cases (the caller reads again), the
+	// error of Read for an ended session, and ctx.Err() when ctx is done.
+	Wait(ctx context.Context, token string, after uint64) error
+
+	// Trim removes the events of generation gen with Seq < floor, raising
+	// the replay floor to floor (at most HWM+1). A floor at or below the
+	// current one changes nothing. Errors: *FencedError if gen is not
+	// current, ErrNotFound, *EndedError.
+	Trim(ctx context.Context, token string, gen uint64, floor uint64) (Bounds, error)
+
+	// Bounds returns the session's bounds. Errors: ErrNotFound, *EndedError.
+	Bounds(ctx context.Context, token string) (Bounds, error)
+}
+
+// Store is a backend: sessions and their logs in one place, so that fencing
+// can be checked atomically across them.
+type Store interface {
+	Sessions
+	Log
+	// Close releases the backend's resources. Calls after Close fail.
+	Close() error
+}

@@ -1,0 +1,114 @@
+// Package tidemark serves MCP over Streamable HTTP with resumable streams
+// whose replay is safe by construction: replay validity is a function of
+// (session, generation, cursor range), never of the cursor range alone.
+//
+// NewHandler is a drop-in replacement for the go-sdk's
+// mcp.NewStreamableHTTPHandler: it hosts an *mcp.Server with durable
+// sessions, generations, exact resumption and explicit refusals (404, 409,
+// 400) where a replay would be unsafe. The parts it is built from are
+// importable on their own: replay (cursor and decision), store (backends),
+// eventlog, session, engine and transport.
+package tidemark
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// Options configures a Handler. The zero value serves from memory with the
+// documented defaults of each part.
+type Options struct {
+	// Store keeps session records and event logs. Default: a new
+	// memory.Store (sessions end with the process). The Handler closes it.
+	Store store.Store
+	// Retention bounds each session's event log and the process's total;
+	// see eventlog.Options.
+	Retention eventlog.Options
+	// Sessions configures the session registry: idle TTL, capacity,
+	// tombstones; see session.Options.
+	Sessions session.Options
+	// Transport configures HTTP behaviour: JSON responses, retry,
+	// keep-alive, body limit, origins; see transport.Options. Its
+	// Sessionless field is set by NewHandler.
+	Transport transport.Options
+	// SweepInterval is how often idle sessions are evicted and old events
+	// dropped. Default 10 seconds.
+	SweepInterval time.Duration
+}
+
+// Handler is an http.Handler that serves one *mcp.Server.
+type Handler struct {
+	*transport.Handler
+	reg    *session.Registry
+	st     store.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewHandler returns a Handler serving server. Requests of the stateful era
+// (protocol 2025-03-26 to 2025-11-25) get Tidemark's sessions and
+// resumption; requests of the sessionless era (2026-07-28 and later) are
+// served by the go-sdk's stateless handler over the same server. It adds a
+// receiving middleware to server (see gosdk.New). Call Close when done.
+func NewHandler(server *mcp.Server, opts *Options) *Handler {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Store == nil {
+		o.Store = memory.New(memory.Options{})
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = 10 * time.Second
+	}
+	if o.Sessions.Logger == nil {
+		o.Sessions.Logger = o.Transport.Logger
+	}
+	log := eventlog.New(o.Store, o.Retention)
+	reg := session.New(o.Store, log, gosdk.New(server), o.Sessions)
+	tOpts := o.Transport
+	if tOpts.Sessionless == nil {
+		tOpts.Sessionless = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+			&mcp.StreamableHTTPOptions{
+				Stateless:    true,
+				JSONResponse: tOpts.JSONResponse,
+				Logger:       tOpts.Logger,
+				// The transport has already checked Host and Origin.
+				DisableLocalhostProtection: true,
+				MaxRequestBodyBytes:        tOpts.MaxBodyBytes,
+			})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handler{
+		Handler: transport.New(reg, tOpts),
+		reg:     reg, st: o.Store, cancel: cancel, done: make(chan struct{}),
+	}
+	go func() {
+		defer close(h.done)
+		reg.Run(ctx, o.SweepInterval)
+	}()
+	return h
+}
+
+// Registry returns the session registry, for operations such as
+// Registry().Recreate (start a new generation of a session).
+func (h *Handler) Registry() *session.Registry { return h.reg }
+
+// Close stops the sweeper, ends every session's live state in this process
+// and closes the store. Shut the HTTP server down first.
+func (h *Handler) Close() error {
+	h.cancel()
+	<-h.done
+	h.reg.Close()
+	return h.st.Close()
+}

@@ -1,0 +1,107 @@
+package transport
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// Reasons are the stable machine-readable values of `error.data.reason` in
+// every error body the transport writes; the same strings appear in logs.
+// The replay decision's reasons come from replay.Outcome.Reason.
+const (
+	ReasonSessionRequired    = "session_required"     // 400: no Mcp-Session-Id where one is needed
+	ReasonSessionIDInvalid   = "session_id_invalid"   // 400: Mcp-Session-Id repeated, too long or not visible ASCII
+	ReasonSessionNotFound    = "session_not_found"    // 404: unknown, evicted, deleted or superseded token
+	ReasonSessionForbidden   = "session_forbidden"    // 403: the session belongs to another user
+	ReasonProtocolVersion    = "protocol_version"     // 400: MCP-Protocol-Version unsupported or repeated
+	ReasonContentType        = "content_type"         // 415: POST body is not application/json
+	ReasonNotAcceptable      = "not_acceptable"       // 406: Accept lacks a media type the response needs
+	ReasonBodyTooLarge       = "body_too_large"       // 413: body over Options.MaxBodyBytes
+	ReasonParseError         = "parse_error"          // 400: body is not JSON
+	ReasonInvalidRequest     = "invalid_request"      // 400: JSON that is not a valid JSON-RPC message
+	ReasonBatchNotAllowed    = "batch_not_allowed"    // 400: a JSON array under 2025-06-18 or later
+	ReasonDuplicateID        = "duplicate_request_id" // 400: a request ID already in flight on the session
+	ReasonOriginForbidden    = "origin_forbidden"     // 403: Origin not allowed
+	ReasonHostForbidden      = "host_forbidden"       // 403: non-localhost Host on a loopback listener
+	ReasonMethodNotAllowed   = "method_not_allowed"   // 405
+	ReasonUnavailable        = "unavailable"          // 503: store or engine cannot take the request now
+	ReasonCapacity           = "capacity"             // 503: no room for another session
+	ReasonLastEventIDOnPost  = "last_event_id_on_post"
+	ReasonCursorMalformed    = "cursor_malformed"
+	ReasonGenerationMismatch = "generation_mismatch"
+)
+
+// JSON-RPC error codes used in HTTP-level error bodies: the JSON-RPC 2.0
+// codes, and -32001 "session not found" as the TypeScript SDK uses it.
+const (
+	codeParseError      = -32700
+	codeInvalidRequest  = -32600
+	codeSessionNotFound = -32001
+	codeServerError     = -32000
+)
+
+// httpError is a refusal: an HTTP status with a JSON-RPC error body whose
+// data carries a stable reason.
+type httpError struct {
+	status  int
+	code    int
+	reason  string
+	message string
+	data    map[string]any // extra fields of error.data besides reason
+	id      jsonrpc.ID     // the request's ID when known; null otherwise
+}
+
+func refuse(status int, reason, message string) *httpError {
+	code := codeInvalidRequest
+	switch status {
+	case http.StatusNotFound:
+		code = codeSessionNotFound
+	case http.StatusServiceUnavailable, http.StatusForbidden:
+		code = codeServerError
+	}
+	return &httpError{status: status, code: code, reason: reason, message: message}
+}
+
+func (e *httpError) Error() string { return e.reason + ": " + e.message }
+
+type errorBody struct {
+	JSONRPC string      `json:"jsonrpc"`
+	ID      any         `json:"id"`
+	Error   errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+}
+
+// write sends e as the response and logs it.
+func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
+	data := map[string]any{"reason": e.reason}
+	for k, v := range e.data {
+		data[k] = v
+	}
+	// JSON-RPC 2.0 §5: the id is null when the request's id is unknown, which
+	// jsonrpc.EncodeMessage would omit instead; hence this envelope.
+	body, err := json.Marshal(errorBody{
+		JSONRPC: "2.0",
+		ID:      e.id.Raw(),
+		Error:   errorObject{Code: e.code, Message: e.message, Data: data},
+	})
+	if err != nil {
+		http.Error(w, e.message, e.status)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.status == http.StatusMethodNotAllowed {
+		h.Set("Allow", "GET, POST, DELETE")
+	}
+	w.WriteHeader(e.status)
+	w.Write(body)
+	logger.Info("request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+}

@@ -1,0 +1,298 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// servePOST handles a POST of one JSON-RPC message, or of a batch under
+// 2025-03-26 (MCP 2025-11-25, "Sending Messages to the Server").
+func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version string) {
+	if herr := h.postChecks(r); herr != nil {
+		herr.write(w, h.logger)
+		return
+	}
+	token, herr := sessionID(r)
+	if herr != nil {
+		herr.write(w, h.logger)
+		return
+	}
+	msgs, batch, herr := h.readMessages(w, r, version)
+	if herr != nil {
+		herr.write(w, h.logger)
+		return
+	}
+
+	var calls []*jsonrpc.Request
+	var initialize *jsonrpc.Request
+	for _, m := range msgs {
+		if req, ok := m.(*jsonrpc.Request); ok && req.IsCall() {
+			calls = append(calls, req)
+			if req.Method == "initialize" {
+				initialize = req
+			}
+		}
+	}
+	if initialize != nil && len(msgs) > 1 {
+		// MCP 2025-03-26, lifecycle: initialize MUST NOT be part of a batch.
+		refuse(http.StatusBadRequest, ReasonInvalidRequest, "initialize must be sent alone, not in a batch").write(w, h.logger)
+		return
+	}
+
+	ctx := r.Context()
+	userID := ""
+	if ti := auth.TokenInfoFromContext(ctx); ti != nil {
+		userID = ti.UserID
+	}
+	var live *session.Live
+	if initialize != nil {
+		var err error
+		live, err = h.reg.Create(ctx, userID)
+		if err != nil {
+			h.registryError(err, token).write(w, h.logger)
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", live.Token())
+		if token != "" {
+			// A client that initializes again while holding a live session
+			// replaces it: the old token is superseded and answers 404.
+			if old, err := h.reg.Get(ctx, token, userID); err == nil {
+				h.reg.End(ctx, old.Token(), store.EndSuperseded)
+			}
+		}
+		var p struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		json.Unmarshal(initialize.Params, &p)
+		version = p.ProtocolVersion
+	} else {
+		if token == "" {
+			refuse(http.StatusBadRequest, ReasonSessionRequired, "Mcp-Session-Id header is required for requests after initialize").write(w, h.logger)
+			return
+		}
+		var err error
+		live, err = h.reg.Get(ctx, token, userID)
+		if err != nil {
+			h.registryError(err, token).write(w, h.logger)
+			return
+		}
+		if version == "" {
+			version = live.State().ProtocolVersion
+		}
+	}
+	req := engine.Request{Header: r.Header, TokenInfo: auth.TokenInfoFromContext(ctx)}
+
+	if len(calls) == 0 {
+		// Only notifications and responses: 202 with no body.
+		for _, m := range msgs {
+			if err := live.Deliver(ctx, m, req); err != nil {
+				h.deliverError(live, err).write(w, h.logger)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+
+	asJSON := h.opts.JSONResponse
+	streamID, err := live.OpenStream(calls, asJSON)
+	if err != nil {
+		herr := refuse(http.StatusBadRequest, ReasonDuplicateID, err.Error())
+		if errors.Is(err, session.ErrDuplicateID) && len(calls) == 1 {
+			herr.id = calls[0].ID
+		}
+		herr.write(w, h.logger)
+		return
+	}
+	req.CloseStream = func(retry time.Duration) {
+		if retry <= 0 {
+			retry = h.opts.Retry
+		}
+		live.CloseStream(context.WithoutCancel(ctx), streamID, retry)
+	}
+
+	// The stream's reader starts before its first event: the priming event
+	// under 2025-11-25 and later (SEP-1699), else whatever the calls emit.
+	var after uint64
+	if !asJSON && version >= V20251125 {
+		seq, err := live.Prime(ctx, streamID, max(h.opts.Retry, 0))
+		if err != nil {
+			h.deliverError(live, err).write(w, h.logger)
+			return
+		}
+		after = seq - 1
+	} else {
+		b, err := h.reg.Log().Bounds(ctx, live.Token())
+		if err != nil {
+			h.deliverError(live, err).write(w, h.logger)
+			return
+		}
+		after = b.HWM
+	}
+
+	for _, m := range msgs {
+		if err := live.Deliver(ctx, m, req); err != nil {
+			h.deliverError(live, err).write(w, h.logger)
+			return
+		}
+	}
+
+	if asJSON {
+		h.answerJSON(ctx, w, live, streamID, after, batch)
+		return
+	}
+	setSSEHeaders(w.Header())
+	h.serve(ctx, w, stream{live: live, stream: streamID, after: after})
+}
+
+// postChecks applies the media-type rules of a POST: Content-Type must be
+// application/json (415), Accept must list application/json and
+// text/event-stream (406), and Last-Event-ID belongs on GET only (400).
+func (h *Handler) postChecks(r *http.Request) *httpError {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return refuse(http.StatusUnsupportedMediaType, ReasonContentType,
+			"Content-Type must be application/json, not "+quote(r.Header.Get("Content-Type")))
+	}
+	if !accepts(r, "application/json") || !accepts(r, "text/event-stream") {
+		return refuse(http.StatusNotAcceptable, ReasonNotAcceptable,
+			"Accept must list both application/json and text/event-stream")
+	}
+	if len(r.Header.Values("Last-Event-ID")) > 0 {
+		return refuse(http.StatusBadRequest, ReasonLastEventIDOnPost,
+			"Last-Event-ID is only meaningful on GET: resume a stream with GET")
+	}
+	return nil
+}
+
+// readMessages reads and decodes the body: one JSON-RPC message, or a
+// non-empty array of them when the protocol version allows batches
+// (2025-03-26, which is also the version assumed when the header is
+// absent).
+func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version string) ([]jsonrpc.Message, bool, *httpError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, false, refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+		}
+		return nil, false, refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error())
+	}
+	parseErr := func(msg string) *httpError {
+		e := refuse(http.StatusBadRequest, ReasonParseError, msg)
+		e.code = codeParseError
+		return e
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, false, parseErr("request body is empty")
+	}
+	if !json.Valid(trimmed) {
+		return nil, false, parseErr("request body is not valid JSON")
+	}
+	var raws []json.RawMessage
+	batch := trimmed[0] == '['
+	if batch {
+		if version != "" && version != V20250326 {
+			return nil, false, refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
+				"JSON-RPC batches are not allowed under protocol version "+version)
+		}
+		if err := json.Unmarshal(trimmed, &raws); err != nil || len(raws) == 0 {
+			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a batch must be a non-empty array of messages")
+		}
+	} else {
+		raws = []json.RawMessage{trimmed}
+	}
+	msgs := make([]jsonrpc.Message, 0, len(raws))
+	for _, raw := range raws {
+		m, err := jsonrpc.DecodeMessage(raw)
+		if err != nil {
+			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "not a JSON-RPC 2.0 message: "+err.Error())
+		}
+		switch m := m.(type) {
+		case *jsonrpc.Request:
+			if m.Method == "" {
+				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a request must have a method")
+			}
+		case *jsonrpc.Response:
+			if !m.ID.IsValid() || (m.Result == nil && m.Error == nil) {
+				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a response must have an id and a result or an error")
+			}
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, batch, nil
+}
+
+// answerJSON waits for the responses of the stream's calls and writes them
+// as one application/json body: an object, or an array for a batch.
+func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool) {
+	rd := live.Reader(streamID, after)
+	var out []json.RawMessage
+	for done := false; !done; {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session ended before answering: "+err.Error()).write(w, h.logger)
+			}
+			return
+		}
+		for _, e := range evs {
+			if e.Kind == store.KindMessage {
+				out = append(out, e.Data)
+			}
+			if e.End {
+				done = true
+				break
+			}
+		}
+	}
+	var body []byte
+	if len(out) == 1 && !batch {
+		body = out[0]
+	} else {
+		body, _ = json.Marshal(out)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+}
+
+// registryError maps a session.Registry error to a refusal.
+func (h *Handler) registryError(err error, token string) *httpError {
+	switch {
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
+		return refuse(http.StatusNotFound, ReasonSessionNotFound,
+			"session "+store.Prefix(token)+" not found: send initialize to start a new session")
+	case errors.Is(err, session.ErrForbidden):
+		return refuse(http.StatusForbidden, ReasonSessionForbidden, "the session belongs to another user")
+	case errors.Is(err, engine.ErrCapacity):
+		return refuse(http.StatusServiceUnavailable, ReasonCapacity, err.Error()+"; retry later")
+	default:
+		return refuse(http.StatusServiceUnavailable, ReasonUnavailable, err.Error()+"; retry later")
+	}
+}
+
+// deliverError maps a failure to hand a message to the session.
+func (h *Handler) deliverError(live *session.Live, err error) *httpError {
+	live.Logger().Warn("delivery failed", "reason", "unavailable", "error", err)
+	if errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound) {
+		return refuse(http.StatusNotFound, ReasonSessionNotFound, "the session ended: send initialize to start a new session")
+	}
+	return refuse(http.StatusServiceUnavailable, ReasonUnavailable, err.Error()+"; retry the request")
+}

@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// checkOriginAndHost applies the two DNS-rebinding defences (MCP
+// 2025-11-25, basic/transports "Security Warning", and
+// basic/security_best_practices "Local MCP Server Compromise"):
+//   - a request that reached a loopback listener must name a loopback host
+//     in Host, else 403 host_forbidden;
+//   - a request with an Origin header must come from the request's own host
+//     or an allowed origin, else 403 origin_forbidden.
+func (h *Handler) checkOriginAndHost(r *http.Request) *httpError {
+	if !h.opts.DisableLocalhostProtection {
+		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
+			if isLoopback(addr.String()) && !isLoopback(r.Host) {
+				return refuse(http.StatusForbidden, ReasonHostForbidden,
+					"Host "+quote(r.Host)+" is not a loopback name on a loopback listener (DNS rebinding protection)")
+			}
+		}
+	}
+	origins := r.Header.Values("Origin")
+	if len(origins) == 0 {
+		return nil
+	}
+	if len(origins) > 1 {
+		return refuse(http.StatusForbidden, ReasonOriginForbidden, "Origin header is repeated")
+	}
+	if !h.originAllowed(origins[0], r.Host) {
+		return refuse(http.StatusForbidden, ReasonOriginForbidden, "Origin "+quote(origins[0])+" is not allowed")
+	}
+	return nil
+}
+
+func (h *Handler) originAllowed(origin, host string) bool {
+	for _, o := range h.opts.AllowedOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false // "null" and opaque origins are never same-origin
+	}
+	if strings.EqualFold(u.Host, host) {
+		return true
+	}
+	// A browser page on localhost talking to a local server on another
+	// port is the common development setup; it cannot be a rebinding
+	// attack when both names are loopback.
+	return isLoopback(u.Host) && isLoopback(host)
+}
+
+// isLoopback reports whether hostport names localhost or a loopback address.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.Trim(hostport, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

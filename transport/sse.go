@@ -1,0 +1,241 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// setSSEHeaders sets the headers of an SSE response.
+func setSSEHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache, no-transform")
+	// nginx and compatible proxies buffer responses unless told not to.
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// sseWriter writes SSE frames (WHATWG HTML, "Server-sent events") to one
+// response. Writes are serialized: the event loop, keep-alives and the
+// shutdown notice share it.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	tag     string
+	gen     uint64
+
+	mu        sync.Mutex
+	buf       []byte
+	lastWrite atomic.Int64 // unix nanoseconds
+}
+
+func newSSEWriter(w http.ResponseWriter, timeout time.Duration, tag string, gen uint64) *sseWriter {
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, tag: tag, gen: gen}
+	sw.lastWrite.Store(time.Now().UnixNano())
+	return sw
+}
+
+// appendEvent renders e as one SSE event: its cursor as `id`, `retry` when
+// set, and its JSON-RPC message as `data` (empty for priming and close).
+func (sw *sseWriter) appendEvent(b []byte, e *store.Event) []byte {
+	b = append(b, "id: "...)
+	b = replay.Cursor{Tag: sw.tag, Generation: e.Generation, Stream: e.Stream, Sequence: e.Seq}.AppendText(b)
+	b = append(b, '\n')
+	if e.Retry > 0 {
+		b = appendRetry(b, e.Retry)
+	}
+	if e.Kind != store.KindMessage || len(e.Data) == 0 {
+		return append(b, "data:\n\n"...)
+	}
+	// A JSON-RPC message encodes without raw newlines; split defensively so
+	// a line break in data can never end the event early.
+	data := e.Data
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		b = append(b, "data: "...)
+		b = append(b, bytes.TrimSuffix(data[:i], []byte{'\r'})...)
+		b = append(b, '\n')
+		data = data[i+1:]
+	}
+	b = append(b, "data: "...)
+	b = append(b, data...)
+	return append(b, '\n', '\n')
+}
+
+func appendRetry(b []byte, d time.Duration) []byte {
+	b = append(b, "retry: "...)
+	b = strconv.AppendInt(b, d.Milliseconds(), 10)
+	return append(b, '\n')
+}
+
+// writeEvents writes evs and flushes once. It reports whether the stream is
+// over: an event marked End (the last response of a POST stream) or a
+// close event (SEP-1699) was written.
+func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	b := sw.buf[:0]
+	for i := range evs {
+		b = sw.appendEvent(b, &evs[i])
+		if evs[i].End || evs[i].Kind == store.KindClose {
+			over = true
+			break
+		}
+	}
+	sw.buf = b
+	return over, sw.flushLocked(b)
+}
+
+// writeRaw writes pre-rendered frames and flushes.
+func (sw *sseWriter) writeRaw(b []byte) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.flushLocked(b)
+}
+
+func (sw *sseWriter) flushLocked(b []byte) error {
+	sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	if _, err := sw.w.Write(b); err != nil {
+		return err
+	}
+	if err := sw.rc.Flush(); err != nil {
+		return err
+	}
+	sw.lastWrite.Store(time.Now().UnixNano())
+	return nil
+}
+
+// idleFor returns how long ago the last write was.
+func (sw *sseWriter) idleFor() time.Duration {
+	return time.Since(time.Unix(0, sw.lastWrite.Load()))
+}
+
+// stream is one connection serving one stream of one session generation.
+type stream struct {
+	live   *session.Live
+	stream uint64
+	after  uint64 // the reader starts after this sequence
+	// preamble is written before the first event: headers are sent with
+	// it. For a resumed stream it is a priming event that echoes the
+	// client's cursor.
+	preamble []byte
+}
+
+// serve tails the stream and writes its events until the stream is over,
+// the client goes away, a newer connection takes the stream over, the
+// session or its generation ends, or the server shuts down. The response
+// headers must be set (not written) by the caller.
+func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
+	l := s.live
+	key := streamKey{token: l.Token(), gen: l.Generation(), stream: s.stream}
+	att, err := h.conns.attach(ctx, key)
+	if err != nil {
+		return
+	}
+	defer h.conns.detach(key, att)
+	defer l.Attach()()
+
+	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation())
+	w.WriteHeader(http.StatusOK)
+	if err := sw.writeRaw(s.preamble); err != nil {
+		return
+	}
+
+	var helpers sync.WaitGroup
+	defer helpers.Wait() // runs after cancel: no write after serve returns
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	helpers.Add(1)
+	go func() {
+		defer helpers.Done()
+		h.watchStream(ctx, cancel, sw, att, l)
+	}()
+
+	logger := l.Logger().With("stream", s.stream)
+	rd := l.Reader(s.stream, s.after)
+	for {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Info("stream closed", "reason", streamEndReason(err), "position", rd.Position())
+			}
+			return
+		}
+		over, err := sw.writeEvents(evs)
+		if err != nil {
+			logger.Info("stream write failed", "reason", "client_gone", "error", err)
+			return
+		}
+		if over {
+			return
+		}
+	}
+}
+
+// watchStream ends a connection's context when a newer connection takes its
+// stream over, when the session's live state ends, or at shutdown (after a
+// final retry field); meanwhile it writes keep-alive comments.
+func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw *sseWriter, att *attachment, l *session.Live) {
+	var tick <-chan time.Time
+	if h.opts.KeepAlive > 0 {
+		t := time.NewTicker(h.opts.KeepAlive / 2)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-att.kicked:
+			cancel()
+			return
+		case <-l.Done():
+			cancel()
+			return
+		case <-h.shutdown:
+			var b []byte
+			if h.opts.Retry > 0 {
+				b = appendRetry(b, h.opts.Retry)
+				b = append(b, '\n')
+			}
+			sw.writeRaw(b)
+			cancel()
+			return
+		case <-tick:
+			if sw.idleFor() >= h.opts.KeepAlive {
+				if sw.writeRaw([]byte(": keep-alive\n\n")) != nil {
+					cancel()
+					return
+				}
+				l.Touch()
+			}
+		}
+	}
+}
+
+// streamEndReason names why a reader stopped, for logs.
+func streamEndReason(err error) string {
+	switch {
+	case errors.Is(err, eventlog.ErrCompacted):
+		return "cursor_compacted"
+	case errors.Is(err, eventlog.ErrGenerationChanged):
+		return "generation_mismatch"
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		return "session_not_found"
+	default:
+		return "store_error"
+	}
+}
