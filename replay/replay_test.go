@@ -118,7 +118,7 @@ func TestParseHostile(t *testing.T) {
 		tag + "-1-0-1\x00",
 		tag + "-1\r-0-1",
 		tag + "-1-0-\x7f1",
-		tag + "-1-0-١",  // Arabic-Indic digit one
+		tag + "-1-0-١", // Arabic-Indic digit one
 		tag + "-1-0-１", // full-width digit one
 		strings.Repeat("9", 10*1024),
 		tag + "-1-0-" + strings.Repeat("1", 50),
