@@ -137,19 +137,27 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 }
 
 // cutPoint walks the log from the floor and returns the lowest sequence that
-// can stay under the byte and age limits.
+// can stay under the byte and age limits. Over the byte limit it trims down
+// to 15/16 of it, so that a session at its limit trims once every several
+// appends instead of on each one.
 func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now time.Time) uint64 {
 	excess := int64(0)
-	if l.opts.MaxBytes > 0 {
-		excess = b.Bytes - l.opts.MaxBytes
+	if l.opts.MaxBytes > 0 && b.Bytes > l.opts.MaxBytes {
+		excess = b.Bytes - l.opts.MaxBytes + l.opts.MaxBytes/16
 	}
 	cutoff := time.Time{}
 	if l.opts.MaxAge > 0 {
 		cutoff = now.Add(-l.opts.MaxAge)
 	}
+	// Read only about as many events as the excess needs, by their
+	// average size, when age is not what is over.
+	batch := 512
+	if excess > 0 && b.Events > 0 && !b.Oldest.Before(cutoff) {
+		batch = int(min(512, excess/max(1, b.Bytes/int64(b.Events))+2))
+	}
 	after := b.Floor - 1
 	for {
-		evs, _, err := l.st.Read(ctx, token, after, 512)
+		evs, _, err := l.st.Read(ctx, token, after, batch)
 		if err != nil || len(evs) == 0 {
 			return after + 1
 		}

@@ -1,0 +1,285 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable time source.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func setup(t *testing.T, opts eventlog.Options, tokens ...string) (*memory.Store, *eventlog.Log, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	opts.Now = clk.Now
+	st := memory.New(memory.Options{})
+	for _, tok := range tokens {
+		if err := st.Create(context.Background(), store.Record{Token: tok, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, eventlog.New(st, opts), clk
+}
+
+func msg(stream uint64, data string) store.Event {
+	return store.Event{Stream: stream, Kind: store.KindMessage, Data: []byte(data)}
+}
+
+func datas(evs []store.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = fmt.Sprintf("%d:%s", e.Seq, e.Data)
+	}
+	return out
+}
+
+func TestReaderReplaysThenTails(t *testing.T) {
+	ctx := context.Background()
+	_, log, _ := setup(t, eventlog.Options{}, "s")
+	for _, e := range []store.Event{msg(1, "a"), msg(2, "x"), msg(1, "b"), msg(2, "y")} {
+		if err := log.Append(ctx, "s", 1, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := log.NewReader("s", 1, 1, 0)
+	got, err := rd.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(datas(got)) != "[1:a 3:b]" {
+		t.Fatalf("replay of stream 1 = %v, want [1:a 3:b]", datas(got))
+	}
+	if rd.Position() != 4 {
+		t.Fatalf("position after scanning = %d, want 4", rd.Position())
+	}
+	// Live: the next Next blocks until an event of stream 1 arrives; events
+	// of other streams only move the position.
+	done := make(chan []string, 1)
+	go func() {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			done <- []string{err.Error()}
+			return
+		}
+		done <- datas(evs)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	log.Append(ctx, "s", 1, msg(2, "z"))
+	select {
+	case got := <-done:
+		t.Fatalf("Next returned %v for another stream's event", got)
+	case <-time.After(30 * time.Millisecond):
+	}
+	log.Append(ctx, "s", 1, msg(1, "c"))
+	select {
+	case got := <-done:
+		if fmt.Sprint(got) != "[6:c]" {
+			t.Fatalf("live event = %v, want [6:c]", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not return the live event")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := rd.Next(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a cancelled context = %v", err)
+	}
+}
+
+func TestRetentionByEvents(t *testing.T) {
+	ctx := context.Background()
+	st, log, _ := setup(t, eventlog.Options{MaxEvents: 3}, "s")
+	for i := range 5 {
+		log.Append(ctx, "s", 1, msg(1, fmt.Sprint(i)))
+	}
+	b, _ := st.Bounds(ctx, "s")
+	if b.Floor != 3 || b.HWM != 5 || b.Events != 3 {
+		t.Fatalf("bounds = %+v, want floor 3, HWM 5, 3 events", b)
+	}
+}
+
+func TestRetentionByBytes(t *testing.T) {
+	ctx := context.Background()
+	// Each event counts 64 + 36 = 100 bytes; 250 bytes keep two.
+	st, log, _ := setup(t, eventlog.Options{MaxBytes: 250}, "s")
+	for range 4 {
+		log.Append(ctx, "s", 1, msg(1, "012345678901234567890123456789012345"))
+	}
+	b, _ := st.Bounds(ctx, "s")
+	if b.Floor != 3 || b.Bytes != 200 {
+		t.Fatalf("bounds = %+v, want floor 3 and 200 bytes", b)
+	}
+}
+
+func TestRetentionByAge(t *testing.T) {
+	ctx := context.Background()
+	st, log, clk := setup(t, eventlog.Options{MaxAge: time.Minute}, "s", "quiet")
+	log.Append(ctx, "s", 1, msg(1, "old"))
+	log.Append(ctx, "quiet", 1, msg(1, "old"))
+	clk.Advance(45 * time.Second)
+	log.Append(ctx, "s", 1, msg(1, "mid"))
+	clk.Advance(30 * time.Second) // "old" is 75 s old, "mid" 30 s
+	log.Append(ctx, "s", 1, msg(1, "new"))
+	got, b, _ := st.Read(ctx, "s", 0, 10)
+	if fmt.Sprint(datas(got)) != "[2:mid 3:new]" || b.Floor != 2 {
+		t.Fatalf("after aging: %v floor %d, want [2:mid 3:new] floor 2", datas(got), b.Floor)
+	}
+	// A session with no new appends is aged by Sweep.
+	log.Sweep(ctx)
+	if b, _ := st.Bounds(ctx, "quiet"); b.Floor != 2 || b.Events != 0 {
+		t.Fatalf("quiet session after Sweep = %+v, want floor 2, nothing retained", b)
+	}
+}
+
+func TestBudgetTrimsTheOldestSession(t *testing.T) {
+	ctx := context.Background()
+	// 100 bytes per event; budget 1000 bytes.
+	st, log, clk := setup(t, eventlog.Options{Budget: 1000}, "old", "new")
+	for range 6 {
+		log.Append(ctx, "old", 1, msg(1, "012345678901234567890123456789012345"))
+	}
+	clk.Advance(time.Second)
+	for range 5 {
+		log.Append(ctx, "new", 1, msg(1, "012345678901234567890123456789012345"))
+	}
+	bo, _ := st.Bounds(ctx, "old")
+	bn, _ := st.Bounds(ctx, "new")
+	if bn.Events != 5 {
+		t.Fatalf("the newer session lost events: %+v", bn)
+	}
+	if bo.Events != 3 || bo.Floor != 4 {
+		t.Fatalf("the older session = %+v, want half of its 6 events trimmed (floor 4)", bo)
+	}
+	if log.Usage() != 800 {
+		t.Fatalf("Usage = %d, want 800", log.Usage())
+	}
+}
+
+func TestReaderDetectsCompaction(t *testing.T) {
+	ctx := context.Background()
+	st, log, _ := setup(t, eventlog.Options{}, "s")
+	for range 5 {
+		log.Append(ctx, "s", 1, msg(1, "e"))
+	}
+	rd := log.NewReader("s", 1, 1, 1)
+	if _, err := st.Trim(ctx, "s", 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Next(ctx); !errors.Is(err, eventlog.ErrCompacted) {
+		t.Fatalf("Next after its events were trimmed = %v, want ErrCompacted", err)
+	}
+	// A reader exactly at the floor's predecessor has lost nothing.
+	rd = log.NewReader("s", 1, 1, 3)
+	if evs, err := rd.Next(ctx); err != nil || len(evs) != 2 {
+		t.Fatalf("Next at floor-1 = %d events, %v; want 2", len(evs), err)
+	}
+}
+
+func TestReaderEndsWithTheGeneration(t *testing.T) {
+	ctx := context.Background()
+	st, log, _ := setup(t, eventlog.Options{}, "s")
+	log.Append(ctx, "s", 1, msg(1, "a"))
+	rd := log.NewReader("s", 1, 1, 1)
+	errc := make(chan error, 1)
+	go func() { _, err := rd.Next(ctx); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := st.Claim(ctx, "s", "p2", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, eventlog.ErrGenerationChanged) {
+			t.Fatalf("Next across a re-creation = %v, want ErrGenerationChanged", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not notice the new generation")
+	}
+	// A stale writer is fenced and nothing is stored.
+	err := log.Append(ctx, "s", 1, msg(1, "late"))
+	var fe *store.FencedError
+	if !errors.As(err, &fe) || fe.Have != 1 || fe.Want != 2 {
+		t.Fatalf("Append with generation 1 after the claim = %v, want FencedError 1 < 2", err)
+	}
+	if b, _ := st.Bounds(ctx, "s"); b.HWM != 1 {
+		t.Fatalf("HWM after a fenced append = %d, want 1", b.HWM)
+	}
+	// The end of the session ends readers.
+	rd = log.NewReader("s", 2, 1, 1)
+	go func() { _, err := rd.Next(ctx); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	st.End(ctx, "s", store.EndDeleted, time.Now().Add(time.Hour))
+	select {
+	case err := <-errc:
+		if !errors.Is(err, store.ErrEnded) {
+			t.Fatalf("Next after End = %v, want ErrEnded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not notice the end of the session")
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	ctx := context.Background()
+	st := memory.New(memory.Options{})
+	st.Create(ctx, store.Record{Token: "s", Generation: 1})
+	log := eventlog.New(st, eventlog.Options{MaxEvents: 100000})
+	data := []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":100}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := log.Append(ctx, "s", 1, store.Event{Stream: 1, Kind: store.KindMessage, Data: data}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadAfter measures replaying 10,000 events of one stream after a
+// cursor, the read side of a resume.
+func BenchmarkReadAfter(b *testing.B) {
+	ctx := context.Background()
+	st := memory.New(memory.Options{})
+	st.Create(ctx, store.Record{Token: "s", Generation: 1})
+	log := eventlog.New(st, eventlog.Options{MaxEvents: 20000})
+	data := []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":100}}`)
+	for i := range 10001 {
+		log.Append(ctx, "s", 1, store.Event{Stream: uint64(1 + i%2), Kind: store.KindMessage, Data: data})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rd := log.NewReader("s", 1, 1, 1)
+		n := 0
+		for n < 5000 {
+			evs, err := rd.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(evs)
+		}
+	}
+}

@@ -1,0 +1,334 @@
+package session_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type fixture struct {
+	st     *memory.Store
+	log    *eventlog.Log
+	reg    *session.Registry
+	clk    *clock
+	server *mcp.Server
+}
+
+func newFixture(t *testing.T, opts session.Options) *fixture {
+	t.Helper()
+	f := &fixture{clk: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, server: demo.NewServer()}
+	f.st = memory.New(memory.Options{Now: f.clk.Now})
+	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
+	opts.Now = f.clk.Now
+	opts.Logger = slog.New(slog.DiscardHandler)
+	f.reg = session.New(f.st, f.log, gosdk.New(f.server), opts)
+	t.Cleanup(func() { f.reg.Close() })
+	return f
+}
+
+func request(t *testing.T, id any, method string, params any) *jsonrpc.Request {
+	t.Helper()
+	if n, ok := id.(int); ok {
+		id = float64(n)
+	}
+	jid, err := jsonrpc.MakeID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &jsonrpc.Request{ID: jid, Method: method, Params: raw}
+}
+
+// roundTrip delivers req on a new stream and collects the stream's messages
+// until the stream ends.
+func roundTrip(t *testing.T, f *fixture, l *session.Live, req *jsonrpc.Request) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := l.OpenStream([]*jsonrpc.Request{req}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.log.Bounds(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := l.Reader(s, b.HWM)
+	if err := l.Deliver(ctx, req, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream %d after %v: %v", s, out, err)
+		}
+		for _, e := range evs {
+			out = append(out, string(e.Data))
+			if e.End {
+				return out
+			}
+		}
+	}
+}
+
+func initialize(t *testing.T, f *fixture, l *session.Live) {
+	t.Helper()
+	out := roundTrip(t, f, l, request(t, 1, "initialize", map[string]any{
+		"protocolVersion": "2025-11-25",
+		"capabilities":    map[string]any{},
+		"clientInfo":      map[string]any{"name": "test", "version": "1"},
+	}))
+	if len(out) != 1 || !strings.Contains(out[0], `"protocolVersion":"2025-11-25"`) {
+		t.Fatalf("initialize answered %v", out)
+	}
+	note := &jsonrpc.Request{Method: "notifications/initialized"}
+	if err := l.Deliver(context.Background(), note, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCreateRecordsStateAndRecreateRestoresIt(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, err := f.reg.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Generation() != 1 || len(l.Token()) != 26 || l.Tag() != replay.Tag(l.Token()) {
+		t.Fatalf("new session: generation %d, token %q", l.Generation(), l.Token())
+	}
+	initialize(t, f, l)
+	out := roundTrip(t, f, l, request(t, 2, "logging/setLevel", map[string]any{"level": "warning"}))
+	if len(out) != 1 || out[0] != `{"jsonrpc":"2.0","id":2,"result":{}}` {
+		t.Fatalf("setLevel answered %v", out)
+	}
+	rec, err := f.st.Get(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st engine.State
+	if err := json.Unmarshal(rec.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ProtocolVersion != "2025-11-25" || st.LogLevel != "warning" || !st.Initialized ||
+		!strings.Contains(string(st.InitializeParams), `"name":"test"`) {
+		t.Fatalf("stored state = %s", rec.State)
+	}
+
+	l2, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Generation() != 2 || l2.Token() != l.Token() {
+		t.Fatalf("re-created: token %q generation %d, want same token, generation 2", l2.Token(), l2.Generation())
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("generation 1's live state did not end")
+	}
+	// Generation 2 answers without a new initialize, with the same level.
+	out = roundTrip(t, f, l2, request(t, 3, "tools/call", map[string]any{
+		"name": "echo", "arguments": map[string]any{"text": "after restart"},
+	}))
+	if len(out) != 1 || !strings.Contains(out[0], `"text":"after restart"`) {
+		t.Fatalf("tools/call on generation 2 answered %v", out)
+	}
+	if got := l2.State(); got.LogLevel != "warning" || got.ProtocolVersion != "2025-11-25" {
+		t.Fatalf("generation 2 state = %+v", got)
+	}
+	// Generation 1 is fenced: its writes fail and store nothing.
+	err = l.Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a generation-1 send after the re-creation = %v, want ErrFenced", err)
+	}
+}
+
+func TestEngineDeathRecreatesOnNextGet(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, _ := f.reg.Create(ctx, "")
+	initialize(t, f, l)
+	for ss := range f.server.Sessions() {
+		ss.Close() // the SDK session dies on its own
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the SDK session closed")
+	}
+	var l2 *session.Live
+	var err error
+	for range 100 { // the registry notices the death asynchronously
+		l2, err = f.reg.Get(ctx, l.Token(), "")
+		if err != nil || l2.Generation() == 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err != nil || l2.Generation() != 2 {
+		t.Fatalf("Get after the engine died: generation %d, %v; want 2", l2.Generation(), err)
+	}
+}
+
+func TestEviction(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{MaxSessions: 2, IdleTTL: time.Minute, TombstoneTTL: time.Hour})
+	a, _ := f.reg.Create(ctx, "")
+	f.clk.Advance(time.Second)
+	b, _ := f.reg.Create(ctx, "")
+	f.clk.Advance(time.Second)
+	if _, err := f.reg.Get(ctx, a.Token(), ""); err != nil { // a is now the most recent
+		t.Fatal(err)
+	}
+	c, err := f.reg.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended *store.EndedError
+	if _, err := f.reg.Get(ctx, b.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndCapacity {
+		t.Fatalf("least recently used session after a third Create: %v, want ended by capacity", err)
+	}
+	if st, _, _ := f.reg.Status(ctx, b.Token()); st != replay.Evicted {
+		t.Fatalf("Status of the evicted token = %v", st)
+	}
+	// Idle: c is touched, a is not.
+	f.clk.Advance(50 * time.Second)
+	c.Touch()
+	f.clk.Advance(20 * time.Second)
+	f.reg.Sweep(ctx)
+	if _, err := f.reg.Get(ctx, a.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("idle session after Sweep: %v, want ended idle", err)
+	}
+	if _, err := f.reg.Get(ctx, c.Token(), ""); err != nil {
+		t.Fatalf("recently touched session after Sweep: %v", err)
+	}
+	// An attached connection keeps a session alive however long it is idle.
+	detach := c.Attach()
+	f.clk.Advance(10 * time.Minute)
+	f.reg.Sweep(ctx)
+	if _, err := f.reg.Get(ctx, c.Token(), ""); err != nil {
+		t.Fatalf("session with an open stream after Sweep: %v", err)
+	}
+	detach()
+	// The tombstone expires: the token is unknown, never a fresh session.
+	f.clk.Advance(2 * time.Hour)
+	if _, err := f.reg.Get(ctx, b.Token(), ""); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("Get after the tombstone expired: %v, want ErrNotFound", err)
+	}
+}
+
+func TestUserBindingAndSupersede(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, _ := f.reg.Create(ctx, "alice")
+	if _, err := f.reg.Get(ctx, l.Token(), "bob"); !errors.Is(err, session.ErrForbidden) {
+		t.Fatalf("Get by another user: %v, want ErrForbidden", err)
+	}
+	if _, err := f.reg.Get(ctx, l.Token(), ""); !errors.Is(err, session.ErrForbidden) {
+		t.Fatalf("Get without a user: %v, want ErrForbidden", err)
+	}
+	if _, err := f.reg.Get(ctx, l.Token(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.reg.End(ctx, l.Token(), store.EndSuperseded); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := f.reg.Status(ctx, l.Token()); st != replay.Superseded {
+		t.Fatalf("Status after supersede = %v", st)
+	}
+}
+
+func TestRouting(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, _ := f.reg.Create(ctx, "")
+	initialize(t, f, l)
+	// countdown with a progress token: progress and the response share the
+	// call's stream; the response ends it.
+	out := roundTrip(t, f, l, request(t, "c1", "tools/call", map[string]any{
+		"name": "countdown", "arguments": map[string]any{"n": 3}, "_meta": map[string]any{"progressToken": "tok"},
+	}))
+	want := []string{
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","message":"step 1 of 3","progress":1,"total":3}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","message":"step 2 of 3","progress":2,"total":3}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","message":"step 3 of 3","progress":3,"total":3}}`,
+		`{"jsonrpc":"2.0","id":"c1","result":{"content":[{"type":"text","text":"countdown of 3 finished"}]}}`,
+	}
+	if fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Fatalf("countdown stream:\n got %q\nwant %q", out, want)
+	}
+	// A request ID in flight cannot be reused.
+	r := request(t, "dup", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 1000}})
+	if _, err := l.OpenStream([]*jsonrpc.Request{r}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenStream([]*jsonrpc.Request{r}, false); !errors.Is(err, session.ErrDuplicateID) {
+		t.Fatalf("second stream with an in-flight ID: %v, want ErrDuplicateID", err)
+	}
+	// Messages related to a request answered as JSON go to the standalone
+	// stream; only the response goes to its stream.
+	j := request(t, "j1", "tools/call", map[string]any{
+		"name": "countdown", "arguments": map[string]any{"n": 2}, "_meta": map[string]any{"progressToken": "jt"},
+	})
+	b, _ := f.log.Bounds(ctx, l.Token())
+	s, err := l.OpenStream([]*jsonrpc.Request{j}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, j, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	rd := l.Reader(s, b.HWM)
+	evs, err := rd.Next(ctx)
+	if err != nil || len(evs) != 1 || !evs[0].End || !strings.Contains(string(evs[0].Data), `"id":"j1"`) {
+		t.Fatalf("JSON stream events: %v %v", evs, err)
+	}
+	standalone := l.Reader(replay.StandaloneStream, b.HWM)
+	evs, err = standalone.Next(ctx)
+	if err != nil || len(evs) != 2 || !strings.Contains(string(evs[1].Data), `"progress":2`) {
+		t.Fatalf("standalone stream events: %v %v", evs, err)
+	}
+}
