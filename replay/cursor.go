@@ -10,12 +10,13 @@ import (
 )
 
 // Bounds of the numbers a cursor can carry. They keep the longest cursor at
-// 50 bytes, inside the 64-byte budget of the cursor grammar.
+// 59 bytes, inside the 64-byte budget of the cursor grammar.
 const (
 	// MaxGeneration is the largest generation a cursor can name (10 decimal digits).
 	MaxGeneration = 1<<32 - 1
-	// MaxStream is the largest stream number a cursor can name (10 decimal digits).
-	MaxStream = 1<<32 - 1
+	// MaxStream is the largest stream number a cursor can name (19 decimal
+	// digits): a stream's number is the sequence of its opening event.
+	MaxStream = 1<<63 - 1
 	// MaxSequence is the largest sequence a cursor can name (19 decimal digits).
 	MaxSequence = 1<<63 - 1
 	// MaxCursorLen is the longest Last-Event-ID value, in bytes, that Parse
@@ -27,7 +28,7 @@ const (
 
 // StandaloneStream is the stream number of a session's standalone GET stream
 // (MCP 2025-11-25, basic/transports, "Listening for Messages from the Server").
-// POST response streams are numbered from 1 within each generation.
+// A POST response stream is numbered by the sequence of its opening event.
 const StandaloneStream uint64 = 0
 
 // ErrMalformed is wrapped by every error Parse returns.
@@ -42,12 +43,14 @@ var ErrMalformed = errors.New("replay: malformed cursor")
 //	cursor     = tag "-" generation "-" stream "-" sequence
 //	tag        = 8 lowercase hexadecimal digits  ; Tag(session token)
 //	generation = number                          ; 1 .. MaxGeneration
-//	stream     = number                          ; 0 .. MaxStream, 0 = standalone GET stream
+//	stream     = number                          ; 0 .. MaxStream, 0 = standalone GET stream,
+//	                                             ; else the sequence of the stream's opening event
 //	sequence   = number                          ; 1 .. MaxSequence
 //	number     = "0" / %x31-39 *DIGIT            ; decimal, no sign, no leading zero
 //
-// for example `3f2a9c01-4-2-1187`. Every byte is visible ASCII, so the value
-// survives HTTP header handling unchanged, and it is at most 50 bytes long.
+// for example `3f2a9c01-4-1180-1187`. Every byte is visible ASCII, so the
+// value survives HTTP header handling unchanged, and it is at most 59 bytes
+// long.
 //
 // The tag ties a cursor to the session that issued it, so a cursor shown to
 // another session is recognised as malformed there instead of being compared
@@ -69,11 +72,11 @@ func Tag(token string) string {
 // String formats c in the cursor grammar. It does not validate c; a Cursor
 // that Parse returned always formats back to the text it was parsed from.
 func (c Cursor) String() string {
-	return string(c.AppendText(make([]byte, 0, 50)))
+	return string(c.AppendText(make([]byte, 0, 64)))
 }
 
 // AppendText appends the text form of c to b and returns the extended slice.
-// It allocates nothing when b has room (50 bytes suffice).
+// It allocates nothing when b has room (59 bytes suffice).
 func (c Cursor) AppendText(b []byte) []byte {
 	b = append(b, c.Tag...)
 	b = append(b, '-')

@@ -145,7 +145,7 @@ func TestTag(t *testing.T) {
 }
 
 // TestRoundTrip is a property test: every cursor within bounds formats to at
-// most 50 visible ASCII bytes and parses back to itself.
+// most 59 visible ASCII bytes and parses back to itself.
 func TestRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	pick := func(max uint64, min uint64) uint64 {
@@ -166,7 +166,7 @@ func TestRoundTrip(t *testing.T) {
 			Sequence:   pick(replay.MaxSequence, 1),
 		}
 		s := c.String()
-		if len(s) > 50 {
+		if len(s) > 59 {
 			t.Fatalf("%+v formats to %d bytes: %q", c, len(s), s)
 		}
 		for j := 0; j < len(s); j++ {
@@ -185,7 +185,7 @@ func TestRoundTrip(t *testing.T) {
 // formats back to exactly the input (so there is one text per cursor).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
-		"3f2a9c01-1-0-1", "3f2a9c01-4294967295-4294967295-9223372036854775807",
+		"3f2a9c01-1-0-1", "3f2a9c01-4294967295-9223372036854775807-9223372036854775807",
 		"3f2a9c01-01-0-1", "", "-", "---", "3f2a9c01-1-0-1-1", "x_1",
 	} {
 		f.Add(s)

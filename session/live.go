@@ -36,7 +36,6 @@ type Live struct {
 	eng    engine.Session
 
 	mu         sync.Mutex
-	nextStream uint64
 	calls      map[jsonrpc.ID]call
 	streams    map[uint64]*openStream
 	state      engine.State
@@ -61,7 +60,6 @@ type openStream struct {
 func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
-		nextStream: 1,
 		calls:      make(map[jsonrpc.ID]call),
 		streams:    make(map[uint64]*openStream),
 		lastSeen:   r.opts.Now(),
@@ -147,39 +145,61 @@ func (l *Live) idleSince() time.Time {
 	return l.lastSeen
 }
 
-// OpenStream allocates a new POST stream for the calls (requests with IDs)
-// of one HTTP request and registers them, so their responses and related
-// messages are routed to it. asJSON marks a stream answered as
-// application/json. It fails with ErrDuplicateID, registering nothing, if
-// an ID is already in flight.
-func (l *Live) OpenStream(calls []*jsonrpc.Request, asJSON bool) (uint64, error) {
+// OpenStream opens a POST stream for the calls (requests with IDs) of one
+// HTTP request: it registers them, so their responses and related messages
+// are routed to the stream, and appends the stream's opening event — a
+// priming event with retry when non-zero — whose sequence becomes the
+// stream's number (store.NewStream). It returns that number; the stream's
+// reader starts just before it. asJSON marks a stream answered as
+// application/json. It fails with ErrDuplicateID, registering nothing, if an
+// ID is already in flight, and with the store's error if the append fails
+// (then nothing stays registered either).
+func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for i, c := range calls {
 		if _, ok := l.calls[c.ID]; ok {
+			l.mu.Unlock()
 			return 0, fmt.Errorf("%w: %v", ErrDuplicateID, c.ID.Raw())
 		}
 		for _, d := range calls[:i] {
 			if d.ID == c.ID {
+				l.mu.Unlock()
 				return 0, fmt.Errorf("%w: %v twice in one batch", ErrDuplicateID, c.ID.Raw())
 			}
 		}
 	}
-	s := l.nextStream
-	l.nextStream++
-	l.streams[s] = &openStream{pending: len(calls), json: asJSON}
+	// Reserve the IDs now; the stream number is known after the append.
+	// No message can relate to them before Deliver, which follows.
 	for _, c := range calls {
-		cl := call{stream: s, method: c.Method}
+		cl := call{method: c.Method}
 		if stateChanging(c.Method) {
 			cl.params = c.Params
 		}
 		l.calls[c.ID] = cl
 	}
-	return s, nil
+	l.mu.Unlock()
+
+	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry}
+	err := l.append(ctx, &ev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		for _, c := range calls {
+			delete(l.calls, c.ID)
+		}
+		return 0, err
+	}
+	for _, c := range calls {
+		cl := l.calls[c.ID]
+		cl.stream = ev.Stream
+		l.calls[c.ID] = cl
+	}
+	l.streams[ev.Stream] = &openStream{pending: len(calls), json: asJSON}
+	return ev.Stream, nil
 }
 
 // Prime appends a priming event (an id and empty data, with retry when
-// non-zero) as the first event of stream, and returns its sequence. A new
+// non-zero) to stream, and returns its sequence: a new standalone GET
 // stream's reader starts just before it.
 func (l *Live) Prime(ctx context.Context, stream uint64, retry time.Duration) (uint64, error) {
 	ev := store.Event{Stream: stream, Kind: store.KindPriming, Retry: retry}

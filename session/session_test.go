@@ -86,15 +86,11 @@ func roundTrip(t *testing.T, f *fixture, l *session.Live, req *jsonrpc.Request) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := l.OpenStream([]*jsonrpc.Request{req}, false)
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{req}, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := f.log.Bounds(ctx, l.Token())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd := l.Reader(s, b.HWM)
+	rd := l.Reader(s, s) // after the opening event
 	if err := l.Deliver(ctx, req, engine.Request{}); err != nil {
 		t.Fatal(err)
 	}
@@ -302,10 +298,10 @@ func TestRouting(t *testing.T) {
 	}
 	// A request ID in flight cannot be reused.
 	r := request(t, "dup", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 1000}})
-	if _, err := l.OpenStream([]*jsonrpc.Request{r}, false); err != nil {
+	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{r}, false, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.OpenStream([]*jsonrpc.Request{r}, false); !errors.Is(err, session.ErrDuplicateID) {
+	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{r}, false, 0); !errors.Is(err, session.ErrDuplicateID) {
 		t.Fatalf("second stream with an in-flight ID: %v, want ErrDuplicateID", err)
 	}
 	// Messages related to a request answered as JSON go to the standalone
@@ -313,20 +309,19 @@ func TestRouting(t *testing.T) {
 	j := request(t, "j1", "tools/call", map[string]any{
 		"name": "countdown", "arguments": map[string]any{"n": 2}, "_meta": map[string]any{"progressToken": "jt"},
 	})
-	b, _ := f.log.Bounds(ctx, l.Token())
-	s, err := l.OpenStream([]*jsonrpc.Request{j}, true)
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{j}, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Deliver(ctx, j, engine.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	rd := l.Reader(s, b.HWM)
+	rd := l.Reader(s, s)
 	evs, err := rd.Next(ctx)
 	if err != nil || len(evs) != 1 || !evs[0].End || !strings.Contains(string(evs[0].Data), `"id":"j1"`) {
 		t.Fatalf("JSON stream events: %v %v", evs, err)
 	}
-	standalone := l.Reader(replay.StandaloneStream, b.HWM)
+	standalone := l.Reader(replay.StandaloneStream, s)
 	evs, err = standalone.Next(ctx)
 	if err != nil || len(evs) != 2 || !strings.Contains(string(evs[1].Data), `"progress":2`) {
 		t.Fatalf("standalone stream events: %v %v", evs, err)

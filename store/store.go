@@ -131,6 +131,12 @@ const (
 	KindClose
 )
 
+// NewStream is the Stream value of an event that opens a new stream: Append
+// sets such an event's Stream to its own Seq. A stream's number is thus the
+// sequence of its opening event, unique within the session without any
+// counter to coordinate between processes.
+const NewStream = ^uint64(0)
+
 // Event is one entry of a session's event log.
 type Event struct {
 	// Seq is the session-wide sequence, assigned by Append: HWM+1, HWM+2, …
@@ -138,7 +144,8 @@ type Event struct {
 	// Generation is the generation the event was emitted in, set by Append
 	// to the generation the append carried.
 	Generation uint64
-	// Stream is the stream the event belongs to (0 = standalone GET stream).
+	// Stream is the stream the event belongs to: 0 for the standalone GET
+	// stream, else the Seq of the stream's opening event (see NewStream).
 	Stream uint64
 	// Kind says what the event is.
 	Kind Kind
@@ -243,8 +250,9 @@ type Sessions interface {
 //     generations) and by End; Floor never decreases within a generation.
 type Log interface {
 	// Append adds evs to the session's log under generation gen. It sets
-	// each event's Seq and Generation (in the slice it was given) and
-	// returns the bounds after the append. Errors: *FencedError,
+	// each event's Seq and Generation (in the slice it was given), and the
+	// Stream of an event given Stream == NewStream to its Seq, and returns
+	// the bounds after the append. Errors: *FencedError,
 	// ErrNotFound, *EndedError, ErrUnavailable.
 	Append(ctx context.Context, token string, gen uint64, evs []Event) (Bounds, error)
 

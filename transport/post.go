@@ -109,10 +109,21 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	}
 
 	asJSON := h.opts.JSONResponse
-	streamID, err := live.OpenStream(calls, asJSON)
+	// The stream opens with a priming event (SEP-1699), which is sent under
+	// 2025-11-25 and later only; earlier clients see the stream's messages.
+	primed := !asJSON && version >= V20251125
+	retry := time.Duration(0)
+	if primed {
+		retry = max(h.opts.Retry, 0)
+	}
+	streamID, err := live.OpenStream(ctx, calls, asJSON, retry)
 	if err != nil {
+		if !errors.Is(err, session.ErrDuplicateID) {
+			h.deliverError(live, err).write(w, h.logger)
+			return
+		}
 		herr := refuse(http.StatusBadRequest, ReasonDuplicateID, err.Error())
-		if errors.Is(err, session.ErrDuplicateID) && len(calls) == 1 {
+		if len(calls) == 1 {
 			herr.id = calls[0].ID
 		}
 		herr.write(w, h.logger)
@@ -125,24 +136,9 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		live.CloseStream(context.WithoutCancel(ctx), streamID, retry)
 	}
 
-	// The stream's reader starts before its first event: the priming event
-	// under 2025-11-25 and later (SEP-1699), else whatever the calls emit.
-	var after uint64
-	if !asJSON && version >= V20251125 {
-		seq, err := live.Prime(ctx, streamID, max(h.opts.Retry, 0))
-		if err != nil {
-			h.deliverError(live, err).write(w, h.logger)
-			return
-		}
-		after = seq - 1
-	} else {
-		b, err := h.reg.Log().Bounds(ctx, live.Token())
-		if err != nil {
-			h.deliverError(live, err).write(w, h.logger)
-			return
-		}
-		after = b.HWM
-	}
+	// The stream's number is the sequence of its opening event; its reader
+	// starts just before it.
+	after := streamID - 1
 
 	for _, m := range msgs {
 		if err := live.Deliver(ctx, m, req); err != nil {
@@ -156,7 +152,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		return
 	}
 	setSSEHeaders(w.Header())
-	h.serve(ctx, w, stream{live: live, stream: streamID, after: after})
+	h.serve(ctx, w, stream{live: live, stream: streamID, after: after, unprimed: !primed})
 }
 
 // postChecks applies the media-type rules of a POST: Content-Type must be

@@ -34,6 +34,8 @@ type sseWriter struct {
 	tag     string
 	gen     uint64
 
+	unprimed bool // skip priming events (protocols before 2025-11-25)
+
 	mu        sync.Mutex
 	buf       []byte
 	lastWrite atomic.Int64 // unix nanoseconds
@@ -89,6 +91,9 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	defer sw.mu.Unlock()
 	b := sw.buf[:0]
 	for i := range evs {
+		if sw.unprimed && evs[i].Kind == store.KindPriming {
+			continue
+		}
 		b = sw.appendEvent(b, &evs[i])
 		if evs[i].End || evs[i].Kind == store.KindClose {
 			over = true
@@ -132,6 +137,9 @@ type stream struct {
 	// it. For a resumed stream it is a priming event that echoes the
 	// client's cursor.
 	preamble []byte
+	// unprimed: the client's protocol predates priming events (2025-11-25),
+	// so the stream's opening event is not sent.
+	unprimed bool
 }
 
 // serve tails the stream and writes its events until the stream is over,
@@ -149,6 +157,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 	defer l.Attach()()
 
 	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation())
+	sw.unprimed = s.unprimed
 	w.WriteHeader(http.StatusOK)
 	if err := sw.writeRaw(s.preamble); err != nil {
 		return

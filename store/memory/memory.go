@@ -247,6 +247,9 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		ss.hwm++
 		evs[i].Seq = ss.hwm
 		evs[i].Generation = gen
+		if evs[i].Stream == store.NewStream {
+			evs[i].Stream = ss.hwm
+		}
 		ss.bytes += evs[i].Size()
 	}
 	ss.events = append(ss.events, evs...)

@@ -156,7 +156,18 @@ func testAppendRead(t *testing.T, s store.Store) {
 	if _, err := s.Append(ctx, "tok-r", 1, []store.Event{{Stream: 0, Kind: store.KindPriming, End: true, Retry: 1500 * time.Millisecond, Time: epoch}}); err != nil {
 		t.Fatal(err)
 	}
-	got, b, err := s.Read(ctx, "tok-r", 1, 10)
+	// An event that opens a stream gets its own sequence as stream number.
+	open := []store.Event{{Stream: store.NewStream, Kind: store.KindPriming, Time: epoch}, {Stream: 0, Kind: store.KindMessage, Data: []byte("x"), Time: epoch}}
+	if _, err := s.Append(ctx, "tok-r", 1, open); err != nil {
+		t.Fatal(err)
+	}
+	if open[0].Seq != 5 || open[0].Stream != 5 || open[1].Stream != 0 {
+		t.Fatalf("opening event: seq %d stream %d (next event stream %d); want 5, 5 and 0", open[0].Seq, open[0].Stream, open[1].Stream)
+	}
+	if got, _, _ := s.Read(ctx, "tok-r", 4, 1); len(got) != 1 || got[0].Stream != 5 {
+		t.Fatalf("opening event read back as %+v, want stream 5", got)
+	}
+	got, b, err := s.Read(ctx, "tok-r", 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +178,14 @@ func testAppendRead(t *testing.T, s store.Store) {
 	if last.Seq != 4 || last.Stream != 0 || last.Kind != store.KindPriming || !last.End || last.Retry != 1500*time.Millisecond || len(last.Data) != 0 || !last.Time.Equal(epoch) {
 		t.Fatalf("priming event read back as %+v", last)
 	}
-	if b.HWM != 4 {
-		t.Fatalf("HWM = %d, want 4", b.HWM)
+	if b.HWM != 6 {
+		t.Fatalf("HWM = %d, want 6", b.HWM)
 	}
 	got, _, _ = s.Read(ctx, "tok-r", 0, 2)
 	if len(got) != 2 || got[0].Seq != 1 || got[1].Seq != 2 {
 		t.Fatalf("Read(after 0, max 2) = %+v", got)
 	}
-	got, _, _ = s.Read(ctx, "tok-r", 4, 10)
+	got, _, _ = s.Read(ctx, "tok-r", 6, 10)
 	if len(got) != 0 {
 		t.Fatalf("Read(after HWM) = %+v, want none", got)
 	}
