@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,7 +20,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:3000", "address to listen on (host:port)")
+	addr := flag.String("addr", "127.0.0.1:3000", "address to listen on (host:port; port 0: a free port, logged)")
 	path := flag.String("path", "/mcp", "HTTP path of the MCP endpoint")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -30,7 +31,13 @@ func main() {
 	h := tidemark.NewHandler(server, &tidemark.Options{Transport: transport.Options{Logger: logger}})
 	mux := http.NewServeMux()
 	mux.Handle(*path, h)
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Listen before logging, so the logged URL has the resolved port.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		logger.Error("listen failed", "addr", *addr, "error", err)
+		os.Exit(1)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -38,8 +45,8 @@ func main() {
 		h.Shutdown(sctx)
 		srv.Shutdown(sctx)
 	}()
-	logger.Info("serving MCP", "url", "http://"+*addr+*path)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	logger.Info("serving", "url", "http://"+ln.Addr().String()+*path)
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("server failed", "error", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// conformanceTimeout bounds one run of the suite; a run takes seconds, and
+// each scenario has the suite's own 30 s timeout.
+const conformanceTimeout = 5 * time.Minute
+
+// TestConformance runs every server scenario of the official MCP
+// conformance suite (@modelcontextprotocol/conformance, pinned in
+// scripts/npm) against this server, built and served on a free loopback
+// port through Tidemark's handler, once per spec version, and requires
+// every check to pass with no failure and no warning.
+func TestConformance(t *testing.T) {
+	bin := testenv.Build(t, "./examples/everything")
+	node := testenv.Node(t)
+	suite := testenv.NPMBin(t, "conformance")
+	for _, tc := range []struct {
+		version string
+		// mustPass are scenarios that must run and pass: the SSE
+		// resumption scenarios Tidemark exists for.
+		mustPass []string
+	}{
+		{"2025-11-25", []string{"server-sse-polling", "server-sse-multiple-streams"}},
+		{"2026-07-28", nil},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			srv := testenv.StartProcess(t, bin, "--addr", "127.0.0.1:0")
+			url := testenv.ServeURL(t, srv)
+			outDir := t.TempDir()
+			run := testenv.StartProcess(t, node, suite, "server", "--url", url,
+				"--suite", "all", "--spec-version", tc.version, "-o", outDir)
+			var exitErr error
+			select {
+			case <-run.Done():
+				exitErr = run.Wait()
+			case <-time.After(conformanceTimeout):
+				t.Fatalf("conformance suite still running after %v; output:\n%s", conformanceTimeout, run.Output())
+			}
+			res := parseConformance(run.Output())
+			checkConformance(t, res, exitErr, tc.mustPass)
+		})
+	}
+}
+
+// conformanceRun is what one run of `conformance server --suite ...`
+// printed.
+type conformanceRun struct {
+	announced   int                    // N of "Running all suite (N scenarios)"; -1 if absent
+	sections    map[string]string      // scenario -> the output lines of its run
+	resultDirs  map[string]string      // scenario -> directory of its checks.json
+	summary     map[string]scenarioSum // scenario -> its summary line
+	order       []string               // scenarios in summary order
+	total       string                 // the "Total: ..." line, "" if absent
+	badLines    []string               // lines that mention FAILURE or WARNING
+	totalPassed int
+	totalFailed int
+}
+
+type scenarioSum struct {
+	ok             bool // ✓ rather than ✗
+	passed, failed int
+}
+
+var (
+	announceRE = regexp.MustCompile(`^Running \S+ suite \((\d+) scenarios\)`)
+	sectionRE  = regexp.MustCompile(`^=== Running scenario: (\S+) ===$`)
+	savedRE    = regexp.MustCompile(`^Results saved to (.+)$`)
+	summaryRE  = regexp.MustCompile(`^(✓|✗) (\S+): (\d+) passed, (\d+) failed$`)
+	totalRE    = regexp.MustCompile(`^Total: (\d+) passed, (\d+) failed$`)
+)
+
+func parseConformance(out string) conformanceRun {
+	r := conformanceRun{
+		announced:  -1,
+		sections:   make(map[string]string),
+		resultDirs: make(map[string]string),
+		summary:    make(map[string]scenarioSum),
+	}
+	current := ""
+	inSummary := false
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, "FAILURE") || strings.Contains(line, "WARNING") {
+			r.badLines = append(r.badLines, line)
+		}
+		if m := announceRE.FindStringSubmatch(line); m != nil {
+			r.announced, _ = strconv.Atoi(m[1])
+		}
+		if line == "=== SUMMARY ===" {
+			inSummary, current = true, ""
+			continue
+		}
+		if m := sectionRE.FindStringSubmatch(line); m != nil && !inSummary {
+			current = m[1]
+		}
+		if current != "" {
+			r.sections[current] += line + "\n"
+			if m := savedRE.FindStringSubmatch(line); m != nil {
+				r.resultDirs[current] = m[1]
+			}
+		}
+		if !inSummary {
+			continue
+		}
+		if m := summaryRE.FindStringSubmatch(line); m != nil {
+			p, _ := strconv.Atoi(m[3])
+			f, _ := strconv.Atoi(m[4])
+			r.summary[m[2]] = scenarioSum{ok: m[1] == "✓", passed: p, failed: f}
+			r.order = append(r.order, m[2])
+		}
+		if m := totalRE.FindStringSubmatch(line); m != nil {
+			r.total = line
+			r.totalPassed, _ = strconv.Atoi(m[1])
+			r.totalFailed, _ = strconv.Atoi(m[2])
+		}
+	}
+	return r
+}
+
+// check is one entry of a scenario's checks.json.
+type check struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Status       string `json:"status"`
+	ErrorMessage string `json:"errorMessage"`
+}
+
+func checkConformance(t *testing.T, r conformanceRun, exitErr error, mustPass []string) {
+	t.Helper()
+	if r.total == "" {
+		t.Fatalf("no \"Total: N passed, M failed\" line (exit: %v)", exitErr)
+	}
+	if r.totalFailed != 0 || r.totalPassed == 0 {
+		t.Errorf("summary %q, want N passed with N > 0 and 0 failed", r.total)
+	}
+	if exitErr != nil {
+		t.Errorf("conformance exited with %v, want status 0", exitErr)
+	}
+	if len(r.order) != r.announced {
+		t.Errorf("summary lists %d scenarios, the suite announced %d", len(r.order), r.announced)
+	}
+	sum := 0
+	for _, name := range r.order {
+		sum += r.summary[name].passed
+	}
+	if sum != r.totalPassed {
+		t.Errorf("scenario lines add up to %d passed checks, Total says %d", sum, r.totalPassed)
+	}
+	for _, line := range r.badLines {
+		t.Errorf("output line mentions a failure or warning: %s", line)
+	}
+	for _, name := range mustPass {
+		s, ok := r.summary[name]
+		if !ok {
+			t.Errorf("scenario %s did not run", name)
+		} else if !s.ok || s.failed != 0 || s.passed == 0 {
+			t.Errorf("scenario %s: %d passed, %d failed; want it passed", name, s.passed, s.failed)
+		}
+	}
+	// A scenario fails when its summary line says so or when its
+	// checks.json holds a FAILURE or a WARNING (the summary counts no
+	// warnings).
+	for _, name := range r.order {
+		s := r.summary[name]
+		bad, err := badChecks(r.resultDirs[name])
+		if err != nil {
+			t.Errorf("scenario %s: %v", name, err)
+		}
+		if s.ok && s.failed == 0 && len(bad) == 0 {
+			continue
+		}
+		var b strings.Builder
+		for _, c := range bad {
+			fmt.Fprintf(&b, "  %s %s (%s): %s\n", c.Status, c.Name, c.ID, c.ErrorMessage)
+		}
+		t.Errorf("scenario %s: %d passed, %d failed; checks not passed:\n%soutput:\n%s",
+			name, s.passed, s.failed, b.String(), r.sections[name])
+	}
+}
+
+// badChecks returns the checks of dir/checks.json whose status is FAILURE
+// or WARNING.
+func badChecks(dir string) ([]check, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("no \"Results saved to\" line")
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "checks.json"))
+	if err != nil {
+		return nil, err
+	}
+	var all []check
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("%s: %v", dir, err)
+	}
+	var bad []check
+	for _, c := range all {
+		if c.Status == "FAILURE" || c.Status == "WARNING" {
+			bad = append(bad, c)
+		}
+	}
+	return bad, nil
+}

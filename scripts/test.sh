@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test.sh is Tidemark's test command (README "Testing"; CI runs it through
+# .ci/run): it installs the test dependencies (scripts/deps.sh), then fails
+# on any file gofmt would change, on any `go vet` finding, and on any failing
+# test of `go test -race ./...`.
+#
+# It exports TIDEMARK_CACHE (the absolute directory deps.sh installed into),
+# which internal/testenv reads to find Node.js 22 and the npm packages, and
+# puts that Node.js first on PATH.
+set -euo pipefail
+
+root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+cd "$root"
+start=$SECONDS
+
+"$root/scripts/deps.sh"
+
+export TIDEMARK_CACHE=${TIDEMARK_CACHE:-$root/.cache}
+export PATH=$TIDEMARK_CACHE/npm/node_modules/.bin:$PATH
+
+echo "test: gofmt -l"
+# Tracked and new (not ignored) Go files, so .cache/ and node_modules/ are skipped.
+# A tracked file deleted in the work tree is left out.
+gofiles=()
+while IFS= read -r f; do
+	[[ -e $f ]] && gofiles+=("$f")
+done < <(git ls-files --cached --others --exclude-standard -- '*.go')
+unformatted=$(gofmt -l "${gofiles[@]}")
+if [[ -n $unformatted ]]; then
+	echo "test: these files are not gofmt-formatted (run gofmt -w on them):" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+echo "test: go vet ./..."
+go vet ./...
+
+echo "test: go test -race -count=1 -timeout 15m ./..."
+go test -race -count=1 -timeout 15m ./...
+
+echo "test: all checks passed in $((SECONDS - start))s"
