@@ -1,0 +1,44 @@
+package redisstore
+
+// Key layout. Every key of one session shares the hash tag {TOKEN}, so a
+// Lua script that touches all of them runs on one shard of a Redis Cluster
+// as well as on a single Redis. With the default prefix:
+//
+//	tidemark:{TOKEN}:rec   hash    the session record and the log's bounds
+//	tidemark:{TOKEN}:log   stream  the event log of the current generation
+//	tidemark:{TOKEN}:wake  stream  one entry per Claim, Trim and End (MAXLEN 1)
+//	tidemark:{TOKEN}:end   string  the tombstone: the end reason, with a TTL
+//
+// The rec hash has these fields (all decimal strings unless said):
+//
+//	gen      generation (the fencing token)
+//	owner    owner id (text)
+//	lease    lease expiry, Unix nanoseconds; "" for none
+//	user     user id (text)
+//	state    engine state (opaque bytes)
+//	created  Unix nanoseconds; "" for the zero time
+//	seen     LastSeen, Unix nanoseconds; "" for the zero time
+//	floor    replay floor (sequence)
+//	hwm      high-water mark (sequence)
+//	cum      bytes (Event.Size) of every event ever appended to the session
+//	base     cum up to and including the event just below the floor, so the
+//	         retained bytes are cum - base without reading the log
+//	oldest   Time of the event at the floor, Unix nanoseconds; "" if none
+//
+// Each log entry has the ID "SEQ-0", so the stream's IDs are the sequences:
+// XRANGE from "N" reads from sequence N, XTRIM MINID N raises the floor to
+// N. Its fields: gen, stream, kind, end ("1" or "0"), retry (nanoseconds),
+// time (Unix nanoseconds, "" for zero), data, cum (the rec's cum after this
+// event). Every entry has the same fields, in the same order, which lets
+// Redis store the field names once per stream node.
+type keys struct {
+	rec, log, wake, tomb string
+}
+
+func (s *Store) keys(token string) keys {
+	base := s.prefix + "{" + token + "}:"
+	return keys{rec: base + "rec", log: base + "log", wake: base + "wake", tomb: base + "end"}
+}
+
+// all returns the keys in the order every script declares them (KEYS[1..4]).
+func (k keys) all() []string { return []string{k.rec, k.log, k.wake, k.tomb} }

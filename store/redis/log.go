@@ -1,0 +1,154 @@
+package redisstore
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// boundsFields are the rec fields a bounds reply carries, in order.
+var boundsFields = [...]string{"gen", "floor", "hwm", "cum", "base", "oldest"}
+
+// Append implements store.Log: one script checks the generation, adds the
+// events with IDs HWM+1, HWM+2, … and moves the HWM and the byte count.
+func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
+	args := make([]any, 0, 2+6*len(evs))
+	args = append(args, strconv.FormatUint(gen, 10), strconv.Itoa(len(evs)))
+	for _, e := range evs {
+		stream := ""
+		if e.Stream != store.NewStream {
+			stream = strconv.FormatUint(e.Stream, 10)
+		}
+		end := "0"
+		if e.End {
+			end = "1"
+		}
+		args = append(args, stream, strconv.Itoa(int(e.Kind)), end,
+			strconv.FormatInt(int64(e.Retry), 10), encTime(e.Time), string(e.Data))
+	}
+	rest, err := s.run(ctx, s.scripts.append, "append", token, gen, args...)
+	if err != nil {
+		return store.Bounds{}, err
+	}
+	b := decBounds(rest)
+	first := b.HWM - uint64(len(evs)) + 1
+	for i := range evs {
+		evs[i].Seq = first + uint64(i)
+		evs[i].Generation = gen
+		if evs[i].Stream == store.NewStream {
+			evs[i].Stream = evs[i].Seq
+		}
+	}
+	return b, nil
+}
+
+// Read implements store.Log: the bounds and the events come from one
+// MULTI/EXEC, so they describe the same moment.
+func (s *Store) Read(ctx context.Context, token string, after uint64, max int) ([]store.Event, store.Bounds, error) {
+	k := s.keys(token)
+	var h *redis.SliceCmd
+	var tomb *redis.StringCmd
+	var xr *redis.XMessageSliceCmd
+	want := max > 0 && after < math.MaxUint64
+	if err := s.tx(ctx, "read", token, func(p redis.Pipeliner) {
+		h = p.HMGet(ctx, k.rec, boundsFields[:]...)
+		tomb = p.Get(ctx, k.tomb)
+		if want {
+			xr = p.XRangeN(ctx, k.log, strconv.FormatUint(after+1, 10), "+", int64(max))
+		}
+	}); err != nil {
+		return nil, store.Bounds{}, err
+	}
+	vals, err := h.Result()
+	if err != nil {
+		return nil, store.Bounds{}, fail(ctx, "read", token, err)
+	}
+	if vals[0] == nil {
+		return nil, store.Bounds{}, missing("read", token, tomb)
+	}
+	b := decBounds(vals)
+	if !want {
+		return nil, b, nil
+	}
+	msgs, err := xr.Result()
+	if err != nil {
+		return nil, store.Bounds{}, fail(ctx, "read", token, err)
+	}
+	if len(msgs) == 0 {
+		return nil, b, nil
+	}
+	out := make([]store.Event, len(msgs))
+	for i, m := range msgs {
+		out[i] = decEvent(m)
+	}
+	return out, b, nil
+}
+
+// Trim implements store.Log: XTRIM MINID floor, with the floor, the byte
+// count and the oldest time moved in the same script.
+func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64) (store.Bounds, error) {
+	rest, err := s.run(ctx, s.scripts.trim, "trim", token, gen,
+		strconv.FormatUint(gen, 10), strconv.FormatUint(floor, 10))
+	if err != nil {
+		return store.Bounds{}, err
+	}
+	return decBounds(rest), nil
+}
+
+// Bounds implements store.Log.
+func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) {
+	k := s.keys(token)
+	var h *redis.SliceCmd
+	var tomb *redis.StringCmd
+	if err := s.tx(ctx, "bounds", token, func(p redis.Pipeliner) {
+		h = p.HMGet(ctx, k.rec, boundsFields[:]...)
+		tomb = p.Get(ctx, k.tomb)
+	}); err != nil {
+		return store.Bounds{}, err
+	}
+	vals, err := h.Result()
+	if err != nil {
+		return store.Bounds{}, fail(ctx, "bounds", token, err)
+	}
+	if vals[0] == nil {
+		return store.Bounds{}, missing("bounds", token, tomb)
+	}
+	return decBounds(vals), nil
+}
+
+// decBounds builds Bounds from the values of boundsFields.
+func decBounds(v []any) store.Bounds {
+	b := store.Bounds{
+		Generation: u64(str(at(v, 0))),
+		Floor:      u64(str(at(v, 1))),
+		HWM:        u64(str(at(v, 2))),
+		Bytes:      i64(str(at(v, 3))) - i64(str(at(v, 4))),
+		Oldest:     decTime(str(at(v, 5))),
+	}
+	if b.HWM >= b.Floor {
+		b.Events = int(b.HWM - b.Floor + 1)
+	}
+	return b
+}
+
+// decEvent builds an Event from a log entry (keys.go).
+func decEvent(m redis.XMessage) store.Event {
+	ms, _, _ := strings.Cut(m.ID, "-")
+	get := func(f string) string { return str(m.Values[f]) }
+	return store.Event{
+		Seq:        u64(ms),
+		Generation: u64(get("gen")),
+		Stream:     u64(get("stream")),
+		Kind:       store.Kind(u64(get("kind"))),
+		End:        get("end") == "1",
+		Retry:      time.Duration(i64(get("retry"))),
+		Time:       decTime(get("time")),
+		Data:       bytesOrNil(get("data")),
+	}
+}

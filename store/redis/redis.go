@@ -1,0 +1,413 @@
+// Package redisstore is Tidemark's fleet store: session records, tombstones
+// and event logs in Redis (github.com/redis/go-redis/v9), shared by every
+// replica of a fleet, so that any replica can serve, replay and tail any
+// session (DESIGN.md, "Fleet mode"). It implements store.Store.
+//
+// # Atomicity and fencing
+//
+// Every write is one Lua script (scripts.go), which Redis runs atomically:
+// Append checks the record's generation and adds the events and moves the
+// high-water mark in the same step, so a paused or partitioned old owner's
+// append fails with a *store.FencedError once another replica has claimed
+// the session; Claim is a compare-and-set of the generation that also
+// drops the older generations' events and sets the floor to HWM+1; Renew
+// checks generation and owner; Trim raises the floor and removes the events
+// below it; End removes record and log and writes the tombstone. Reads
+// (Get, Read, Bounds) run as one MULTI/EXEC transaction, so the events and
+// bounds they return belong to one moment. The key layout is in keys.go.
+//
+// # Waiting
+//
+// Wait blocks in Redis, not in the process, so a reader on one replica
+// wakes when a writer on another appends: it issues
+// XREAD BLOCK on two streams at once, the session's log (an append adds an
+// entry there anyway) and a small per-session "wake" stream to which Claim,
+// Trim and End add one entry each (capped at one entry). The IDs it reads
+// after come from one MULTI/EXEC snapshot taken with the bounds, so no
+// change between the check and the block is missed. After a wake-up it
+// takes a new snapshot and returns only when the contract's conditions
+// hold (HWM > after, floor > after+1, generation changed, ended), else it
+// blocks again. A blocking XREAD occupies its connection for its whole
+// duration, so Wait uses a second connection pool reserved for it, bounded
+// by Options.MaxWaits; past that bound a Wait polls the snapshot every
+// Options.PollInterval instead of blocking (slower wake-ups, never a
+// stall). A Wait whose context ends is released at once with CLIENT
+// UNBLOCK, sent on the ordinary pool, because go-redis does not interrupt
+// a blocking read when its context is cancelled.
+//
+// # Durability and Redis restarts
+//
+// A call that returned nil is as durable as Redis made it. With
+// `appendonly yes` and `appendfsync always`, Redis fsyncs each script's
+// effects before it replies, so after a crash and restart every record,
+// floor, HWM, tombstone and event that was acknowledged is back: sessions
+// continue with no gap and no duplicate (tested in restart_test.go). With
+// `appendfsync everysec`, or with RDB snapshots only (`save`), a crash
+// brings back an older state: HWMs and generations can move back below
+// cursors clients hold, and the same (generation, sequence) be assigned
+// again to different events, which no check downstream can detect. So a
+// fleet runs Redis either with `appendonly yes` + `appendfsync always`, or
+// with no persistence at all (`save ""`, `appendonly no`): then a restart
+// loses every session, which is safe, as clients get 404 and initialize
+// again. Redis must not evict keys (maxmemory-policy noeviction, the
+// default): an evicted record is a session lost without a tombstone.
+//
+// A Redis that cannot be reached, or that refuses a command (loading,
+// out of memory, read-only replica), yields errors wrapping
+// store.ErrUnavailable; the store recovers by itself when Redis returns.
+// The store disables go-redis's automatic retries: resending a script
+// whose reply was lost could apply an append twice. The one case the
+// store cannot resolve is a connection lost after Redis ran a write and
+// before its reply arrived: the call reports ErrUnavailable although the
+// write happened (as every networked store must); the events it stored
+// still have correct, unique sequences.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPrefix is the default Options.Prefix.
+	DefaultPrefix = "tidemark:"
+	// DefaultMaxWaits is the default Options.MaxWaits (connections).
+	DefaultMaxWaits = 1024
+	// DefaultPollInterval is the default Options.PollInterval.
+	DefaultPollInterval = 100 * time.Millisecond
+	// DefaultWaitBlock is the default Options.WaitBlock.
+	DefaultWaitBlock = 30 * time.Second
+	// DefaultTimeout is the default Options.Timeout.
+	DefaultTimeout = 5 * time.Second
+)
+
+// wakeLinger is how long the wake stream of an ended session stays, so a
+// Wait that took its snapshot just before the End still finds the entry
+// that End added when it blocks.
+const wakeLinger = time.Minute
+
+// Options configures a Store.
+type Options struct {
+	// URL locates Redis, in the syntax of go-redis's ParseURL:
+	// redis://[[user]:password@]host[:port][/db], rediss://… for TLS, or
+	// unix:///path/to/socket?db=N. Required: New fails when it is empty or
+	// does not parse.
+	URL string
+
+	// Prefix starts every key the store writes, so that several fleets (or
+	// test runs) can share one Redis database without seeing each other's
+	// sessions. Default (empty): DefaultPrefix, "tidemark:".
+	Prefix string
+
+	// PoolSize is the number of connections (per Store) for ordinary
+	// commands: every call except the blocking read inside Wait. A call
+	// that finds them all busy waits up to Timeout + 1 s for one, then
+	// fails with ErrUnavailable. Default (zero): 10 × GOMAXPROCS, go-redis's
+	// default.
+	PoolSize int
+
+	// MaxWaits bounds, per Store, how many Waits block in Redis at the same
+	// time; each holds one connection of its own (XREAD BLOCK) for as long
+	// as it waits, and a tailing SSE reader is one Wait. A Wait beyond the
+	// bound polls every PollInterval instead. Connections a process opens
+	// to Redis are at most PoolSize + MaxWaits; keep the sum over all
+	// replicas below Redis's maxclients (10000 by default). Default (zero):
+	// DefaultMaxWaits, 1024 connections.
+	MaxWaits int
+
+	// PollInterval is how often a Wait beyond MaxWaits re-reads the bounds.
+	// Default (zero): DefaultPollInterval, 100 ms.
+	PollInterval time.Duration
+
+	// WaitBlock is the longest a single blocking read of a Wait lasts; then
+	// the Wait re-reads the record and blocks again. It bounds how long a
+	// wake-up lost to a reconnection can go unnoticed. Default (zero):
+	// DefaultWaitBlock, 30 s.
+	WaitBlock time.Duration
+
+	// Timeout bounds dialing Redis and reading or writing each ordinary
+	// command; a Redis that does not answer within it yields
+	// ErrUnavailable. Default (zero): DefaultTimeout, 5 s.
+	Timeout time.Duration
+
+	// Now returns the current time; End turns a tombstone's expiry time
+	// into a Redis TTL (expiry − Now), so tombstones do not depend on the
+	// Redis server's clock. Default (nil): time.Now.
+	Now func() time.Time
+}
+
+// Store is a store.Store in Redis. It is safe for concurrent use, and any
+// number of Stores (in any number of processes) may share one Redis: they
+// see one another's writes, and fencing holds across them.
+type Store struct {
+	rdb      *redis.Client // ordinary commands
+	wdb      *redis.Client // blocking reads of Wait (MaxWaits connections)
+	prefix   string
+	now      func() time.Time
+	timeout  time.Duration
+	poll     time.Duration
+	blockFor time.Duration
+	maxWaits int
+	scripts  scripts
+
+	// closing is cancelled by Close; it releases blocked Waits.
+	closing context.Context
+	close   context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	waits  sync.WaitGroup // Waits in progress
+	idle   []*waitConn    // Wait connections not in use
+	inUse  int            // Wait connections in use
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New connects to Redis and returns a Store. It pings Redis once, so that a
+// fleet replica can refuse to start without it: an unreachable Redis fails
+// with an error wrapping store.ErrUnavailable, an invalid URL with a plain
+// error.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	if opts.URL == "" {
+		return nil, errors.New("redis store: Options.URL is empty")
+	}
+	ro, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: URL %q: %w", opts.URL, err)
+	}
+	s := &Store{
+		prefix:   opts.Prefix,
+		now:      opts.Now,
+		timeout:  opts.Timeout,
+		poll:     opts.PollInterval,
+		blockFor: opts.WaitBlock,
+		maxWaits: opts.MaxWaits,
+		scripts:  newScripts(),
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.poll <= 0 {
+		s.poll = DefaultPollInterval
+	}
+	if s.blockFor <= 0 {
+		s.blockFor = DefaultWaitBlock
+	}
+	if s.maxWaits <= 0 {
+		s.maxWaits = DefaultMaxWaits
+	}
+	poolSize := opts.PoolSize
+	if poolSize <= 0 {
+		poolSize = 10 * runtime.GOMAXPROCS(0)
+	}
+
+	base := func(ro *redis.Options) {
+		ro.ClientName = "tidemark"
+		// Resending a script whose reply was lost could apply it twice.
+		ro.MaxRetries = -1
+		ro.DialTimeout = s.timeout
+		// One dial attempt per call: with Redis down a request should fail
+		// (503) within one DialTimeout, not after go-redis's five attempts.
+		ro.DialerRetries = 1
+		ro.ReadTimeout = s.timeout
+		ro.WriteTimeout = s.timeout
+		// Maintenance notifications are a Redis Enterprise/Cloud feature;
+		// skip the handshake on every new connection.
+		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	mo := *ro
+	base(&mo)
+	mo.ContextTimeoutEnabled = true
+	mo.PoolSize = poolSize
+	mo.MaxActiveConns = poolSize
+	// Transactions (MULTI/EXEC reads) share the ordinary pool, so PoolSize
+	// is the whole count of ordinary connections.
+	mo.PipelinePoolSize = -1
+	s.rdb = redis.NewClient(&mo)
+
+	wo := *ro
+	base(&wo)
+	// A Wait's context is honoured by CLIENT UNBLOCK (wait.go), not by
+	// socket deadlines, so a cancelled Wait keeps its connection healthy.
+	wo.ContextTimeoutEnabled = false
+	wo.PoolSize = s.maxWaits
+	wo.MaxActiveConns = s.maxWaits
+	wo.PipelinePoolSize = -1
+	s.wdb = redis.NewClient(&wo)
+
+	s.closing, s.close = context.WithCancel(context.Background())
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("redis store: connect %s: %w: %w", ro.Addr, store.ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// Close implements store.Store: it releases blocked Waits (they return an
+// error wrapping ErrUnavailable), waits for them, and closes every
+// connection. Later calls fail with ErrUnavailable.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.close()
+	s.waits.Wait()
+	s.mu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, wc := range idle {
+		wc.conn.Close()
+	}
+	return errors.Join(s.wdb.Close(), s.rdb.Close())
+}
+
+// fail wraps err, the failure of a Redis command for operation op on a
+// session, for the caller: a cancelled or expired ctx is reported as such,
+// everything else (network, timeouts, Redis refusing the command, a closed
+// Store) wraps store.ErrUnavailable.
+func fail(ctx context.Context, op, token string, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), ctx.Err())
+	}
+	if errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("redis store: %s session %s: %w: store closed", op, store.Prefix(token), store.ErrUnavailable)
+	}
+	return fmt.Errorf("redis store: %s session %s: %w: %w", op, store.Prefix(token), store.ErrUnavailable, err)
+}
+
+// status turns a script's reply into an error for its non-"ok" statuses,
+// and returns the reply's remaining elements for "ok".
+func status(op, token string, gen uint64, reply []any) ([]any, error) {
+	if len(reply) == 0 {
+		return nil, fmt.Errorf("redis store: %s session %s: %w: empty script reply", op, store.Prefix(token), store.ErrUnavailable)
+	}
+	switch str(reply[0]) {
+	case "ok":
+		return reply[1:], nil
+	case "notfound":
+		return nil, fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), store.ErrNotFound)
+	case "ended":
+		return nil, &store.EndedError{Token: token, Reason: store.EndReason(str(at(reply, 1)))}
+	case "fenced":
+		want, _ := strconv.ParseUint(str(at(reply, 1)), 10, 64)
+		return nil, &store.FencedError{Token: token, Op: op, Have: gen, Want: want}
+	case "exists":
+		return nil, fmt.Errorf("redis store: %s session %s: %w (%s)", op, store.Prefix(token), store.ErrExists, str(at(reply, 1)))
+	}
+	return nil, fmt.Errorf("redis store: %s session %s: %w: unexpected script reply %v", op, store.Prefix(token), store.ErrUnavailable, reply)
+}
+
+// missing returns the error for a token without a record: an *EndedError
+// when the tombstone (GET tomb) holds a reason, else ErrNotFound.
+func missing(op, token string, tomb *redis.StringCmd) error {
+	if reason, err := tomb.Result(); err == nil {
+		return &store.EndedError{Token: token, Reason: store.EndReason(reason)}
+	}
+	return fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), store.ErrNotFound)
+}
+
+// run runs a script with the session's keys and decodes its status.
+func (s *Store) run(ctx context.Context, sc *redis.Script, op, token string, gen uint64, args ...any) ([]any, error) {
+	reply, err := sc.Run(ctx, s.rdb, s.keys(token).all(), args...).Slice()
+	if err != nil {
+		return nil, fail(ctx, op, token, err)
+	}
+	return status(op, token, gen, reply)
+}
+
+// tx runs fn's commands in one MULTI/EXEC. A GET that found no key
+// (redis.Nil) is not a failure: callers read it from the command.
+func (s *Store) tx(ctx context.Context, op, token string, fn func(redis.Pipeliner)) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		fn(p)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fail(ctx, op, token, err)
+	}
+	return nil
+}
+
+// Time encoding: Unix nanoseconds in decimal, "" for the zero time. Times
+// outside the years 1678–2262 (int64 nanoseconds) do not survive.
+func encTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixNano(), 10)
+}
+
+func decTime(v string) time.Time {
+	if v == "" {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func u64(v string) uint64 {
+	n, _ := strconv.ParseUint(v, 10, 64)
+	return n
+}
+
+func i64(v string) int64 {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// str returns a reply element as a string ("" for nil).
+func str(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func at(reply []any, i int) any {
+	if i < len(reply) {
+		return reply[i]
+	}
+	return nil
+}
+
+// bytesOrNil returns v as a byte slice, nil when empty.
+func bytesOrNil(v string) []byte {
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
+}

@@ -1,0 +1,193 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts below are every write the store makes. Redis runs a
+// script atomically (no other command runs in between), which is where the
+// store's fencing lives: each script reads the record's generation and
+// writes only if it is the one the caller carried, in one step. Scripts are
+// sent by SHA (EVALSHA) and re-sent in full after a Redis restart emptied
+// the script cache (go-redis Script.Run does this on NOSCRIPT).
+//
+// Every script declares the same four keys (keys.all): KEYS[1] rec,
+// KEYS[2] log, KEYS[3] wake, KEYS[4] tomb. Replies are arrays whose first
+// element is a status: "ok", "notfound", "ended" REASON, "fenced" GEN,
+// "exists" WHY. Numbers travel as decimal strings: Lua numbers are doubles,
+// exact for sequences, generations and byte counts below 2^53, and
+// string.format('%d') keeps them out of exponent notation.
+
+// prelude is shared by every script.
+const prelude = `
+local rec, log, wake, tomb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function gone()
+  local r = redis.call('GET', tomb)
+  if r then return {'ended', r} end
+  return {'notfound'}
+end
+local function int(n) return string.format('%d', n) end
+local function bounds()
+  local h = redis.call('HMGET', rec, 'gen', 'floor', 'hwm', 'cum', 'base', 'oldest')
+  return {'ok', h[1], h[2], h[3], h[4], h[5], h[6]}
+end
+local function field(entry, name)
+  for i = 1, #entry, 2 do
+    if entry[i] == name then return entry[i + 1] end
+  end
+  return ''
+end
+local function poke(op)
+  redis.call('XADD', wake, 'MAXLEN', '1', '*', 'op', op)
+end
+`
+
+// createLua: ARGV gen owner lease user state created seen.
+const createLua = prelude + `
+if redis.call('EXISTS', rec) == 1 then return {'exists', 'live'} end
+if redis.call('EXISTS', tomb) == 1 then return {'exists', 'tombstoned'} end
+redis.call('DEL', log, wake)
+redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
+  'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
+  'floor', '1', 'hwm', '0', 'cum', '0', 'base', '0', 'oldest', '')
+return {'ok'}
+`
+
+// claimLua: ARGV from owner lease. Compare-and-set of the generation;
+// the new generation starts with an empty log and floor = HWM+1.
+const claimLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
+redis.call('HINCRBY', rec, 'gen', 1)
+redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
+  'floor', int(tonumber(h[2]) + 1), 'base', h[3], 'oldest', '')
+redis.call('DEL', log)
+poke('claim')
+local r = redis.call('HGETALL', rec)
+table.insert(r, 1, 'ok')
+return r
+`
+
+// renewLua: ARGV gen owner lease.
+const renewLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'owner')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
+redis.call('HSET', rec, 'lease', ARGV[3])
+return {'ok'}
+`
+
+// saveStateLua: ARGV gen state.
+const saveStateLua = prelude + `
+local g = redis.call('HGET', rec, 'gen')
+if not g then return gone() end
+if g ~= ARGV[1] then return {'fenced', g} end
+redis.call('HSET', rec, 'state', ARGV[2])
+return {'ok'}
+`
+
+// touchLua: ARGV at (Unix nanoseconds, or "" for the zero time).
+// LastSeen only moves forward; later() compares decimal integers as
+// strings, since Unix nanoseconds exceed a double's exact range.
+const touchLua = prelude + `
+local function later(a, b)
+  if a == b or a == '' then return false end
+  if b == '' then return true end
+  local na, nb = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
+  if na ~= nb then return nb end
+  if #a ~= #b then
+    if na then return #a < #b end
+    return #a > #b
+  end
+  if na then return a < b end
+  return a > b
+end
+local seen = redis.call('HGET', rec, 'seen')
+if not seen then return gone() end
+if later(ARGV[1], seen) then redis.call('HSET', rec, 'seen', ARGV[1]) end
+return {'ok'}
+`
+
+// endLua: ARGV reason tombstoneTTL(ms, 0 = none) wakeLinger(ms).
+// The wake stream outlives the record briefly so that waiters see the end.
+const endLua = prelude + `
+if redis.call('EXISTS', rec) == 0 then
+  if redis.call('EXISTS', tomb) == 1 then return {'ok'} end
+  return {'notfound'}
+end
+redis.call('DEL', rec, log)
+if tonumber(ARGV[2]) > 0 then redis.call('SET', tomb, ARGV[1], 'PX', ARGV[2]) end
+poke('end')
+redis.call('PEXPIRE', wake, ARGV[3])
+return {'ok'}
+`
+
+// appendLua: ARGV gen n, then per event: stream kind end retry time
+// data. A stream of "" marks an event that opens a stream (store.NewStream):
+// its stream number is its own sequence. Events get HWM+1, HWM+2, … as
+// entry IDs, and the record's HWM and byte count move in the same step.
+const appendLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum', 'floor')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
+local n = tonumber(ARGV[2])
+if n == 0 then return bounds() end
+local hwm, cum = tonumber(h[2]), tonumber(h[3])
+if hwm < tonumber(h[4]) then
+  redis.call('HSET', rec, 'oldest', ARGV[7])
+end
+for i = 0, n - 1 do
+  local b = 3 + i * 6
+  hwm = hwm + 1
+  cum = cum + #ARGV[b + 5] + 64
+  local seq = int(hwm)
+  local stream = ARGV[b]
+  if stream == '' then stream = seq end
+  redis.call('XADD', log, seq .. '-0', 'gen', h[1], 'stream', stream, 'kind', ARGV[b + 1],
+    'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
+end
+redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
+return bounds()
+`
+
+// trimLua: ARGV gen floor. Raises the floor to min(floor, HWM+1) and
+// removes the entries below it; base becomes the cum of the last removed
+// entry, and oldest the time of the new first one.
+const trimLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'hwm', 'floor', 'cum')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
+local hwm, cur = tonumber(h[2]), tonumber(h[3])
+local nf = tonumber(ARGV[2])
+if nf > hwm + 1 then nf = hwm + 1 end
+if nf <= cur then return bounds() end
+local last = redis.call('XRANGE', log, int(nf - 1), int(nf - 1))
+local base = h[4]
+if #last > 0 then base = field(last[1][2], 'cum') end
+local oldest = ''
+if nf <= hwm then
+  local first = redis.call('XRANGE', log, int(nf), int(nf))
+  if #first > 0 then oldest = field(first[1][2], 'time') end
+end
+redis.call('XTRIM', log, 'MINID', int(nf) .. '-0')
+redis.call('HSET', rec, 'floor', int(nf), 'base', base, 'oldest', oldest)
+poke('trim')
+return bounds()
+`
+
+// scripts holds one compiled (hashed) copy of each script per Store.
+type scripts struct {
+	create, claim, renew, saveState, touch, end, append, trim *redis.Script
+}
+
+func newScripts() scripts {
+	return scripts{
+		create:    redis.NewScript(createLua),
+		claim:     redis.NewScript(claimLua),
+		renew:     redis.NewScript(renewLua),
+		saveState: redis.NewScript(saveStateLua),
+		touch:     redis.NewScript(touchLua),
+		end:       redis.NewScript(endLua),
+		append:    redis.NewScript(appendLua),
+		trim:      redis.NewScript(trimLua),
+	}
+}

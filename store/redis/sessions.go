@@ -1,0 +1,104 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Create implements store.Sessions. It fails with ErrExists for a token
+// with a record or an unexpired tombstone.
+func (s *Store) Create(ctx context.Context, rec store.Record) error {
+	_, err := s.run(ctx, s.scripts.create, "create", rec.Token, rec.Generation,
+		strconv.FormatUint(rec.Generation, 10), rec.Owner, encTime(rec.LeaseUntil), rec.UserID,
+		string(rec.State), encTime(rec.Created), encTime(rec.LastSeen))
+	return err
+}
+
+// Get implements store.Sessions.
+func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
+	k := s.keys(token)
+	var h *redis.MapStringStringCmd
+	var tomb *redis.StringCmd
+	if err := s.tx(ctx, "get", token, func(p redis.Pipeliner) {
+		h = p.HGetAll(ctx, k.rec)
+		tomb = p.Get(ctx, k.tomb)
+	}); err != nil {
+		return store.Record{}, err
+	}
+	m, err := h.Result()
+	if err != nil {
+		return store.Record{}, fail(ctx, "get", token, err)
+	}
+	if len(m) == 0 {
+		return store.Record{}, missing("get", token, tomb)
+	}
+	return decRecord(token, m), nil
+}
+
+// Claim implements store.Sessions: a compare-and-set of the generation in
+// one script, which also drops the log of the older generations and sets
+// the floor to HWM+1.
+func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
+	rest, err := s.run(ctx, s.scripts.claim, "claim", token, from,
+		strconv.FormatUint(from, 10), owner, encTime(leaseUntil))
+	if err != nil {
+		return store.Record{}, err
+	}
+	m := make(map[string]string, len(rest)/2)
+	for i := 0; i+1 < len(rest); i += 2 {
+		m[str(rest[i])] = str(rest[i+1])
+	}
+	return decRecord(token, m), nil
+}
+
+// Renew implements store.Sessions.
+func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error {
+	_, err := s.run(ctx, s.scripts.renew, "renew", token, gen,
+		strconv.FormatUint(gen, 10), owner, encTime(leaseUntil))
+	return err
+}
+
+// SaveState implements store.Sessions.
+func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state []byte) error {
+	_, err := s.run(ctx, s.scripts.saveState, "save state", token, gen,
+		strconv.FormatUint(gen, 10), string(state))
+	return err
+}
+
+// Touch implements store.Sessions.
+func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
+	_, err := s.run(ctx, s.scripts.touch, "touch", token, 0, encTime(at))
+	return err
+}
+
+// End implements store.Sessions. The tombstone is a key whose TTL is
+// tombstoneUntil − Now (rounded up to a millisecond); a tombstoneUntil not
+// after Now leaves no tombstone, so the token is unknown at once.
+func (s *Store) End(ctx context.Context, token string, reason store.EndReason, tombstoneUntil time.Time) error {
+	var ttl int64
+	if d := tombstoneUntil.Sub(s.now()); d > 0 {
+		ttl = int64((d + time.Millisecond - 1) / time.Millisecond)
+	}
+	_, err := s.run(ctx, s.scripts.end, "end", token, 0,
+		string(reason), strconv.FormatInt(ttl, 10), strconv.FormatInt(wakeLinger.Milliseconds(), 10))
+	return err
+}
+
+// decRecord builds a Record from the rec hash (keys.go).
+func decRecord(token string, m map[string]string) store.Record {
+	return store.Record{
+		Token:      token,
+		Generation: u64(m["gen"]),
+		Owner:      m["owner"],
+		LeaseUntil: decTime(m["lease"]),
+		UserID:     m["user"],
+		State:      bytesOrNil(m["state"]),
+		Created:    decTime(m["created"]),
+		LastSeen:   decTime(m["seen"]),
+	}
+}

@@ -1,0 +1,251 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// unblockRetry is how long the canceller of a Wait pauses before sending
+// CLIENT UNBLOCK again when the Wait's XREAD had not reached Redis yet.
+const unblockRetry = 5 * time.Millisecond
+
+// waitConn is a connection reserved for blocking reads, with the id Redis
+// gave it (CLIENT ID), which CLIENT UNBLOCK names.
+type waitConn struct {
+	conn *redis.Conn
+	id   int64
+}
+
+// snap is what a Wait compares with its cursor: the session's generation,
+// floor and HWM, and the ID of the newest entry of its wake stream, all
+// read in one MULTI/EXEC.
+type snap struct {
+	gen, floor, hwm uint64
+	wake            string
+}
+
+// Wait implements store.Log. See the package documentation ("Waiting") for
+// how it blocks; it returns nil when the HWM exceeds after, the generation
+// changed, or the floor rose above after+1; the error of Read for an ended
+// or unknown session; ctx.Err() when ctx is done; and an error wrapping
+// ErrUnavailable when Redis cannot be reached or the Store was closed.
+func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("redis store: wait session %s: %w: store closed", store.Prefix(token), store.ErrUnavailable)
+	}
+	s.waits.Add(1)
+	s.mu.Unlock()
+	defer s.waits.Done()
+
+	// wctx ends with ctx or with Close, whichever comes first.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+
+	k := s.keys(token)
+	first, err := s.snapshot(wctx, k, token)
+	for cur := first; ; {
+		if err != nil {
+			return s.waitErr(ctx, token, err)
+		}
+		if cur.gen != first.gen || cur.hwm > after || cur.floor > after+1 {
+			return nil
+		}
+		var appended bool
+		appended, err = s.block(wctx, k, token, after, cur.wake)
+		if err != nil {
+			return s.waitErr(ctx, token, err)
+		}
+		if appended {
+			return nil // an entry above after is in the log: HWM > after
+		}
+		cur, err = s.snapshot(wctx, k, token)
+	}
+}
+
+// waitErr returns what Wait reports for err: ctx.Err() once ctx is done, a
+// closed-store error after Close, else err.
+func (s *Store) waitErr(ctx context.Context, token string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.closing.Err() != nil {
+		return fmt.Errorf("redis store: wait session %s: %w: store closed", store.Prefix(token), store.ErrUnavailable)
+	}
+	return err
+}
+
+// snapshot reads the session's bounds and the newest wake entry's ID ("0-0"
+// when the wake stream is empty) in one transaction.
+func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error) {
+	var h *redis.SliceCmd
+	var tomb *redis.StringCmd
+	var wake *redis.XMessageSliceCmd
+	if err := s.tx(ctx, "wait", token, func(p redis.Pipeliner) {
+		h = p.HMGet(ctx, k.rec, "gen", "floor", "hwm")
+		tomb = p.Get(ctx, k.tomb)
+		wake = p.XRevRangeN(ctx, k.wake, "+", "-", 1)
+	}); err != nil {
+		return snap{}, err
+	}
+	vals, err := h.Result()
+	if err != nil {
+		return snap{}, fail(ctx, "wait", token, err)
+	}
+	if vals[0] == nil {
+		return snap{}, missing("wait", token, tomb)
+	}
+	sn := snap{gen: u64(str(vals[0])), floor: u64(str(vals[1])), hwm: u64(str(vals[2])), wake: "0-0"}
+	if msgs, err := wake.Result(); err == nil && len(msgs) > 0 {
+		sn.wake = msgs[0].ID
+	}
+	return sn, nil
+}
+
+// block waits, once, until the log gets an entry above after (then it
+// reports appended), the wake stream an entry above wake, WaitBlock passes,
+// or ctx ends (then it returns ctx.Err()). Beyond MaxWaits it sleeps
+// PollInterval instead.
+func (s *Store) block(ctx context.Context, k keys, token string, after uint64, wake string) (appended bool, err error) {
+	for attempt := 0; ; attempt++ {
+		wc, reused, err := s.getWaitConn(ctx)
+		if err != nil {
+			return false, fail(ctx, "wait", token, err)
+		}
+		if wc == nil {
+			t := time.NewTimer(s.poll)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-t.C:
+				return false, nil
+			}
+		}
+		appended, err = s.xread(ctx, wc, k, after, wake)
+		if err == nil || ctx.Err() != nil {
+			s.putWaitConn(wc, err == nil)
+			return appended, ctx.Err()
+		}
+		s.putWaitConn(wc, false)
+		// Idle connections may all have died with a Redis restart; drop
+		// them and try once more on a fresh one before reporting failure.
+		var reply redis.Error // an error reply from Redis, as opposed to a failed connection
+		if reused && attempt == 0 && !errors.As(err, &reply) {
+			s.dropIdle()
+			continue
+		}
+		return false, fail(ctx, "wait", token, err)
+	}
+}
+
+// xread issues the blocking XREAD on wc; CLIENT UNBLOCK, sent on the
+// ordinary pool when ctx ends, releases it early. A timeout or an unblock
+// is not an error. appended reports that the log had an entry above after.
+func (s *Store) xread(ctx context.Context, wc *waitConn, k keys, after uint64, wake string) (appended bool, err error) {
+	returned := make(chan struct{})
+	unblocked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(unblocked)
+		for {
+			uctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			n, err := s.rdb.ClientUnblock(uctx, wc.id).Result()
+			cancel()
+			if err != nil || n == 1 {
+				return // released, or Redis is gone and the read fails by itself
+			}
+			// Not blocked (yet): the XREAD is still on its way, or has
+			// just returned.
+			select {
+			case <-returned:
+				return
+			case <-time.After(unblockRetry):
+			}
+		}
+	})
+	streams, err := wc.conn.XRead(context.WithoutCancel(ctx), &redis.XReadArgs{
+		Streams: []string{k.log, k.wake, strconv.FormatUint(after, 10) + "-0", wake},
+		Count:   1,
+		Block:   s.blockFor,
+	}).Result()
+	close(returned)
+	if !stop() {
+		<-unblocked // the connection must not be reused while CLIENT UNBLOCK may still name it
+	}
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	for _, st := range streams {
+		if st.Stream == k.log && len(st.Messages) > 0 {
+			appended = true
+		}
+	}
+	return appended, err
+}
+
+// getWaitConn returns an idle wait connection (reused = true), or a new one,
+// or nil when MaxWaits connections are in use.
+func (s *Store) getWaitConn(ctx context.Context) (wc *waitConn, reused bool, err error) {
+	s.mu.Lock()
+	if n := len(s.idle); n > 0 {
+		wc = s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		s.inUse++
+		s.mu.Unlock()
+		return wc, true, nil
+	}
+	if s.inUse >= s.maxWaits {
+		s.mu.Unlock()
+		return nil, false, nil
+	}
+	s.inUse++
+	s.mu.Unlock()
+	conn := s.wdb.Conn()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		conn.Close()
+		s.mu.Lock()
+		s.inUse--
+		s.mu.Unlock()
+		return nil, false, err
+	}
+	return &waitConn{conn: conn, id: id}, false, nil
+}
+
+// putWaitConn returns wc to the idle list, or closes it when it failed or
+// the Store is closed.
+func (s *Store) putWaitConn(wc *waitConn, healthy bool) {
+	s.mu.Lock()
+	s.inUse--
+	if healthy && !s.closed {
+		s.idle = append(s.idle, wc)
+		wc = nil
+	}
+	s.mu.Unlock()
+	if wc != nil {
+		wc.conn.Close()
+	}
+}
+
+// dropIdle closes every idle wait connection.
+func (s *Store) dropIdle() {
+	s.mu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, wc := range idle {
+		wc.conn.Close()
+	}
+}

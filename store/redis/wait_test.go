@@ -1,0 +1,236 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/store"
+	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+)
+
+// waitAsync starts s.Wait(after) and returns the channel of its result.
+func waitAsync(ctx context.Context, s store.Store, token string, after uint64) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(ctx, token, after) }()
+	return done
+}
+
+// mustWake fails unless done delivers want (errors.Is; nil for nil) within 5 s.
+func mustWake(t *testing.T, what string, done <-chan error, want error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if (want == nil && err != nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("Wait woken by %s returned %v, want %v", what, err, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Wait was not woken by %s within 5s", what)
+	}
+}
+
+// mustStayBlocked fails if done delivers anything within d.
+func mustStayBlocked(t *testing.T, what string, done <-chan error, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v after %s, want it still blocked", err, what)
+	case <-time.After(d):
+	}
+}
+
+// TestWaitAcrossStores: a Wait on one Store (one replica) is woken by
+// writes made through another Store, for each reason the contract names,
+// and not by a trim that leaves the floor at or below after+1.
+func TestWaitAcrossStores(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	reader := open(t, srv, redisstore.Options{})
+	writer := open(t, srv, redisstore.Options{})
+	create(t, writer, "tok")
+	if _, err := writer.Append(ctx, "tok", 1, msgs("a", "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+
+	done := waitAsync(ctx, reader, "tok", 3)
+	mustStayBlocked(t, "nothing", done, 100*time.Millisecond)
+	if _, err := writer.Append(ctx, "tok", 1, msgs("d")); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "an append on another store", done, nil)
+
+	// A trim to a floor at or below after+1 changes nothing a reader at
+	// after cares about: the Wait stays blocked.
+	done = waitAsync(ctx, reader, "tok", 4)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := writer.Trim(ctx, "tok", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	mustStayBlocked(t, "a trim to floor 3 (after 4)", done, 200*time.Millisecond)
+	if _, err := writer.Trim(ctx, "tok", 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	mustStayBlocked(t, "a trim to floor 5 = after+1", done, 200*time.Millisecond)
+	// A second reader at 4, then an append wakes both.
+	behind := waitAsync(ctx, reader, "tok", 4)
+	if _, err := writer.Append(ctx, "tok", 1, msgs("e", "f")); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "an append", done, nil)
+	mustWake(t, "an append", behind, nil)
+	done = waitAsync(ctx, reader, "tok", 6)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := writer.Trim(ctx, "tok", 1, 100); err != nil { // floor 7 > after+1
+		t.Fatal(err)
+	}
+	mustStayBlocked(t, "a trim to floor 7 = after+1", done, 200*time.Millisecond)
+	b, _ := writer.Bounds(ctx, "tok")
+	if b.Floor != 7 || b.HWM != 6 {
+		t.Fatalf("bounds after trimming everything: %+v, want floor 7 HWM 6", b)
+	}
+	// A trim can raise the floor at most to HWM+1, so it never overtakes a
+	// blocked reader; a reader that starts behind the floor (7 > 4+1)
+	// returns at once.
+	if err := reader.Wait(ctx, "tok", 4); err != nil {
+		t.Fatalf("Wait behind the floor = %v, want nil at once", err)
+	}
+
+	if _, err := writer.Claim(ctx, "tok", "p2", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "a claim on another store", done, nil)
+
+	done = waitAsync(ctx, reader, "tok", 6)
+	time.Sleep(50 * time.Millisecond)
+	if err := writer.End(ctx, "tok", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "an end on another store", done, store.ErrEnded)
+
+	if err := reader.Wait(ctx, "nope", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Wait(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// TestWaitCancel: cancelling a Wait's context releases it at once (CLIENT
+// UNBLOCK), well before WaitBlock, and its connection serves the next Wait.
+func TestWaitCancel(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := open(t, srv, redisstore.Options{WaitBlock: time.Minute, MaxWaits: 1})
+	create(t, s, "tok")
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := waitAsync(ctx, s, "tok", 0)
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: cancelled Wait = %v, want context.Canceled", i, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: cancelled Wait still blocked after 2s (WaitBlock is 1 min)", i)
+		}
+	}
+	// A deadline works the same way.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Wait(ctx, "tok", 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait past its deadline = %v, want DeadlineExceeded", err)
+	}
+}
+
+// TestWaitBeyondMaxWaits: with MaxWaits 1, a second concurrent Wait polls
+// and is still woken by an append.
+func TestWaitBeyondMaxWaits(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s := open(t, srv, redisstore.Options{MaxWaits: 1, PollInterval: 20 * time.Millisecond})
+	create(t, s, "tok")
+	first := waitAsync(ctx, s, "tok", 0)
+	second := waitAsync(ctx, s, "tok", 0)
+	mustStayBlocked(t, "nothing", first, 100*time.Millisecond)
+	mustStayBlocked(t, "nothing", second, 0)
+	if _, err := s.Append(ctx, "tok", 1, msgs("a")); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "an append", first, nil)
+	mustWake(t, "an append", second, nil)
+}
+
+// TestWaitBlockExpires: a Wait whose blocking read times out (WaitBlock)
+// re-reads and blocks again, and is still woken afterwards.
+func TestWaitBlockExpires(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s := open(t, srv, redisstore.Options{WaitBlock: 50 * time.Millisecond})
+	create(t, s, "tok")
+	done := waitAsync(ctx, s, "tok", 0)
+	mustStayBlocked(t, "several WaitBlock periods", done, 300*time.Millisecond)
+	if _, err := s.Append(ctx, "tok", 1, msgs("a")); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, "an append", done, nil)
+}
+
+// TestCloseReleasesWait: Close returns a blocked Wait with ErrUnavailable,
+// and calls after Close fail with ErrUnavailable.
+func TestCloseReleasesWait(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s, err := redisstore.New(ctx, redisstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "tok")
+	done := waitAsync(ctx, s, "tok", 0)
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	mustWake(t, "Close", done, store.ErrUnavailable)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5s")
+	}
+	if _, err := s.Get(ctx, "tok"); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Get after Close = %v, want ErrUnavailable", err)
+	}
+	if _, err := s.Append(ctx, "tok", 1, msgs("x")); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Append after Close = %v, want ErrUnavailable", err)
+	}
+	if err := s.Wait(ctx, "tok", 0); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Wait after Close = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestWaitEndsWithSession: a Wait in any phase (snapshot, blocking read,
+// re-read) when another store ends the session returns ErrEnded, never nil.
+func TestWaitEndsWithSession(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	reader := open(t, srv, redisstore.Options{})
+	writer := open(t, srv, redisstore.Options{})
+	for i := range 100 {
+		tok := fmt.Sprintf("tok%d", i)
+		create(t, writer, tok)
+		if _, err := writer.Append(ctx, tok, 1, msgs("a", "b")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writer.Claim(ctx, tok, "p2", 1, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		done := waitAsync(ctx, reader, tok, 2)
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if err := writer.End(ctx, tok, store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		mustWake(t, fmt.Sprintf("End of %s after %d ms", tok, i%5), done, store.ErrEnded)
+	}
+}
