@@ -247,7 +247,10 @@ type Sessions interface {
 //     write, so a paused or partitioned old owner cannot write after a
 //     takeover.
 //   - Retention: events are only removed by Trim, by Claim (older
-//     generations) and by End; Floor never decreases within a generation.
+//     generations), by End, and by a backend's own documented bound on its
+//     size (which removes the oldest events of a session, raising its floor
+//     as Trim would, and wakes Wait); Floor never decreases within a
+//     generation.
 type Log interface {
 	// Append adds evs to the session's log under generation gen. It sets
 	// each event's Seq and Generation (in the slice it was given), and the

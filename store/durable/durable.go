@@ -1,0 +1,230 @@
+// Package durable is Tidemark's single-machine store that outlives the
+// process: session records, tombstones and event logs in one data
+// directory, on the Pebble v2 embedded key-value engine
+// (github.com/cockroachdb/pebble/v2). Its durability promise is "survives
+// kill -9": every call that changes what a client can observe returns only
+// after its write is fsync'd.
+//
+// # Why Pebble
+//
+// Chosen by measurement against bbolt and SQLite (modernc.org/sqlite) on the
+// store's own workload, on a 2-core development machine; the program is in
+// the enginecmp directory next to this file (a module of its own, so the
+// other engines stay out of Tidemark's dependencies). Over four runs Pebble
+// matched or led on group-committed durable appends with 8 writers
+// (14,000-23,000/s; bbolt 11,000-12,000; SQLite 7,000-17,000) and led
+// clearly with 64 (95,000-100,000/s, 2.6 to 7 times the others); it deletes
+// a range of events in one constant-time operation (3-5 ms for 180,000
+// events where bbolt took 2.4-4.5 s and SQLite 150-420 ms, both deleting
+// row by row); and it reclaims the space online, to the smallest directory
+// (2.0 MiB against 15-16 MiB, its blocks being compressed), where bbolt
+// never shrinks its file while it is open. Replaying 10,000 events took
+// 2-3 ms on Pebble and bbolt, 7-15 ms on SQLite.
+//
+// # Durability and group commit
+//
+// Every write (Append, Create, Claim, Renew, SaveState, Touch, Trim, End) is
+// one atomic Pebble batch handed to a single committer goroutine, which
+// commits the batches waiting for it together with one fsync (group commit
+// across all sessions) and only then lets their callers return. Append
+// makes its events visible to Read and Wait only after that fsync, so no
+// connection can send an event, and no client can hold a cursor, above the
+// durable high-water mark. Options.CommitWindow trades latency for fewer
+// fsyncs.
+//
+// # Fencing
+//
+// Each session has a write lock held across the check of the generation and
+// the commit of the write, so a write carrying a stale generation stores
+// nothing (store.ErrFenced), and no write of an older generation can land
+// after a Claim.
+//
+// # Restart
+//
+// Open needs no recovery step of its own: a record says which process owns
+// its live state (store.Record.Owner, a boot ID), so session.Registry
+// re-creates a session owned by a previous process at generation+1, through
+// Claim, on the first request that needs it. Tombstones, replay floors and
+// high-water marks are read back as they were committed.
+//
+// # Space
+//
+// Retention per session is applied by eventlog through Trim, as with the
+// memory store. On top of it the store bounds the data directory
+// (Options.MaxBytes) and refuses to grow when the file system runs low
+// (Options.MinFreeBytes), so that the engine never meets a full disk; see
+// the Options fields. Deleted events are reclaimed by Pebble's background
+// compactions, and at once by Compact.
+//
+// # The data directory
+//
+// One process at a time: Open takes a file lock on the directory and a
+// second Open fails with ErrInUse. The directory holds a FORMAT file naming
+// the layout version; a directory of a newer version fails with
+// ErrNewerFormat, a damaged one with ErrCorrupt, one that cannot be written
+// with ErrNotWritable, and a full file system with ErrNoSpace. Each message
+// names the directory and what to do.
+package durable
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxBytes is the default bound on retained event bytes: 1 GiB.
+	DefaultMaxBytes = 1 << 30
+	// DefaultMinFreeBytes is the default free space the store leaves on the
+	// file system: 128 MiB.
+	DefaultMinFreeBytes = 128 << 20
+	// DefaultIdleTTL matches session.DefaultIdleTTL: 30 minutes.
+	DefaultIdleTTL = 30 * time.Minute
+	// DefaultTombstoneTTL matches session.DefaultTombstoneTTL: 24 hours.
+	DefaultTombstoneTTL = 24 * time.Hour
+	// DefaultSweepInterval is how often the sweeper runs: 1 minute.
+	DefaultSweepInterval = time.Minute
+)
+
+// Errors of Open; test with errors.Is. Each is wrapped with the directory
+// and the advice to act on.
+var (
+	// ErrInUse: another process (or another Store in this process) has the
+	// data directory open.
+	ErrInUse = errors.New("data directory in use")
+	// ErrNewerFormat: the directory was written by a newer Tidemark whose
+	// layout this build cannot read.
+	ErrNewerFormat = errors.New("data directory has a newer format")
+	// ErrCorrupt: the directory's files are damaged (truncated, overwritten)
+	// or it is not a Tidemark data directory.
+	ErrCorrupt = errors.New("data directory is damaged")
+	// ErrNotWritable: the directory or its files cannot be written
+	// (permissions, read-only file system).
+	ErrNotWritable = errors.New("data directory is not writable")
+	// ErrNoSpace: the file system has less free space than
+	// Options.MinFreeBytes. Appends fail with it too, wrapped together
+	// with store.ErrUnavailable.
+	ErrNoSpace = errors.New("no space left for the data directory")
+)
+
+// Options configures Open. The zero value selects every default.
+type Options struct {
+	// CommitWindow is how long the committer waits, after the first write
+	// of a group arrives, for more writes to share the group's fsync.
+	// Default 0: no waiting; writes that arrive while an fsync is in flight
+	// share the next one, which already groups concurrent sessions. Latency
+	// cost: every write waits for one fsync (about 0.3 ms at the median on
+	// the development machine's disk, see the benchmarks) plus up to
+	// CommitWindow; a positive window lowers the fsync rate when writes
+	// trickle in, at that price on each write.
+	CommitWindow time.Duration
+	// MaxBytes bounds the event bytes (store.Event.Size) retained across
+	// all sessions, the bulk of the data directory. Over it, the session
+	// holding the oldest retained event loses the older half of its events
+	// (its replay floor rises, as with eventlog's memory budget), until the
+	// total fits. The directory on disk holds these bytes compressed, plus
+	// records and tombstones (about 1 KiB per session), the write-ahead log
+	// (Pebble keeps up to three 4 MiB log files for reuse: about 16 MiB)
+	// and deleted data that compaction has not yet reclaimed. Default 1 GiB; negative: no bound.
+	MaxBytes int64
+	// MinFreeBytes is the free space (bytes) the store keeps on the data
+	// directory's file system: a write that adds data fails with
+	// store.ErrUnavailable and ErrNoSpace while less is free, so the engine
+	// never meets a full disk (Pebble cannot recover from a failed log
+	// write without a restart) and compactions have room. Writes that only
+	// remove data (Trim, End, Claim) still go through. Default 128 MiB;
+	// negative: no check.
+	MinFreeBytes int64
+	// IdleTTL ends, as store.EndIdle, the sessions inherited from a previous
+	// process (their Owner never wrote to this Store) whose LastSeen is
+	// older than IdleTTL: nobody came back for them, and session.Registry
+	// would end them on the next request anyway. Sessions owned by a
+	// process using this Store are left to its Registry. Default 30 minutes
+	// (session.DefaultIdleTTL); negative: never.
+	IdleTTL time.Duration
+	// TombstoneTTL is how long a tombstone written by the sweeper lasts.
+	// Default 24 hours (session.DefaultTombstoneTTL).
+	TombstoneTTL time.Duration
+	// SweepInterval is how often expired tombstones are deleted and idle
+	// inherited sessions ended. Default 1 minute; negative: never (tests).
+	SweepInterval time.Duration
+	// Logger receives the engine's and the sweeper's messages. Default:
+	// slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time. Default time.Now.
+	Now func() time.Time
+}
+
+// Store is a store.Store in a data directory. It is safe for concurrent use.
+type Store struct {
+	dir    string
+	opts   Options
+	logger *slog.Logger
+	db     *pebble.DB
+	lock   *pebble.Lock
+	c      *committer
+	// fsCloser stops the disk-health checker of the engine's file system.
+	fsCloser io.Closer
+
+	// rw is held shared by every call that touches db and exclusively by
+	// Close, because Pebble panics on a closed DB.
+	rw      sync.RWMutex
+	closed  bool
+	closing chan struct{} // closed by Close: wakes Waits
+
+	mu       sync.Mutex
+	sessions map[string]*sess // every live record, loaded at Open
+	owners   map[string]bool  // owners that wrote to this Store since Open
+
+	total  atomic.Int64 // retained event bytes across sessions
+	groups atomic.Int64 // group commits (fsyncs) so far, for tests
+
+	sweepStop chan struct{}
+	sweepDone chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+// sess is the in-memory image of one live session: its record and the
+// bounds of its log, exactly as last committed (Trim raises floor first).
+type sess struct {
+	token string
+	// wmu serializes the writes of the session, held from the fencing check
+	// to the end of the commit.
+	wmu sync.Mutex
+
+	mu     sync.Mutex
+	rec    store.Record
+	floor  uint64
+	hwm    uint64
+	bytes  int64
+	oldest time.Time
+	ended  error         // non-nil once End committed
+	notify chan struct{} // closed and replaced when waiters must look again
+}
+
+func (ss *sess) boundsLocked() store.Bounds {
+	b := store.Bounds{Generation: ss.rec.Generation, Floor: ss.floor, HWM: ss.hwm, Bytes: ss.bytes, Oldest: ss.oldest}
+	if ss.hwm >= ss.floor {
+		b.Events = int(ss.hwm - ss.floor + 1)
+	}
+	return b
+}
+
+func (ss *sess) metaLocked() meta {
+	return meta{floor: ss.floor, hwm: ss.hwm, bytes: ss.bytes, oldest: ss.oldest}
+}
+
+// wakeLocked wakes every Wait on the session.
+func (ss *sess) wakeLocked() {
+	close(ss.notify)
+	ss.notify = make(chan struct{})
+}

@@ -1,0 +1,533 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/store/storetest"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// open opens a store in dir with the sweeper off and the free-space check
+// off (t.TempDir's file system may be nearly full on a developer machine;
+// TestDiskFull tests the check on a file system of its own).
+func open(t *testing.T, dir string, opts durable.Options) *durable.Store {
+	t.Helper()
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = -1
+	}
+	if opts.MinFreeBytes == 0 {
+		opts.MinFreeBytes = -1
+	}
+	s, err := durable.Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir(), durable.Options{Logger: quiet()}) })
+}
+
+var ctx = context.Background()
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func rec(token, owner string, seen time.Time) store.Record {
+	return store.Record{Token: token, Generation: 1, Owner: owner, State: []byte(`{"protocolVersion":"2025-11-25"}`), Created: seen, LastSeen: seen}
+}
+
+func events(n int, at time.Time) []store.Event {
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{Stream: 1, Kind: store.KindMessage, Data: fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"m","params":{"i":%06d}}`, i), Time: at}
+	}
+	return evs
+}
+
+// TestReopen: records, generations, floors, HWMs, events and tombstones
+// read back after Close and Open exactly as they were committed.
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tok := range []string{"tok-a", "tok-b", "tok-c"} {
+		if err := s.Create(ctx, rec(tok, "boot-1", t0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, tok, 1, events(10, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Trim(ctx, "tok-a", 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "tok-b", "boot-1", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "tok-b", 2, events(2, t0.Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.End(ctx, "tok-c", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	wantA, _ := s.Bounds(ctx, "tok-a")
+	wantB, _ := s.Bounds(ctx, "tok-b")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "tok-a"); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Get after Close = %v, want ErrUnavailable", err)
+	}
+
+	s = open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	for tok, want := range map[string]store.Bounds{"tok-a": wantA, "tok-b": wantB} {
+		got, err := s.Bounds(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Generation != want.Generation || got.Floor != want.Floor || got.HWM != want.HWM || got.Events != want.Events || got.Bytes != want.Bytes || !got.Oldest.Equal(want.Oldest) {
+			t.Fatalf("%s bounds after reopen = %+v, want %+v", tok, got, want)
+		}
+	}
+	if wantA.Floor != 4 || wantA.HWM != 10 || wantB.Generation != 2 || wantB.Floor != 11 || wantB.HWM != 12 {
+		t.Fatalf("bounds before reopen: a %+v b %+v", wantA, wantB)
+	}
+	evs, _, err := s.Read(ctx, "tok-a", 0, 100)
+	if err != nil || len(evs) != 7 || evs[0].Seq != 4 || string(evs[0].Data) != `{"jsonrpc":"2.0","method":"m","params":{"i":000003}}` || !evs[0].Time.Equal(t0) || evs[0].Stream != 1 {
+		t.Fatalf("tok-a events after reopen = %+v, %v", evs, err)
+	}
+	r, err := s.Get(ctx, "tok-b")
+	if err != nil || r.Generation != 2 || r.Owner != "boot-1" || string(r.State) != `{"protocolVersion":"2025-11-25"}` || !r.Created.Equal(t0) {
+		t.Fatalf("tok-b record after reopen = %+v, %v", r, err)
+	}
+	var ended *store.EndedError
+	if _, err := s.Get(ctx, "tok-c"); !errors.As(err, &ended) || ended.Reason != store.EndDeleted {
+		t.Fatalf("tok-c after reopen = %v, want its tombstone (deleted)", err)
+	}
+	if err := s.Create(ctx, rec("tok-c", "boot-2", t0)); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("Create over the tombstone after reopen = %v, want ErrExists", err)
+	}
+	// Sequences continue after the reopen.
+	more := events(1, t0)
+	if _, err := s.Append(ctx, "tok-a", 1, more); err != nil || more[0].Seq != 11 {
+		t.Fatalf("append after reopen: seq %d, %v; want 11", more[0].Seq, err)
+	}
+}
+
+// TestSecondOpenRefused: a second Store on the same directory fails with
+// ErrInUse and leaves the first working.
+func TestSecondOpenRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	_, err := durable.Open(dir, durable.Options{MinFreeBytes: -1, Logger: quiet()})
+	if !errors.Is(err, durable.ErrInUse) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "stop that process") {
+		t.Fatalf("second Open = %v, want ErrInUse naming %s and what to do", err, dir)
+	}
+	if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
+		t.Fatalf("first store after the refused second open: %v", err)
+	}
+}
+
+// TestBadDirectory: a newer format, damaged files and foreign directories
+// are refused with the sentinel, the directory's name and advice, and are
+// left as they were.
+func TestBadDirectory(t *testing.T) {
+	populated := func(t *testing.T) string {
+		dir := t.TempDir()
+		s := open(t, dir, durable.Options{Logger: quiet()})
+		s.Create(ctx, rec("tok", "p", time.Now()))
+		s.Append(ctx, "tok", 1, events(2000, time.Now()))
+		if err := s.Compact(ctx); err != nil { // writes a table file
+			t.Fatal(err)
+		}
+		s.Close()
+		return dir
+	}
+	truncate := func(t *testing.T, dir, pattern string) {
+		files, _ := filepath.Glob(filepath.Join(dir, pattern))
+		if len(files) == 0 {
+			t.Fatalf("no %s in %s", pattern, dir)
+		}
+		for _, f := range files {
+			fi, _ := os.Stat(f)
+			if err := os.Truncate(f, fi.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []struct {
+		name    string
+		prepare func(t *testing.T) string
+		want    error
+		advice  string
+	}{
+		{"newer format", func(t *testing.T) string {
+			dir := populated(t)
+			os.WriteFile(filepath.Join(dir, "FORMAT"), []byte("tidemark-durable 2\n"), 0o600)
+			return dir
+		}, durable.ErrNewerFormat, "format 2, this build reads format 1: run a newer tidemark"},
+		{"truncated FORMAT", func(t *testing.T) string {
+			dir := populated(t)
+			truncate(t, dir, "FORMAT")
+			return dir
+		}, durable.ErrCorrupt, "restore the directory from a backup"},
+		{"truncated table", func(t *testing.T) string {
+			dir := populated(t)
+			truncate(t, dir, "*.sst")
+			return dir
+		}, durable.ErrCorrupt, "restore it from a backup"},
+		{"not a Tidemark directory", func(t *testing.T) string {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
+			return dir
+		}, durable.ErrCorrupt, "choose an empty or new directory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := c.prepare(t)
+			before := listing(t, dir)
+			_, err := durable.Open(dir, durable.Options{MinFreeBytes: -1, SweepInterval: -1, Logger: quiet()})
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), c.advice) {
+				t.Fatalf("Open = %v\nwant %v naming %s and saying %q", err, c.want, dir, c.advice)
+			}
+			if after := listing(t, dir); after != before {
+				t.Fatalf("the refused Open changed the directory:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+// TestTruncatedManifestRecovers: a manifest cut in the middle of a write is
+// what a crash leaves; Pebble recovers the last complete state from it and
+// the write-ahead log, and nothing committed is lost.
+func TestTruncatedManifestRecovers(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	s.Create(ctx, rec("tok", "p", time.Now()))
+	if _, err := s.Append(ctx, "tok", 1, events(2000, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	s.Compact(ctx)
+	s.Close()
+	files, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	for _, f := range files {
+		fi, _ := os.Stat(f)
+		os.Truncate(f, fi.Size()/2)
+	}
+	s = open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	evs, b, err := s.Read(ctx, "tok", 0, 5000)
+	if err != nil || b.HWM != 2000 || len(evs) != 2000 || evs[1999].Seq != 2000 {
+		t.Fatalf("after a truncated manifest: %d events, bounds %+v, %v; want all 2000", len(evs), b, err)
+	}
+}
+
+// listing returns the names and sizes of dir's files, but the lock file
+// (which Open creates before it reads anything).
+func listing(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		fi, _ := e.Info()
+		fmt.Fprintf(&b, "%s:%d ", e.Name(), fi.Size())
+	}
+	return b.String()
+}
+
+// TestNotWritable: a directory the process cannot write is refused with
+// ErrNotWritable. As root, permission bits do not stop writes, so the
+// directory is made read-only with a read-only bind mount.
+func TestNotWritable(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	s.Create(ctx, rec("tok", "p", time.Now()))
+	s.Close()
+	if os.Geteuid() == 0 {
+		if out, err := exec.Command("mount", "--bind", "-o", "ro", dir, dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount --bind -o ro %s: %v: %s (the test needs mount(8) from util-linux and CAP_SYS_ADMIN when run as root)", dir, err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	} else {
+		os.Chmod(dir, 0o500)
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	}
+	_, err := durable.Open(dir, durable.Options{MinFreeBytes: -1, Logger: quiet()})
+	if !errors.Is(err, durable.ErrNotWritable) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "give the tidemark user write permission") {
+		t.Fatalf("Open of a read-only directory = %v, want ErrNotWritable naming %s and what to do", err, dir)
+	}
+}
+
+// tmpfs mounts a file system of size bytes of its own, so the test can fill
+// it.
+func tmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t tmpfs: %v: %s (the test needs root, or CAP_SYS_ADMIN, and mount(8) from util-linux)", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fill writes a file in dir until the file system has less than left bytes
+// free, and returns its path.
+func fill(t *testing.T, dir string, left uint64) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		var st unix.Statfs_t
+		unix.Statfs(dir, &st)
+		if st.Bavail*uint64(st.Bsize) < left {
+			return path
+		}
+		if _, err := f.Write(chunk); err != nil {
+			return path
+		}
+	}
+}
+
+// TestDiskFull: when the file system runs low, appends fail with
+// store.ErrUnavailable (and ErrNoSpace), store nothing, and lose nothing
+// already committed; the transport answers 503 unavailable; once space is
+// back, appends work again. Opening on a full file system is refused.
+func TestDiskFull(t *testing.T) {
+	mnt := tmpfs(t, 48<<20)
+	dir := filepath.Join(mnt, "data")
+	const minFree = 8 << 20
+	s, err := durable.Open(dir, durable.Options{MinFreeBytes: minFree, SweepInterval: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "tok", 1, events(100, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	filler := fill(t, mnt, minFree-1<<20)
+
+	evs := events(1, time.Now())
+	_, err = s.Append(ctx, "tok", 1, evs)
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, durable.ErrNoSpace) || evs[0].Seq != 0 {
+		t.Fatalf("Append on a full disk = %v (seq %d), want ErrUnavailable and ErrNoSpace, seq unset", err, evs[0].Seq)
+	}
+	got, b, err := s.Read(ctx, "tok", 0, 1000)
+	if err != nil || len(got) != 100 || b.HWM != 100 || got[99].Seq != 100 {
+		t.Fatalf("after the refused append: %d events, HWM %d, %v; want the 100 committed", len(got), b.HWM, err)
+	}
+	// Removing data still works when the disk is full.
+	if _, err := s.Trim(ctx, "tok", 1, 11); err != nil {
+		t.Fatalf("Trim on a full disk: %v", err)
+	}
+	if _, err := durable.Open(filepath.Join(mnt, "other"), durable.Options{MinFreeBytes: minFree, Logger: quiet()}); !errors.Is(err, durable.ErrNoSpace) || !strings.Contains(err.Error(), "free space on its file system") {
+		t.Fatalf("Open on a full file system = %v, want ErrNoSpace with advice", err)
+	}
+
+	// Through the HTTP transport: a POST whose events cannot be stored
+	// answers 503 unavailable.
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{Store: nopClose{s}, Retention: eventlog.Options{Budget: -1}, Transport: transport.Options{Logger: quiet()}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	os.Remove(filler)
+	sess, err := (&mcptest.Client{URL: srv.URL, HTTP: srv.Client()}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler = fill(t, mnt, minFree-1<<20)
+	resp, err := sess.Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := mcptest.ReadStatusError(resp)
+	if se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
+		t.Fatalf("POST on a full disk = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
+	}
+
+	os.Remove(filler)
+	st, err := sess.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "back"}, nil))
+	if err != nil {
+		t.Fatalf("POST once space is back: %v", err)
+	}
+	if evs, err := st.Collect(); err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(3)) {
+		t.Fatalf("echo once space is back: %v, %v", evs, err)
+	}
+	more := events(1, time.Now())
+	if _, err := s.Append(ctx, "tok", 1, more); err != nil || more[0].Seq != 101 {
+		t.Fatalf("Append once space is back: seq %d, %v; want 101", more[0].Seq, err)
+	}
+}
+
+// nopClose keeps the handler from closing a store the test closes itself.
+type nopClose struct{ store.Store }
+
+func (nopClose) Close() error { return nil }
+
+// TestMaxBytes: over the bound, the session with the oldest retained event
+// loses the older half of its events, until the total fits.
+func TestMaxBytes(t *testing.T) {
+	s := open(t, t.TempDir(), durable.Options{MaxBytes: 100 * 1000, Logger: quiet()})
+	defer s.Close()
+	t0 := time.Now()
+	s.Create(ctx, rec("old", "p", t0))
+	s.Create(ctx, rec("new", "p", t0))
+	// Each event is 52 bytes of data + 64 = 116 bytes: 500 events = 58,000.
+	if _, err := s.Append(ctx, "old", 1, events(500, t0)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Append(ctx, "new", 1, events(500, t0.Add(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := s.Bounds(ctx, "old")
+	if old.Floor != 251 || old.Events != 250 || b.Floor != 1 || b.Events != 500 {
+		t.Fatalf("after 116,000 bytes against a bound of 100,000: old %+v new %+v; want old floor 251 (half gone), new untouched", old, b)
+	}
+	if size := events(1, t0)[0].Size(); size != 116 {
+		t.Fatalf("test event of %d bytes, want 116", size)
+	}
+	if u := s.Usage(); u.RetainedBytes != 750*116 {
+		t.Fatalf("retained %d bytes, want %d", u.RetainedBytes, 750*116)
+	}
+}
+
+// TestSweepInherited: a session inherited from a previous process and idle
+// beyond IdleTTL is ended by Sweep; one of this process's is not, nor an
+// inherited one seen recently.
+func TestSweepInherited(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	s := open(t, dir, durable.Options{Now: clock, Logger: quiet()})
+	s.Create(ctx, rec("idle", "boot-1", now.Add(-time.Hour)))
+	s.Create(ctx, rec("recent", "boot-1", now.Add(-time.Minute)))
+	s.Close()
+	s = open(t, dir, durable.Options{Now: clock, IdleTTL: 30 * time.Minute, Logger: quiet()})
+	defer s.Close()
+	s.Create(ctx, rec("mine", "boot-2", now.Add(-time.Hour)))
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ended *store.EndedError
+	if _, err := s.Get(ctx, "idle"); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("inherited idle session after Sweep: %v, want ended (idle)", err)
+	}
+	for _, tok := range []string{"recent", "mine"} {
+		if _, err := s.Get(ctx, tok); err != nil {
+			t.Fatalf("%s after Sweep: %v, want live", tok, err)
+		}
+	}
+	// The tombstone expires after TombstoneTTL (24 h) and Sweep drops it.
+	now = now.Add(25 * time.Hour)
+	s.Touch(ctx, "mine", now)
+	s.Touch(ctx, "recent", now)
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "idle"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after the tombstone expired: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCompactReclaims: ending sessions and compacting returns the space of
+// their events: the table files shrink to almost nothing.
+func TestCompactReclaims(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	for i := range 4 {
+		tok := fmt.Sprintf("tok-%d", i)
+		s.Create(ctx, rec(tok, "p", time.Now()))
+		for range 10 {
+			if _, err := s.Append(ctx, tok, 1, events(1000, time.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Compact(ctx)
+	full := s.Usage()
+	for i := range 4 {
+		s.End(ctx, fmt.Sprintf("tok-%d", i), store.EndDeleted, time.Now().Add(time.Hour))
+	}
+	if err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Usage()
+	if full.TableBytes < 100_000 || after.TableBytes > full.TableBytes/20 || after.RetainedBytes != 0 {
+		t.Fatalf("table files: %d bytes with 40,000 events, %d after ending every session and compacting (retained %d); want under 5%%",
+			full.TableBytes, after.TableBytes, after.RetainedBytes)
+	}
+}
+
+// TestGroupCommit: concurrent appends of different sessions share fsyncs.
+func TestGroupCommit(t *testing.T) {
+	s := open(t, t.TempDir(), durable.Options{CommitWindow: 5 * time.Millisecond, Logger: quiet()})
+	defer s.Close()
+	const sessions, per = 8, 20
+	for i := range sessions {
+		s.Create(ctx, rec(fmt.Sprintf("tok-%d", i), "p", time.Now()))
+	}
+	before := s.Groups()
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				if _, err := s.Append(ctx, fmt.Sprintf("tok-%d", i), 1, events(1, time.Now())); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if g := s.Groups() - before; g > sessions*per/2 {
+		t.Fatalf("%d appends from %d sessions took %d fsyncs; want at most %d (grouped)", sessions*per, sessions, g, sessions*per/2)
+	}
+}

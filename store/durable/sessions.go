@@ -1,0 +1,286 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// lookup returns the live session of token, or the error Get reports for
+// it: *store.EndedError for a tombstone in force, store.ErrNotFound
+// otherwise. The caller holds s.rw shared.
+func (s *Store) lookup(token string) (*sess, error) {
+	s.mu.Lock()
+	ss, ok := s.sessions[token]
+	s.mu.Unlock()
+	if ok {
+		return ss, nil
+	}
+	t, found, err := s.tomb(token)
+	if err != nil {
+		return nil, err
+	}
+	if found && s.opts.Now().Before(t.Until) {
+		return nil, &store.EndedError{Token: token, Reason: t.Reason}
+	}
+	return nil, fmt.Errorf("durable store: session %s: %w", store.Prefix(token), store.ErrNotFound)
+}
+
+// tomb reads token's tombstone, expired or not.
+func (s *Store) tomb(token string) (tombJSON, bool, error) {
+	v, closer, err := s.db.Get(tokenKey(kindTomb, token))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return tombJSON{}, false, nil
+	}
+	if err != nil {
+		return tombJSON{}, false, fmt.Errorf("durable store: read tombstone of %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	var t tombJSON
+	if err := json.Unmarshal(v, &t); err != nil {
+		return tombJSON{}, false, fmt.Errorf("durable store: tombstone of %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
+	}
+	return t, true, nil
+}
+
+// Create implements store.Sessions. Besides the contract's errors it
+// refuses a token that is empty or longer than 255 bytes.
+func (s *Store) Create(ctx context.Context, rec store.Record) error {
+	if err := s.shared("create"); err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	if rec.Token == "" || len(rec.Token) > maxTokenLen {
+		return fmt.Errorf("durable store: create: session token of %d bytes, want 1 to %d", len(rec.Token), maxTokenLen)
+	}
+	s.mu.Lock()
+	if _, ok := s.sessions[rec.Token]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("durable store: create %s: %w", store.Prefix(rec.Token), store.ErrExists)
+	}
+	// Tokens are never reissued: an expired tombstone still refuses them.
+	if _, found, err := s.tomb(rec.Token); err != nil || found {
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("durable store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
+	}
+	rec.State = clone(rec.State)
+	ss := &sess{token: rec.Token, rec: rec, floor: 1, notify: make(chan struct{})}
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	s.sessions[rec.Token] = ss
+	s.mu.Unlock()
+
+	b := s.db.NewBatch()
+	b.Set(tokenKey(kindRecord, rec.Token), encodeRecord(rec), nil)
+	b.Set(tokenKey(kindMeta, rec.Token), encodeMeta(meta{floor: 1}), nil)
+	if err := s.commit(b, true); err != nil {
+		s.mu.Lock()
+		delete(s.sessions, rec.Token)
+		s.mu.Unlock()
+		ss.mu.Lock()
+		ss.ended = fmt.Errorf("durable store: session %s: %w", store.Prefix(rec.Token), store.ErrNotFound)
+		ss.mu.Unlock()
+		return fmt.Errorf("durable store: create %s: %w", store.Prefix(rec.Token), err)
+	}
+	s.noteOwner(rec.Owner)
+	return nil
+}
+
+// noteOwner records that owner writes through this Store, so the sweeper
+// leaves its sessions to it.
+func (s *Store) noteOwner(owner string) {
+	s.mu.Lock()
+	s.owners[owner] = true
+	s.mu.Unlock()
+}
+
+// Get implements store.Sessions.
+func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
+	if err := s.shared("get"); err != nil {
+		return store.Record{}, err
+	}
+	defer s.rw.RUnlock()
+	ss, err := s.lookup(token)
+	if err != nil {
+		return store.Record{}, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.ended != nil {
+		return store.Record{}, ss.ended
+	}
+	rec := ss.rec
+	rec.State = clone(rec.State)
+	return rec, nil
+}
+
+// write runs f for token's session under its write lock, after checking
+// that it has not ended; f returns the error of the call.
+func (s *Store) write(op, token string, f func(ss *sess) error) error {
+	if err := s.shared(op); err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	ss, err := s.lookup(token)
+	if err != nil {
+		return err
+	}
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	ss.mu.Lock()
+	ended := ss.ended
+	ss.mu.Unlock()
+	if ended != nil {
+		return ended
+	}
+	return f(ss)
+}
+
+// fenced is write with the generation check of op: gen must be the
+// record's. The record's generation only changes under wmu, so the check
+// holds until f's commit.
+func (s *Store) fenced(op, token string, gen uint64, f func(ss *sess) error) error {
+	return s.write(op, token, func(ss *sess) error {
+		if cur := ss.rec.Generation; cur != gen {
+			return &store.FencedError{Token: token, Op: op, Have: gen, Want: cur}
+		}
+		return f(ss)
+	})
+}
+
+// putRecord commits rec as ss's record and then installs it in memory.
+func (s *Store) putRecord(ss *sess, rec store.Record, grows bool) error {
+	b := s.db.NewBatch()
+	b.Set(tokenKey(kindRecord, ss.token), encodeRecord(rec), nil)
+	if err := s.commit(b, grows); err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	ss.rec = rec
+	ss.mu.Unlock()
+	return nil
+}
+
+// Claim implements store.Sessions. The new record, the emptied log and the
+// deletion of the older generations' events are one atomic, durable write.
+func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
+	var out store.Record
+	err := s.fenced("claim", token, from, func(ss *sess) error {
+		rec := ss.rec
+		rec.Generation = from + 1
+		rec.Owner = owner
+		rec.LeaseUntil = leaseUntil
+		ss.mu.Lock()
+		hwm, oldBytes := ss.hwm, ss.bytes
+		ss.mu.Unlock()
+		m := meta{floor: hwm + 1, hwm: hwm}
+		b := s.db.NewBatch()
+		b.Set(tokenKey(kindRecord, token), encodeRecord(rec), nil)
+		b.Set(tokenKey(kindMeta, token), encodeMeta(m), nil)
+		b.DeleteRange(eventKey(token, 0), eventKey(token, hwm+1), nil)
+		if err := s.commit(b, false); err != nil {
+			return fmt.Errorf("durable store: claim %s gen %d: %w", store.Prefix(token), from, err)
+		}
+		ss.mu.Lock()
+		ss.rec = rec
+		ss.floor, ss.bytes, ss.oldest = m.floor, 0, time.Time{}
+		ss.wakeLocked()
+		ss.mu.Unlock()
+		s.total.Add(-oldBytes)
+		s.noteOwner(owner)
+		out = rec
+		out.State = clone(rec.State)
+		return nil
+	})
+	return out, err
+}
+
+// Renew implements store.Sessions.
+func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error {
+	return s.fenced("renew", token, gen, func(ss *sess) error {
+		if ss.rec.Owner != owner {
+			return &store.FencedError{Token: token, Op: "renew", Have: gen, Want: ss.rec.Generation}
+		}
+		rec := ss.rec
+		rec.LeaseUntil = leaseUntil
+		return s.putRecord(ss, rec, false)
+	})
+}
+
+// SaveState implements store.Sessions.
+func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state []byte) error {
+	return s.fenced("save state", token, gen, func(ss *sess) error {
+		rec := ss.rec
+		rec.State = clone(state)
+		return s.putRecord(ss, rec, true)
+	})
+}
+
+// Touch implements store.Sessions.
+func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
+	return s.write("touch", token, func(ss *sess) error {
+		if !at.After(ss.rec.LastSeen) {
+			return nil
+		}
+		rec := ss.rec
+		rec.LastSeen = at
+		return s.putRecord(ss, rec, false)
+	})
+}
+
+// End implements store.Sessions: the record, the log meta and every event
+// are deleted and the tombstone written in one atomic, durable write.
+func (s *Store) End(ctx context.Context, token string, reason store.EndReason, tombstoneUntil time.Time) error {
+	err := s.write("end", token, func(ss *sess) error {
+		return s.end(ss, reason, tombstoneUntil)
+	})
+	var ended *store.EndedError
+	if errors.As(err, &ended) {
+		return nil // ending an ended session keeps its first reason
+	}
+	return err
+}
+
+// end ends ss; the caller holds ss.wmu and s.rw shared.
+func (s *Store) end(ss *sess, reason store.EndReason, until time.Time) error {
+	token := ss.token
+	tb, _ := json.Marshal(tombJSON{Reason: reason, Until: until})
+	b := s.db.NewBatch()
+	b.Delete(tokenKey(kindRecord, token), nil)
+	b.Delete(tokenKey(kindMeta, token), nil)
+	b.DeleteRange(eventKey(token, 0), eventKey(token, ^uint64(0)), nil)
+	b.Delete(eventKey(token, ^uint64(0)), nil)
+	b.Set(tokenKey(kindTomb, token), tb, nil)
+	if err := s.commit(b, false); err != nil {
+		return fmt.Errorf("durable store: end %s: %w", store.Prefix(token), err)
+	}
+	s.mu.Lock()
+	if s.sessions[token] == ss {
+		delete(s.sessions, token)
+	}
+	s.mu.Unlock()
+	ss.mu.Lock()
+	ss.ended = &store.EndedError{Token: token, Reason: reason}
+	bytes := ss.bytes
+	ss.bytes = 0
+	ss.wakeLocked()
+	ss.mu.Unlock()
+	s.total.Add(-bytes)
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
