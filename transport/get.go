@@ -66,22 +66,10 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 			h.registryError(err, token).write(w, h.logger)
 			return
 		}
-		s := stream{live: live, stream: replay.StandaloneStream}
-		if primed {
-			seq, err := live.Prime(ctx, replay.StandaloneStream, max(h.opts.Retry, 0))
-			if err != nil {
-				h.deliverError(live, err).write(w, h.logger)
-				return
-			}
-			s.after = seq - 1
-		} else {
-			b, err := h.reg.Log().Bounds(ctx, token)
-			if err != nil {
-				h.deliverError(live, err).write(w, h.logger)
-				return
-			}
-			s.after = b.HWM
-		}
+		// The stream's starting point is taken in serve once this connection
+		// holds the stream, so that a connection it takes over never sees
+		// (and writes) this one's priming event.
+		s := stream{live: live, stream: replay.StandaloneStream, fresh: true, unprimed: !primed}
 		setSSEHeaders(w.Header())
 		h.serve(ctx, w, s)
 		return
@@ -104,12 +92,14 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		in.Session = replay.Session{Status: replay.Live, Tag: live.Tag(), Generation: live.Generation(), Floor: b.Floor, HWM: b.HWM}
 	}
 	d := replay.Decide(in)
+	var at store.Event // the event the cursor names
 	if d.Outcome == replay.NeedEvent {
 		ev, found, err := h.reg.Log().At(ctx, token, d.Cursor.Sequence)
 		if err != nil {
 			h.deliverError(live, err).write(w, h.logger)
 			return
 		}
+		at = ev
 		in.At = &replay.EventAt{Found: found, Stream: ev.Stream}
 		d = replay.Decide(in)
 	}
@@ -124,7 +114,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		return
 	}
 
-	s := stream{live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence}
+	// A cursor naming the last event of a finished stream has nothing after
+	// it: the resumed stream is the priming event alone, then the end.
+	s := stream{live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence, finished: at.End}
 	if primed {
 		// The priming event of a resumed stream repeats the client's cursor:
 		// if this connection breaks before the next event, the client

@@ -140,6 +140,12 @@ type stream struct {
 	// unprimed: the client's protocol predates priming events (2025-11-25),
 	// so the stream's opening event is not sent.
 	unprimed bool
+	// finished: the stream already ended at or before after; only the
+	// preamble is written.
+	finished bool
+	// fresh: a new standalone stream; after is set by serve, once the
+	// connection holds the stream (see start).
+	fresh bool
 }
 
 // serve tails the stream and writes its events until the stream is over,
@@ -155,11 +161,17 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 	}
 	defer h.conns.detach(key, att)
 	defer l.Attach()()
+	if s.fresh {
+		if s.after, err = h.start(ctx, l, s); err != nil {
+			h.deliverError(l, err).write(w, h.logger)
+			return
+		}
+	}
 
 	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation())
 	sw.unprimed = s.unprimed
 	w.WriteHeader(http.StatusOK)
-	if err := sw.writeRaw(s.preamble); err != nil {
+	if err := sw.writeRaw(s.preamble); err != nil || s.finished {
 		return
 	}
 
@@ -192,6 +204,26 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 			return
 		}
 	}
+}
+
+// start returns the position a new standalone stream's reader starts
+// after: just before its priming event, appended now (2025-11-25 and
+// later), or else the high-water mark. It runs once the connection holds
+// the stream, so the connection it took over has stopped writing and no
+// event after this position can reach both.
+func (h *Handler) start(ctx context.Context, l *session.Live, s stream) (uint64, error) {
+	if !s.unprimed {
+		seq, err := l.Prime(ctx, s.stream, max(h.opts.Retry, 0))
+		if err != nil {
+			return 0, err
+		}
+		return seq - 1, nil
+	}
+	b, err := h.reg.Log().Bounds(ctx, l.Token())
+	if err != nil {
+		return 0, err
+	}
+	return b.HWM, nil
 }
 
 // watchStream ends a connection's context when a newer connection takes its

@@ -132,9 +132,11 @@ func (s *session) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.R
 }
 
 func (s *session) Close() error {
-	err := s.ss.Close()
+	// End the connection first: the SDK cancels the handlers in flight only
+	// when its reader stops, and ServerSession.Close waits for them, so a
+	// handler waiting on its context would otherwise never let Close return.
 	s.conn.Close()
-	return err
+	return s.ss.Close()
 }
 
 func (s *session) Done() <-chan struct{} { return s.conn.done }

@@ -1,0 +1,118 @@
+package transport_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// verifier accepts the bearer tokens "alice" and "bob" as the users of the
+// same name.
+func verifier(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	switch token {
+	case "alice", "bob":
+		return &auth.TokenInfo{UserID: token, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	return nil, auth.ErrInvalidToken
+}
+
+// TestAuthBinding: behind the go-sdk's bearer-token middleware, a session
+// belongs to the user who created it. Another user's POST, GET, resume
+// and DELETE get 403 session_forbidden, learn nothing of the session's
+// events, and change nothing.
+func TestAuthBinding(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, auth.RequireBearerToken(verifier, nil))
+	alice := st.clientWith(http.Header{"Authorization": {"Bearer alice"}})
+	bob := st.clientWith(http.Header{"Authorization": {"Bearer bob"}})
+
+	as, err := alice.Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := countdown(t, ctx, as, 2, 3, "secret-token")
+	before := st.bounds(t, as.Token)
+
+	// Bob presents Alice's session token.
+	bs := bob.SessionFor(as.Token, as.ProtocolVersion)
+	var refusals []*mcptest.StatusError
+	resp, err := bs.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals = append(refusals, refusalOf(t, resp, http.StatusForbidden, "session_forbidden"))
+	_, err = bs.Get(ctx)
+	refusals = append(refusals, wantRefusal(t, err, http.StatusForbidden, "session_forbidden"))
+	for _, e := range evs {
+		_, err = bs.Resume(ctx, e.ID)
+		refusals = append(refusals, wantRefusal(t, err, http.StatusForbidden, "session_forbidden"))
+	}
+	refusals = append(refusals, wantRefusal(t, bs.Delete(ctx), http.StatusForbidden, "session_forbidden"))
+
+	for _, se := range refusals {
+		// The body is exactly {jsonrpc, id: null, error: {code, message,
+		// data: {reason}}} and mentions none of the session's events.
+		var env struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   map[string]json.RawMessage
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(se.RawBody, &top) != nil || len(top) != 3 || json.Unmarshal(se.RawBody, &env) != nil ||
+			len(env.Error) != 3 || len(se.Body.Data) != 1 {
+			t.Fatalf("%s refusal body %s: want only jsonrpc, id, error{code, message, data{reason}}", se.Method, se.RawBody)
+		}
+		if se.Body.Code != -32000 {
+			t.Fatalf("%s refusal code %d, want -32000", se.Method, se.Body.Code)
+		}
+		body := string(se.RawBody)
+		for _, leak := range []string{"secret-token", "countdown", "progress", as.Token, evs[0].ID[:8]} {
+			if strings.Contains(body, leak) {
+				t.Fatalf("%s refusal body %s reveals %q", se.Method, body, leak)
+			}
+		}
+	}
+	// Bob initializing while presenting Alice's token gets a session of
+	// his own and does not supersede hers.
+	bobInit := st.clientWith(http.Header{"Authorization": {"Bearer bob"}, "Mcp-Session-Id": {as.Token}})
+	b1, err := bobInit.Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1.Token == as.Token {
+		t.Fatal("bob was given alice's session")
+	}
+	if status, rec, err := st.h.Registry().Status(ctx, as.Token); err != nil || status != replay.Live || rec.UserID != "alice" {
+		t.Fatalf("alice's session after bob's initialize: %v %q %v, want live and alice's", status, rec.UserID, err)
+	}
+	if after := st.bounds(t, as.Token); after != before {
+		t.Fatalf("bob's requests changed alice's log: %+v → %+v", before, after)
+	}
+
+	// Alice's session is unharmed: it serves and resumes.
+	stillWorks(t, ctx, as, 4)
+	// Without a token the middleware answers 401 before the handler.
+	anon := st.client.SessionFor(as.Token, as.ProtocolVersion)
+	resp, err = anon.Post(ctx, mcptest.ToolCall(5, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no bearer token: HTTP %d, want 401", resp.StatusCode)
+	}
+	// Bob's own sessions work.
+	b2, err := bob.Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	countdown(t, ctx, b2, 2, 1, "b")
+}

@@ -1,0 +1,317 @@
+package transport_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// badInputBodyLimit is the MaxBodyBytes of the bad-input stack, in bytes.
+const badInputBodyLimit = 8 << 10
+
+// TestBadInput sends one bad request per case and checks the exact status,
+// reason and JSON-RPC code; that the refusal changed nothing in the
+// session's log (its bounds are identical); and that the same session then
+// still works: a countdown call succeeds and a resume of it replays.
+func TestBadInput(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{MaxBodyBytes: badInputBodyLimit}}, nil)
+	s := st.initialize(t, ctx, "")
+	other := st.initialize(t, ctx, "") // another session, for its cursors
+	otherEvs := countdown(t, ctx, other, 2, 1, "o")
+	old := st.initialize(t, ctx, "2025-06-18") // batches are refused from 2025-06-18 on
+	evs := countdown(t, ctx, s, 2, 2, "p")
+	cursor := evs[1].ID // a valid cursor of s
+	callID := int64(100)
+
+	echo := func(id int64) []byte {
+		b, err := mcptest.Encode(mcptest.ToolCall(id, "echo", map[string]any{"text": "x"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	post := func(body []byte) func(*mcptest.Session) *http.Request {
+		return func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodPost, body)
+			return req
+		}
+	}
+	get := func(lastEventID ...string) func(*mcptest.Session) *http.Request {
+		return func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+			for _, v := range lastEventID {
+				req.Header.Add("Last-Event-ID", v)
+			}
+			return req
+		}
+	}
+	with := func(mk func(*mcptest.Session) *http.Request, change func(*http.Request)) func(*mcptest.Session) *http.Request {
+		return func(s *mcptest.Session) *http.Request {
+			req := mk(s)
+			change(req)
+			return req
+		}
+	}
+
+	cases := []struct {
+		name    string
+		session *mcptest.Session // nil: s
+		req     func(*mcptest.Session) *http.Request
+		status  int
+		reason  string
+		code    int64
+		check   func(t *testing.T, se *mcptest.StatusError)
+	}{
+		// Mcp-Session-Id
+		{name: "POST without Mcp-Session-Id", req: with(post(echo(1)), func(r *http.Request) { r.Header.Del("Mcp-Session-Id") }),
+			status: 400, reason: "session_required", code: -32600},
+		{name: "GET without Mcp-Session-Id", req: with(get(), func(r *http.Request) { r.Header.Del("Mcp-Session-Id") }),
+			status: 400, reason: "session_required", code: -32600},
+		{name: "DELETE without Mcp-Session-Id", req: func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodDelete, nil)
+			req.Header.Del("Mcp-Session-Id")
+			return req
+		}, status: 400, reason: "session_required", code: -32600},
+		{name: "duplicated Mcp-Session-Id on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Add("Mcp-Session-Id", s.Token) }),
+			status: 400, reason: "session_id_invalid", code: -32600},
+		{name: "duplicated Mcp-Session-Id on GET", req: with(get(cursor), func(r *http.Request) { r.Header.Add("Mcp-Session-Id", s.Token) }),
+			status: 400, reason: "session_id_invalid", code: -32600},
+		{name: "duplicated Mcp-Session-Id on DELETE", req: func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodDelete, nil)
+			req.Header.Add("Mcp-Session-Id", s.Token)
+			return req
+		}, status: 400, reason: "session_id_invalid", code: -32600},
+		{name: "Mcp-Session-Id of 129 bytes", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Set("Mcp-Session-Id", s.Token+strings.Repeat("A", 129-len(s.Token)))
+		}), status: 400, reason: "session_id_invalid", code: -32600},
+		{name: "Mcp-Session-Id of 128 bytes (unknown)", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Set("Mcp-Session-Id", s.Token+strings.Repeat("A", 128-len(s.Token)))
+		}), status: 404, reason: "session_not_found", code: -32001},
+		{name: "Mcp-Session-Id with a non-ASCII byte", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Set("Mcp-Session-Id", s.Token[:10]+"\xff"+s.Token[11:])
+		}), status: 400, reason: "session_id_invalid", code: -32600},
+
+		// Last-Event-ID
+		{name: "empty Last-Event-ID", req: get(""), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "Last-Event-ID of 10 KB", req: get(cursor + strings.Repeat("9", 10<<10)), status: 400, reason: "cursor_malformed", code: -32600,
+			check: func(t *testing.T, se *mcptest.StatusError) {
+				// The message quotes a bounded prefix of the value, never all of it.
+				if len(se.RawBody) > 2<<10 {
+					t.Fatalf("refusal body is %d bytes: it echoes the 10 KB value", len(se.RawBody))
+				}
+			}},
+		{name: "Last-Event-ID with a tab", req: get(strings.Replace(cursor, "-", "\t-", 1)), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "Last-Event-ID with a byte above 0x7f", req: get(cursor + "\xff"), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "negative Last-Event-ID", req: get("-1"), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "cursor with a negative sequence", req: get(cursorOf(s, 1, 3, 4)[:len(cursorOf(s, 1, 3, 4))-1] + "-4"), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "cursor with an overflowing sequence", req: get(cursorOf(s, 1, 3, 1) + "8446744073709551616"), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "cursor with an overflowing generation", req: get(fmt.Sprintf("%s-4294967297-3-4", cursor[:8])), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "cursor with an overflowing stream", req: get(fmt.Sprintf("%s-1-99999999999999999999-4", cursor[:8])), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "another session's cursor", req: get(otherEvs[1].ID), status: 400, reason: "cursor_malformed", code: -32600},
+		{name: "repeated Last-Event-ID", req: get(cursor, cursor), status: 400, reason: "cursor_malformed", code: -32600},
+
+		// Media types, bodies, versions, methods
+		{name: "GET without Accept text/event-stream", req: with(get(), func(r *http.Request) { r.Header.Set("Accept", "application/json") }),
+			status: 406, reason: "not_acceptable", code: -32600},
+		{name: "resume without Accept text/event-stream", req: with(get(cursor), func(r *http.Request) { r.Header.Del("Accept") }),
+			status: 406, reason: "not_acceptable", code: -32600},
+		{name: "POST accepting only application/json", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Accept", "application/json") }),
+			status: 406, reason: "not_acceptable", code: -32600},
+		{name: "batch under 2025-06-18", session: old, req: post([]byte(`[` + string(echo(1)) + `,` + string(echo(2)) + `]`)),
+			status: 400, reason: "batch_not_allowed", code: -32600},
+		{name: "batch under 2025-11-25", req: post([]byte(`[` + string(echo(1)) + `,` + string(echo(2)) + `]`)),
+			status: 400, reason: "batch_not_allowed", code: -32600},
+		{name: "invalid JSON", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":`)), status: 400, reason: "parse_error", code: -32700},
+		{name: "empty body", req: post([]byte{}), status: 400, reason: "parse_error", code: -32700},
+		{name: "JSON that is not JSON-RPC", req: post([]byte(`{"hello":"world"}`)), status: 400, reason: "invalid_request", code: -32600},
+		{name: "body over the limit", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
+			strings.Repeat("x", badInputBodyLimit) + `"}}}`)), status: 413, reason: "body_too_large", code: -32600},
+		{name: "unsupported protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-11-05") }),
+			status: 400, reason: "protocol_version", code: -32600},
+		{name: "protocol version that is not a date", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "latest") }),
+			status: 400, reason: "protocol_version", code: -32600},
+		{name: "repeated protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Add("Mcp-Protocol-Version", "2025-11-25") }),
+			status: 400, reason: "protocol_version", code: -32600},
+		{name: "hostile Origin on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
+			status: 403, reason: "origin_forbidden", code: -32000},
+		{name: "hostile Origin on resume", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
+			status: 403, reason: "origin_forbidden", code: -32000},
+		{name: "Origin null", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Origin", "null") }),
+			status: 403, reason: "origin_forbidden", code: -32000},
+		{name: "Content-Type text/plain", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }),
+			status: 415, reason: "content_type", code: -32600},
+		{name: "non-localhost Host", req: with(post(echo(1)), func(r *http.Request) { r.Host = "mcp.attacker.example" }),
+			status: 403, reason: "host_forbidden", code: -32000},
+		{name: "non-localhost Host on resume", req: with(get(cursor), func(r *http.Request) { r.Host = "mcp.attacker.example:80" }),
+			status: 403, reason: "host_forbidden", code: -32000},
+		{name: "PUT", req: func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodPut, echo(1))
+			return req
+		}, status: 405, reason: "method_not_allowed", code: -32600,
+			check: func(t *testing.T, se *mcptest.StatusError) {
+				if got := se.Header.Get("Allow"); got != "GET, POST, DELETE" {
+					t.Fatalf("Allow = %q, want %q", got, "GET, POST, DELETE")
+				}
+			}},
+		{name: "Last-Event-ID on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Last-Event-ID", cursor) }),
+			status: 400, reason: "last_event_id_on_post", code: -32600},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sess := s
+			if tc.session != nil {
+				sess = tc.session
+			}
+			before := st.bounds(t, sess.Token)
+			resp, err := st.client.Do(tc.req(sess))
+			if err != nil {
+				t.Fatal(err)
+			}
+			se := refusalOf(t, resp, tc.status, tc.reason)
+			if se.Body.Code != tc.code {
+				t.Fatalf("code = %d, want %d", se.Body.Code, tc.code)
+			}
+			if tc.check != nil {
+				tc.check(t, se)
+			}
+			if after := st.bounds(t, sess.Token); after != before {
+				t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
+			}
+			callID++
+			stillWorks(t, ctx, sess, callID)
+		})
+	}
+}
+
+// stillWorks checks that a session serves a countdown call and that the
+// call's stream resumes from its first progress event.
+func stillWorks(t *testing.T, ctx context.Context, s *mcptest.Session, id int64) {
+	t.Helper()
+	st, err := s.Call(ctx, mcptest.ToolCall(id, "countdown", map[string]any{"n": 2}, "w"))
+	if err != nil {
+		t.Fatalf("the session no longer serves calls: %v", err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	primed := s.ProtocolVersion >= "2025-11-25"
+	if primed {
+		checkCountdown(t, evs, id, 2, "w")
+		evs = evs[1:]
+	} else if len(evs) != 3 {
+		t.Fatalf("countdown %d: %v, want 2 progress events and the response", id, evs)
+	}
+	rs, err := s.Resume(ctx, evs[0].ID)
+	if err != nil {
+		t.Fatalf("the session no longer resumes: %v", err)
+	}
+	got, err := rs.Collect()
+	rs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if primed {
+		wantPriming(t, got[0], evs[0].ID, time.Second)
+		got = got[1:]
+	}
+	if want := ids(evs[1:]); !equal(ids(got), want) {
+		t.Fatalf("resume replayed %v, want %v", ids(got), want)
+	}
+}
+
+// TestBadInputControlCharacters sends Last-Event-ID and Mcp-Session-Id
+// values with control characters, which Go's client refuses to send, over a
+// raw connection. net/http refuses such header values itself (400) before
+// any handler runs; the session is unharmed.
+func TestBadInputControlCharacters(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, s, 2, 2, "p")
+	u, _ := url.Parse(st.srv.URL)
+	sid := "Mcp-Session-Id: " + s.Token + "\r\n"
+	for _, tc := range []struct{ name, headers string }{
+		{"Last-Event-ID with 0x01", sid + "Last-Event-ID: " + evs[1].ID[:5] + "\x01" + evs[1].ID[5:] + "\r\n"},
+		{"Last-Event-ID with DEL", sid + "Last-Event-ID: " + evs[1].ID + "\x7f\r\n"},
+		{"Last-Event-ID with NUL", sid + "Last-Event-ID: " + evs[1].ID + "\x00\r\n"},
+		{"Mcp-Session-Id with ESC", "Mcp-Session-Id: " + s.Token + "\x1b\r\nLast-Event-ID: " + evs[1].ID + "\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := st.bounds(t, s.Token)
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Protocol-Version: 2025-11-25\r\n%sConnection: close\r\n\r\n",
+				u.Host, tc.headers)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || string(body) != "400 Bad Request" {
+				t.Fatalf("got HTTP %d %q, want net/http's 400 Bad Request", resp.StatusCode, body)
+			}
+			if after := st.bounds(t, s.Token); after != before {
+				t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
+			}
+			stillWorks(t, ctx, s, 10)
+		})
+	}
+}
+
+// TestBadInputDuplicateRequestID sends a request whose ID is already in
+// flight on the session: 400 duplicate_request_id with that id, and the
+// call in flight completes untouched.
+func TestBadInputDuplicateRequestID(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	a, err := s.Call(ctx, gatedCall(7, "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	first := next(t, a)
+	before := st.bounds(t, s.Token)
+	resp, err := s.Post(ctx, mcptest.ToolCall(7, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The refusal names the request: its id is the duplicated one.
+	se := mcptest.ReadStatusError(resp)
+	if se.Status != http.StatusBadRequest || se.Reason() != "duplicate_request_id" || string(se.Body.ID) != "7" {
+		t.Fatalf("got HTTP %d %q, want 400 duplicate_request_id with id 7", se.Status, se.RawBody)
+	}
+	if after := st.bounds(t, s.Token); after != before {
+		t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
+	}
+	g.release("a", 1)
+	rest, err := a.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 2 || progressOf(t, rest[0]).Progress != 1 || !rest[1].IsResponseTo(mcptest.ID(7)) {
+		t.Fatalf("the call in flight: %v after %v, want its progress and response", rest, first.Event)
+	}
+	stillWorks(t, ctx, s, 8)
+}

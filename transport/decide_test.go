@@ -1,0 +1,523 @@
+package transport_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// The tests in this file walk the replay decision table of DESIGN.md ("The
+// replay decision") row by row, through the real stack over HTTP.
+//
+// Event layout of a fresh 2025-11-25 session used throughout: a stream's
+// number is the sequence of its opening (priming) event, so initialize is
+// stream 1 (seq 1 priming, seq 2 response), the first call after it is
+// stream 3 (seq 3 priming, then its messages), and so on. The standalone
+// GET stream is stream 0.
+
+// Row 1: no Mcp-Session-Id.
+func TestDecideNoSessionID(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p")
+	before := st.bounds(t, s.Token)
+
+	req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+	req.Header.Del("Mcp-Session-Id")
+	req.Header.Set("Last-Event-ID", cursorOf(s, 1, 3, 4))
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := refusalOf(t, resp, http.StatusBadRequest, "session_required")
+	if se.Body.Code != -32600 {
+		t.Fatalf("code = %d, want -32600", se.Body.Code)
+	}
+	if after := st.bounds(t, s.Token); after != before {
+		t.Fatalf("bounds changed by a refused resume: %+v → %+v", before, after)
+	}
+}
+
+// Row 2: unknown token.
+func TestDecideUnknownToken(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p")
+
+	// A token never issued, and a cursor that would be valid for it.
+	ghost := st.client.SessionFor("NEVERISSUEDTOKEN0000000000", "2025-11-25")
+	_, err := ghost.Resume(ctx, cursorOf(ghost, 1, 3, 4))
+	se := wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+	if se.Body.Code != -32001 {
+		t.Fatalf("code = %d, want -32001", se.Body.Code)
+	}
+	// The live session's own cursor under the unknown token: still 404.
+	_, err = ghost.Resume(ctx, cursorOf(s, 1, 3, 4))
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+}
+
+// Row 2: a deleted token.
+func TestDecideDeletedToken(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p")
+	if err := s.Delete(ctx); err != nil {
+		t.Fatalf("DELETE: %v", err)
+	}
+	_, err := s.Resume(ctx, cursorOf(s, 1, 3, 4))
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+}
+
+// Row 2: a superseded token (the client initialized again while holding
+// it).
+func TestDecideSupersededToken(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	old := st.initialize(t, ctx, "")
+	countdown(t, ctx, old, 2, 3, "p")
+
+	// Initialize again, presenting the old token.
+	c := st.clientWith(http.Header{"Mcp-Session-Id": {old.Token}})
+	s2, err := c.Initialize(ctx, "")
+	if err != nil {
+		t.Fatalf("second initialize: %v", err)
+	}
+	if s2.Token == old.Token {
+		t.Fatal("the second initialize reissued the old token")
+	}
+	status, _, err := st.h.Registry().Status(ctx, old.Token)
+	if err != nil || status != replay.Superseded {
+		t.Fatalf("old token status = %v, %v; want superseded", status, err)
+	}
+	_, err = old.Resume(ctx, cursorOf(old, 1, 3, 4))
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+	resp, err := old.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusalOf(t, resp, http.StatusNotFound, "session_not_found")
+	// The new session works (the Mcp-Session-Id it sent was the old one;
+	// it uses its own from now on).
+	s2.Client = st.client
+	countdown(t, ctx, s2, 2, 2, "q")
+}
+
+// Row 3: a cursor that does not parse.
+func TestDecideCursorMalformed(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p")
+	before := st.bounds(t, s.Token)
+	_, err := s.Resume(ctx, "not-a-cursor")
+	se := wantRefusal(t, err, http.StatusBadRequest, "cursor_malformed")
+	if se.Body.Code != -32600 {
+		t.Fatalf("code = %d, want -32600", se.Body.Code)
+	}
+	if after := st.bounds(t, s.Token); after != before {
+		t.Fatalf("bounds changed by a refused resume: %+v → %+v", before, after)
+	}
+}
+
+// Row 4, the seed's case: the session was re-created (generation 2) and has
+// new events; a generation-1 cursor whose sequence is numerically within
+// the log is refused with 409 and nothing is replayed.
+func TestDecideGenerationMismatch(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, s, 2, 3, "p") // seq 3..7, stream 3, gen 1
+	old := evs[1].ID                       // first progress: seq 4
+	if c := parseCursor(t, old); c != (replay.Cursor{Tag: replay.Tag(s.Token), Generation: 1, Stream: 3, Sequence: 4}) {
+		t.Fatalf("first progress cursor = %s, want gen 1 stream 3 seq 4", old)
+	}
+
+	live, err := st.h.Registry().Recreate(ctx, s.Token)
+	if err != nil {
+		t.Fatalf("Recreate: %v", err)
+	}
+	if live.Generation() != 2 {
+		t.Fatalf("generation after Recreate = %d, want 2", live.Generation())
+	}
+	// Generation 2 serves without a new initialize, and its sequences
+	// continue: the second countdown is gen 2, stream 8, seq 8..12.
+	evs2 := countdown(t, ctx, s, 3, 3, "q")
+	if c := parseCursor(t, evs2[0].ID); c.Generation != 2 || c.Stream != 8 || c.Sequence != 8 {
+		t.Fatalf("generation 2 priming cursor = %s, want gen 2 stream 8 seq 8", evs2[0].ID)
+	}
+	b := st.bounds(t, s.Token)
+	if b.Generation != 2 || b.Floor != 8 || b.HWM != 12 {
+		t.Fatalf("bounds = %+v, want gen 2 floor 8 HWM 12", b)
+	}
+
+	for _, tc := range []struct{ name, cursor string }{
+		{"old cursor", old},
+		// Same stream and sequence as a live generation-2 event: in range
+		// of the live log, still another generation.
+		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9)},
+		{"gen 1 cursor at the gen 2 HWM", cursorOf(s, 1, 8, 12)},
+		// A generation the session never had.
+		{"gen 3 cursor", cursorOf(s, 3, 8, 9)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+			req.Header.Set("Last-Event-ID", tc.cursor)
+			resp, err := st.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			se := refusalOf(t, resp, http.StatusConflict, "generation_mismatch")
+			c := parseCursor(t, tc.cursor)
+			if se.Body.Data["generation"] != json.Number("2") ||
+				se.Body.Data["cursorGeneration"] != json.Number(jsonUint(c.Generation)) || len(se.Body.Data) != 3 {
+				t.Fatalf("error.data = %v, want reason, generation 2, cursorGeneration %d", se.Body.Data, c.Generation)
+			}
+			if after := st.bounds(t, s.Token); after != b {
+				t.Fatalf("a refused resume changed the log: %+v → %+v", b, after)
+			}
+		})
+	}
+	// The re-created session still works and still resumes its own streams.
+	st2, err := s.Resume(ctx, evs2[1].ID)
+	if err != nil {
+		t.Fatalf("resume in generation 2: %v", err)
+	}
+	defer st2.Close()
+	got, err := st2.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{evs2[1].ID, evs2[2].ID, evs2[3].ID, evs2[4].ID}; !equal(ids(got), want) {
+		t.Fatalf("resumed ids = %v, want %v", ids(got), want)
+	}
+}
+
+// Row 5: a cursor below the replay floor, and the floor itself (accepted).
+func TestDecideCursorCompacted(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxEvents: 4}}, nil)
+	s := st.initialize(t, ctx, "")
+	// Three echo calls: streams 3, 5, 7 with seq (3,4), (5,6), (7,8).
+	var streams [][]mcptest.Event
+	for i := int64(2); i <= 4; i++ {
+		cs, err := s.Call(ctx, mcptest.ToolCall(i, "echo", map[string]any{"text": "e"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := cs.Collect()
+		cs.Close()
+		if err != nil || len(evs) != 2 {
+			t.Fatalf("echo %d: %v, %v", i, evs, err)
+		}
+		streams = append(streams, evs)
+	}
+	// Retention runs right after each append, so the client may read the
+	// last response before its append has trimmed the log: wait for it.
+	b := st.bounds(t, s.Token)
+	for deadline := time.Now().Add(5 * time.Second); b.Floor < 5 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		b = st.bounds(t, s.Token)
+	}
+	if b.Floor != 5 || b.HWM != 8 || b.Events != 4 {
+		t.Fatalf("bounds = %+v, want floor 5 HWM 8, 4 events", b)
+	}
+
+	for _, cursor := range []string{streams[0][0].ID, streams[0][1].ID} { // seq 3, 4
+		_, err := s.Resume(ctx, cursor)
+		se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
+		c := parseCursor(t, cursor)
+		if se.Body.Data["floor"] != json.Number("5") || se.Body.Data["cursorSequence"] != json.Number(jsonUint(c.Sequence)) {
+			t.Fatalf("error.data = %v, want floor 5, cursorSequence %d", se.Body.Data, c.Sequence)
+		}
+	}
+	if after := st.bounds(t, s.Token); after != b {
+		t.Fatalf("refused resumes changed the log: %+v → %+v", b, after)
+	}
+
+	// cursor = floor (seq 5, stream 5's priming): accepted; replays the
+	// rest of stream 5 (its response) and closes.
+	floor := streams[1][0].ID
+	if c := parseCursor(t, floor); c.Sequence != 5 {
+		t.Fatalf("second echo's priming at seq %d, want 5", c.Sequence)
+	}
+	rs, err := s.Resume(ctx, floor)
+	if err != nil {
+		t.Fatalf("resume at the floor: %v", err)
+	}
+	defer rs.Close()
+	got, err := rs.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("resume at the floor: %v, want priming and the response", got)
+	}
+	wantPriming(t, got[0], floor, time.Second)
+	if got[1].ID != streams[1][1].ID || !got[1].IsResponseTo(mcptest.ID(3)) {
+		t.Fatalf("resume at the floor: %v, want the response to 3 as %s", got[1].Event, streams[1][1].ID)
+	}
+}
+
+// Row 6: a cursor above the high-water mark is refused, never clamped.
+func TestDecideCursorAhead(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p") // HWM 7
+	b := st.bounds(t, s.Token)
+	if b.HWM != 7 {
+		t.Fatalf("HWM = %d, want 7", b.HWM)
+	}
+	for _, seq := range []uint64{8, 1000, replay.MaxSequence} {
+		req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+		req.Header.Set("Last-Event-ID", cursorOf(s, 1, 3, seq))
+		resp, err := st.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := refusalOf(t, resp, http.StatusBadRequest, "cursor_ahead")
+		if se.Body.Data["hwm"] != json.Number("7") || se.Body.Data["cursorSequence"] != json.Number(jsonUint(seq)) {
+			t.Fatalf("seq %d: error.data = %v, want hwm 7, cursorSequence %d", seq, se.Body.Data, seq)
+		}
+		// The body is the error and nothing else: no stream.
+		var env map[string]json.RawMessage
+		if err := json.Unmarshal(se.RawBody, &env); err != nil || len(env) != 3 {
+			t.Fatalf("seq %d: body %q is not exactly one JSON-RPC error object", seq, se.RawBody)
+		}
+	}
+	if after := st.bounds(t, s.Token); after != b {
+		t.Fatalf("refused resumes changed the log: %+v → %+v", b, after)
+	}
+}
+
+// Row 7: the event at the cursor's sequence belongs to another stream.
+func TestDecideCursorOtherStream(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 3, "p") // stream 3: seq 3..7
+	for _, tc := range []struct {
+		cursor, detail string
+	}{
+		{cursorOf(s, 1, 1, 4), "event 4 belongs to stream 3, not 1"},
+		{cursorOf(s, 1, 0, 5), "event 5 belongs to stream 3, not 0"},
+		{cursorOf(s, 1, 9, 2), "event 2 belongs to stream 1, not 9"},
+	} {
+		_, err := s.Resume(ctx, tc.cursor)
+		se := wantRefusal(t, err, http.StatusBadRequest, "cursor_malformed")
+		if se.Body.Data["detail"] != tc.detail {
+			t.Fatalf("%s: detail %q, want %q", tc.cursor, se.Body.Data["detail"], tc.detail)
+		}
+	}
+}
+
+// Row 8: replay of exactly the stream's events after the cursor, then the
+// response, then the end of the stream.
+func TestDecideReplay(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	// Two calls whose events alternate in the log, so that replaying one
+	// stream must skip the other's events.
+	a, err := s.Call(ctx, gatedCall(2, "a", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := s.Call(ctx, gatedCall(3, "b", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	evs := []mcptest.Event{next(t, a)}
+	next(t, b)
+	for i := range 3 {
+		g.release("a", 1)
+		evs = append(evs, next(t, a))
+		if i == 2 {
+			evs = append(evs, next(t, a)) // the response, before b's last step
+		}
+		g.release("b", 1)
+		next(t, b)
+	}
+	wantEOF(t, a)
+	if got, want := ids(evs), []string{
+		cursorOf(s, 1, 3, 3), cursorOf(s, 1, 3, 5), cursorOf(s, 1, 3, 7), cursorOf(s, 1, 3, 9), cursorOf(s, 1, 3, 10),
+	}; !equal(got, want) {
+		t.Fatalf("stream a ids = %v, want %v", got, want)
+	}
+	if !evs[4].IsResponseTo(mcptest.ID(2)) || toolText(t, must(evs[4].Response())) != "a done" {
+		t.Fatalf("last event of a: %v, want the response to 2", evs[4].Event)
+	}
+
+	for from := 0; from < len(evs); from++ {
+		rs, err := s.Resume(ctx, evs[from].ID)
+		if err != nil {
+			t.Fatalf("resume after event %d: %v", from, err)
+		}
+		got, err := rs.Collect()
+		rs.Close()
+		if err != nil {
+			t.Fatalf("resume after event %d: %v", from, err)
+		}
+		// A priming event echoing the cursor, then exactly the events after
+		// it, byte for byte, then the end.
+		wantPriming(t, got[0], evs[from].ID, time.Second)
+		want := evs[from+1:]
+		if len(got)-1 != len(want) {
+			t.Fatalf("resume after event %d: got %v, want %v", from, ids(got[1:]), ids(want))
+		}
+		for i, w := range want {
+			g := got[i+1]
+			if g.ID != w.ID || string(g.Data) != string(w.Data) || g.Retry != w.Retry {
+				t.Fatalf("resume after event %d, event %d: got %v, want %v", from, i, g.Event, w.Event)
+			}
+		}
+	}
+}
+
+// cursor = HWM is accepted: resuming the standalone stream at its priming
+// event (the HWM) replays nothing and continues live.
+func TestDecideCursorAtHWM(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	countdown(t, ctx, s, 2, 2, "p")
+	g, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prime, err := g.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	c := parseCursor(t, prime.ID)
+	if b := st.bounds(t, s.Token); c.Sequence != b.HWM || c.Stream != replay.StandaloneStream {
+		t.Fatalf("GET priming cursor %+v, want stream 0 at the HWM %d", c, b.HWM)
+	}
+	rs, err := s.Resume(ctx, prime.ID)
+	if err != nil {
+		t.Fatalf("resume at the HWM: %v", err)
+	}
+	defer rs.Close()
+	first, err := rs.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPriming(t, first, prime.ID, time.Second)
+	// Live continuation: a server-wide notification reaches the resumed
+	// standalone stream.
+	mcp.AddTool(st.server, &mcp.Tool{Name: "late"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	next, err := rs.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := next.Request(); !ok || r.Method != "notifications/tools/list_changed" {
+		t.Fatalf("after the resume: %v, want notifications/tools/list_changed", next.Event)
+	}
+	if c2 := parseCursor(t, next.ID); c2.Sequence != c.Sequence+1 || c2.Stream != 0 {
+		t.Fatalf("live event cursor %+v, want stream 0 seq %d", c2, c.Sequence+1)
+	}
+}
+
+// cursor = HWM where the HWM is the last event of a finished stream: the
+// stream has nothing more, so the resume is accepted and ends at once.
+func TestDecideCursorAtEndOfFinishedStream(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, s, 2, 2, "p")
+	last := evs[len(evs)-1].ID
+	if c := parseCursor(t, last); c.Sequence != st.bounds(t, s.Token).HWM {
+		t.Fatalf("the response is not at the HWM")
+	}
+	rs, err := s.Resume(ctx, last)
+	if err != nil {
+		t.Fatalf("resume at the end of a finished stream: %v", err)
+	}
+	defer rs.Close()
+	first, err := rs.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPriming(t, first, last, time.Second)
+	wantEOF(t, rs)
+}
+
+func jsonUint(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func equal(a, b []string) bool { return slices.Equal(a, b) }
+
+func must[T any](v T, ok bool) T {
+	if !ok {
+		panic("must: not ok")
+	}
+	return v
+}
+
+// A stream open during the re-creation of its session ends (its
+// generation is over), and resuming it answers 409: the request in flight
+// belonged to generation 1 and is gone (DESIGN.md, "Generations").
+func TestDecideGenerationMismatchInFlight(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	p, err := s.Call(ctx, gatedCall(2, "r", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	next(t, p)
+	g.release("r", 1)
+	last := next(t, p)
+	progressOf(t, last)
+
+	if _, err := st.h.Registry().Recreate(ctx, s.Token); err != nil {
+		t.Fatal(err)
+	}
+	wantEOF(t, p)
+	b := st.bounds(t, s.Token)
+	_, err = s.Resume(ctx, last.ID)
+	se := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+	if se.Body.Data["generation"] != json.Number("2") || se.Body.Data["cursorGeneration"] != json.Number("1") {
+		t.Fatalf("error.data = %v, want generation 2, cursorGeneration 1", se.Body.Data)
+	}
+	if after := st.bounds(t, s.Token); after != b {
+		t.Fatalf("the refused resume changed the log: %+v → %+v", b, after)
+	}
+	// Releasing the old call's steps emits nothing into generation 2.
+	g.release("r", 2)
+	countdown(t, ctx, s, 3, 1, "n")
+	evs, _, err := st.h.Registry().Log().Store().Read(ctx, s.Token, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Generation != 2 || strings.Contains(string(e.Data), `"r"`) {
+			t.Fatalf("generation 2's log holds %+v", e)
+		}
+	}
+}

@@ -1,0 +1,462 @@
+package transport_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// wantGone checks that POST, GET, resume and DELETE of s all answer 404
+// session_not_found.
+func wantGone(t *testing.T, ctx context.Context, s *mcptest.Session, cursor string) {
+	t.Helper()
+	resp, err := s.Post(ctx, mcptest.ToolCall(99, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusalOf(t, resp, http.StatusNotFound, "session_not_found")
+	_, err = s.Get(ctx)
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+	_, err = s.Resume(ctx, cursor)
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+	wantRefusal(t, s.Delete(ctx), http.StatusNotFound, "session_not_found")
+}
+
+func TestDelete(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	keep := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, s, 2, 2, "p")
+	// An open GET stream of the session ends when it is deleted.
+	g, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	next(t, g)
+
+	if err := s.Delete(ctx); err != nil {
+		t.Fatalf("DELETE: %v, want 204", err)
+	}
+	wantEOF(t, g)
+	wantGone(t, ctx, s, evs[1].ID)
+	status, _, err := st.h.Registry().Status(ctx, s.Token)
+	if err != nil || status != replay.Evicted {
+		t.Fatalf("status after DELETE = %v, %v; want evicted (tombstone)", status, err)
+	}
+	// Other sessions are untouched.
+	countdown(t, ctx, keep, 2, 2, "k")
+}
+
+// TestIdleEviction: a session with no request and no open stream for the
+// idle TTL is evicted by the sweeper and answers 404; one with an open
+// stream is not idle.
+func TestIdleEviction(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{
+		Sessions:      session.Options{IdleTTL: 300 * time.Millisecond},
+		SweepInterval: 20 * time.Millisecond,
+	}, nil)
+	idle := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, idle, 2, 1, "i")
+	busy := st.initialize(t, ctx, "")
+	g, err := busy.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	next(t, g)
+
+	// Watch the registry rather than poll over HTTP: a request would
+	// count as activity.
+	for {
+		status, _, err := st.h.Registry().Status(ctx, idle.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status == replay.Evicted {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the idle session was not evicted: %v", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_, err = st.store.Get(ctx, idle.Token)
+	var ended *store.EndedError
+	if !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("record of the idle session: %v, want a tombstone with reason idle", err)
+	}
+	wantGone(t, ctx, idle, evs[1].ID)
+	// The session with an open stream outlived several TTLs and works.
+	if status, _, _ := st.h.Registry().Status(ctx, busy.Token); status != replay.Live {
+		t.Fatalf("the session with an open stream is %v, want live", status)
+	}
+	countdown(t, ctx, busy, 2, 1, "b")
+}
+
+// TestCapacityEviction: with room for two sessions, a third initialize
+// evicts the least recently used one.
+func TestCapacityEviction(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{MaxSessions: 2}}, nil)
+	a := st.initialize(t, ctx, "")
+	b := st.initialize(t, ctx, "")
+	evsB := countdown(t, ctx, b, 2, 1, "b")
+	gb, err := b.Get(ctx) // b's open stream ends with b
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Close()
+	next(t, gb)
+	countdown(t, ctx, a, 2, 1, "a") // a is now the most recently used
+	c := st.initialize(t, ctx, "")
+
+	wantEOF(t, gb)
+	wantGone(t, ctx, b, evsB[1].ID)
+	_, err = st.store.Get(ctx, b.Token)
+	var ended *store.EndedError
+	if !errors.As(err, &ended) || ended.Reason != store.EndCapacity {
+		t.Fatalf("record of the evicted session: %v, want a tombstone with reason capacity", err)
+	}
+	countdown(t, ctx, a, 3, 1, "a")
+	countdown(t, ctx, c, 2, 1, "c")
+	if n := st.h.Registry().Len(); n != 2 {
+		t.Fatalf("registry holds %d sessions, want 2", n)
+	}
+}
+
+// TestJSONResponse: with Options.Transport.JSONResponse a POST of a request
+// is answered with one application/json body holding exactly the
+// response; the call's progress goes to the standalone stream.
+func TestJSONResponse(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{JSONResponse: true}}, nil)
+	s := st.initialize(t, ctx, "")
+	g, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	next(t, g)
+
+	resp, err := s.Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "hello"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("got HTTP %d %q, want 200 application/json", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if want := `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hello"}]}}`; string(body) != want {
+		t.Fatalf("body %s, want %s", body, want)
+	}
+
+	resp, err = s.Post(ctx, mcptest.ToolCall(3, "countdown", map[string]any{"n": 2}, "j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := mcptest.ReadAnswer(resp)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("countdown answer: %v, %v", msgs, err)
+	}
+	if r, ok := msgs[0].(*jsonrpc.Response); !ok || r.ID != mcptest.ID(3) || toolText(t, r) != "countdown of 2 finished" {
+		t.Fatalf("countdown answer %v, want the result of 3", msgs[0])
+	}
+	for step := 1; step <= 2; step++ {
+		p := progressOf(t, next(t, g))
+		if p.Token != "j" || p.Progress != float64(step) {
+			t.Fatalf("GET stream: progress %+v, want token j step %d", p, step)
+		}
+	}
+}
+
+// TestBatch2025_03_26: a 2025-03-26 client (no MCP-Protocol-Version header)
+// may POST a batch; both responses come back on one stream, without
+// priming events (that protocol has none), which then ends.
+func TestBatch2025_03_26(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "2025-03-26")
+	if s.VersionHeader != "" || s.ProtocolVersion != "2025-03-26" {
+		t.Fatalf("session version %q header %q, want 2025-03-26 and no header", s.ProtocolVersion, s.VersionHeader)
+	}
+	resp, err := s.Post(ctx,
+		mcptest.ToolCall(2, "echo", map[string]any{"text": "one"}, nil),
+		mcptest.ToolCall(3, "echo", map[string]any{"text": "two"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := mcptest.OpenStream(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	evs, err := bs.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range evs {
+		r, ok := e.Response()
+		if !ok {
+			t.Fatalf("batch stream event %v: want only responses", e.Event)
+		}
+		got[fmt.Sprint(r.ID.Raw())] = toolText(t, r)
+	}
+	if len(evs) != 2 || got["2"] != "one" || got["3"] != "two" {
+		t.Fatalf("batch answered %v, want 2→one and 3→two", got)
+	}
+}
+
+// TestNotificationsOnly: a POST of notifications only is answered 202 with
+// an empty body.
+func TestNotificationsOnly(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	before := st.bounds(t, s.Token)
+	resp, err := s.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
+		t.Fatalf("got HTTP %d with %d bytes %q, want 202 and no body", resp.StatusCode, len(body), body)
+	}
+	if after := st.bounds(t, s.Token); after != before {
+		t.Fatalf("a notification changed the log: %+v → %+v", before, after)
+	}
+	countdown(t, ctx, s, 2, 1, "n")
+}
+
+// TestServerClosesStream (SEP-1699): a handler that closes its SSE stream
+// makes the POST stream end with a retry field; the client resumes by GET
+// and gets the rest, then the result.
+func TestServerClosesStream(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	mcp.AddTool(server, &mcp.Tool{Name: "hangup"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 250 * time.Millisecond})
+		req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "after the hang-up"}}}, nil, nil
+	})
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	p, err := s.Call(ctx, mcptest.ToolCall(2, "hangup", struct{}{}, "h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	evs, err := p.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("POST stream: %v, want the priming event and the close", evs)
+	}
+	wantPriming(t, evs[0], "", time.Second)
+	closeEv := evs[1]
+	if !closeEv.HasID || closeEv.Retry != 250*time.Millisecond || len(closeEv.Data) != 0 {
+		t.Fatalf("last POST event %v, want an id, retry 250ms and no data", closeEv.Event)
+	}
+	if c := parseCursor(t, closeEv.ID); c.Stream != parseCursor(t, evs[0].ID).Stream {
+		t.Fatalf("the close event %s is not of the POST stream %s", closeEv.ID, evs[0].ID)
+	}
+
+	rs, err := s.Resume(ctx, closeEv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	got, err := rs.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("resumed stream: %v, want priming, progress, result", got)
+	}
+	wantPriming(t, got[0], closeEv.ID, time.Second)
+	if p := progressOf(t, got[1]); p.Token != "h" || p.Progress != 1 {
+		t.Fatalf("resumed progress %+v, want token h progress 1", p)
+	}
+	if !got[2].IsResponseTo(mcptest.ID(2)) || toolText(t, must(got[2].Response())) != "after the hang-up" {
+		t.Fatalf("resumed stream ends with %v, want the result of 2", got[2].Event)
+	}
+}
+
+// TestPrimingAndHeaders: every SSE stream (POST, GET, resumed GET) starts
+// with a priming event carrying the configured retry, and every SSE
+// response says X-Accel-Buffering: no.
+func TestPrimingAndHeaders(t *testing.T) {
+	ctx := testContext(t)
+	const retry = 1500 * time.Millisecond
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{Retry: retry}}, nil)
+	s := st.initialize(t, ctx, "")
+	check := func(name string, stm *mcptest.Stream, id string) mcptest.Event {
+		t.Helper()
+		h := stm.Resp.Header
+		if h.Get("X-Accel-Buffering") != "no" || h.Get("Content-Type") != "text/event-stream" || h.Get("Cache-Control") != "no-cache, no-transform" {
+			t.Fatalf("%s headers: %v", name, h)
+		}
+		e := next(t, stm)
+		wantPriming(t, e, id, retry)
+		return e
+	}
+	p, err := s.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 1}, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	first := check("POST", p, "")
+	g, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	check("GET", g, "")
+	r, err := s.Resume(ctx, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check("resumed GET", r, first.ID)
+}
+
+// TestKeepAlive: an idle SSE stream gets a comment line within the
+// keep-alive interval.
+func TestKeepAlive(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{KeepAlive: 100 * time.Millisecond}}, nil)
+	s := st.initialize(t, ctx, "")
+	req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var lines []string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("GET stream ended after %q: %v", lines, err)
+		}
+		lines = append(lines, line)
+		if strings.HasPrefix(line, ":") {
+			break
+		}
+	}
+	// The priming event, then the comment.
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "id: ") || lines[1] != "retry: 1000\n" || lines[2] != "data:\n" ||
+		lines[3] != "\n" || lines[4] != ": keep-alive\n" {
+		t.Fatalf("GET stream lines %q, want the priming event then \": keep-alive\"", lines)
+	}
+	if l, _ := br.ReadString('\n'); l != "\n" {
+		t.Fatalf("after the comment: %q, want the blank line", l)
+	}
+}
+
+// TestShutdown: Handler.Shutdown makes every open stream send a final
+// retry field and end; new requests get 503 unavailable.
+func TestShutdown(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	get, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer get.Close()
+	next(t, get)
+	post, err := s.Call(ctx, gatedCall(2, "s", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer post.Close()
+	next(t, post)
+	g.release("s", 1)
+	progressOf(t, next(t, post))
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		st.h.Shutdown(sctx)
+	}()
+	for name, stm := range map[string]*mcptest.Stream{"GET": get, "POST": post} {
+		e := next(t, stm)
+		if e.HasID || len(e.Data) != 0 || e.Retry != time.Second {
+			t.Fatalf("%s: last event %v, want only retry: 1000", name, e.Event)
+		}
+		wantEOF(t, stm)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("Shutdown did not return after the streams closed")
+	}
+	resp, err := s.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusalOf(t, resp, http.StatusServiceUnavailable, "unavailable")
+	_, err = s.Get(ctx)
+	wantRefusal(t, err, http.StatusServiceUnavailable, "unavailable")
+	g.release("s", 2) // let the handler finish
+}
+
+// TestDeleteWithCallInFlight: DELETE ends a session whose tool call waits
+// on its context: the call is cancelled, DELETE answers 204, and the
+// call's stream ends. (The go-sdk waits for handlers in flight when a
+// session closes; they must be cancelled first.)
+func TestDeleteWithCallInFlight(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	p, err := s.Call(ctx, gatedCall(2, "never", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	next(t, p)
+	// The demo's countdown waits on its context between steps too.
+	c, err := s.Call(ctx, mcptest.ToolCall(3, "countdown", map[string]any{"n": 5, "delay_ms": 60000}, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	next(t, c)
+	if err := s.Delete(ctx); err != nil {
+		t.Fatalf("DELETE with calls in flight: %v", err)
+	}
+	wantEOF(t, p)
+	wantEOF(t, c)
+	wantGone(t, ctx, s, cursorOf(s, 1, 3, 3))
+}
