@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -65,6 +66,31 @@ func NewHandler(server *mcp.Server, opts *Options) *Handler {
 	if opts != nil {
 		o = *opts
 	}
+	if o.Transport.Sessionless == nil {
+		tOpts := o.Transport
+		o.Transport.Sessionless = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+			&mcp.StreamableHTTPOptions{
+				Stateless:    true,
+				JSONResponse: tOpts.JSONResponse,
+				Logger:       tOpts.Logger,
+				// The transport has already checked Host and Origin.
+				DisableLocalhostProtection: true,
+				MaxRequestBodyBytes:        tOpts.MaxBodyBytes,
+			})
+	}
+	return NewEngineHandler(gosdk.New(server), &o)
+}
+
+// NewEngineHandler returns a Handler serving sessions whose live state eng
+// hosts, such as the stdio gateway engine (engine/stdio). Requests of the
+// sessionless era go to opts.Transport.Sessionless, and get 400
+// protocol_version when it is nil. Call Close when done; Close does not
+// close eng beyond ending the live state of each session.
+func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	if o.Store == nil {
 		o.Store = memory.New(memory.Options{})
 	}
@@ -75,19 +101,8 @@ func NewHandler(server *mcp.Server, opts *Options) *Handler {
 		o.Sessions.Logger = o.Transport.Logger
 	}
 	log := eventlog.New(o.Store, o.Retention)
-	reg := session.New(o.Store, log, gosdk.New(server), o.Sessions)
+	reg := session.New(o.Store, log, eng, o.Sessions)
 	tOpts := o.Transport
-	if tOpts.Sessionless == nil {
-		tOpts.Sessionless = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-			&mcp.StreamableHTTPOptions{
-				Stateless:    true,
-				JSONResponse: tOpts.JSONResponse,
-				Logger:       tOpts.Logger,
-				// The transport has already checked Host and Origin.
-				DisableLocalhostProtection: true,
-				MaxRequestBodyBytes:        tOpts.MaxBodyBytes,
-			})
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		Handler: transport.New(reg, tOpts),

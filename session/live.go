@@ -42,6 +42,9 @@ type Live struct {
 	lastSeen   time.Time
 	storedSeen time.Time // last LastSeen written to the store
 	attached   int       // connections serving this session's streams
+	leaseUntil time.Time // when this process's lease lapses (zero: never)
+
+	dropped bool // guarded by reg.mu: drop has run (see Registry.drop)
 }
 
 // call is an inbound request in flight.
@@ -64,6 +67,7 @@ func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
 		streams:    make(map[uint64]*openStream),
 		lastSeen:   r.opts.Now(),
 		storedSeen: rec.LastSeen,
+		leaseUntil: rec.LeaseUntil,
 	}
 	if st != nil {
 		l.state = *st
@@ -101,6 +105,22 @@ func (l *Live) Reader(stream, after uint64) *eventlog.Reader {
 
 // Done is closed when the live state of this generation has ended.
 func (l *Live) Done() <-chan struct{} { return l.eng.Done() }
+
+// lease returns when this process's lease on the generation lapses, by the
+// last successful renewal (zero: no lease).
+func (l *Live) lease() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaseUntil
+}
+
+func (l *Live) setLease(until time.Time) {
+	l.mu.Lock()
+	if until.After(l.leaseUntil) {
+		l.leaseUntil = until
+	}
+	l.mu.Unlock()
+}
 
 // Touch records activity now. The store learns of it at most every quarter
 // of the idle TTL, so that a later process sees recent activity.
@@ -218,7 +238,9 @@ func (l *Live) CloseStream(ctx context.Context, stream uint64, retry time.Durati
 }
 
 // Deliver hands an inbound message to the engine, recording the state
-// changes it makes (initialize, notifications/initialized).
+// changes it makes (initialize, notifications/initialized). A state change
+// that cannot be stored fails the delivery, so the client is not told 202
+// for a notification a later generation would not know of.
 func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
 	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && r.Method == "notifications/initialized" {
 		l.mu.Lock()
@@ -227,7 +249,12 @@ func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Requ
 		st := l.state
 		l.mu.Unlock()
 		if changed {
-			l.saveState(ctx, st)
+			if err := l.saveState(ctx, st); err != nil {
+				l.mu.Lock()
+				l.state.Initialized = false
+				l.mu.Unlock()
+				return err
+			}
 		}
 	}
 	if err := l.eng.Deliver(ctx, msg, req); err != nil {
@@ -280,13 +307,36 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 	if stateChange != nil {
 		// Store the state before the response that acknowledges it.
 		if err := l.saveState(ctx, *stateChange); err != nil {
+			l.abandonIfUnavailable(err)
 			return err
 		}
 	}
-	return l.append(ctx, &ev)
+	if err := l.append(ctx, &ev); err != nil {
+		l.abandonIfUnavailable(err)
+		return err
+	}
+	return nil
 }
 
-// append appends ev and sets its Seq and Generation.
+// abandonIfUnavailable ends this generation in this process after an
+// outbound message could not be stored because the store was unavailable.
+// The message is lost, or (when only the store's reply was lost) stored;
+// either way, delivering later messages of the generation could leave a
+// gap the client cannot see. Ending the generation turns that into an
+// explicit 409 generation_mismatch when the client resumes, and the next
+// request re-creates the session at generation+1 once the store is back.
+// Cancelled contexts (a cancelled call) do not count.
+func (l *Live) abandonIfUnavailable(err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		l.reg.drop(l, "unavailable", err)
+	}
+}
+
+// append appends ev and sets its Seq and Generation. An append refused
+// because a newer generation owns the session (fenced: this process is a
+// zombie, e.g. it was paused past its lease) or because the session ended
+// drops this generation: its engine session closes, so its handlers stop
+// producing events nobody can store.
 func (l *Live) append(ctx context.Context, ev *store.Event) error {
 	evs := [1]store.Event{*ev}
 	err := l.reg.log.Append(ctx, l.token, l.gen, evs[:]...)
@@ -296,6 +346,9 @@ func (l *Live) append(ctx context.Context, ev *store.Event) error {
 	}
 	if errors.Is(err, store.ErrFenced) {
 		l.logger.Warn("append fenced: a newer generation owns the session", "reason", "fenced", "error", err)
+	}
+	if reason := lostReason(err); reason != "" {
+		l.reg.drop(l, reason, err)
 	}
 	return err
 }

@@ -6,7 +6,10 @@
 //
 // A Registry holds the sessions whose live state this process owns (Live);
 // the records and event logs are in a store.Store, so a store that outlives
-// the process lets a later process re-create them.
+// the process lets a later process re-create them. Registries of a fleet
+// share one store and hold their sessions under leases (Options.Lease,
+// lease.go): a session another registry holds is reported as remote
+// (ErrRemote) until that lease lapses.
 package session
 
 import (
@@ -34,11 +37,29 @@ const (
 
 // Options configures a Registry. Zero values select the defaults.
 type Options struct {
-	// Owner identifies this process in session records (store.Record.Owner).
-	// A record owned by anyone else is re-created at generation+1 by the
-	// first request that needs it. Default: a random boot ID, so a restarted
-	// process never mistakes a previous process's sessions for its own.
+	// Owner identifies this process in session records (store.Record.Owner);
+	// in a fleet it is the replica ID. A record owned by anyone else is
+	// re-created at generation+1 by the first request that needs it, unless
+	// that owner holds an unexpired lease (see Lease). Default: a random
+	// boot ID, so a restarted process never mistakes a previous process's
+	// sessions for its own.
 	Owner string
+	// Lease is how long this registry's claim on a session's live state
+	// lasts unless renewed: Create, the take-over at generation+1 and every
+	// renewal write LeaseUntil = now + Lease into the record. While another
+	// owner's lease has not lapsed, Get returns a *RemoteError instead of
+	// taking the session over (DESIGN.md, "Fleet mode"; see lease.go).
+	// Default 0: no lease, records carry no expiry and every session this
+	// registry does not hold is re-created at the next request, which is
+	// right for one process on a memory or embedded store. A fleet on Redis
+	// sets it (tidemark serve --lease-ttl, default 10 s).
+	Lease time.Duration
+	// RenewInterval is how often Run renews the lease of every session
+	// this registry holds. It must be well below Lease: a renewal that
+	// comes more than Lease after the previous one lets another replica
+	// take the session over. Default (zero): Lease / 3. Ignored when Lease
+	// is 0.
+	RenewInterval time.Duration
 	// IdleTTL evicts a session that has seen no request and had no open
 	// stream for this long. Default 30 minutes; negative: never.
 	IdleTTL time.Duration
@@ -82,6 +103,8 @@ type Registry struct {
 	lru      *list.List               // front: most recently used
 	starting map[string]chan struct{} // tokens being re-created
 	closed   bool
+
+	closing sync.WaitGroup // engine sessions closing after drop
 }
 
 // New returns a Registry over st, appending through log and starting live
@@ -104,6 +127,9 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Lease > 0 && opts.RenewInterval <= 0 {
+		opts.RenewInterval = opts.Lease / DefaultRenewDivisor
 	}
 	return &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
@@ -133,7 +159,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	now := r.opts.Now()
 	rec := store.Record{
 		Token: NewToken(), Generation: 1, Owner: r.opts.Owner, UserID: userID,
-		Created: now, LastSeen: now,
+		LeaseUntil: r.leaseUntil(now), Created: now, LastSeen: now,
 	}
 	if err := r.st.Create(ctx, rec); err != nil {
 		return nil, fmt.Errorf("session: create: %w", err)
@@ -207,9 +233,11 @@ func (r *Registry) watch(l *Live) {
 
 // Get returns the live session of token for a request by userID,
 // re-creating its live state at generation+1 if no live process holds it
-// (after a restart on a durable store, or after the engine session ended).
-// Errors: ErrNotFound, ErrEnded (also a *store.EndedError), ErrForbidden,
-// ErrClosed, and the store's errors.
+// (after a restart on a durable store, after the engine session ended, or
+// after the lease of another replica lapsed). Errors: ErrNotFound, ErrEnded
+// (also a *store.EndedError), ErrForbidden, ErrClosed, a *RemoteError
+// (ErrRemote) when another owner holds the session under a lease that has
+// not lapsed, and the store's errors (store.ErrUnavailable).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
 	for {
 		r.mu.Lock()
@@ -223,6 +251,12 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			r.mu.Unlock()
 			if l.userID != "" && l.userID != userID {
 				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+			}
+			if err := r.checkLease(ctx, l); err != nil {
+				if errors.Is(err, errLeaseLost) {
+					continue // look the session up again
+				}
+				return nil, err
 			}
 			l.Touch()
 			return l, nil
@@ -249,7 +283,12 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 	}
 }
 
-// recreate loads token's record and claims a new generation of it.
+// claimAttempts bounds how often recreate tries to claim a session whose
+// generation keeps moving under it (other replicas claiming it at once).
+const claimAttempts = 3
+
+// recreate loads token's record and claims a new generation of it, unless
+// another owner holds it under a lease that has not lapsed (*RemoteError).
 func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, error) {
 	rec, err := r.st.Get(ctx, token)
 	if err != nil {
@@ -258,29 +297,48 @@ func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, e
 	if rec.UserID != "" && rec.UserID != userID {
 		return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 	}
-	if r.opts.IdleTTL > 0 && r.opts.Now().Sub(rec.LastSeen) > r.opts.IdleTTL {
-		r.End(ctx, token, store.EndIdle)
-		return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
+	for attempt := 1; ; attempt++ {
+		now := r.opts.Now()
+		// A live owner decides about idleness itself: it sees every request.
+		if err := r.remote(rec, now); err != nil {
+			return nil, err
+		}
+		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
+			r.End(ctx, token, store.EndIdle)
+			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
+		}
+		if err := r.makeRoom(ctx); err != nil {
+			return nil, err
+		}
+		st, err := decodeState(rec.State)
+		if err != nil {
+			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
+		}
+		from, prevOwner := rec.Generation, rec.Owner
+		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
+		if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
+			// Another replica claimed it first: serve through the winner if
+			// its lease holds, else try again on the newer generation.
+			if rec, err = r.st.Get(ctx, token); err != nil {
+				return nil, r.storeErr(token, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, r.storeErr(token, err)
+		}
+		r.log.Forget(token)
+		l, err := r.start(ctx, claimed, st)
+		if err != nil {
+			return nil, err
+		}
+		reason := "owner_gone"
+		if prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero() {
+			reason = "lease_expired"
+		}
+		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
+		return l, nil
 	}
-	if err := r.makeRoom(ctx); err != nil {
-		return nil, err
-	}
-	st, err := decodeState(rec.State)
-	if err != nil {
-		return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
-	}
-	from := rec.Generation
-	rec, err = r.st.Claim(ctx, token, r.opts.Owner, from, time.Time{})
-	if err != nil {
-		return nil, r.storeErr(token, err)
-	}
-	r.log.Forget(token)
-	l, err := r.start(ctx, rec, st)
-	if err != nil {
-		return nil, err
-	}
-	l.logger.Info("session re-created", "previous_generation", from, "reason", "owner_gone")
-	return l, nil
 }
 
 // Recreate ends the live state of token's current generation, if this
@@ -370,8 +428,16 @@ func (r *Registry) Sweep(ctx context.Context) {
 	r.log.Sweep(ctx)
 }
 
-// Run sweeps every interval until ctx is done.
+// Run sweeps every interval and, when Options.Lease > 0, renews the
+// leases of the sessions this registry holds every RenewInterval (see
+// RenewLeases), until ctx is done. Renewals run on their own goroutine, so
+// a long sweep cannot delay them past the lease.
 func (r *Registry) Run(ctx context.Context, interval time.Duration) {
+	var renewing sync.WaitGroup
+	if r.opts.Lease > 0 {
+		renewing.Go(func() { r.renewLoop(ctx) })
+	}
+	defer renewing.Wait()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -393,7 +459,9 @@ func (r *Registry) Len() int {
 
 // Close closes every live session's engine state and refuses new work. It
 // does not end the sessions in the store: a durable store keeps them for
-// the next process.
+// the next process. With leases (Options.Lease > 0) it makes the leases
+// it held lapse at once, so that other replicas take those sessions over
+// at the next request instead of after the lease.
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	r.closed = true
@@ -407,6 +475,8 @@ func (r *Registry) Close() error {
 	for _, l := range all {
 		l.eng.Close()
 	}
+	r.releaseLeases(all)
+	r.closing.Wait()
 	return nil
 }
 

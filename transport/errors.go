@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -29,6 +30,8 @@ const (
 	ReasonMethodNotAllowed   = "method_not_allowed"   // 405
 	ReasonUnavailable        = "unavailable"          // 503: store or engine cannot take the request now
 	ReasonCapacity           = "capacity"             // 503: no room for another session
+	ReasonOwnerMoved         = "owner_moved"          // 503 + Retry-After: a forwarded request reached a replica that does not own the session either
+	ReasonOwnerUnreachable   = "owner_unreachable"    // 503 + Retry-After: the owning replica holds its lease but cannot be reached or failed to answer
 	ReasonLastEventIDOnPost  = "last_event_id_on_post"
 	ReasonCursorMalformed    = "cursor_malformed"
 	ReasonGenerationMismatch = "generation_mismatch"
@@ -52,6 +55,9 @@ type httpError struct {
 	message string
 	data    map[string]any // extra fields of error.data besides reason
 	id      jsonrpc.ID     // the request's ID when known; null otherwise
+	// retryAfter, when positive, is sent as Retry-After (seconds; RFC 9110
+	// section 10.2.3) with a 503.
+	retryAfter int
 }
 
 func refuse(status int, reason, message string) *httpError {
@@ -100,6 +106,9 @@ func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
 	h.Set("Content-Type", "application/json")
 	if e.status == http.StatusMethodNotAllowed {
 		h.Set("Allow", "GET, POST, DELETE")
+	}
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
 	w.WriteHeader(e.status)
 	w.Write(body)

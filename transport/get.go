@@ -36,10 +36,13 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		userID = ti.UserID
 	}
 	// Get re-creates the live state when no live process holds it, so the
-	// decision compares the cursor with the generation that serves now.
-	live, err := h.reg.Get(ctx, token, userID)
+	// decision compares the cursor with the generation that serves now. A
+	// session another replica owns is decided and served there.
+	live, err := h.resolve(w, r, token, userID, nil)
 	status := replay.Live
 	switch {
+	case errors.Is(err, errServed):
+		return
 	case err == nil:
 	case errors.Is(err, session.ErrForbidden):
 		h.registryError(err, token).write(w, h.logger)

@@ -81,6 +81,14 @@ type Options struct {
 	// Logger receives structured lines with session token prefix,
 	// generation, stream and reason. Default slog.Default().
 	Logger *slog.Logger
+	// Directory locates the replica that owns a session held by another
+	// replica of a fleet (session.ErrRemote), so that requests for it are
+	// forwarded there (forward.go); the forwarded request carries
+	// ForwardedByHeader with this replica's ID, the registry's Owner.
+	// Default nil: single-process mode; should the registry still report a
+	// remote owner, the request waits for that owner's lease to lapse and
+	// is then served here.
+	Directory Directory
 }
 
 // Handler serves MCP Streamable HTTP over a session.Registry.
@@ -90,8 +98,12 @@ type Handler struct {
 	logger *slog.Logger
 	conns  *connections
 
+	fwd *http.Transport // forwarded requests (fleet mode)
+
 	shutdownOnce sync.Once
-	shutdown     chan struct{} // closed by Shutdown
+	shutdown     chan struct{}   // closed by Shutdown
+	shutdownCtx  context.Context // cancelled by Shutdown
+	stopAll      context.CancelFunc
 }
 
 // New returns a Handler serving the sessions of reg.
@@ -111,11 +123,14 @@ func New(reg *session.Registry, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Handler{
+	h := &Handler{
 		reg: reg, opts: opts, logger: opts.Logger,
 		conns:    newConnections(),
+		fwd:      newForwardTransport(opts.JSONResponse),
 		shutdown: make(chan struct{}),
 	}
+	h.shutdownCtx, h.stopAll = context.WithCancel(context.Background())
+	return h
 }
 
 // Shutdown makes every open SSE stream send a final retry field and close,
@@ -123,8 +138,12 @@ func New(reg *session.Registry, opts Options) *Handler {
 // replica). Call it before http.Server.Shutdown, which waits for handlers
 // to return. New streams are refused with 503 afterwards.
 func (h *Handler) Shutdown(ctx context.Context) {
-	h.shutdownOnce.Do(func() { close(h.shutdown) })
+	h.shutdownOnce.Do(func() {
+		close(h.shutdown)
+		h.stopAll()
+	})
 	h.conns.wait(ctx)
+	h.fwd.CloseIdleConnections()
 }
 
 func (h *Handler) shuttingDown() bool {

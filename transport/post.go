@@ -31,7 +31,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		herr.write(w, h.logger)
 		return
 	}
-	msgs, batch, herr := h.readMessages(w, r, version)
+	msgs, batch, body, herr := h.readMessages(w, r, version)
 	if herr != nil {
 		herr.write(w, h.logger)
 		return
@@ -70,8 +70,10 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		if token != "" {
 			// A client that initializes again while holding a live session
 			// replaces it: the old token is superseded and answers 404.
-			if old, err := h.reg.Get(ctx, token, userID); err == nil {
-				h.reg.End(ctx, old.Token(), store.EndSuperseded)
+			// Get checks the user binding; a session another replica owns
+			// ends in the store, and that owner's renewal then fails.
+			if _, err := h.reg.Get(ctx, token, userID); err == nil || errors.Is(err, session.ErrRemote) {
+				h.reg.End(ctx, token, store.EndSuperseded)
 			}
 		}
 		var p struct {
@@ -85,7 +87,10 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			return
 		}
 		var err error
-		live, err = h.reg.Get(ctx, token, userID)
+		live, err = h.resolve(w, r, token, userID, body)
+		if errors.Is(err, errServed) {
+			return // forwarded to the session's owner, or refused
+		}
 		if err != nil {
 			h.registryError(err, token).write(w, h.logger)
 			return
@@ -178,17 +183,24 @@ func (h *Handler) postChecks(r *http.Request) *httpError {
 // readMessages reads and decodes the body: one JSON-RPC message, or a
 // non-empty array of them when the protocol version allows batches
 // (2025-03-26, which is also the version assumed when the header is
-// absent).
-func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version string) ([]jsonrpc.Message, bool, *httpError) {
+// absent). It also returns the body's bytes, which a forwarded request
+// carries to the session's owner.
+func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version string) ([]jsonrpc.Message, bool, []byte, *httpError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, false, refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+			return nil, false, nil, refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
 		}
-		return nil, false, refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error())
+		return nil, false, nil, refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error())
 	}
+	msgs, batch, herr := h.decodeMessages(body, version)
+	return msgs, batch, body, herr
+}
+
+// decodeMessages decodes a POST body for readMessages.
+func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message, bool, *httpError) {
 	parseErr := func(msg string) *httpError {
 		e := refuse(http.StatusBadRequest, ReasonParseError, msg)
 		e.code = codeParseError
@@ -284,11 +296,20 @@ func (h *Handler) registryError(err error, token string) *httpError {
 	}
 }
 
-// deliverError maps a failure to hand a message to the session.
+// deliverError maps a failure to hand a message to the session, or to
+// store what answering it needs (an opening event, a state change).
 func (h *Handler) deliverError(live *session.Live, err error) *httpError {
-	live.Logger().Warn("delivery failed", "reason", "unavailable", "error", err)
-	if errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound):
+		live.Logger().Warn("delivery failed", "reason", ReasonSessionNotFound, "error", err)
 		return refuse(http.StatusNotFound, ReasonSessionNotFound, "the session ended: send initialize to start a new session")
+	case errors.Is(err, store.ErrFenced):
+		// Another replica took the session over; the next attempt reaches it.
+		live.Logger().Warn("delivery failed", "reason", ReasonOwnerMoved, "error", err)
+		e := refuse(http.StatusServiceUnavailable, ReasonOwnerMoved, err.Error()+"; retry the request")
+		e.retryAfter = retryAfterSeconds
+		return e
 	}
+	live.Logger().Warn("delivery failed", "reason", ReasonUnavailable, "error", err)
 	return refuse(http.StatusServiceUnavailable, ReasonUnavailable, err.Error()+"; retry the request")
 }

@@ -3,10 +3,14 @@
 // Usage:
 //
 //	tidemark serve [flags]     serve the built-in demo server
+//	tidemark serve [flags] --stdio -- COMMAND [ARGS...]
+//	                           gateway mode: serve a stdio MCP server, one
+//	                           subprocess per session generation
+//	tidemark probe [flags] URL check how the MCP server at URL resumes streams
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h` for the flags; README.md lists them with their
-// defaults.
+// Run `tidemark serve -h` or `tidemark probe -h` for the flags; README.md
+// lists them with their defaults.
 package main
 
 import (
@@ -19,9 +23,14 @@ const usage = `tidemark serves MCP over resumable Streamable HTTP.
 
 Usage:
   tidemark serve [flags]   serve the built-in demo server (countdown, echo, confirm)
+  tidemark serve [flags] --stdio -- COMMAND [ARGS...]
+                           gateway mode: serve the stdio MCP server COMMAND,
+                           one subprocess per session generation
+  tidemark probe [flags] URL
+                           check how the MCP server at URL resumes streams
   tidemark help            print this text
 
-Run "tidemark serve -h" for the flags.
+Run "tidemark serve -h" or "tidemark probe -h" for the flags.
 `
 
 func main() {
@@ -38,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "probe":
+		return probe(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -11,13 +11,18 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -40,6 +45,11 @@ type serveConfig struct {
 	shutdownGrace   time.Duration
 	logLevel        slog.Level
 	logFormat       string
+	stdio           bool     // gateway mode: the command is fs.Args()
+	env             []string // --env KEY=VALUE, in order
+	maxProcesses    int
+	dataDir         string // empty: memory store
+	fleet           fleetConfig
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -61,6 +71,17 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM waits for open requests (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&c.stdio, "stdio", false, "gateway mode: serve the stdio MCP server named after -- (serve --stdio -- COMMAND [ARGS...]), one subprocess per session generation")
+	fs.Func("env", "KEY=VALUE added to the environment of --stdio subprocesses, which otherwise holds only PATH and HOME (repeatable)", func(kv string) error {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, not %q", kv)
+		}
+		c.env = append(c.env, kv)
+		return nil
+	})
+	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget)")
+	fleetFlags(fs, &c.fleet)
+	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	return fs, c
 }
 
@@ -72,8 +93,19 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
+	switch {
+	case c.stdio && fs.NArg() == 0:
+		fmt.Fprintf(stderr, "tidemark serve: --stdio needs the server command after --, e.g. tidemark serve --stdio -- npx @modelcontextprotocol/server-everything stdio\n")
+		return 2
+	case !c.stdio && fs.NArg() > 0:
 		fmt.Fprintf(stderr, "tidemark serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	case !c.stdio && len(c.env) > 0:
+		fmt.Fprintf(stderr, "tidemark serve: --env applies to --stdio subprocesses only\n")
+		return 2
+	}
+	if err := c.fleet.check(c.dataDir); err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
 	logger, err := newLogger(stderr, c.logFormat, c.logLevel)
@@ -82,19 +114,85 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 
+	// The store opens before the listener, so a bad --data-dir exits
+	// before any client can connect.
+	var st store.Store
+	storeAttrs := []any{"store", "memory"}
+	if c.dataDir != "" {
+		ds, err := durable.Open(c.dataDir, durable.Options{IdleTTL: c.idleTTL, Logger: logger})
+		if err != nil {
+			fmt.Fprintf(stderr, "tidemark serve: --data-dir: %v\n", err)
+			return 1
+		}
+		st = ds
+		storeAttrs = []any{"store", "durable", "dir", ds.Dir()}
+		// The process budget bounds memory; a durable store is bounded by
+		// its data directory (durable.Options.MaxBytes) instead.
+		c.budget = -1
+	}
+	var fleet *redisstore.Store // nil unless --redis
+	if c.fleet.redisURL != "" {
+		if fleet, err = c.fleet.openRedis(logger); err != nil {
+			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+			return 1
+		}
+		st = fleet
+		storeAttrs = []any{"store", "redis", "replica", c.fleet.replicaID}
+		c.budget = -1 // Redis is not this process's memory
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
+		if st != nil {
+			st.Close()
+		}
 		fmt.Fprintf(stderr, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
 		return 1
 	}
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+	opts := &tidemark.Options{
+		Store:     st,
 		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
 		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, Logger: logger},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
 			MaxBodyBytes: c.maxBody, Logger: logger,
 		},
-	})
+	}
+	if fleet != nil {
+		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
+		opts.Transport.Directory = fleet
+		if err := fleet.Announce(context.Background(), c.fleet.replicaID, c.fleet.advertise(ln, c.path), c.fleet.leaseTTL); err != nil {
+			ln.Close()
+			fleet.Close()
+			fmt.Fprintf(stderr, "tidemark serve: --redis %s: %v\n", c.fleet.redisURL, err)
+			return 1
+		}
+	}
+	var h *tidemark.Handler
+	var gateway *stdio.Engine // nil unless --stdio
+	if c.stdio {
+		gateway, err = stdio.New(stdio.Options{
+			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses, Logger: logger,
+		})
+		if err != nil {
+			ln.Close()
+			if st != nil {
+				st.Close()
+			}
+			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+			return 2
+		}
+		h = tidemark.NewEngineHandler(gateway, opts)
+	} else {
+		h = tidemark.NewHandler(demo.NewServer(), opts)
+	}
+	// closeHandler ends every session's live state; in gateway mode all
+	// subprocesses end at once and are reaped first, so none outlives us.
+	closeHandler := func() {
+		if gateway != nil {
+			gateway.Close()
+		}
+		h.Close()
+	}
 	mux := http.NewServeMux()
 	mux.Handle(c.path, h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -103,16 +201,31 @@ func serve(args []string, stderr io.Writer) int {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("serving", "url", "http://"+ln.Addr().String()+c.path, "store", "memory")
+	// stopAnnouncing withdraws this replica from the fleet's directory,
+	// first thing at shutdown, so that others stop forwarding to it.
+	stopAnnouncing := func() {}
+	if fleet != nil {
+		actx, cancel := context.WithCancel(context.Background())
+		announced := make(chan struct{})
+		go func() {
+			defer close(announced)
+			c.fleet.announce(actx, fleet, c.fleet.advertise(ln, c.path), logger)
+		}()
+		stopAnnouncing = func() { cancel(); <-announced }
+		storeAttrs = append(storeAttrs, "advertise", c.fleet.advertise(ln, c.path))
+	}
+	logger.Info("serving", append([]any{"url", "http://" + ln.Addr().String() + c.path}, storeAttrs...)...)
 
 	select {
 	case err := <-errc:
 		logger.Error("server failed", "error", err)
-		h.Close()
+		stopAnnouncing()
+		closeHandler()
 		return 1
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "reason", "signal", "grace", c.shutdownGrace)
+	stopAnnouncing()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
 	defer cancel()
 	h.Shutdown(sctx) // streams get a final retry field, then close
@@ -120,7 +233,7 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Warn("shutdown incomplete", "error", err)
 		srv.Close()
 	}
-	h.Close()
+	closeHandler()
 	logger.Info("stopped")
 	return 0
 }

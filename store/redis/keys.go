@@ -9,6 +9,10 @@ package redisstore
 //	tidemark:{TOKEN}:wake  stream  one entry per Claim, Trim and End (MAXLEN 1)
 //	tidemark:{TOKEN}:end   string  the tombstone: the end reason, with a TTL
 //
+// Besides the sessions, the replica directory (fleet.go) has one key per
+// replica, tidemark:replica:ID, a string holding the replica's URL, with
+// a TTL.
+//
 // The rec hash has these fields (all decimal strings unless said):
 //
 //	gen      generation (the fencing token)

@@ -1,0 +1,154 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// ErrSessionLost is the sentinel of a call that was in flight on a session
+// the server no longer serves: a resume of the call's stream was answered
+// 404 (the session token is unknown, evicted, deleted or superseded; MCP
+// 2025-11-25, "Session Management") or 409 (the session's state was
+// re-created or the cursor compacted, so its streams cannot be replayed;
+// Tidemark DESIGN.md, "The replay decision"). The call may or may not have
+// taken effect on the server; the transport has already started a new
+// session, so the caller may retry it. Test with errors.Is.
+var ErrSessionLost = errors.New("client: session lost")
+
+// ErrStreamLost is the sentinel of a call whose response stream broke and
+// cannot be resumed: it broke before the server sent any event ID (no
+// cursor to resume from), the server refused the resume with a status other
+// than 404 or 409 (for example 400 cursor_ahead, or 405 when the server
+// does not resume streams), the POST broke after it was sent but before an
+// answer arrived, or resuming failed for longer than
+// Transport.ResumeTimeout. The call may or may not have taken effect. Test
+// with errors.Is.
+var ErrStreamLost = errors.New("client: stream lost")
+
+// CallError is the error a call returns when the transport gives it up. It
+// wraps ErrSessionLost or ErrStreamLost (Err) and, when a network failure
+// caused it, that failure (Cause); errors.Is and errors.As see both.
+type CallError struct {
+	// Method is the JSON-RPC method of the call, e.g. "tools/call".
+	Method string
+	// ID is the call's JSON-RPC request ID.
+	ID jsonrpc.ID
+	// Session is the Mcp-Session-Id the call was sent on ("" when the
+	// server does not use sessions).
+	Session string
+	// Cursor is the Last-Event-ID of the last resume attempt ("" if none).
+	Cursor string
+	// Status is the HTTP status that ended the call (404, 409, 400, ...); 0
+	// when no status was received (the connection failed).
+	Status int
+	// Reason is error.data.reason of the server's JSON-RPC error body when
+	// it had one (Tidemark's: session_not_found, generation_mismatch,
+	// cursor_compacted, cursor_ahead, ...); "" otherwise.
+	Reason string
+	// Err is ErrSessionLost or ErrStreamLost.
+	Err error
+	// Cause is the network or protocol failure behind Err; nil if none.
+	Cause error
+}
+
+// Error describes the call, the session, the status and the reason.
+func (e *CallError) Error() string {
+	b := []byte("client: ")
+	b = append(b, e.Method...)
+	if e.ID.IsValid() {
+		b = append(b, " id "...)
+		b = append(b, fmt.Sprint(e.ID.Raw())...)
+	}
+	if e.Session != "" {
+		b = append(b, " session "...)
+		b = append(b, prefix(e.Session)...)
+	}
+	b = append(b, ": "...)
+	switch {
+	case errors.Is(e.Err, ErrSessionLost):
+		b = append(b, "session lost"...)
+	default:
+		b = append(b, "stream lost"...)
+	}
+	if e.Status != 0 {
+		b = append(b, " (HTTP "...)
+		b = strconv.AppendInt(b, int64(e.Status), 10)
+		if e.Reason != "" {
+			b = append(b, ' ')
+			b = append(b, e.Reason...)
+		}
+		b = append(b, ')')
+	}
+	if e.Cursor != "" {
+		b = append(b, " at cursor "...)
+		b = append(b, e.Cursor...)
+	}
+	if e.Cause != nil {
+		b = append(b, ": "...)
+		b = append(b, e.Cause.Error()...)
+	}
+	return string(b)
+}
+
+// Unwrap returns Err and Cause.
+func (e *CallError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
+
+// StatusError is the error a request returns when the server refuses its
+// POST with an HTTP error status other than a 404 that the transport
+// recovers from (MCP 2025-11-25, "Sending Messages to the Server").
+type StatusError struct {
+	// Method is the JSON-RPC method of the message that was refused.
+	Method string
+	// Status is the HTTP status code.
+	Status int
+	// Reason is error.data.reason of the JSON-RPC error body; "" if none.
+	Reason string
+	// Message is error.message of the JSON-RPC error body, or the start of
+	// a non-JSON body.
+	Message string
+}
+
+// Error describes the refusal.
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("client: %s refused with HTTP %d", e.Method, e.Status)
+	if e.Reason != "" {
+		s += " " + e.Reason
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// codeRejected is the JSON-RPC error code with which the go-sdk marks a
+// transport Write failure that concerns one message only ("rejected by
+// transport", go-sdk v1.8.0 internal/jsonrpc2 ErrRejected). Write errors
+// match it, so the SDK fails only the call concerned and keeps the
+// connection; any other Write error would make the SDK close it.
+const codeRejected = -32005
+
+var errRejected = &jsonrpc.Error{Code: codeRejected, Message: "rejected by transport"}
+
+// rejected wraps a Write error so that errors.Is matches both err and the
+// SDK's ErrRejected, while the message stays err's.
+type rejected struct{ err error }
+
+func (r rejected) Error() string   { return r.err.Error() }
+func (r rejected) Unwrap() []error { return []error{r.err, errRejected} }
+
+// prefix shortens a session token for messages and logs, as store.Prefix
+// does on the server: tokens are credentials.
+func prefix(token string) string {
+	if len(token) <= 8 {
+		return token
+	}
+	return token[:8] + "…"
+}

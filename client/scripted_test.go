@@ -1,0 +1,221 @@
+package client_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/client"
+)
+
+// scripted is a Streamable HTTP server whose answers to tools/call and to
+// resumes a test writes, to produce what Tidemark never does (repeated
+// events, a resume that never answers). It handles initialize,
+// notifications and the standalone GET (405) itself.
+type scripted struct {
+	t *testing.T
+	// call writes the SSE answer of a tools/call whose request is req.
+	call func(w http.ResponseWriter, req *jsonrpc.Request)
+	// resume answers a GET with Last-Event-ID.
+	resume func(w http.ResponseWriter, r *http.Request, cursor string)
+
+	mu    sync.Mutex
+	token any        // the progress token of the last tools/call
+	id    jsonrpc.ID // the ID of the last tools/call
+}
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		if c := r.Header.Get("Last-Event-ID"); c != "" {
+			s.resume(w, r, c)
+			return
+		}
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	case http.MethodDelete:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	switch req.Method {
+	case "initialize":
+		res, _ := json.Marshal(&mcp.InitializeResult{ProtocolVersion: "2025-11-25",
+			ServerInfo: &mcp.Implementation{Name: "scripted", Version: "1"}, Capabilities: &mcp.ServerCapabilities{}})
+		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: res})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Mcp-Session-Id", "scripted-session")
+		w.Write(out)
+	case "tools/call":
+		var p struct {
+			Meta struct {
+				Token any `json:"progressToken"`
+			} `json:"_meta"`
+		}
+		json.Unmarshal(req.Params, &p)
+		s.mu.Lock()
+		s.token, s.id = p.Meta.Token, req.ID
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		s.call(w, req)
+	default:
+		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: json.RawMessage("{}")})
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	}
+}
+
+// progress renders event id carrying progress step of the last call.
+func (s *scripted) progress(id string, step int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	params, _ := json.Marshal(map[string]any{"progressToken": s.token, "progress": step, "total": 4})
+	b, _ := jsonrpc.EncodeMessage(&jsonrpc.Request{Method: "notifications/progress", Params: params})
+	return fmt.Sprintf("id: %s\ndata: %s\n\n", id, b)
+}
+
+// result renders event id carrying the last call's result.
+func (s *scripted) result(id, text string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res, _ := json.Marshal(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
+	b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: s.id, Result: res})
+	return fmt.Sprintf("id: %s\ndata: %s\n\n", id, b)
+}
+
+func write(w http.ResponseWriter, frames ...string) {
+	for _, f := range frames {
+		io.WriteString(w, f)
+	}
+	w.(http.Flusher).Flush()
+}
+
+// TestRepeatedEventsDroppedAndRetryHonoured: the server closes the call's
+// stream after a priming event with retry 300 ms and three progress events;
+// the resume must come no sooner than 300 ms later. The server then
+// replays from the start (events a1..a3 again) before a4 and the result:
+// the SDK sees progress 1..4 once each, and the transport reports three
+// duplicates.
+func TestRepeatedEventsDroppedAndRetryHonoured(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		closedAt time.Time
+		resumeAt time.Time
+		cursor   string
+	)
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, req *jsonrpc.Request) {
+		write(w, "id: a0\nretry: 300\ndata:\n\n", s.progress("a1", 1), s.progress("a2", 2), s.progress("a3", 3))
+		mu.Lock()
+		closedAt = time.Now()
+		mu.Unlock()
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, c string) {
+		mu.Lock()
+		resumeAt, cursor = time.Now(), c
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		write(w, s.progress("a1", 1), s.progress("a2", 2), s.progress("a3", 3), s.progress("a4", 4), s.result("a5", "done"))
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	rec := newRecorder()
+	cs := connect(t, srv.URL, rec, nil)
+	params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
+	params.SetProgressToken("tok")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatalf("CallTool: %v", err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; text != "done" {
+		t.Errorf("result = %q, want done", text)
+	}
+	if got := rec.settled("tok", 4); !slices.Equal(got, steps(4)) {
+		t.Errorf("progress = %v, want %v", got, steps(4))
+	}
+	mu.Lock()
+	wait := resumeAt.Sub(closedAt)
+	mu.Unlock()
+	if cursor != "a3" {
+		t.Errorf("Last-Event-ID = %q, want a3", cursor)
+	}
+	// The delay is retry plus up to half of it in jitter.
+	if wait < 300*time.Millisecond || wait > 600*time.Millisecond {
+		t.Errorf("resumed %v after the stream closed, want 300ms to 450ms (+ scheduling)", wait)
+	}
+	var dups []string
+	rec.mu.Lock()
+	for _, e := range rec.events {
+		if e.Kind == client.EventDuplicate {
+			dups = append(dups, e.Cursor)
+		}
+	}
+	rec.mu.Unlock()
+	if !slices.Equal(dups, []string{"a1", "a2", "a3"}) {
+		t.Errorf("duplicate events = %v, want [a1 a2 a3]", dups)
+	}
+	if n := rec.count(client.EventResumed); n != 1 {
+		t.Errorf("resumed events = %d, want 1", n)
+	}
+}
+
+// TestSilentResumeBounded: the server accepts the resume's connection and
+// never answers it. The call fails with ErrStreamLost once ResumeTimeout
+// (500 ms here) has passed since the break, not later.
+func TestSilentResumeBounded(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		closedAt time.Time
+	)
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, req *jsonrpc.Request) {
+		write(w, "id: b0\nretry: 10\ndata:\n\n", s.progress("b1", 1))
+		mu.Lock()
+		closedAt = time.Now()
+		mu.Unlock()
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, c string) {
+		<-r.Context().Done() // never answer
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+	rec := newRecorder()
+	cs := connect(t, srv.URL, rec, func(tr *client.Transport) { tr.ResumeTimeout = 500 * time.Millisecond })
+	params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
+	params.SetProgressToken("tok")
+	_, err := cs.CallTool(t.Context(), params)
+	mu.Lock()
+	took := time.Since(closedAt)
+	mu.Unlock()
+	if !errors.Is(err, client.ErrStreamLost) {
+		t.Fatalf("err = %v, want ErrStreamLost", err)
+	}
+	var ce *client.CallError
+	if !errors.As(err, &ce) || ce.Cursor != "b1" {
+		t.Errorf("CallError = %+v, want cursor b1", ce)
+	}
+	if took < 500*time.Millisecond || took > time.Second {
+		t.Errorf("call failed %v after the break, want 500ms to 1s", took)
+	}
+}

@@ -1,0 +1,294 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// post sends one POST of body on s (nil: without session headers). The
+// request lives in reqCtx (the response stream is read in it) but is
+// abandoned, before its answer arrives, when ctx ends.
+func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http.Response, error) {
+	req, err := c.newRequest(reqCtx, http.MethodPost, s, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(reqCtx)
+	req = req.WithContext(rctx)
+	stop := context.AfterFunc(ctx, cancel)
+	resp, err := c.opts.HTTPClient.Do(req)
+	if !stop() && err == nil {
+		// ctx ended while the answer arrived: the caller gave up.
+		drain(resp)
+		cancel()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelBody releases its request's context when closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// sessionFor returns the session a message of method is sent on: none for
+// initialize, the current one otherwise, after a re-initialization if the
+// current one is lost.
+func (c *conn) sessionFor(ctx context.Context, method string) (*session, error) {
+	if method == "initialize" {
+		return nil, nil
+	}
+	c.mu.Lock()
+	s, canRenew := c.sess, c.initialized
+	c.mu.Unlock()
+	if s == nil || !s.isLost() || !canRenew {
+		return s, nil
+	}
+	return c.renew(ctx, s)
+}
+
+// sendCall POSTs a request of the SDK and arranges for its response to
+// reach Read: from a JSON body, or from an SSE stream read (and resumed) by
+// a goroutine.
+func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
+	data, err := jsonrpc.EncodeMessage(req)
+	if err != nil {
+		return rejected{fmt.Errorf("client: encode %s: %w", req.Method, err)}
+	}
+	cctx, cancel := context.WithCancel(c.ctx)
+	cl := &call{id: req.ID, method: req.Method, cancel: cancel}
+	c.mu.Lock()
+	c.calls[req.ID] = cl
+	c.mu.Unlock()
+	fail := func(err error) error {
+		if c.takeCall(req.ID) != nil {
+			cancel()
+		}
+		return rejected{err}
+	}
+
+	var unreachableSince time.Time
+	renewed := false
+	for attempt := 0; ; attempt++ {
+		s, err := c.sessionFor(ctx, req.Method)
+		if err != nil {
+			return fail(err)
+		}
+		resp, err := c.post(ctx, cctx, s, data)
+		if err != nil {
+			if ctx.Err() != nil || cctx.Err() != nil {
+				return fail(fmt.Errorf("client: %s: %w", req.Method, err))
+			}
+			if notSent(err) {
+				// The server never saw the request: sending it again cannot
+				// run it twice.
+				if unreachableSince.IsZero() {
+					unreachableSince = time.Now()
+				}
+				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(c.backoff(attempt, 0), left), ctx.Done()) {
+					continue
+				}
+			}
+			return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err})
+		}
+		if resp.StatusCode == http.StatusNotFound && s != nil && s.id != "" {
+			// The session is gone and the request was not executed: start
+			// a new session and send it there, once.
+			reason, _ := refusal(resp)
+			c.loseSession(s, http.StatusNotFound, reason, "POST "+req.Method, "")
+			if renewed {
+				return fail(&CallError{Method: req.Method, ID: req.ID, Session: s.id, Status: http.StatusNotFound, Reason: reason, Err: ErrSessionLost})
+			}
+			renewed = true
+			continue
+		}
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			reason, msg := refusal(resp)
+			return fail(&StatusError{Method: req.Method, Status: resp.StatusCode, Reason: reason, Message: msg})
+		}
+		if req.Method == "initialize" {
+			s = newSession(resp.Header.Get(headerSession))
+			c.mu.Lock()
+			c.sess = s
+			c.mu.Unlock()
+		}
+		c.mu.Lock()
+		pending := c.calls[req.ID] == cl
+		if pending {
+			cl.sess = s
+		}
+		c.mu.Unlock()
+		if !pending {
+			// Answered elsewhere (the standalone stream), failed or
+			// cancelled meanwhile.
+			drain(resp)
+			return nil
+		}
+		label := fmt.Sprintf("POST %s id %v", req.Method, req.ID.Raw())
+		switch mediaType(resp) {
+		case "text/event-stream":
+			st := &stream{call: cl, sess: s, label: label, seen: newIDSet(c.opts.SeenIDs)}
+			if !c.spawn(func() { c.runStream(cctx, st, resp) }) {
+				resp.Body.Close()
+			}
+		case "application/json":
+			c.readJSON(cl, resp)
+		default:
+			// A call is answered with JSON or SSE (MCP 2025-11-25, "Sending
+			// Messages to the Server"); anything else would leave it
+			// waiting for ever.
+			drain(resp)
+			c.failCall(cl, &CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Status: resp.StatusCode, Err: ErrStreamLost,
+				Cause: fmt.Errorf("answer has Content-Type %q, neither application/json nor text/event-stream", resp.Header.Get("Content-Type"))})
+		}
+		return nil
+	}
+}
+
+// readJSON delivers the messages of an application/json answer.
+func (c *conn) readJSON(cl *call, resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.opts.MaxEventSize)+1))
+	resp.Body.Close()
+	if err == nil && len(body) > c.opts.MaxEventSize {
+		err = fmt.Errorf("answer larger than %d bytes", c.opts.MaxEventSize)
+	}
+	var msgs []jsonrpc.Message
+	if err == nil {
+		msgs, err = decodeAnswer(body)
+	}
+	if err != nil {
+		// A JSON answer cannot be resumed.
+		c.failCall(cl, &CallError{Method: cl.method, ID: cl.id, Session: sessionID(cl.sess), Err: ErrStreamLost, Cause: err})
+		return
+	}
+	for _, m := range msgs {
+		if !c.deliver(m) {
+			return
+		}
+	}
+	c.failCall(cl, &CallError{Method: cl.method, ID: cl.id, Session: sessionID(cl.sess), Err: ErrStreamLost,
+		Cause: fmt.Errorf("JSON answer of %d messages without the response", len(msgs))})
+}
+
+// decodeAnswer decodes a JSON body: one message, or an array of them.
+func decodeAnswer(body []byte) ([]jsonrpc.Message, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, err
+		}
+		msgs := make([]jsonrpc.Message, 0, len(raws))
+		for _, r := range raws {
+			m, err := jsonrpc.DecodeMessage(r)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		}
+		return msgs, nil
+	}
+	m, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil, err
+	}
+	return []jsonrpc.Message{m}, nil
+}
+
+// sendOneWay POSTs a notification or a response, which the server answers
+// 202 (MCP 2025-11-25, "Sending Messages to the Server").
+func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method string) error {
+	data, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return rejected{fmt.Errorf("client: encode %s: %w", method, err)}
+	}
+	if method == "notifications/cancelled" {
+		// The SDK stopped waiting: stop reading the call's stream.
+		var p mcp.CancelledParams
+		if req, ok := msg.(*jsonrpc.Request); ok && json.Unmarshal(req.Params, &p) == nil {
+			if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
+				if cl := c.takeCall(id); cl != nil {
+					cl.cancel()
+				}
+			}
+		}
+	}
+	var unreachableSince time.Time
+	renewed := false
+	for attempt := 0; ; attempt++ {
+		s, err := c.sessionFor(ctx, method)
+		if err != nil {
+			return rejected{err}
+		}
+		resp, err := c.post(ctx, c.ctx, s, data)
+		if err != nil {
+			if ctx.Err() == nil && notSent(err) {
+				if unreachableSince.IsZero() {
+					unreachableSince = time.Now()
+				}
+				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(c.backoff(attempt, 0), left), ctx.Done()) {
+					continue
+				}
+			}
+			return rejected{fmt.Errorf("client: %s: %w", method, err)}
+		}
+		if resp.StatusCode == http.StatusNotFound && s != nil && s.id != "" {
+			reason, _ := refusal(resp)
+			c.loseSession(s, http.StatusNotFound, reason, "POST "+method, "")
+			// A response answers a request of the lost session, and the new
+			// session sends its own notifications/initialized: neither is
+			// sent again. Other notifications are.
+			if renewed || method == "response" || method == "notifications/initialized" || method == "notifications/cancelled" {
+				return rejected{&StatusError{Method: method, Status: http.StatusNotFound, Reason: reason}}
+			}
+			renewed = true
+			continue
+		}
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			reason, m := refusal(resp)
+			return rejected{&StatusError{Method: method, Status: resp.StatusCode, Reason: reason, Message: m}}
+		}
+		drain(resp)
+		if method == "notifications/initialized" {
+			c.mu.Lock()
+			c.initialized = true
+			c.mu.Unlock()
+			ready := c.startStandalone(s)
+			t := time.NewTimer(standaloneWait)
+			defer t.Stop()
+			select {
+			case <-ready:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+}
+
+func sessionID(s *session) string {
+	if s == nil {
+		return ""
+	}
+	return s.id
+}

@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/sse"
+)
+
+// loseSession records that the server no longer serves s (status 404 or
+// 409): every call streaming on s fails with ErrSessionLost, its standalone
+// stream stops, and a re-initialization starts. After a 409 the token may
+// still be live on the server at a newer generation; it is ended with a
+// best-effort DELETE, since the transport will not use it again. Only the
+// first call for s has an effect.
+func (c *conn) loseSession(s *session, status int, reason, stream, cursor string) {
+	if s == nil {
+		return
+	}
+	first := false
+	s.lostOnce.Do(func() {
+		first = true
+		close(s.lost)
+	})
+	if !first {
+		return
+	}
+	c.mu.Lock()
+	if s.stopStandalone != nil {
+		s.stopStandalone()
+	}
+	var victims []*call
+	for id, cl := range c.calls {
+		if cl.sess == s {
+			delete(c.calls, id)
+			victims = append(victims, cl)
+		}
+	}
+	canRenew := c.initialized && c.initParams != nil
+	c.mu.Unlock()
+
+	for _, cl := range victims {
+		cl.cancel()
+		c.push(&jsonrpc.Response{ID: cl.id, Error: &CallError{
+			Method: cl.method, ID: cl.id, Session: s.id, Cursor: cursor, Status: status, Reason: reason, Err: ErrSessionLost,
+		}})
+	}
+	kind := EventSessionNotFound
+	if status == http.StatusConflict {
+		kind = EventFenced
+	}
+	c.emit(Event{Kind: kind, Session: s.id, Stream: stream, Cursor: cursor, Status: status, Reason: reason, Calls: len(victims)})
+	if status == http.StatusConflict && s.id != "" {
+		c.spawn(func() { c.deleteSession(s) })
+	}
+	if canRenew {
+		c.spawn(func() { c.renew(c.ctx, s) })
+	}
+}
+
+// renew returns the session that replaces lost, starting a
+// re-initialization if none runs; concurrent callers share one.
+func (c *conn) renew(ctx context.Context, lost *session) (*session, error) {
+	c.mu.Lock()
+	if c.sess != nil && c.sess != lost && !c.sess.isLost() {
+		s := c.sess
+		c.mu.Unlock()
+		return s, nil
+	}
+	if c.renewing == nil && !c.closed {
+		ch := make(chan struct{})
+		c.renewing = ch
+		params := c.initParams
+		c.spawnLocked(func() {
+			s, err := c.reinitialize(params)
+			c.mu.Lock()
+			if err == nil {
+				c.sess = s
+			}
+			c.renewErr = err
+			c.renewing = nil
+			close(ch)
+			c.mu.Unlock()
+			if err != nil {
+				c.logger.Warn("client: re-initialization failed", "session", prefix(lost.id), "error", err)
+				return
+			}
+			c.emit(Event{Kind: EventReinitialized, Session: lost.id, NewSession: s.id})
+			c.startStandalone(s)
+		})
+	}
+	ch := c.renewing
+	c.mu.Unlock()
+	if ch == nil {
+		return nil, errors.New("client: connection closed")
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, errors.New("client: connection closed")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.renewErr != nil {
+		return nil, c.renewErr
+	}
+	return c.sess, nil
+}
+
+// reinitialize runs the initialize handshake again with params, retrying
+// transient failures with backoff; all of it within ResumeTimeout.
+func (c *conn) reinitialize(params json.RawMessage) (*session, error) {
+	deadline := time.Now().Add(c.opts.ResumeTimeout)
+	for attempt := 0; ; attempt++ {
+		s, err := c.handshake(params, deadline)
+		if err == nil {
+			return s, nil
+		}
+		var se *StatusError
+		if errors.As(err, &se) && se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusTooManyRequests {
+			return nil, err // the server refuses the handshake itself
+		}
+		left := time.Until(deadline)
+		if left <= 0 || !c.sleep(min(c.backoff(attempt, 0), left), nil) {
+			return nil, err
+		}
+	}
+}
+
+// handshake sends initialize with params (under an ID of the transport's
+// own, so the SDK never sees its answer) and notifications/initialized, and
+// returns the new session (MCP 2025-11-25, "Lifecycle"), or fails at
+// deadline.
+func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, error) {
+	c.mu.Lock()
+	c.internalID++
+	id, _ := jsonrpc.MakeID("tidemark-client-initialize-" + strconv.FormatInt(c.internalID, 10))
+	c.mu.Unlock()
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Request{ID: id, Method: "initialize", Params: params})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithDeadline(c.ctx, deadline)
+	defer cancel()
+	resp, err := c.post(ctx, ctx, nil, data)
+	if err != nil {
+		return nil, fmt.Errorf("client: initialize: %w", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		reason, msg := refusal(resp)
+		return nil, &StatusError{Method: "initialize", Status: resp.StatusCode, Reason: reason, Message: msg}
+	}
+	s := newSession(resp.Header.Get(headerSession))
+	answer, err := c.readAnswer(resp, id)
+	if err != nil {
+		return nil, fmt.Errorf("client: initialize: %w", err)
+	}
+	if answer.Error != nil {
+		return nil, fmt.Errorf("client: initialize: %w", answer.Error)
+	}
+	var res struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(answer.Result, &res); err != nil {
+		return nil, fmt.Errorf("client: initialize result: %w", err)
+	}
+	s.version = res.ProtocolVersion
+
+	note, err := jsonrpc.EncodeMessage(&jsonrpc.Request{Method: "notifications/initialized", Params: json.RawMessage("{}")})
+	if err != nil {
+		return nil, err
+	}
+	nresp, err := c.post(ctx, ctx, s, note)
+	if err != nil {
+		return nil, fmt.Errorf("client: notifications/initialized: %w", err)
+	}
+	if nresp.StatusCode < 200 || nresp.StatusCode > 299 {
+		reason, msg := refusal(nresp)
+		return nil, &StatusError{Method: "notifications/initialized", Status: nresp.StatusCode, Reason: reason, Message: msg}
+	}
+	drain(nresp)
+	return s, nil
+}
+
+// readAnswer reads the response to request id from a JSON body or an SSE
+// stream (not resumed: a broken handshake is simply sent again).
+func (c *conn) readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response, error) {
+	defer resp.Body.Close()
+	if mediaType(resp) == "text/event-stream" {
+		rd := sse.NewReader(resp.Body, c.opts.MaxEventSize)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+			if len(ev.Data) == 0 {
+				continue
+			}
+			m, err := jsonrpc.DecodeMessage(ev.Data)
+			if err != nil {
+				return nil, err
+			}
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+				return r, nil
+			}
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.opts.MaxEventSize)))
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := decodeAnswer(body)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+			return r, nil
+		}
+	}
+	return nil, errors.New("answer without the response")
+}
+
+// standaloneWait bounds how long the first opening of the standalone
+// stream holds back the SDK (see startStandalone).
+const standaloneWait = 2 * time.Second
+
+// startStandalone opens s's standalone GET stream, unless disabled, and
+// keeps it open (resumed when it breaks) until s is lost or the connection
+// closes (MCP 2025-11-25, "Listening for Messages from the Server"). It
+// returns a channel closed once the first GET has its answer (or failed).
+// The SDK's first requests wait for it, up to standaloneWait: a server may
+// route a request's answer to the standalone stream, and must know of the
+// stream before the request is sent for the answer to take a predictable
+// path (the conformance suite's sse-retry scenario depends on it).
+func (c *conn) startStandalone(s *session) <-chan struct{} {
+	ready := make(chan struct{})
+	if c.opts.DisableStandaloneStream || s == nil {
+		close(ready)
+		return ready
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	if s.stopStandalone != nil || s.isLost() {
+		c.mu.Unlock()
+		cancel()
+		close(ready)
+		return ready
+	}
+	s.stopStandalone = cancel
+	c.mu.Unlock()
+	st := &stream{sess: s, label: "GET standalone", seen: newIDSet(c.opts.SeenIDs), fresh: true, ready: ready}
+	if !c.spawn(func() { c.runStream(ctx, st, nil) }) {
+		cancel()
+		close(ready)
+	}
+	return ready
+}

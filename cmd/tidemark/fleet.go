@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tidemark-mcp/tidemark/store"
+	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+)
+
+// Fleet mode (`tidemark serve --redis URL`): session records and event logs
+// live in Redis, every replica serves every session by forwarding requests
+// to the session's owner, and ownership is a lease renewed every
+// --lease-renew (DESIGN.md, "Fleet mode"; README.md, "Fleet mode").
+
+// Defaults of the fleet flags.
+const (
+	defaultLeaseTTL   = 10 * time.Second
+	defaultLeaseRenew = 3 * time.Second
+)
+
+// fleetConfig holds the fleet flags of `tidemark serve`.
+type fleetConfig struct {
+	redisURL     string // empty: not a fleet
+	replicaID    string // empty: hostname-RANDOM
+	leaseTTL     time.Duration
+	leaseRenew   time.Duration
+	advertiseURL string // empty: http://<resolved listen address><path>
+}
+
+// fleetFlags declares the fleet flags on fs.
+func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
+	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL (redis://HOST:PORT/DB), shared by every replica; any replica serves any session (URL; empty: no fleet)")
+	fs.StringVar(&c.replicaID, "replica-id", "", "this replica's ID in session records and in the replica directory, unique in the fleet (text; empty: hostname-RANDOM, new at each start)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", defaultLeaseTTL, "with --redis: how long this replica's ownership of a session lasts unless renewed; another replica takes over a session this long after its owner died (duration)")
+	fs.DurationVar(&c.leaseRenew, "lease-renew", defaultLeaseRenew, "with --redis: how often leases are renewed and this replica re-announced; well below --lease-ttl (duration)")
+	fs.StringVar(&c.advertiseURL, "advertise-url", "", "with --redis: the URL other replicas forward this replica's sessions' requests to (URL; empty: http://HOST:PORT of the listener plus --path, with the host name when listening on all interfaces)")
+}
+
+// check validates the fleet flags; the error is a usage error.
+func (c *fleetConfig) check(dataDir string) error {
+	if c.redisURL == "" {
+		return nil
+	}
+	switch {
+	case dataDir != "":
+		return errors.New("--redis and --data-dir exclude each other: a fleet keeps its sessions in Redis")
+	case c.leaseTTL <= 0:
+		return fmt.Errorf("--lease-ttl must be positive, not %v", c.leaseTTL)
+	case c.leaseRenew <= 0 || c.leaseRenew >= c.leaseTTL:
+		return fmt.Errorf("--lease-renew (%v) must be positive and below --lease-ttl (%v)", c.leaseRenew, c.leaseTTL)
+	}
+	return nil
+}
+
+// openRedis connects to --redis and reports how Redis persists data. An
+// unreachable Redis is an error that names the URL and what to do.
+func (c *fleetConfig) openRedis(logger *slog.Logger) (*redisstore.Store, error) {
+	// go-redis reports each failed dial on its own logger (stderr); the
+	// store's errors already say it, in this process's log format.
+	redis.SetLogger(redisLog{logger})
+	st, err := redisstore.New(context.Background(), redisstore.Options{URL: c.redisURL})
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%v): start redis-server there, or point --redis at a running one", c.redisURL, err)
+	case err != nil:
+		return nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+	}
+	if c.replicaID == "" {
+		c.replicaID = defaultReplicaID()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := st.Persistence(ctx)
+	switch {
+	case err != nil:
+		logger.Warn("cannot read Redis's persistence settings; make sure a restart of Redis either keeps every write (appendonly yes, appendfsync always) or none",
+			"reason", "persistence_unknown", "error", err)
+	case !p.Safe():
+		// Warned, not refused: the risk is Redis restarting after a crash,
+		// and an operator may accept it knowingly; see README, Fleet mode.
+		logger.Warn("Redis persistence is unsafe for a fleet: after a Redis crash it can bring back an older state, under which sequences are assigned twice; use appendonly yes with appendfsync always, or no persistence at all",
+			"reason", "unsafe_persistence", "persistence", p.String())
+	default:
+		logger.Info("redis persistence", "persistence", p.String())
+	}
+	return st, nil
+}
+
+// advertise returns the URL other replicas forward requests to: the flag,
+// or http://<listen address><path>, with the host name in place of an
+// unspecified address (0.0.0.0, ::).
+func (c *fleetConfig) advertise(ln net.Listener, path string) string {
+	if c.advertiseURL != "" {
+		return c.advertiseURL
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
+}
+
+// defaultReplicaID returns hostname-RANDOM (8 base32 characters), so two
+// replicas on one host, or a restarted replica, never share an ID: a
+// restarted process must not mistake its predecessor's sessions for its
+// own live state.
+func defaultReplicaID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "replica"
+	}
+	return h + "-" + strings.ToLower(rand.Text()[:8])
+}
+
+// announce records this replica in the directory every renew interval
+// (with the lease TTL as the entry's TTL) until ctx is done, then removes
+// the entry so that nobody forwards to a replica that stopped.
+func (c *fleetConfig) announce(ctx context.Context, st *redisstore.Store, url string, logger *slog.Logger) {
+	t := time.NewTicker(c.leaseRenew)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st.Withdraw(wctx, c.replicaID)
+			cancel()
+			return
+		case <-t.C:
+		}
+		err := st.Announce(ctx, c.replicaID, url, c.leaseTTL)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			logger.Warn("announcing this replica failed; retrying", "reason", "unavailable", "error", err)
+			failing = true
+		case err == nil && failing:
+			logger.Info("replica announced again", "replica", c.replicaID)
+			failing = false
+		}
+	}
+}
+
+// redisLog sends go-redis's internal log lines to the process's logger at
+// DEBUG level.
+type redisLog struct{ logger *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,622 @@
+package stdio
+
+// Gateway tests: `tidemark serve --stdio` (built by testenv) in front of
+// real stdio MCP servers, spoken to over real HTTP on loopback.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/faultproxy"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// everythingServer is the go-sdk's conformance server, run in stdio mode
+// (no -http flag) behind the gateway by TestGatewayConformance.
+const everythingServer = "github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0"
+
+// runTimeout bounds one run of an external client (the conformance suite,
+// the TypeScript client).
+const runTimeout = 5 * time.Minute
+
+// startGateway runs `tidemark serve --addr 127.0.0.1:0 FLAGS --stdio --
+// COMMAND...` and returns it with its endpoint URL.
+func startGateway(t *testing.T, flags []string, command ...string) (*testenv.Process, string) {
+	t.Helper()
+	args := append([]string{"serve", "--addr", "127.0.0.1:0"}, flags...)
+	args = append(append(args, "--stdio", "--"), command...)
+	cmd := exec.Command(testenv.BuildTidemark(t), args...)
+	cmd.Env = append(os.Environ(), noRaceExitSleep)
+	p := testenv.StartCmd(t, cmd)
+	return p, testenv.ServeURL(t, p)
+}
+
+// testServerGateway fronts this test binary as the test server.
+func testServerGateway(t *testing.T, flags ...string) (*testenv.Process, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags = append(flags, "--env", roleEnv+"=server", "--env", noRaceExitSleep)
+	return startGateway(t, flags, exe)
+}
+
+// httpClient returns a client whose idle connections close with the test.
+func httpClient(t *testing.T) *http.Client {
+	c := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// initSession initializes a session and sets its log level to info.
+func initSession(t *testing.T, c *mcptest.Client) *mcptest.Session {
+	t.Helper()
+	s, err := c.Initialize(t.Context(), "")
+	if err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	callOK(t, s, mcptest.MustCall(2, "logging/setLevel", map[string]string{"level": "info"}))
+	return s
+}
+
+// callOK sends call and returns the events of its stream, failing unless
+// the stream ends with a successful response.
+func callOK(t *testing.T, s *mcptest.Session, call *jsonrpc.Request) []mcptest.Event {
+	t.Helper()
+	st, err := s.Call(t.Context(), call)
+	if err != nil {
+		t.Fatalf("%s: %v", call.Method, err)
+	}
+	defer st.Close()
+	evs, err := st.Collect()
+	if err != nil {
+		t.Fatalf("%s: stream: %v", call.Method, err)
+	}
+	if len(evs) == 0 || !evs[len(evs)-1].IsResponseTo(call.ID) {
+		t.Fatalf("%s: stream did not end with its response: %v", call.Method, evs)
+	}
+	if r, _ := evs[len(evs)-1].Response(); r.Error != nil {
+		t.Fatalf("%s: %v", call.Method, r.Error)
+	}
+	return evs
+}
+
+// callWhoami returns the test server's whoami and the cursor of the event
+// that carried it.
+func callWhoami(t *testing.T, s *mcptest.Session, callID int64) (whoami, replay.Cursor) {
+	t.Helper()
+	evs := callOK(t, s, mcptest.ToolCall(callID, "whoami", map[string]any{}, nil))
+	last := evs[len(evs)-1]
+	var who whoami
+	if err := json.Unmarshal([]byte(toolText(t, last.Message)), &who); err != nil {
+		t.Fatal(err)
+	}
+	return who, cursorOf(t, last)
+}
+
+func cursorOf(t *testing.T, e mcptest.Event) replay.Cursor {
+	t.Helper()
+	c, err := replay.Parse(e.ID)
+	if err != nil {
+		t.Fatalf("event id %q is not a cursor: %v", e.ID, err)
+	}
+	return c
+}
+
+// spawnGrandchild makes the test server start a sleeping grandchild in its
+// process group and returns the grandchild's pid.
+func spawnGrandchild(t *testing.T, s *mcptest.Session, callID int64) int {
+	t.Helper()
+	evs := callOK(t, s, mcptest.ToolCall(callID, "spawn", map[string]any{}, nil))
+	pid, err := strconv.Atoi(toolText(t, evs[len(evs)-1].Message))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// waitGroupGone waits up to 5 seconds for process group pgid to have no
+// live member; SIGKILL takes effect asynchronously.
+func waitGroupGone(t *testing.T, what string, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := groupMembers(t, pgid)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: process group %d still has %v", what, pgid, left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGatewayConformance runs every server scenario of the official
+// conformance suite for 2025-11-25 against the gateway fronting the go-sdk's
+// conformance everything-server in stdio mode; every check must pass.
+func TestGatewayConformance(t *testing.T) {
+	bin := t.TempDir()
+	install := exec.Command("go", "install", everythingServer)
+	install.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s: %v\n%s", everythingServer, err, out)
+	}
+	srv, u := startGateway(t, nil, filepath.Join(bin, "everything-server"))
+
+	outDir := t.TempDir()
+	run := testenv.StartProcess(t, testenv.Node(t), testenv.NPMBin(t, "conformance"),
+		"server", "--url", u, "--suite", "all", "--spec-version", "2025-11-25", "-o", outDir)
+	select {
+	case <-run.Done():
+	case <-time.After(runTimeout):
+		t.Fatalf("conformance suite still running after %v; output:\n%s", runTimeout, run.Output())
+	}
+	out := run.Output()
+	if err := run.Wait(); err != nil {
+		t.Errorf("conformance exited with %v, want status 0", err)
+	}
+	m := regexp.MustCompile(`Running all suite \((\d+) scenarios\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no scenario count in the output:\n%s", out)
+	}
+	announced, _ := strconv.Atoi(m[1])
+	saved := regexp.MustCompile(`(?m)^=== Running scenario: (\S+) ===\n(?:.*\n)*?Results saved to (\S+)$`).FindAllStringSubmatch(out, -1)
+	if len(saved) != announced || announced == 0 {
+		t.Fatalf("%d scenarios saved results, the suite announced %d; output:\n%s", len(saved), announced, out)
+	}
+	passed := 0
+	for _, sc := range saved {
+		b, err := os.ReadFile(filepath.Join(sc[2], "checks.json"))
+		if err != nil {
+			t.Errorf("scenario %s: %v", sc[1], err)
+			continue
+		}
+		var checks []struct {
+			ID, Status, ErrorMessage string
+		}
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Errorf("scenario %s: checks.json: %v", sc[1], err)
+			continue
+		}
+		ok := 0
+		for _, c := range checks {
+			switch c.Status {
+			case "SUCCESS":
+				ok++
+			case "FAILURE", "WARNING":
+				t.Errorf("scenario %s: check %s: %s: %s", sc[1], c.ID, c.Status, c.ErrorMessage)
+			}
+		}
+		if ok == 0 {
+			t.Errorf("scenario %s: no check succeeded", sc[1])
+		}
+		passed += ok
+	}
+	if want := fmt.Sprintf("Total: %d passed, 0 failed", passed); !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	started := strings.Count(srv.Output(), `msg="subprocess started"`)
+	t.Logf("%d scenarios, %d checks passed; the gateway started %d subprocesses", announced, passed, started)
+}
+
+// sseData and sseID match an SSE event's data and id lines.
+var (
+	sseData = regexp.MustCompile(`(?m)^data: ?(.*)$`)
+	sseID   = regexp.MustCompile(`(?m)^id: ?(\S+)$`)
+)
+
+// cutter is a faultproxy.Filter that cuts, once, the connection carrying
+// the SSE event of a given progress value, right after that event, and
+// remembers that event's id (the client's cursor).
+type cutter struct {
+	after float64 // the progress value after which to cut
+
+	mu      sync.Mutex
+	pending map[int][]byte // per connection: bytes of an unfinished event
+	cuts    int
+	cursor  string
+}
+
+func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cuts > 0 {
+		return faultproxy.Decision{Forward: len(chunk)}
+	}
+	prev := c.pending[conn]
+	buf := append(prev, chunk...)
+	start := 0
+	for {
+		end := bytes.Index(buf[start:], []byte("\n\n"))
+		if end < 0 {
+			break
+		}
+		end += start + 2
+		ev := buf[start:end]
+		start = end
+		data := sseData.FindSubmatch(ev)
+		if data == nil {
+			continue
+		}
+		var msg struct {
+			Method string `json:"method"`
+			Params struct {
+				Progress float64 `json:"progress"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(data[1], &msg) != nil || msg.Method != "notifications/progress" || msg.Params.Progress != c.after {
+			continue
+		}
+		if id := sseID.FindSubmatch(ev); id != nil {
+			c.cursor = string(id[1])
+		}
+		c.cuts++
+		delete(c.pending, conn)
+		return faultproxy.Decision{Forward: end - len(prev), Cut: true}
+	}
+	c.pending[conn] = slices.Clone(buf[start:])
+	return faultproxy.Decision{Forward: len(chunk)}
+}
+
+// TestGatewayServerEverythingResume fronts the reference TypeScript server
+// @modelcontextprotocol/server-everything (stdio) and runs the official
+// TypeScript client through a proxy that cuts the long-running call's
+// stream after progress 3 of 10: the client resumes and sees every
+// progress notification exactly once, then the result.
+func TestGatewayServerEverythingResume(t *testing.T) {
+	const steps, seconds, cutAfter = 10, 2, 3
+	node := testenv.Node(t)
+	srv, u := startGateway(t, []string{"--retry", "100ms"}, node, testenv.NPMBin(t, "mcp-server-everything"), "stdio")
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := &cutter{after: cutAfter, pending: make(map[int][]byte)}
+	proxy, err := faultproxy.New(pu.Host, cut.filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	pu.Host = proxy.Addr()
+
+	script := testenv.NodeScript(t, "testdata/everything_resume.mjs")
+	client := testenv.StartProcess(t, node, script, pu.String(), strconv.Itoa(steps), strconv.Itoa(seconds))
+	select {
+	case <-client.Done():
+	case <-time.After(runTimeout):
+		t.Fatalf("everything_resume.mjs still running after %v", runTimeout)
+	}
+	if err := client.Wait(); err != nil {
+		t.Fatalf("everything_resume.mjs: %v", err)
+	}
+	var tools []string
+	var progress, results []string
+	for line := range strings.SplitSeq(client.Output(), "\n") {
+		var r struct {
+			Tools    []string `json:"tools"`
+			Progress *float64 `json:"progress"`
+			Total    float64  `json:"total"`
+			Result   *string  `json:"result"`
+			IsError  bool     `json:"isError"`
+		}
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &r) != nil {
+			continue
+		}
+		switch {
+		case r.Tools != nil:
+			tools = r.Tools
+		case r.Progress != nil:
+			progress = append(progress, fmt.Sprintf("%v/%v", *r.Progress, r.Total))
+		case r.Result != nil:
+			results = append(results, fmt.Sprintf("%s (isError %v)", *r.Result, r.IsError))
+		}
+	}
+	// The tools of server-everything 2026.8.31 (pinned in scripts/deps.sh).
+	wantTools := []string{"echo", "get-annotated-message", "get-env", "get-resource-links", "get-resource-reference",
+		"get-structured-content", "get-sum", "get-tiny-image", "gzip-file-as-resource", "simulate-research-query",
+		"toggle-simulated-logging", "toggle-subscriber-updates", "trigger-long-running-operation"}
+	if !slices.Equal(tools, wantTools) {
+		t.Errorf("tools/list gave\n%q, want\n%q", tools, wantTools)
+	}
+	var want []string
+	for i := 1; i <= steps; i++ {
+		want = append(want, fmt.Sprintf("%d/%d", i, steps))
+	}
+	if !slices.Equal(progress, want) {
+		t.Errorf("progress notifications:\ngot  %q\nwant %q (each exactly once, in order)", progress, want)
+	}
+	wantResult := fmt.Sprintf("Long running operation completed. Duration: %d seconds, Steps: %d. (isError false)", seconds, steps)
+	if len(results) != 1 || results[0] != wantResult {
+		t.Errorf("results %q, want exactly [%q]", results, wantResult)
+	}
+	cut.mu.Lock()
+	cuts, cursor := cut.cuts, cut.cursor
+	cut.mu.Unlock()
+	if cuts != 1 || cursor == "" {
+		t.Fatalf("the proxy cut %d times (cursor %q), want once after progress %d", cuts, cursor, cutAfter)
+	}
+	srv.WaitFor(t, `msg="stream resumed".* cursor="?`+regexp.QuoteMeta(cursor), 5*time.Second)
+	t.Logf("cut after cursor %s; client output:\n%s", cursor, client.Output())
+}
+
+// TestGatewayKilledSubprocess kills a session's subprocess with SIGKILL
+// during a call: the call fails with a JSON-RPC error on its stream,
+// resuming that stream answers 409, and the next call on the same session
+// token works at generation 2, in a new subprocess.
+func TestGatewayKilledSubprocess(t *testing.T) {
+	srv, u := testServerGateway(t)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	who1, cur := callWhoami(t, s, 3)
+	if cur.Generation != 1 {
+		t.Fatalf("first call at generation %d, want 1", cur.Generation)
+	}
+
+	call := mcptest.ToolCall(4, "countdown", map[string]any{"n": 100, "delay_ms": 50, "label": "k"}, "tok")
+	st, err := s.Call(t.Context(), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	seen := 0
+	var lastBeforeKill mcptest.Event
+	for seen < 2 {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatalf("countdown stream: %v", err)
+		}
+		if r, ok := ev.Request(); ok && r.Method == "notifications/progress" {
+			seen++
+		}
+		lastBeforeKill = ev
+	}
+	if err := syscall.Kill(who1.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := st.Collect()
+	if err != nil {
+		t.Fatalf("countdown stream after the kill: %v, want a clean end", err)
+	}
+	if len(rest) == 0 || !rest[len(rest)-1].IsResponseTo(call.ID) {
+		t.Fatalf("stream ended without the call's response: %v", rest)
+	}
+	resp, _ := rest[len(rest)-1].Response()
+	var we *jsonrpc.Error
+	if !errors.As(resp.Error, &we) || we.Code != jsonrpc.CodeInternalError ||
+		string(we.Data) != `{"generation":1,"reason":"server_exited"}` {
+		t.Fatalf("response %v, want a -32603 error with reason server_exited", resp.Error)
+	}
+
+	_, err = s.Resume(t.Context(), lastBeforeKill.ID)
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusConflict || se.Reason() != "generation_mismatch" {
+		t.Fatalf("resume of the killed call's stream: %v, want 409 generation_mismatch", err)
+	}
+
+	who2, cur := callWhoami(t, s, 5)
+	if cur.Generation != 2 {
+		t.Errorf("call after the kill at generation %d, want 2", cur.Generation)
+	}
+	if who2.Pid == who1.Pid {
+		t.Errorf("generation 2 runs in pid %d, the killed process's", who2.Pid)
+	}
+	// The log level the client set is restored: the countdown's info log
+	// lines still come.
+	evs := callOK(t, s, mcptest.ToolCall(6, "countdown", map[string]any{"n": 1, "delay_ms": 1, "label": "after"}, nil))
+	var logs []string
+	for _, e := range evs {
+		if r, ok := e.Request(); ok && r.Method == "notifications/message" {
+			logs = append(logs, string(r.Params))
+		}
+	}
+	if want := []string{`{"data":"after tick 1","level":"info"}`}; !slices.Equal(logs, want) {
+		t.Errorf("log notifications at generation 2: %q, want %q", logs, want)
+	}
+	srv.WaitFor(t, `msg="subprocess exited; the next request re-creates the session".* reason=server_exited calls_failed=1`, 5*time.Second)
+}
+
+// TestGatewayDeleteLeavesNoOrphans: DELETE ends the session's process
+// group, grandchildren included, before it answers.
+func TestGatewayDeleteLeavesNoOrphans(t *testing.T) {
+	_, u := testServerGateway(t)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	who, _ := callWhoami(t, s, 3)
+	grandchild := spawnGrandchild(t, s, 4)
+	if got := groupMembers(t, who.Pgid); !slices.Contains(got, grandchild) {
+		t.Fatalf("group %d is %v, want it to include the grandchild %d", who.Pgid, got, grandchild)
+	}
+	if err := s.Delete(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitGroupGone(t, "after DELETE", who.Pgid)
+}
+
+// TestGatewayCapacityEvictionLeavesNoOrphans: with --max-sessions 1, a new
+// session evicts the old one, whose process group ends.
+func TestGatewayCapacityEvictionLeavesNoOrphans(t *testing.T) {
+	_, u := testServerGateway(t, "--max-sessions", "1")
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	who, _ := callWhoami(t, s, 3)
+	spawnGrandchild(t, s, 4)
+	initSession(t, c)
+	waitGroupGone(t, "after eviction by capacity", who.Pgid)
+	_, err := s.Call(t.Context(), mcptest.ToolCall(5, "whoami", map[string]any{}, nil))
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound {
+		t.Errorf("call on the evicted session: %v, want 404", err)
+	}
+}
+
+// TestGatewaySIGTERMLeavesNoOrphans: SIGTERM to tidemark ends every
+// session's process group before tidemark exits with status 0.
+func TestGatewaySIGTERMLeavesNoOrphans(t *testing.T) {
+	srv, u := testServerGateway(t)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	var groups []int
+	for i := range 2 {
+		s := initSession(t, c)
+		who, _ := callWhoami(t, s, 3)
+		spawnGrandchild(t, s, 4)
+		groups = append(groups, who.Pgid)
+		t.Logf("session %d: process group %d is %v", i, who.Pgid, groupMembers(t, who.Pgid))
+	}
+	c.HTTP.CloseIdleConnections()
+	if err := srv.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("tidemark still running 30s after SIGTERM")
+	}
+	if err := srv.Wait(); err != nil {
+		t.Errorf("tidemark exited with %v, want status 0", err)
+	}
+	for _, g := range groups {
+		waitGroupGone(t, "after SIGTERM of tidemark", g)
+	}
+}
+
+// TestGatewayMaxProcesses: with --max-processes 1, a second session gets
+// 503 capacity until the first one ends.
+func TestGatewayMaxProcesses(t *testing.T) {
+	_, u := testServerGateway(t, "--max-processes", "1")
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	_, err := c.Initialize(t.Context(), "")
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Reason() != transport.ReasonCapacity {
+		t.Fatalf("second initialize: %v, want 503 with reason capacity", err)
+	}
+	if err := s.Delete(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	initSession(t, c)
+}
+
+// TestGatewayIdleEviction serves the engine in process with a short idle
+// TTL: an idle session is evicted and its process group ends.
+func TestGatewayIdleEviction(t *testing.T) {
+	e := testEngine(t, nil, Options{})
+	h := tidemark.NewEngineHandler(e, &tidemark.Options{
+		Sessions:      session.Options{IdleTTL: 300 * time.Millisecond},
+		Transport:     transport.Options{Logger: slog.New(slog.DiscardHandler)},
+		SweepInterval: 50 * time.Millisecond,
+	})
+	srv := httptest.NewServer(h)
+	defer func() {
+		srv.Close()
+		h.Close()
+	}()
+	c := &mcptest.Client{URL: srv.URL, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	who, _ := callWhoami(t, s, 3)
+	grandchild := spawnGrandchild(t, s, 4)
+	if got := groupMembers(t, who.Pgid); !slices.Contains(got, grandchild) {
+		t.Fatalf("group %d is %v, want it to include the grandchild %d", who.Pgid, got, grandchild)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Running() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.Running(); n != 0 {
+		t.Fatalf("%d subprocesses still running 5s after the session went idle (TTL 300ms)", n)
+	}
+	waitGroupGone(t, "after idle eviction", who.Pgid)
+	_, err := s.Call(t.Context(), mcptest.ToolCall(5, "whoami", map[string]any{}, nil))
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != transport.ReasonSessionNotFound {
+		t.Errorf("call on the idle-evicted session: %v, want 404 session_not_found", err)
+	}
+}
+
+// TestGatewayUsageErrors: the gateway flags' misuses exit with status 2
+// and say what is wrong.
+func TestGatewayUsageErrors(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stdio"}, "tidemark serve: --stdio needs the server command after --"},
+		{[]string{"--stdio", "--"}, "tidemark serve: --stdio needs the server command after --"},
+		{[]string{"--", "cat"}, `tidemark serve: unexpected argument "cat"`},
+		{[]string{"--env", "A=1"}, "tidemark serve: --env applies to --stdio subprocesses only"},
+		{[]string{"--env", "NOVALUE", "--stdio", "--", "cat"}, `invalid value "NOVALUE" for flag -env: want KEY=VALUE, not "NOVALUE"`},
+		{[]string{"--stdio", "--", "tidemark-no-such-command"}, `tidemark serve: stdio: command "tidemark-no-such-command": exec: "tidemark-no-such-command": executable file not found in $PATH`},
+	} {
+		cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+		cmd.Env = append(os.Environ(), noRaceExitSleep)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("serve %q: %v, want exit status 2; output:\n%s", tc.args, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("serve %q: output\n%s\nwant it to contain %q", tc.args, out, tc.want)
+		}
+	}
+}
+
+// TestGatewayDataDirRestart composes gateway mode with --data-dir: after
+// tidemark restarts, the session's next call runs in a new subprocess at
+// generation 2 that was told the stored initialize and log level.
+func TestGatewayDataDirRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, u := testServerGateway(t, "--data-dir", dir)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	who1, cur := callWhoami(t, s, 3)
+	if cur.Generation != 1 {
+		t.Fatalf("first call at generation %d, want 1", cur.Generation)
+	}
+	c.HTTP.CloseIdleConnections()
+	if err := srv.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("tidemark exited with %v, want status 0", err)
+	}
+	waitGroupGone(t, "after SIGTERM", who1.Pgid)
+
+	_, c.URL = testServerGateway(t, "--data-dir", dir)
+	who2, cur := callWhoami(t, s, 4)
+	if cur.Generation != 2 || who2.Pid == who1.Pid {
+		t.Errorf("after the restart: generation %d in pid %d, want generation 2 in a new process (not %d)", cur.Generation, who2.Pid, who1.Pid)
+	}
+	evs := callOK(t, s, mcptest.ToolCall(5, "state", map[string]any{}, nil))
+	want := `{"clientName":"mcptest","initialized":true,"level":"info","subscriptions":null}`
+	if got := toolText(t, evs[len(evs)-1].Message); got != want {
+		t.Errorf("the new subprocess saw %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,251 @@
+// Package stdio is Tidemark's gateway engine: it puts any MCP server that
+// speaks the stdio transport (MCP 2025-11-25, basic/transports, "stdio":
+// newline-delimited JSON-RPC on stdin and stdout, logs on stderr) behind
+// Tidemark's resumable Streamable HTTP endpoint.
+//
+// Each session generation is one subprocess (DESIGN.md, "Engines"). A fresh
+// session's subprocess starts when its initialize arrives; when the
+// subprocess exits or crashes, its state is gone, so the session's next
+// request re-creates it as a new subprocess at generation+1, to which the
+// engine replays the stored initialize parameters, notifications/initialized,
+// the log level and the resource subscriptions. Requests in flight when a
+// subprocess dies fail with a JSON-RPC error on their streams.
+//
+// Outbound messages are related to inbound requests by JSON-RPC ID
+// (responses) and progressToken (notifications/progress); logging messages
+// and server-to-client requests relate to the one request in flight when
+// exactly one is, and otherwise go to the standalone stream. Server-to-client
+// requests get IDs unique within the session ("tidemark-<generation>-<n>"),
+// because a new subprocess numbers its requests from the start again; the
+// client's responses are mapped back to the subprocess's IDs.
+//
+// Hygiene: at most Options.MaxProcesses subprocesses run at once (Start
+// then fails with engine.ErrCapacity, which the transport answers with 503
+// reason "capacity"); every subprocess leads its own process group, and
+// ending a session (Close, idle eviction, DELETE, shutdown) ends the whole
+// group, so no grandchild outlives it; the environment is explicit (PATH and
+// HOME of Tidemark's own environment, then Options.Env).
+package stdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxProcesses is the default bound on concurrent subprocesses.
+	DefaultMaxProcesses = 100
+	// DefaultStartTimeout bounds how long Start waits for a re-created
+	// subprocess to answer the replayed initialize and state requests.
+	DefaultStartTimeout = 30 * time.Second
+	// DefaultStopGrace is how long ending a subprocess waits after closing
+	// its stdin before signalling its process group.
+	DefaultStopGrace = 2 * time.Second
+	// DefaultMaxMessageBytes bounds one line (one JSON-RPC message) that a
+	// subprocess writes to stdout, in bytes.
+	DefaultMaxMessageBytes = 16 << 20
+)
+
+// ErrClosed is wrapped by Start's error after Engine.Close.
+var ErrClosed = errors.New("stdio: engine closed")
+
+// Options configures an Engine.
+type Options struct {
+	// Command is the MCP server program, a path or a name looked up in
+	// PATH when New runs. Required.
+	Command string
+	// Args are the program's arguments.
+	Args []string
+	// Env lists KEY=VALUE pairs added to the subprocess environment, after
+	// PATH and HOME taken from Tidemark's environment (a pair with the same
+	// KEY replaces them). Nothing else is inherited. Default: none.
+	Env []string
+	// Dir is the subprocess working directory. Default "": Tidemark's.
+	Dir string
+	// MaxProcesses is the most subprocesses running at once; Start of one
+	// more session fails with an error wrapping engine.ErrCapacity. Default
+	// (zero) DefaultMaxProcesses; negative: no limit.
+	MaxProcesses int
+	// StartTimeout bounds how long Start waits for a re-created subprocess
+	// to answer the replayed initialize, logging/setLevel and
+	// resources/subscribe requests. Default (zero) 30 seconds.
+	StartTimeout time.Duration
+	// StopGrace is how long ending a subprocess waits for it to exit after
+	// its stdin is closed (MCP 2025-11-25, stdio shutdown) before SIGTERM
+	// goes to its process group, and as long again before SIGKILL. Default
+	// (zero) 2 seconds.
+	StopGrace time.Duration
+	// MaxMessageBytes bounds one line a subprocess writes to stdout, in
+	// bytes; a longer line ends the subprocess (its stream of messages can
+	// no longer be trusted). Default (zero) 16 MiB.
+	MaxMessageBytes int
+	// Logger receives engine-wide lines; session lines go to the logger of
+	// engine.Info. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine runs one subprocess per session generation. Create it with New;
+// it is safe for concurrent use.
+type Engine struct {
+	opts Options
+	path string   // resolved Command
+	env  []string // the subprocess environment
+
+	mu       sync.Mutex
+	running  int                // subprocesses started and not yet reaped
+	sessions map[*proc]struct{} // sessions whose subprocess runs
+	closed   bool
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an Engine for opts. It fails if Command is empty or not
+// found, or if an Env entry is not KEY=VALUE with a non-empty KEY.
+func New(opts Options) (*Engine, error) {
+	if opts.Command == "" {
+		return nil, errors.New("stdio: no command given")
+	}
+	path, err := exec.LookPath(opts.Command)
+	if err != nil {
+		return nil, fmt.Errorf("stdio: command %q: %w", opts.Command, err)
+	}
+	env, err := buildEnv(os.Getenv, opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxProcesses == 0 {
+		opts.MaxProcesses = DefaultMaxProcesses
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = DefaultStopGrace
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Engine{opts: opts, path: path, env: env, sessions: make(map[*proc]struct{})}, nil
+}
+
+// buildEnv returns PATH and HOME from getenv (when set) followed by extra,
+// later entries replacing earlier ones with the same key.
+func buildEnv(getenv func(string) string, extra []string) ([]string, error) {
+	var keys []string
+	vals := make(map[string]string)
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			keys = append(keys, k)
+		}
+		vals[k] = v
+	}
+	// The only variables of Tidemark's own environment a subprocess
+	// inherits; everything else is explicit (issue 7).
+	for _, k := range []string{"PATH", "HOME"} {
+		if v := getenv(k); v != "" {
+			set(k, v)
+		}
+	}
+	for _, kv := range extra {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("stdio: environment entry %q is not KEY=VALUE", kv)
+		}
+		set(k, v)
+	}
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, k+"="+vals[k])
+	}
+	return env, nil
+}
+
+// Env returns the environment every subprocess gets, as KEY=VALUE pairs.
+func (e *Engine) Env() []string { return append([]string(nil), e.env...) }
+
+// Running returns how many subprocesses are running (started and not yet
+// reaped).
+func (e *Engine) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running
+}
+
+// Start implements engine.Engine: it starts a subprocess for generation
+// info.Generation of session info.Token and, when info.State is non-nil,
+// replays the session's state to it. Errors: one wrapping
+// engine.ErrCapacity when MaxProcesses subprocesses run; one wrapping
+// ErrClosed after Close; the subprocess failing to start; the replayed
+// initialize (or setLevel, or subscribe) failing or not being answered
+// within StartTimeout.
+func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox) (engine.Session, error) {
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", store.Prefix(info.Token), info.Generation, ErrClosed)
+	case e.opts.MaxProcesses > 0 && e.running >= e.opts.MaxProcesses:
+		n := e.running
+		e.mu.Unlock()
+		return nil, fmt.Errorf("stdio: start session %s gen %d: %w: %d subprocesses running (limit %d)",
+			store.Prefix(info.Token), info.Generation, engine.ErrCapacity, n, e.opts.MaxProcesses)
+	}
+	e.running++
+	e.mu.Unlock()
+
+	s, err := e.spawn(info, out)
+	if err != nil {
+		e.release(nil)
+		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", store.Prefix(info.Token), info.Generation, err)
+	}
+	if info.State != nil {
+		if err := s.restore(ctx, info.State); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("stdio: restore session %s gen %d: %w", store.Prefix(info.Token), info.Generation, err)
+		}
+	}
+	return s, nil
+}
+
+// release frees the capacity a subprocess held, once it has been reaped.
+func (e *Engine) release(s *proc) {
+	e.mu.Lock()
+	e.running--
+	if s != nil {
+		delete(e.sessions, s)
+	}
+	e.mu.Unlock()
+}
+
+// Close ends every running subprocess, all at once (each as Session.Close
+// does), waits until they have been reaped, and makes later Starts fail.
+// Call it on shutdown so that no subprocess outlives Tidemark.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	all := make([]*proc, 0, len(e.sessions))
+	for s := range e.sessions {
+		all = append(all, s)
+	}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() { s.Close() })
+	}
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,193 @@
+package stdio
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+)
+
+// roleEnv makes this test binary act as something other than the tests:
+// "server" is the stdio MCP server the tests put behind the engine (and
+// behind `tidemark serve --stdio`), "stubborn" is that server ignoring
+// SIGTERM and the end of its stdin, and "sleeper" is a grandchild that
+// only exists, started by the server's spawn tool.
+const roleEnv = "TIDEMARK_STDIO_TEST_ROLE"
+
+// garbageEnv, when set for the server, makes it write a line that is not
+// JSON-RPC to stdout before serving.
+const garbageEnv = "TIDEMARK_STDIO_TEST_GARBAGE"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "server":
+		os.Exit(runTestServer(false))
+	case "stubborn":
+		os.Exit(runTestServer(true))
+	case "sleeper":
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// observed is what the test server saw of its session, returned by the
+// state tool: it shows what a re-created session's subprocess was told.
+type observed struct {
+	ClientName    string   `json:"clientName"`
+	Initialized   bool     `json:"initialized"`
+	Level         string   `json:"level"`
+	Subscriptions []string `json:"subscriptions"`
+}
+
+// whoami is the result of the whoami tool.
+type whoami struct {
+	Pid  int      `json:"pid"`
+	Pgid int      `json:"pgid"`
+	Env  []string `json:"env"` // sorted
+}
+
+// runTestServer serves a go-sdk MCP server over stdin and stdout with the
+// tools the tests call, and returns the exit code.
+func runTestServer(stubborn bool) int {
+	fmt.Fprintf(os.Stderr, "testserver ready pid=%d\n", os.Getpid())
+	if os.Getenv(garbageEnv) != "" {
+		fmt.Println("this line is not JSON-RPC")
+	}
+	if stubborn {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	var mu sync.Mutex
+	var seen observed
+	server := mcp.NewServer(&mcp.Implementation{Name: "stdio-testserver", Version: "1.0.0"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			var p struct {
+				ClientInfo struct {
+					Name string `json:"name"`
+				} `json:"clientInfo"`
+				Level string `json:"level"`
+				URI   string `json:"uri"`
+			}
+			if b, err := json.Marshal(req.GetParams()); err == nil {
+				json.Unmarshal(b, &p)
+			}
+			mu.Lock()
+			switch method {
+			case "initialize":
+				seen.ClientName = p.ClientInfo.Name
+			case "notifications/initialized":
+				seen.Initialized = true
+			case "logging/setLevel":
+				seen.Level = p.Level
+			case "resources/subscribe":
+				seen.Subscriptions = append(seen.Subscriptions, p.URI)
+			}
+			mu.Unlock()
+			return next(ctx, method, req)
+		}
+	})
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	jsonText := func(v any) *mcp.CallToolResult {
+		b, _ := json.Marshal(v)
+		return text(string(b))
+	}
+
+	type countdownArgs struct {
+		N       int    `json:"n"`
+		DelayMS int    `json:"delay_ms"`
+		Label   string `json:"label"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "countdown", Description: "n steps; each waits delay_ms, then sends progress i of n and the info log line \"<label> tick i\""},
+		func(ctx context.Context, req *mcp.CallToolRequest, a countdownArgs) (*mcp.CallToolResult, any, error) {
+			tok := req.Params.GetProgressToken()
+			for i := 1; i <= a.N; i++ {
+				select {
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				case <-time.After(time.Duration(a.DelayMS) * time.Millisecond):
+				}
+				if tok != nil {
+					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: float64(a.N)})
+				}
+				req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: fmt.Sprintf("%s tick %d", a.Label, i)})
+			}
+			return text(fmt.Sprintf("done %d", a.N)), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "whoami", Description: "this process's pid, process group and sorted environment"},
+		func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, any, error) {
+			env := slices.Sorted(slices.Values(os.Environ()))
+			return jsonText(whoami{Pid: os.Getpid(), Pgid: syscall.Getpgrp(), Env: env}), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "spawn", Description: "start a grandchild process that sleeps; returns its pid"},
+		func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, any, error) {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, nil, err
+			}
+			cmd := exec.Command(exe)
+			cmd.Env = []string{roleEnv + "=sleeper"}
+			if err := cmd.Start(); err != nil {
+				return nil, nil, err
+			}
+			go cmd.Wait()
+			return text(fmt.Sprint(cmd.Process.Pid)), nil, nil
+		})
+	type askArgs struct {
+		Question string `json:"question"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "ask", Description: "elicit an answer to question from the client; returns the answer"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a askArgs) (*mcp.CallToolResult, any, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+				Message: a.Question,
+				RequestedSchema: map[string]any{
+					"type":       "object",
+					"properties": map[string]any{"answer": map[string]any{"type": "string"}},
+				},
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return text(fmt.Sprintf("%s: %v", res.Action, res.Content["answer"])), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "wait until cancelled"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "state", Description: "what this process saw of its session"},
+		func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return jsonText(seen), nil, nil
+		})
+	server.AddResource(&mcp.Resource{URI: "test://watched", Name: "watched", MIMEType: "text/plain"},
+		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://watched", Text: "w"}}}, nil
+		})
+
+	err := server.Run(context.Background(), &mcp.StdioTransport{})
+	if stubborn {
+		time.Sleep(time.Hour)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,243 @@
+package fleettest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// kill9 sends SIGKILL to a replica and waits until it is gone.
+func kill9(t *testing.T, r *replica) {
+	t.Helper()
+	r.proc.Kill()
+	select {
+	case <-r.proc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not die within 10s of SIGKILL", r.id)
+	}
+}
+
+// streamReader reads a stream in the background, recording what arrives.
+type streamReader struct {
+	mu    sync.Mutex
+	evs   []mcptest.Event
+	steps []int
+	done  chan struct{}
+	err   error
+}
+
+func readAsync(l *ledger, st *mcptest.Stream) *streamReader {
+	sr := &streamReader{done: make(chan struct{})}
+	go func() {
+		defer close(sr.done)
+		defer st.Close()
+		for {
+			ev, err := st.Next()
+			if err != nil {
+				sr.err = err
+				return
+			}
+			n := l.note(ev)
+			sr.mu.Lock()
+			sr.evs = append(sr.evs, ev)
+			if n > 0 {
+				sr.steps = append(sr.steps, n)
+			}
+			sr.mu.Unlock()
+		}
+	}()
+	return sr
+}
+
+// waitSteps waits until the reader has seen at least n progress steps.
+func (sr *streamReader) waitSteps(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		sr.mu.Lock()
+		got := len(sr.steps)
+		sr.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-sr.done:
+			t.Fatalf("the stream ended (%v) after %d progress steps, want %d", sr.err, got, n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("fewer than %d progress steps within %v", n, within)
+}
+
+// end waits for the stream to end and returns everything it got.
+func (sr *streamReader) end(t *testing.T, within time.Duration) ([]mcptest.Event, []int, error) {
+	t.Helper()
+	select {
+	case <-sr.done:
+	case <-time.After(within):
+		t.Fatalf("the stream did not end within %v", within)
+	}
+	return sr.evs, sr.steps, sr.err
+}
+
+// lastID returns the ID of the last event with one.
+func lastID(evs []mcptest.Event) string {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].HasID && evs[i].ID != "" {
+			return evs[i].ID
+		}
+	}
+	return ""
+}
+
+// TestOwnerKilled: kill -9 of the replica that owns a session in the
+// middle of a countdown. Within the lease TTL + 1 s a POST for the session
+// on another replica succeeds at generation 2; every surviving replica
+// answers 409 generation_mismatch to the old cursors; no event is
+// delivered twice.
+func TestOwnerKilled(t *testing.T) {
+	f := newFleet(t, 3, redistest.Options{})
+	ctx := testCtx(t, 60*time.Second)
+	l := newLedger(t)
+
+	token := f.initialize(ctx, 0, 1) // owned by r0
+	st, err := f.on(1, token).Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 200, "delay_ms": 50}, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := readAsync(l, st)
+	sr.waitSteps(t, 5, 10*time.Second)
+
+	kill9(t, f.r[0])
+	killed := time.Now()
+	evs, steps, err := sr.end(t, 10*time.Second)
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("the stream forwarded from r1 to the killed owner ended cleanly (%v), want a cut", err)
+	}
+	checkSteps(t, "progress before the kill", steps, 1, len(steps))
+	old := lastID(evs)
+	if g := cursor(t, old).Generation; g != 1 {
+		t.Fatalf("cursor %s before the kill has generation %d, want 1", old, g)
+	}
+
+	// A POST on r2: it waits for r0's lease to lapse, takes the session over
+	// and answers at generation 2.
+	echo(t, ctx, l, f.on(2, token), 3, "after the kill", 2)
+	took := time.Since(killed)
+	if took > leaseTTL+time.Second {
+		t.Fatalf("the POST after the kill succeeded %v after it, want within the lease TTL + 1s (%v)", took, leaseTTL+time.Second)
+	}
+	t.Logf("takeover: first successful POST %v after kill -9", took.Round(time.Millisecond))
+	if rec := f.record(token); rec.Owner != "r2" || rec.Generation != 2 {
+		t.Fatalf("record after the takeover: owner %q gen %d, want r2 gen 2", rec.Owner, rec.Generation)
+	}
+	if !regexp.MustCompile(`msg="session re-created" session=` + regexp.QuoteMeta(store.Prefix(token)) +
+		` generation=2 previous_generation=1 previous_owner=r0 reason=lease_expired`).MatchString(f.r[2].proc.Output()) {
+		t.Fatalf("r2 did not log the takeover with reason=lease_expired")
+	}
+
+	// The old cursors answer 409 on every surviving replica.
+	for _, i := range []int{1, 2} {
+		for _, id := range []string{old, evs[0].ID} {
+			_, err := f.on(i, token).Resume(ctx, id)
+			se := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+			if g, cg := se.Body.Data["generation"], se.Body.Data["cursorGeneration"]; g != json.Number("2") || cg != json.Number("1") {
+				t.Fatalf("409 on %s names generation %v and cursor generation %v, want 2 and 1", f.r[i].id, g, cg)
+			}
+		}
+	}
+	// r1 forwards to the new owner; the session works there too.
+	echo(t, ctx, l, f.on(1, token), 4, "through r1", 2)
+}
+
+// TestZombieFenced: the owner is paused (SIGSTOP) past its lease while its
+// countdown runs; another replica takes the session over; the old owner is
+// resumed (SIGCONT) with its tool still producing progress. None of its
+// late events is stored or delivered, and its attempts are logged as
+// fenced.
+func TestZombieFenced(t *testing.T) {
+	f := newFleet(t, 2, redistest.Options{})
+	ctx := testCtx(t, 60*time.Second)
+	l := newLedger(t)
+
+	token := f.initialize(ctx, 0, 0) // owned by r0
+	st, err := f.on(0, token).Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 400, "delay_ms": 25}, "z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := readAsync(l, st)
+	sr.waitSteps(t, 3, 10*time.Second)
+
+	if err := f.r[0].proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			f.r[0].proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // an append in flight lands or not
+	before, err := f.st.Bounds(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(leaseTTL + 300*time.Millisecond)
+
+	// r1 finds the lease lapsed and takes the session over.
+	echo(t, ctx, l, f.on(1, token), 3, "taken over", 2)
+	if rec := f.record(token); rec.Owner != "r1" || rec.Generation != 2 {
+		t.Fatalf("record after the takeover: owner %q gen %d, want r1 gen 2", rec.Owner, rec.Generation)
+	}
+
+	f.r[0].proc.Signal(syscall.SIGCONT)
+	stopped = false
+	// The zombie's countdown goes on until its next append (every 25 ms) or
+	// its next renewal is refused.
+	f.r[0].proc.WaitFor(t, `session=`+regexp.QuoteMeta(store.Prefix(token))+` generation=1 reason=fenced`, 5*time.Second)
+	time.Sleep(500 * time.Millisecond) // 20 more steps, were it not stopped
+
+	// Nothing of generation 1 is in the log: the claim dropped it, and
+	// nothing the zombie tried after it was stored.
+	evs, b, err := f.st.Read(ctx, token, 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Generation != 2 || b.Floor != before.HWM+1 {
+		t.Fatalf("bounds after the takeover: %+v, want generation 2, floor %d (HWM at the pause + 1)", b, before.HWM+1)
+	}
+	for _, e := range evs {
+		if e.Generation != 2 || bytes.Contains(e.Data, []byte(`"progressToken":"z"`)) {
+			t.Fatalf("the log holds event %d of generation %d: %s", e.Seq, e.Generation, e.Data)
+		}
+	}
+	if len(evs) != 2 { // the echo's priming event and response
+		t.Fatalf("the log holds %d events after the takeover, want 2 (the echo's)", len(evs))
+	}
+
+	// The client's stream from the zombie ends without any late event.
+	got, steps, err := sr.end(t, 10*time.Second)
+	checkSteps(t, "progress from the zombie's stream", steps, 1, len(steps))
+	for _, ev := range got {
+		if c := cursor(t, ev.ID); c.Generation != 1 || c.Sequence > before.HWM {
+			t.Fatalf("the zombie's stream delivered %s, beyond the HWM %d stored before the pause", ev.ID, before.HWM)
+		}
+	}
+	t.Logf("zombie's stream: %d progress steps, then %v", len(steps), err)
+
+	// The old owner, awake, now forwards the session's requests to r1.
+	echo(t, ctx, l, f.on(0, token), 4, "via the old owner", 2)
+	_, err = f.on(0, token).Resume(ctx, lastID(got))
+	wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+}

@@ -1,0 +1,392 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/sse"
+)
+
+// The probe speaks raw Streamable HTTP (MCP 2025-11-25, basic/transports)
+// so that it sees every status, header and event as the server sends them:
+// nothing is retried, resumed or deduplicated behind its back.
+
+// peer is the server under test.
+type peer struct {
+	url     string
+	http    *http.Client
+	header  http.Header
+	version string // the protocol version offered in initialize
+	ids     atomic.Int64
+
+	mu       sync.Mutex
+	sessions []*session // every session opened, ended by cleanup
+}
+
+// cleanup ends every session the probe opened (DELETE, best-effort,
+// within 5 seconds), so that a probe leaves nothing behind on the server.
+func (p *peer) cleanup() {
+	p.mu.Lock()
+	ss := p.sessions
+	p.sessions = nil
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		if s.id == "" {
+			continue
+		}
+		wg.Go(func() { s.delete(ctx) })
+	}
+	wg.Wait()
+}
+
+func (p *peer) nextID() jsonrpc.ID {
+	id, _ := jsonrpc.MakeID(float64(p.ids.Add(1)))
+	return id
+}
+
+// session is one MCP session opened by the probe.
+type session struct {
+	p       *peer
+	id      string // Mcp-Session-Id; "" if the server sent none
+	version string // negotiated protocol version
+	server  string // serverInfo "name version"
+}
+
+// statusError is an HTTP refusal: the status and error.data.reason of a
+// JSON-RPC error body when there is one.
+type statusError struct {
+	what   string
+	status int
+	reason string
+	msg    string
+}
+
+func (e *statusError) Error() string {
+	s := fmt.Sprintf("%s: HTTP %d", e.what, e.status)
+	if e.reason != "" {
+		s += " " + e.reason
+	}
+	if e.msg != "" {
+		s += ": " + e.msg
+	}
+	return s
+}
+
+// readRefusal reads an error response's status, reason and message, and
+// closes its body.
+func readRefusal(what string, resp *http.Response) *statusError {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &statusError{what: what, status: resp.StatusCode}
+	var env struct {
+		Error *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Reason string `json:"reason"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && env.Error != nil {
+		e.reason, e.msg = env.Error.Data.Reason, env.Error.Message
+	} else {
+		e.msg = strings.TrimSpace(string(body))
+		if len(e.msg) > 120 {
+			e.msg = e.msg[:120] + "…"
+		}
+	}
+	return e
+}
+
+// request builds a request carrying the session's headers.
+func (s *session) request(ctx context.Context, method string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.p.url, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range s.p.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	switch method {
+	case http.MethodPost:
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+	case http.MethodGet:
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	if s.id != "" {
+		req.Header.Set("Mcp-Session-Id", s.id)
+	}
+	if s.version != "" {
+		req.Header.Set("Mcp-Protocol-Version", s.version)
+	}
+	return req, nil
+}
+
+// post sends msg and returns the raw response.
+func (s *session) post(ctx context.Context, msg jsonrpc.Message) (*http.Response, error) {
+	body, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := s.request(ctx, http.MethodPost, body)
+	if err != nil {
+		return nil, err
+	}
+	return s.p.http.Do(req)
+}
+
+// initialize opens a session: initialize, then notifications/initialized
+// (MCP 2025-11-25, "Lifecycle").
+func (p *peer) initialize(ctx context.Context) (*session, error) {
+	s := &session{p: p}
+	params, err := json.Marshal(&mcp.InitializeParams{
+		ProtocolVersion: p.version,
+		ClientInfo:      &mcp.Implementation{Name: "tidemark-probe", Version: "1.0.0"},
+		Capabilities:    &mcp.ClientCapabilities{},
+	})
+	if err != nil {
+		return nil, err
+	}
+	id := p.nextID()
+	resp, err := s.post(ctx, &jsonrpc.Request{ID: id, Method: "initialize", Params: params})
+	if err != nil {
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, readRefusal("initialize", resp)
+	}
+	s.id = resp.Header.Get("Mcp-Session-Id")
+	p.mu.Lock()
+	p.sessions = append(p.sessions, s)
+	p.mu.Unlock()
+	st := openStream(resp)
+	ans, err := st.answer(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	if ans.Error != nil {
+		return nil, fmt.Errorf("initialize: %w", ans.Error)
+	}
+	var res mcp.InitializeResult
+	if err := json.Unmarshal(ans.Result, &res); err != nil {
+		return nil, fmt.Errorf("initialize result: %w", err)
+	}
+	s.version = res.ProtocolVersion
+	if res.ServerInfo != nil {
+		s.server = strings.TrimSpace(res.ServerInfo.Name + " " + res.ServerInfo.Version)
+	}
+	resp, err = s.post(ctx, &jsonrpc.Request{Method: "notifications/initialized", Params: json.RawMessage("{}")})
+	if err != nil {
+		return nil, fmt.Errorf("notifications/initialized: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, readRefusal("notifications/initialized", resp)
+	}
+	drain(resp)
+	return s, nil
+}
+
+// callRequest returns a tools/call request for tool with args and a
+// progress token.
+func (p *peer) callRequest(tool string, args json.RawMessage, token string) (*jsonrpc.Request, error) {
+	params := map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{"progressToken": token}}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	return &jsonrpc.Request{ID: p.nextID(), Method: "tools/call", Params: raw}, nil
+}
+
+// call POSTs a tools/call and returns its answer as a stream (an SSE
+// stream, or the messages of a JSON body), with the POST's status.
+func (s *session) call(ctx context.Context, req *jsonrpc.Request) (*stream, error) {
+	resp, err := s.post(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("POST tools/call: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, readRefusal("POST tools/call", resp)
+	}
+	return openStream(resp), nil
+}
+
+// resume sends GET with Last-Event-ID (MCP 2025-11-25, "Resumability and
+// Redelivery"). A 200 SSE answer is returned as a stream; any other answer
+// as a *statusError.
+func (s *session) resume(ctx context.Context, cursor string) (*stream, error) {
+	req, err := s.request(ctx, http.MethodGet, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Last-Event-ID", cursor)
+	resp, err := s.p.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK || mediaType(resp) != "text/event-stream" {
+		return nil, readRefusal("GET", resp)
+	}
+	return openStream(resp), nil
+}
+
+// delete ends the session and returns the status.
+func (s *session) delete(ctx context.Context) (int, error) {
+	req, err := s.request(ctx, http.MethodDelete, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.p.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	drain(resp)
+	return resp.StatusCode, nil
+}
+
+// statusOf returns the HTTP status an error carries, 0 if none.
+func statusOf(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	return 0
+}
+
+func reasonOf(err error) string {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.reason
+	}
+	return ""
+}
+
+// event is one SSE event (or one message of a JSON answer).
+type event struct {
+	id    string
+	hasID bool
+	data  []byte
+	retry time.Duration
+	msg   jsonrpc.Message // nil for a priming event or undecodable data
+}
+
+func (e event) priming() bool { return len(e.data) == 0 }
+
+// stream reads one answer: SSE events, or the messages of a JSON body.
+type stream struct {
+	resp   *http.Response
+	status int
+	sse    bool
+	rd     *sse.Reader
+	queued []event // messages of a JSON body
+}
+
+func openStream(resp *http.Response) *stream {
+	st := &stream{resp: resp, status: resp.StatusCode}
+	if mediaType(resp) == "text/event-stream" {
+		st.sse = true
+		st.rd = sse.NewReader(resp.Body, 0)
+		return st
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	resp.Body.Close()
+	if err == nil {
+		for _, m := range decodeJSON(body) {
+			st.queued = append(st.queued, event{msg: m, data: []byte("{}")})
+		}
+	}
+	return st
+}
+
+func decodeJSON(body []byte) []jsonrpc.Message {
+	body = bytes.TrimSpace(body)
+	var raws []json.RawMessage
+	if len(body) > 0 && body[0] == '[' {
+		if json.Unmarshal(body, &raws) != nil {
+			return nil
+		}
+	} else {
+		raws = []json.RawMessage{body}
+	}
+	var msgs []jsonrpc.Message
+	for _, r := range raws {
+		if m, err := jsonrpc.DecodeMessage(r); err == nil {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+// next returns the next event; io.EOF at the end of the answer.
+func (st *stream) next() (event, error) {
+	if !st.sse {
+		if len(st.queued) == 0 {
+			return event{}, io.EOF
+		}
+		e := st.queued[0]
+		st.queued = st.queued[1:]
+		return e, nil
+	}
+	ev, err := st.rd.Next()
+	if err != nil {
+		return event{}, err
+	}
+	e := event{id: ev.ID, hasID: ev.HasID, data: ev.Data, retry: ev.Retry}
+	if len(ev.Data) > 0 && (ev.Name == "" || ev.Name == "message") {
+		e.msg, _ = jsonrpc.DecodeMessage(ev.Data)
+	}
+	return e, nil
+}
+
+// close cuts the connection (if still open).
+func (st *stream) close() { st.resp.Body.Close() }
+
+// answer reads until the response to id and returns it.
+func (st *stream) answer(ctx context.Context, id jsonrpc.ID) (*jsonrpc.Response, error) {
+	defer st.close()
+	stop := context.AfterFunc(ctx, st.close)
+	defer stop()
+	for {
+		e, err := st.next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("answer ended before the response: %w", err)
+		}
+		if r, ok := e.msg.(*jsonrpc.Response); ok && r.ID == id {
+			return r, nil
+		}
+	}
+}
+
+func mediaType(resp *http.Response) string {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt
+}
+
+func drain(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}

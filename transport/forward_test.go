@@ -1,0 +1,192 @@
+package transport_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// directory is a transport.Directory in a map; a missing entry is not an
+// error of the directory, an entry "unavailable" is.
+type directory struct {
+	mu   sync.Mutex
+	urls map[string]string
+}
+
+func (d *directory) set(id, url string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.urls[id] = url
+}
+
+func (d *directory) Lookup(_ context.Context, id string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	u, ok := d.urls[id]
+	switch {
+	case !ok:
+		return "", fmt.Errorf("replica %q: not announced", id)
+	case u == "unavailable":
+		return "", fmt.Errorf("directory: %w", store.ErrUnavailable)
+	}
+	return u, nil
+}
+
+// pair is two replicas, a and b, on one store, with leases.
+type pair struct {
+	a, b *stack
+	dir  *directory
+	st   store.Store
+}
+
+// newPair starts a and b with lease; a renews every renewA (0: lease/3).
+func newPair(t *testing.T, lease, renewA time.Duration) *pair {
+	t.Helper()
+	p := &pair{dir: &directory{urls: map[string]string{}}, st: memory.New(memory.Options{})}
+	replica := func(id string, renew time.Duration) *stack {
+		return newStack(t, nil, &tidemark.Options{
+			Store:     p.st,
+			Sessions:  session.Options{Owner: id, Lease: lease, RenewInterval: renew},
+			Transport: transport.Options{Directory: p.dir},
+		}, nil)
+	}
+	p.a, p.b = replica("a", renewA), replica("b", 0)
+	p.dir.set("a", p.a.srv.URL)
+	p.dir.set("b", p.b.srv.URL)
+	return p
+}
+
+// deadURL returns the URL of a loopback port nobody listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	return u
+}
+
+// TestForwardToOwner: requests for a session sent to a replica that does
+// not own it are forwarded to the owner: a POST's SSE answer and a resume
+// stream through, the session stays at generation 1 with its owner.
+func TestForwardToOwner(t *testing.T) {
+	ctx := testContext(t)
+	p := newPair(t, time.Minute, 0)
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	onB := p.b.client.SessionFor(s.Token, s.ProtocolVersion)
+
+	evs := countdown(t, ctx, onB, 2, 5, "fw")
+	if c := parseCursor(t, evs[0].ID); c.Generation != 1 {
+		t.Fatalf("forwarded countdown answered at generation %d, want 1", c.Generation)
+	}
+	st, err := onB.Resume(ctx, evs[2].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := st.Collect()
+	st.Close()
+	if err != nil || len(replayed) != 1+4 || replayed[0].ID != evs[2].ID || replayed[4].ID != evs[6].ID {
+		t.Fatalf("forwarded resume: %v, %d events, want priming + the 4 events after progress 2", err, len(replayed))
+	}
+	rec, err := p.st.Get(ctx, s.Token)
+	if err != nil || rec.Owner != "a" || rec.Generation != 1 {
+		t.Fatalf("record: owner %q gen %d %v, want a gen 1", rec.Owner, rec.Generation, err)
+	}
+	if p.b.h.Registry().Len() != 0 {
+		t.Fatalf("b holds %d sessions, want 0: it forwards", p.b.h.Registry().Len())
+	}
+	// DELETE needs no owner: b ends the session in the store.
+	if err := onB.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Resume(ctx, evs[2].ID)
+	wantRefusal(t, err, http.StatusNotFound, transport.ReasonSessionNotFound)
+}
+
+// TestForwardLoopGuard: a forwarded request that reaches a replica that
+// does not own the session either is refused with 503 owner_moved and
+// Retry-After, not forwarded again.
+func TestForwardLoopGuard(t *testing.T) {
+	ctx := testContext(t)
+	p := newPair(t, time.Minute, 0)
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	c := p.b.clientWith(http.Header{transport.ForwardedByHeader: {"c"}})
+	resp, err := c.SessionFor(s.Token, s.ProtocolVersion).Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, transport.ReasonOwnerMoved)
+	if ra := se.Header.Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After = %q, want 1", ra)
+	}
+}
+
+// TestForwardOwnerGone: when the owner cannot be reached (nothing listens
+// at its URL), the request waits, acknowledging nothing, until the owner's
+// lease lapses, then takes the session over and is served at generation 2.
+func TestForwardOwnerGone(t *testing.T) {
+	ctx := testContext(t)
+	const lease = 600 * time.Millisecond
+	p := newPair(t, lease, time.Hour) // a never renews: as if it died
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	rec, err := p.st.Get(ctx, s.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dir.set("a", deadURL(t)) // a died; its lease runs out
+	onB := p.b.client.SessionFor(s.Token, s.ProtocolVersion)
+	evs := countdown(t, ctx, onB, 2, 3, "gone")
+	if done := time.Now(); done.Before(rec.LeaseUntil) || done.After(rec.LeaseUntil.Add(time.Second)) {
+		t.Fatalf("served at %v, want after the lease expiry %v and within 1s of it", done, rec.LeaseUntil)
+	}
+	if c := parseCursor(t, evs[0].ID); c.Generation != 2 {
+		t.Fatalf("served at generation %d, want 2", c.Generation)
+	}
+	if rec, err := p.st.Get(ctx, s.Token); err != nil || rec.Owner != "b" {
+		t.Fatalf("record after the takeover: owner %q %v, want b", rec.Owner, err)
+	}
+}
+
+// TestForwardOwnerUnreachable: an owner that keeps renewing its lease but
+// cannot be reached gets 503 owner_unreachable, with Retry-After, about a
+// second after the lease first seen; a directory that cannot be reached
+// gets 503 unavailable at once.
+func TestForwardOwnerUnreachable(t *testing.T) {
+	ctx := testContext(t)
+	const lease = 500 * time.Millisecond
+	p := newPair(t, lease, 0)
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	p.dir.set("a", deadURL(t))
+	onB := p.b.client.SessionFor(s.Token, s.ProtocolVersion)
+	start := time.Now()
+	resp, err := onB.Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, transport.ReasonOwnerUnreachable)
+	if took := time.Since(start); took < time.Second || took > lease+2*time.Second {
+		t.Fatalf("refused after %v, want between 1s and %v", took, lease+2*time.Second)
+	}
+	if ra := se.Header.Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After = %q, want 1", ra)
+	}
+
+	p.dir.set("a", "unavailable")
+	_, err = onB.Resume(ctx, "x")
+	if se, ok := mcptest.AsStatusError(err); !ok || se.Status != http.StatusServiceUnavailable || se.Reason() != transport.ReasonUnavailable {
+		t.Fatalf("with the directory unavailable: %v, want 503 unavailable", err)
+	}
+}
