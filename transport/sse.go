@@ -16,6 +16,10 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
+// deadEngineGrace is how long a stream stays open after the engine session
+// of its generation ended, for the answers the engine still appends.
+const deadEngineGrace = time.Second
+
 // setSSEHeaders sets the headers of an SSE response.
 func setSSEHeaders(h http.Header) {
 	h.Set("Content-Type", "text/event-stream")
@@ -230,6 +234,8 @@ func (h *Handler) start(ctx context.Context, l *session.Live, s stream) (uint64,
 // stream over, when the session's live state ends, or at shutdown (after a
 // final retry field); meanwhile it writes keep-alive comments.
 func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw *sseWriter, att *attachment, l *session.Live) {
+	engineDone := l.Done()
+	var grace <-chan time.Time
 	var tick <-chan time.Time
 	if h.opts.KeepAlive > 0 {
 		t := time.NewTicker(h.opts.KeepAlive / 2)
@@ -243,7 +249,16 @@ func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw
 		case <-att.kicked:
 			cancel()
 			return
-		case <-l.Done():
+		case <-engineDone:
+			// The engine's live state ended; an engine may still append the
+			// answers it owes (the stdio engine fails the calls its dead
+			// subprocess left in flight). Let the stream deliver them, then
+			// close it: nothing else will come for this generation.
+			engineDone = nil
+			t := time.NewTimer(deadEngineGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
 			cancel()
 			return
 		case <-h.shutdown:

@@ -249,6 +249,10 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	if waitErr != nil {
 		status = waitErr.Error()
 	}
+	// The generation is over before its failed calls are answered: a client
+	// that resumes as soon as it reads one of those errors must find the
+	// session re-created (409 for the old streams), never this generation.
+	close(s.done)
 	switch {
 	case quiet != "":
 		s.logger.Info("subprocess ended", "pid", s.pid, "status", status, "reason", quiet)
@@ -257,7 +261,6 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 			"reason", ReasonServerExited, "calls_failed", len(pending))
 		s.fail(pending, status)
 	}
-	close(s.done)
 }
 
 // fail answers each call in pending with a JSON-RPC internal error saying
