@@ -85,6 +85,51 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	return fs, c
 }
 
+// check refuses flag values that have no meaning, rather than reading them
+// as a default: a zero limit, a path a URL cannot have, a negative wait.
+func (c *serveConfig) check() error {
+	if !strings.HasPrefix(c.path, "/") || strings.ContainsAny(c.path, " \t{}") {
+		return fmt.Errorf("--path %q: want a URL path starting with / (no spaces or braces), e.g. /mcp", c.path)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"retention-events", int64(c.retentionEvents)},
+		{"retention-bytes", c.retentionBytes},
+		{"retention-budget", c.budget},
+	} {
+		if f.v == 0 || f.v < -1 {
+			return fmt.Errorf("--%s %d: want a positive number, or -1 for no limit", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+		off  string
+	}{
+		{"retention-age", c.retentionAge, "no limit"},
+		{"session-idle-ttl", c.idleTTL, "never"},
+		{"retry", c.retry, "no retry field"},
+		{"keepalive", c.keepAlive, "no keep-alive"},
+	} {
+		if f.v == 0 {
+			return fmt.Errorf("--%s 0: want a positive duration, or a negative one for %s", f.name, f.off)
+		}
+	}
+	switch {
+	case c.maxSessions <= 0:
+		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)
+	case c.maxBody <= 0:
+		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
+	case c.shutdownGrace < 0:
+		return fmt.Errorf("--shutdown-grace %v: want zero or a positive duration", c.shutdownGrace)
+	case c.maxProcesses == 0 || c.maxProcesses < -1:
+		return fmt.Errorf("--max-processes %d: want a positive number, or -1 for no limit", c.maxProcesses)
+	}
+	return nil
+}
+
 func serve(args []string, stderr io.Writer) int {
 	fs, c := serveFlags(stderr)
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +147,10 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	case !c.stdio && len(c.env) > 0:
 		fmt.Fprintf(stderr, "tidemark serve: --env applies to --stdio subprocesses only\n")
+		return 2
+	}
+	if err := c.check(); err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
 	if err := c.fleet.check(c.dataDir); err != nil {

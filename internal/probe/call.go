@@ -42,6 +42,9 @@ func runBaseline(ctx context.Context, p *peer, cfg Config) (*baseline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools/call %s: %w", cfg.Tool, err)
 	}
+	if err := usableBaseline(evs, cfg.Tool); err != nil {
+		return nil, err
+	}
 	b := &baseline{sess: s, sse: st.sse, events: evs, sigs: signatures(evs)}
 	for _, e := range evs {
 		if e.msg != nil && e.id != "" && b.firstMsgCursor == "" {
@@ -52,6 +55,38 @@ func runBaseline(ctx context.Context, p *peer, cfg Config) (*baseline, error) {
 		}
 	}
 	return b, nil
+}
+
+// minBaselineMessages is how many messages the baseline call must send
+// before its result: the checks cut a stream after half of them.
+const minBaselineMessages = 2
+
+// usableBaseline reports why the baseline call's events cannot serve as the
+// reference of the checks: the call failed (a JSON-RPC error or a result
+// with isError), or it sent too few messages to cut a stream between them.
+// Judging a server by a call that failed would blame the server for the
+// tool's arguments.
+func usableBaseline(evs []event, tool string) error {
+	resp, _ := evs[len(evs)-1].msg.(*jsonrpc.Response)
+	if resp.Error != nil {
+		return fmt.Errorf("tools/call %s answered with an error (%v): choose a tool and arguments that succeed (--tool, --args)", tool, resp.Error)
+	}
+	var res struct {
+		IsError bool `json:"isError"`
+	}
+	if json.Unmarshal(resp.Result, &res) == nil && res.IsError {
+		return fmt.Errorf("tools/call %s returned a result with isError true (%s): choose a tool and arguments that succeed (--tool, --args)", tool, resp.Result)
+	}
+	msgs := 0
+	for _, e := range evs[:len(evs)-1] {
+		if e.msg != nil {
+			msgs++
+		}
+	}
+	if msgs < minBaselineMessages {
+		return fmt.Errorf("tools/call %s sent %d messages before its result; the checks need at least %d (a tool that sends progress notifications, with a progress token)", tool, msgs, minBaselineMessages)
+	}
+	return nil
 }
 
 // readToResponse reads st until the response to id (included), closing

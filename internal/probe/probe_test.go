@@ -187,6 +187,29 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestUnusableBaseline: a tool that does not exist, arguments the tool
+// refuses, or a tool that streams nothing stop the probe with an error
+// naming the cause, instead of judging the server by a failed call
+// (regression: --tool nope reported takeover and concurrent-resume FAIL).
+func TestUnusableBaseline(t *testing.T) {
+	url := startTidemark(t)
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{"nope", `{}`, "answered with an error"},
+		{"countdown", `{"n":-1}`, "isError true"},
+		{"echo", `{"text":"hi"}`, "sent 0 messages before its result"},
+	} {
+		rep, err := Run(t.Context(), Config{URL: url, Tool: tc.tool, Args: json.RawMessage(tc.args)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--tool %s --args %s: err = %v, want it to say %q", tc.tool, tc.args, err, tc.want)
+		}
+		if rep != nil && len(rep.Results) != 0 {
+			t.Errorf("--tool %s: %d checks ran; want none", tc.tool, len(rep.Results))
+		}
+	}
+}
+
 func TestAdvance(t *testing.T) {
 	for _, tc := range []struct {
 		in, want string
