@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/store"
@@ -55,17 +56,25 @@ var ErrGenerationChanged = errors.New("eventlog: session generation changed")
 
 // Log appends and reads session events with retention. It is safe for
 // concurrent use.
+//
+// Appends to different sessions share nothing here but an atomic add to
+// the process-wide total: each session's usage has its own lock, found
+// without a lock in a sync.Map (written once per session, read on every
+// append), and the budget is only searched for a victim, under budgetMu,
+// once the total is over it.
 type Log struct {
 	st   store.Log
 	opts Options
 
-	mu    sync.Mutex
-	usage map[string]usage // by session token, for the budget
-	total int64
+	usage    sync.Map     // session token → *usage, for the budget and Sweep
+	total    atomic.Int64 // sum of the usages' bytes
+	budgetMu sync.Mutex   // one budget enforcement at a time
 }
 
+// usage is what one session's log retains, as of its latest append.
 type usage struct {
-	gen    uint64
+	mu     sync.Mutex
+	gone   bool // Forget removed it from Log.usage: account through a new one
 	bytes  int64
 	oldest time.Time
 }
@@ -87,7 +96,7 @@ func New(st store.Log, opts Options) *Log {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Log{st: st, opts: opts, usage: make(map[string]usage)}
+	return &Log{st: st, opts: opts}
 }
 
 // Store returns the underlying store.Log.
@@ -139,7 +148,10 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 // cutPoint walks the log from the floor and returns the lowest sequence that
 // can stay under the byte and age limits. Over the byte limit it trims down
 // to 15/16 of it, so that a session at its limit trims once every several
-// appends instead of on each one.
+// appends instead of on each one. The byte limit never removes the newest
+// event: a single message larger than MaxBytes must still reach the reader
+// waiting for it (a response trimmed on arrival would leave its call
+// unanswered); only age removes it.
 func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now time.Time) uint64 {
 	excess := int64(0)
 	if l.opts.MaxBytes > 0 && b.Bytes > l.opts.MaxBytes {
@@ -162,7 +174,7 @@ func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now ti
 			return after + 1
 		}
 		for _, e := range evs {
-			if excess <= 0 && !e.Time.Before(cutoff) {
+			if (excess <= 0 || e.Seq == b.HWM) && !e.Time.Before(cutoff) {
 				return e.Seq
 			}
 			excess -= e.Size()
@@ -171,42 +183,74 @@ func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now ti
 	}
 }
 
+// account records b as what token's log retains.
 func (l *Log) account(token string, b store.Bounds) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	old := l.usage[token]
-	l.total += b.Bytes - old.bytes
-	l.usage[token] = usage{gen: b.Generation, bytes: b.Bytes, oldest: b.Oldest}
+	for {
+		v, ok := l.usage.Load(token)
+		if !ok {
+			v, _ = l.usage.LoadOrStore(token, &usage{})
+		}
+		u := v.(*usage)
+		u.mu.Lock()
+		if u.gone {
+			u.mu.Unlock()
+			continue // forgotten meanwhile: its bytes left the total with it
+		}
+		l.total.Add(b.Bytes - u.bytes)
+		u.bytes, u.oldest = b.Bytes, b.Oldest
+		u.mu.Unlock()
+		return
+	}
 }
 
 // Forget drops the accounting of a session that ended or was re-created; the
 // next append accounts for it again.
 func (l *Log) Forget(token string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.total -= l.usage[token].bytes
-	delete(l.usage, token)
+	v, ok := l.usage.LoadAndDelete(token)
+	if !ok {
+		return
+	}
+	u := v.(*usage)
+	u.mu.Lock()
+	u.gone = true
+	l.total.Add(-u.bytes)
+	u.bytes = 0
+	u.mu.Unlock()
 }
 
 // enforceBudget trims the session with the oldest retained event, by half,
-// until the process-wide budget holds.
+// until the process-wide budget holds. It never trims a session's newest
+// event (see retain), so a budget smaller than the sessions' newest events
+// is exceeded rather than their answers lost. Under the budget it costs one
+// atomic load.
 func (l *Log) enforceBudget(ctx context.Context) {
-	if l.opts.Budget < 0 {
+	if l.opts.Budget < 0 || l.total.Load() <= l.opts.Budget {
 		return
 	}
+	l.budgetMu.Lock()
+	defer l.budgetMu.Unlock()
+	var spared map[string]struct{} // sessions down to their newest event
 	for range 64 {
-		l.mu.Lock()
-		if l.total <= l.opts.Budget {
-			l.mu.Unlock()
+		if spared == nil {
+			spared = make(map[string]struct{})
+		}
+		if l.total.Load() <= l.opts.Budget {
 			return
 		}
-		victim, u := "", usage{}
-		for tok, x := range l.usage {
-			if x.bytes > 0 && (victim == "" || x.oldest.Before(u.oldest)) {
-				victim, u = tok, x
+		victim, oldest := "", time.Time{}
+		l.usage.Range(func(k, v any) bool {
+			if _, ok := spared[k.(string)]; ok {
+				return true
 			}
-		}
-		l.mu.Unlock()
+			u := v.(*usage)
+			u.mu.Lock()
+			bytes, old := u.bytes, u.oldest
+			u.mu.Unlock()
+			if bytes > 0 && (victim == "" || old.Before(oldest)) {
+				victim, oldest = k.(string), old
+			}
+			return true
+		})
 		if victim == "" {
 			return
 		}
@@ -215,7 +259,13 @@ func (l *Log) enforceBudget(ctx context.Context) {
 			l.Forget(victim)
 			continue
 		}
-		floor := b.Floor + uint64(max(1, b.Events/2))
+		floor := min(b.Floor+uint64(max(1, b.Events/2)), b.HWM)
+		if floor <= b.Floor {
+			// Only the newest event is left: it stays.
+			spared[victim] = struct{}{}
+			l.account(victim, b)
+			continue
+		}
 		if nb, err := l.st.Trim(ctx, victim, b.Generation, floor); err == nil {
 			b = nb
 		}
@@ -231,14 +281,16 @@ func (l *Log) Sweep(ctx context.Context) {
 	}
 	now := l.opts.Now()
 	cutoff := now.Add(-l.opts.MaxAge)
-	l.mu.Lock()
 	var old []string
-	for tok, u := range l.usage {
+	l.usage.Range(func(k, v any) bool {
+		u := v.(*usage)
+		u.mu.Lock()
 		if !u.oldest.IsZero() && u.oldest.Before(cutoff) {
-			old = append(old, tok)
+			old = append(old, k.(string))
 		}
-	}
-	l.mu.Unlock()
+		u.mu.Unlock()
+		return true
+	})
 	for _, tok := range old {
 		b, err := l.st.Bounds(ctx, tok)
 		if err != nil {
@@ -251,9 +303,7 @@ func (l *Log) Sweep(ctx context.Context) {
 
 // Usage returns the bytes this Log accounts for across all sessions.
 func (l *Log) Usage() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
+	return l.total.Load()
 }
 
 // Bounds returns the session's bounds from the store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,53 @@ func TestRetentionByBytes(t *testing.T) {
 	b, _ := st.Bounds(ctx, "s")
 	if b.Floor != 3 || b.Bytes != 200 {
 		t.Fatalf("bounds = %+v, want floor 3 and 200 bytes", b)
+	}
+}
+
+// TestRetentionKeepsTheNewestEvent: an event larger than MaxBytes is
+// retained until the next one arrives, so the reader waiting for it gets
+// it (regression: the byte limit trimmed a large response on arrival and
+// its call was never answered).
+func TestRetentionKeepsTheNewestEvent(t *testing.T) {
+	ctx := context.Background()
+	st, log, _ := setup(t, eventlog.Options{MaxBytes: 250}, "s")
+	log.Append(ctx, "s", 1, msg(1, "small"))
+	rd := log.NewReader("s", 1, 1, 1)
+	big := strings.Repeat("x", 1000)
+	if err := log.Append(ctx, "s", 1, msg(1, big)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := st.Bounds(ctx, "s")
+	if b.Floor != 2 || b.HWM != 2 || b.Events != 1 {
+		t.Fatalf("bounds = %+v, want only the large event (floor 2, HWM 2)", b)
+	}
+	evs, err := rd.Next(ctx)
+	if err != nil || len(evs) != 1 || string(evs[0].Data) != big {
+		t.Fatalf("reader after the large event: %d events, %v; want the large event", len(evs), err)
+	}
+	log.Append(ctx, "s", 1, msg(1, "next"))
+	if b, _ := st.Bounds(ctx, "s"); b.Floor != 3 || b.Events != 1 {
+		t.Fatalf("bounds after the next event = %+v, want the large event trimmed (floor 3)", b)
+	}
+}
+
+// TestBudgetKeepsTheNewestEvent: a process budget smaller than one event
+// trims every session down to its newest event and no further.
+func TestBudgetKeepsTheNewestEvent(t *testing.T) {
+	ctx := context.Background()
+	st, log, _ := setup(t, eventlog.Options{Budget: 50}, "a", "b")
+	for range 3 {
+		log.Append(ctx, "a", 1, msg(1, "012345678901234567890123456789012345"))
+		log.Append(ctx, "b", 1, msg(1, "012345678901234567890123456789012345"))
+	}
+	for _, tok := range []string{"a", "b"} {
+		b, _ := st.Bounds(ctx, tok)
+		if b.Events != 1 || b.Floor != 3 {
+			t.Fatalf("session %s = %+v, want only its newest event (floor 3)", tok, b)
+		}
+	}
+	if log.Usage() != 200 {
+		t.Fatalf("Usage = %d, want 200", log.Usage())
 	}
 }
 
@@ -281,5 +329,44 @@ func BenchmarkReadAfter(b *testing.B) {
 			}
 			n += len(evs)
 		}
+	}
+}
+
+// TestUsageUnderConcurrency appends to several sessions from several
+// goroutines while their accounting is forgotten at random moments; once
+// every session has been appended to again, Usage is exactly the sum of
+// what the sessions retain. (An append accounted after a concurrent Forget
+// must not add its bytes to the total under an entry that is gone.)
+func TestUsageUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	tokens := []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}
+	st, log, _ := setup(t, eventlog.Options{MaxEvents: 50}, tokens...)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				tok := tokens[(g+i)%len(tokens)]
+				if i%7 == 0 {
+					log.Forget(tok)
+					continue
+				}
+				if err := log.Append(ctx, tok, 1, msg(1, "0123456789")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var want int64
+	for _, tok := range tokens {
+		if err := log.Append(ctx, tok, 1, msg(1, "0123456789")); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := st.Bounds(ctx, tok)
+		want += b.Bytes
+	}
+	if got := log.Usage(); got != want {
+		t.Fatalf("Usage = %d, want %d (the sum of the sessions' retained bytes)", got, want)
 	}
 }

@@ -21,13 +21,22 @@ type Reader struct {
 	stream uint64
 	pos    uint64 // highest sequence examined
 	out    []store.Event
+	ra     readAppender // the store, when it can read into out
+}
+
+// readAppender is implemented by stores that can append what Read returns
+// to a caller's buffer (store/memory): a Reader then reads into one buffer
+// of its own instead of the store allocating a slice per read.
+type readAppender interface {
+	ReadAppend(ctx context.Context, token string, after uint64, max int, dst []store.Event) ([]store.Event, store.Bounds, error)
 }
 
 // NewReader returns a Reader of stream in generation gen of the session,
 // positioned after sequence after (the cursor the client holds, or the
 // sequence before the stream's first event).
 func (l *Log) NewReader(token string, gen, stream, after uint64) *Reader {
-	return &Reader{log: l, token: token, gen: gen, stream: stream, pos: after}
+	ra, _ := l.st.(readAppender)
+	return &Reader{log: l, token: token, gen: gen, stream: stream, pos: after, ra: ra}
 }
 
 // Position returns the highest sequence the Reader has examined.
@@ -41,7 +50,14 @@ func (r *Reader) Position() uint64 { return r.pos }
 func (r *Reader) Next(ctx context.Context) ([]store.Event, error) {
 	st := r.log.st
 	for {
-		evs, b, err := st.Read(ctx, r.token, r.pos, readBatch)
+		var evs []store.Event
+		var b store.Bounds
+		var err error
+		if r.ra != nil {
+			evs, b, err = r.ra.ReadAppend(ctx, r.token, r.pos, readBatch, r.out[:0])
+		} else {
+			evs, b, err = st.Read(ctx, r.token, r.pos, readBatch)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("eventlog: read session %s stream %d after %d: %w", store.Prefix(r.token), r.stream, r.pos, err)
 		}
@@ -51,13 +67,19 @@ func (r *Reader) Next(ctx context.Context) ([]store.Event, error) {
 		if b.Floor > r.pos+1 {
 			return nil, fmt.Errorf("%w: session %s stream %d position %d, floor %d", ErrCompacted, store.Prefix(r.token), r.stream, r.pos, b.Floor)
 		}
-		r.out = r.out[:0]
-		for _, e := range evs {
-			if e.Stream == r.stream {
-				r.out = append(r.out, e)
-			}
-			r.pos = e.Seq
+		// Keep the stream's events. Read into r.out, evs is compacted in
+		// its own array (the write index never passes the read index).
+		out := r.out[:0]
+		if r.ra != nil {
+			out = evs[:0]
 		}
+		for i := range evs {
+			if evs[i].Stream == r.stream {
+				out = append(out, evs[i])
+			}
+			r.pos = evs[i].Seq
+		}
+		r.out = out
 		if len(r.out) > 0 {
 			return r.out, nil
 		}

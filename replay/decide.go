@@ -161,10 +161,11 @@ func (d Decision) Message() string {
 	case CursorMalformed:
 		return "Last-Event-ID is not a cursor of this session: " + d.Detail
 	case GenerationMismatch:
-		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; re-initialize",
-			c.Generation, s.Generation)
+		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; "+
+			"the stream's requests are lost: send them again, or initialize a new session", c.Generation, s.Generation)
 	case CursorCompacted:
-		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; re-initialize", c.Sequence, s.Floor)
+		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; "+
+			"the stream cannot be resumed: send its requests again, or initialize a new session", c.Sequence, s.Floor)
 	case CursorAhead:
 		return fmt.Sprintf("cursor sequence %d is above the high-water mark %d: refusing to clamp", c.Sequence, s.HWM)
 	case NeedEvent:
@@ -221,7 +222,7 @@ func Decide(in Input) Decision {
 	}
 	d.Cursor = c
 	if c.Tag != in.Session.Tag {
-		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("tag %s belongs to another session", c.Tag)
+		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("tag %s is not this session's: the cursor belongs to another session", c.Tag)
 		return d
 	}
 	s := in.Session

@@ -154,12 +154,15 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 	if r.opts.Lease <= 0 {
 		return
 	}
-	r.mu.Lock()
+	// A session whose engine session died is not renewed: its lease
+	// lapses, and the next request anywhere re-creates it.
+	r.removeDead()
+	r.mu.RLock()
 	lives := make([]*Live, 0, len(r.live))
-	for _, e := range r.live {
-		lives = append(lives, e.Value.(*Live))
+	for _, l := range r.live {
+		lives = append(lives, l)
 	}
-	r.mu.Unlock()
+	r.mu.RUnlock()
 	if len(lives) == 0 {
 		return
 	}
@@ -213,8 +216,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 func (r *Registry) drop(l *Live, reason string, err error) {
 	r.mu.Lock()
 	held := false
-	if e, ok := r.live[l.token]; ok && e.Value.(*Live) == l {
-		r.lru.Remove(e)
+	if r.live[l.token] == l {
 		delete(r.live, l.token)
 		held = true
 	}

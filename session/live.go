@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -18,9 +19,15 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// ErrDuplicateID is returned by OpenStream when a request ID is already in
-// flight on the session (JSON-RPC 2.0 requires unique IDs per sender).
-var ErrDuplicateID = errors.New("session: request ID already in flight")
+// Errors of OpenStream; test with errors.Is.
+var (
+	// ErrDuplicateID: a request ID is already in flight on the session
+	// (JSON-RPC 2.0 requires unique IDs per sender).
+	ErrDuplicateID = errors.New("session: request ID already in flight")
+	// ErrTooManyCalls: the session would have more than
+	// Options.MaxCallsPerSession requests in flight.
+	ErrTooManyCalls = errors.New("session: too many calls in flight")
+)
 
 // Live is one generation of a session whose live state this process holds.
 // It routes the engine's outbound messages to streams and appends them to
@@ -35,7 +42,11 @@ type Live struct {
 	logger *slog.Logger
 	eng    engine.Session
 
-	mu         sync.Mutex
+	lh lazyHandler // l.logger's handler
+
+	mu sync.Mutex
+	// calls and streams are nil while the session has no call in flight:
+	// an idle session does not keep their emptied tables (about 700 bytes).
 	calls      map[jsonrpc.ID]call
 	streams    map[uint64]*openStream
 	state      engine.State
@@ -43,9 +54,27 @@ type Live struct {
 	storedSeen time.Time // last LastSeen written to the store
 	attached   int       // connections serving this session's streams
 	leaseUntil time.Time // when this process's lease lapses (zero: never)
+	initFailed bool      // initialize was answered with an error
 
 	dropped bool // guarded by reg.mu: drop has run (see Registry.drop)
+
+	// used is the registry's recency stamp of the latest use
+	// (Registry.clock); the least recently used session has the lowest.
+	used atomic.Uint64
 }
+
+// markUsed raises l's recency stamp to t.
+func (l *Live) markUsed(t uint64) {
+	for {
+		old := l.used.Load()
+		if old >= t || l.used.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// dead reports whether l's engine session has ended (on its own, or closed).
+func (l *Live) dead() bool { return closed(l.eng.Done()) }
 
 // call is an inbound request in flight.
 type call struct {
@@ -63,8 +92,6 @@ type openStream struct {
 func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
-		calls:      make(map[jsonrpc.ID]call),
-		streams:    make(map[uint64]*openStream),
 		lastSeen:   r.opts.Now(),
 		storedSeen: rec.LastSeen,
 		leaseUntil: rec.LeaseUntil,
@@ -72,8 +99,47 @@ func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
 	if st != nil {
 		l.state = *st
 	}
-	l.logger = r.logger.With("session", store.Prefix(rec.Token), "generation", rec.Generation)
+	l.lh.parent, l.lh.live = r.logger.Handler(), l
+	l.logger = slog.New(&l.lh)
 	return l
+}
+
+// lazyHandler is a Live's log handler: its parent's handler with the
+// session's attributes (session token prefix, generation), built when the
+// session first logs a line at an enabled level. Most sessions never do,
+// and the standard handlers' WithAttrs pre-formats the attributes into a
+// handler of their own, a few hundred bytes per session.
+type lazyHandler struct {
+	parent slog.Handler
+	live   *Live
+	once   sync.Once
+	h      slog.Handler
+}
+
+func (lh *lazyHandler) handler() slog.Handler {
+	lh.once.Do(func() {
+		lh.h = lh.parent.WithAttrs([]slog.Attr{
+			slog.String("session", store.Prefix(lh.live.token)),
+			slog.Uint64("generation", lh.live.gen),
+		})
+	})
+	return lh.h
+}
+
+func (lh *lazyHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return lh.parent.Enabled(ctx, level)
+}
+
+func (lh *lazyHandler) Handle(ctx context.Context, r slog.Record) error {
+	return lh.handler().Handle(ctx, r)
+}
+
+func (lh *lazyHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return lh.handler().WithAttrs(attrs)
+}
+
+func (lh *lazyHandler) WithGroup(name string) slog.Handler {
+	return lh.handler().WithGroup(name)
 }
 
 // Token returns the session token.
@@ -156,6 +222,17 @@ func (l *Live) Attach() (detach func()) {
 	}
 }
 
+// busy reports whether a call is in flight on l: such a session is not
+// evicted to make room for another. An open stream alone does not make a
+// session busy: clients keep their standalone GET stream open for the
+// session's whole life, and counting it would lock new sessions out for
+// good once MaxSessions clients hold one.
+func (l *Live) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.calls) > 0
+}
+
 func (l *Live) idleSince() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -171,11 +248,17 @@ func (l *Live) idleSince() time.Time {
 // priming event with retry when non-zero — whose sequence becomes the
 // stream's number (store.NewStream). It returns that number; the stream's
 // reader starts just before it. asJSON marks a stream answered as
-// application/json. It fails with ErrDuplicateID, registering nothing, if an
-// ID is already in flight, and with the store's error if the append fails
-// (then nothing stays registered either).
+// application/json. It fails, registering nothing, with ErrDuplicateID if an
+// ID is already in flight, with ErrTooManyCalls if the session would have
+// more than Options.MaxCallsPerSession calls in flight, and with the
+// store's error if the append fails.
 func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
 	l.mu.Lock()
+	if limit := l.reg.opts.MaxCallsPerSession; len(l.calls)+len(calls) > limit {
+		inFlight := len(l.calls)
+		l.mu.Unlock()
+		return 0, fmt.Errorf("%w: %d in flight, %d more sent, at most %d", ErrTooManyCalls, inFlight, len(calls), limit)
+	}
 	for i, c := range calls {
 		if _, ok := l.calls[c.ID]; ok {
 			l.mu.Unlock()
@@ -190,6 +273,9 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	}
 	// Reserve the IDs now; the stream number is known after the append.
 	// No message can relate to them before Deliver, which follows.
+	if l.calls == nil {
+		l.calls = make(map[jsonrpc.ID]call, len(calls))
+	}
 	for _, c := range calls {
 		cl := call{method: c.Method}
 		if stateChanging(c.Method) {
@@ -207,6 +293,7 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 		for _, c := range calls {
 			delete(l.calls, c.ID)
 		}
+		l.releaseMapsLocked()
 		return 0, err
 	}
 	for _, c := range calls {
@@ -214,8 +301,19 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 		cl.stream = ev.Stream
 		l.calls[c.ID] = cl
 	}
+	if l.streams == nil {
+		l.streams = make(map[uint64]*openStream, 1)
+	}
 	l.streams[ev.Stream] = &openStream{pending: len(calls), json: asJSON}
 	return ev.Stream, nil
+}
+
+// releaseMapsLocked lets go of the tables of calls and streams in flight
+// once both are empty.
+func (l *Live) releaseMapsLocked() {
+	if len(l.calls) == 0 && len(l.streams) == 0 {
+		l.calls, l.streams = nil, nil
+	}
 }
 
 // Prime appends a priming event (an id and empty data, with retry when
@@ -291,6 +389,10 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 				delete(l.streams, c.stream)
 			}
 		}
+		l.releaseMapsLocked()
+		if resp.Error != nil && c.method == "initialize" {
+			l.initFailed = true
+		}
 		if resp.Error == nil && c.params != nil {
 			if st, changed := l.applyLocked(c, resp.Result); changed {
 				stateChange = &st
@@ -338,10 +440,20 @@ func (l *Live) abandonIfUnavailable(err error) {
 // drops this generation: its engine session closes, so its handlers stop
 // producing events nobody can store.
 func (l *Live) append(ctx context.Context, ev *store.Event) error {
-	evs := [1]store.Event{*ev}
+	evs, _ := l.reg.oneEvent.Get().(*[1]store.Event)
+	if evs == nil {
+		evs = new([1]store.Event)
+	}
+	evs[0] = *ev
+	// Stores do not keep the slice they are given (they copy or encode
+	// the events), so the array can serve the next append.
 	err := l.reg.log.Append(ctx, l.token, l.gen, evs[:]...)
 	if err == nil {
 		*ev = evs[0]
+	}
+	evs[0] = store.Event{} // no reference to the data from the pool
+	l.reg.oneEvent.Put(evs)
+	if err == nil {
 		return nil
 	}
 	if errors.Is(err, store.ErrFenced) {
@@ -418,6 +530,15 @@ func (l *Live) applyLocked(c call, result json.RawMessage) (engine.State, bool) 
 	cp := *st
 	cp.Subscriptions = slices.Clone(st.Subscriptions)
 	return cp, true
+}
+
+// InitializeFailed reports whether the session's initialize was answered
+// with an error: the transport ends such a session (store.EndInitializeFailed)
+// once the answer is written, so it holds no room and its token answers 404.
+func (l *Live) InitializeFailed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.initFailed
 }
 
 // Initialized reports whether initialize succeeded on this session.

@@ -13,13 +13,13 @@
 package session
 
 import (
-	"container/list"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
@@ -33,6 +33,8 @@ const (
 	DefaultIdleTTL      = 30 * time.Minute
 	DefaultMaxSessions  = 10000
 	DefaultTombstoneTTL = 24 * time.Hour
+	// DefaultMaxCallsPerSession is the default of Options.MaxCallsPerSession.
+	DefaultMaxCallsPerSession = 128
 )
 
 // Options configures a Registry. Zero values select the defaults.
@@ -64,8 +66,15 @@ type Options struct {
 	// stream for this long. Default 30 minutes; negative: never.
 	IdleTTL time.Duration
 	// MaxSessions is the most sessions whose live state this process holds;
-	// creating one more evicts the least recently used. Default 10,000.
+	// creating one more evicts the least recently used session that has no
+	// call in flight (its open streams end); when every session has a call
+	// in flight, Create fails with engine.ErrCapacity. Default 10,000.
 	MaxSessions int
+	// MaxCallsPerSession is the most requests (calls with an id) one
+	// session may have in flight at once; Live.OpenStream refuses more with
+	// ErrTooManyCalls, so one client cannot make a session hold unbounded
+	// state. Default 128.
+	MaxCallsPerSession int
 	// TombstoneTTL is how long an ended session's token keeps answering 404
 	// as "ended" rather than "unknown". Default 24 hours.
 	TombstoneTTL time.Duration
@@ -98,13 +107,25 @@ type Registry struct {
 	opts   Options
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	live     map[string]*list.Element // token → element of lru holding *Live
-	lru      *list.List               // front: most recently used
+	// mu guards live, starting, closed and each Live's dropped. Requests
+	// only read live (RLock); recency is an atomic stamp on each Live
+	// (Live.used, from clock), so a lookup writes nothing shared, and the
+	// least recently used session is found by makeRoom, when one must go.
+	// A session whose engine session died stays in live until Get, Sweep,
+	// makeRoom or RenewLeases meets it (no goroutine per session waits for
+	// the death); none of them serves it.
+	mu       sync.RWMutex
+	live     map[string]*Live         // token → live state of this process
 	starting map[string]chan struct{} // tokens being re-created
 	closed   bool
+	clock    atomic.Uint64 // recency stamps: each use takes the next
 
 	closing sync.WaitGroup // engine sessions closing after drop
+
+	// oneEvent holds *[1]store.Event buffers for Live.append: the slice
+	// an append hands to the store escapes (an interface call), and a
+	// pooled array saves an allocation per event.
+	oneEvent sync.Pool
 }
 
 // New returns a Registry over st, appending through log and starting live
@@ -122,6 +143,9 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	if opts.TombstoneTTL <= 0 {
 		opts.TombstoneTTL = DefaultTombstoneTTL
 	}
+	if opts.MaxCallsPerSession <= 0 {
+		opts.MaxCallsPerSession = DefaultMaxCallsPerSession
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -133,8 +157,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	}
 	return &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
-		live:     make(map[string]*list.Element),
-		lru:      list.New(),
+		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
 	}
 }
@@ -153,7 +176,7 @@ func NewToken() string { return rand.Text() }
 // unauthenticated), evicting the least recently used session if the
 // registry is full. The caller delivers the client's initialize to it.
 func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
-	if err := r.makeRoom(ctx); err != nil {
+	if err := r.makeRoom(ctx, ""); err != nil {
 		return nil, err
 	}
 	now := r.opts.Now()
@@ -173,24 +196,52 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	return l, nil
 }
 
-// makeRoom evicts least recently used sessions until one more fits.
-func (r *Registry) makeRoom(ctx context.Context) error {
+// makeRoom evicts least recently used sessions until one more fits: the
+// session being created, or self, a token being re-created (which is in
+// starting already, so it does not count twice). A session whose engine
+// session died leaves first, without ending: its next request re-creates
+// it. Only a session with no call in flight is evicted: ending a busy one
+// would cut a client mid-call for another client's benefit. When every
+// session is busy it fails with engine.ErrCapacity.
+func (r *Registry) makeRoom(ctx context.Context, self string) error {
 	for {
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
 			return ErrClosed
 		}
-		if len(r.live)+len(r.starting) < r.opts.MaxSessions {
+		held := len(r.live) + len(r.starting)
+		if _, ok := r.starting[self]; ok {
+			held--
+		}
+		if held < r.opts.MaxSessions {
 			r.mu.Unlock()
 			return nil
 		}
-		back := r.lru.Back()
-		if back == nil {
-			r.mu.Unlock()
-			return fmt.Errorf("session: %w: %d sessions starting", engine.ErrCapacity, len(r.starting))
+		var victim *Live
+		removed := false
+		for tok, l := range r.live {
+			if l.dead() {
+				delete(r.live, tok)
+				removed = true
+				continue
+			}
+			if l.busy() {
+				continue
+			}
+			if victim == nil || l.used.Load() < victim.used.Load() {
+				victim = l
+			}
 		}
-		victim := back.Value.(*Live)
+		if removed {
+			r.mu.Unlock()
+			continue
+		}
+		if victim == nil {
+			r.mu.Unlock()
+			return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
+				engine.ErrCapacity, held-len(r.starting), len(r.starting))
+		}
 		r.mu.Unlock()
 		r.End(ctx, victim.token, store.EndCapacity)
 	}
@@ -204,31 +255,16 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 		return nil, fmt.Errorf("session %s gen %d: start engine: %w", store.Prefix(rec.Token), rec.Generation, err)
 	}
 	l.eng = es
+	l.markUsed(r.clock.Add(1))
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		es.Close()
 		return nil, ErrClosed
 	}
-	if old, ok := r.live[rec.Token]; ok {
-		r.lru.Remove(old)
-	}
-	r.live[rec.Token] = r.lru.PushFront(l)
+	r.live[rec.Token] = l
 	r.mu.Unlock()
-	go r.watch(l)
 	return l, nil
-}
-
-// watch removes l from the registry when its live state ends on its own,
-// so the next request re-creates the session at a new generation.
-func (r *Registry) watch(l *Live) {
-	<-l.eng.Done()
-	r.mu.Lock()
-	if e, ok := r.live[l.token]; ok && e.Value.(*Live) == l {
-		r.lru.Remove(e)
-		delete(r.live, l.token)
-	}
-	r.mu.Unlock()
 }
 
 // Get returns the live session of token for a request by userID,
@@ -240,15 +276,15 @@ func (r *Registry) watch(l *Live) {
 // not lapsed, and the store's errors (store.ErrUnavailable).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
 	for {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
+		r.mu.RLock()
+		shut := r.closed
+		l := r.live[token]
+		r.mu.RUnlock()
+		if shut {
 			return nil, ErrClosed
 		}
-		if e, ok := r.live[token]; ok && !closed(e.Value.(*Live).eng.Done()) {
-			l := e.Value.(*Live)
-			r.lru.MoveToFront(e)
-			r.mu.Unlock()
+		if l != nil && !l.dead() {
+			l.markUsed(r.clock.Add(1))
 			if l.userID != "" && l.userID != userID {
 				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 			}
@@ -260,6 +296,20 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			}
 			l.Touch()
 			return l, nil
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if cur := r.live[token]; cur != nil {
+			if !cur.dead() {
+				r.mu.Unlock()
+				continue // started meanwhile
+			}
+			// The engine session died on its own: the next generation
+			// takes its place.
+			delete(r.live, token)
 		}
 		if wait, ok := r.starting[token]; ok {
 			r.mu.Unlock()
@@ -307,7 +357,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, e
 			r.End(ctx, token, store.EndIdle)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
 		}
-		if err := r.makeRoom(ctx); err != nil {
+		if err := r.makeRoom(ctx, token); err != nil {
 			return nil, err
 		}
 		st, err := decodeState(rec.State)
@@ -346,9 +396,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, e
 // the old generation then answer 409 generation_mismatch on resume.
 func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
 	r.mu.Lock()
-	if e, ok := r.live[token]; ok {
-		l := e.Value.(*Live)
-		r.lru.Remove(e)
+	if l, ok := r.live[token]; ok {
 		delete(r.live, token)
 		r.mu.Unlock()
 		l.eng.Close()
@@ -367,12 +415,8 @@ func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
 // for TombstoneTTL. Connections tailing it see the end and close.
 func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
 	r.mu.Lock()
-	var l *Live
-	if e, ok := r.live[token]; ok {
-		l = e.Value.(*Live)
-		r.lru.Remove(e)
-		delete(r.live, token)
-	}
+	l := r.live[token]
+	delete(r.live, token)
 	r.mu.Unlock()
 	err := r.st.End(context.WithoutCancel(ctx), token, reason, r.opts.Now().Add(r.opts.TombstoneTTL))
 	r.log.Forget(token)
@@ -407,25 +451,38 @@ func (r *Registry) Status(ctx context.Context, token string) (replay.Status, sto
 	}
 }
 
-// Sweep evicts the sessions idle for longer than IdleTTL and applies the
-// event log's age limit. Run calls it periodically.
+// Sweep evicts the sessions idle for longer than IdleTTL, lets go of the
+// sessions whose engine session died (their next request re-creates them),
+// and applies the event log's age limit. Run calls it periodically.
 func (r *Registry) Sweep(ctx context.Context) {
+	r.removeDead()
 	if r.opts.IdleTTL > 0 {
 		cutoff := r.opts.Now().Add(-r.opts.IdleTTL)
 		var idle []string
-		r.mu.Lock()
-		for e := r.lru.Back(); e != nil; e = e.Prev() {
-			l := e.Value.(*Live)
+		r.mu.RLock()
+		for _, l := range r.live {
 			if l.idleSince().Before(cutoff) {
 				idle = append(idle, l.token)
 			}
 		}
-		r.mu.Unlock()
+		r.mu.RUnlock()
 		for _, tok := range idle {
 			r.End(ctx, tok, store.EndIdle)
 		}
 	}
 	r.log.Sweep(ctx)
+}
+
+// removeDead removes the sessions whose engine session died on its own
+// from the registry, without ending them.
+func (r *Registry) removeDead() {
+	r.mu.Lock()
+	for tok, l := range r.live {
+		if l.dead() {
+			delete(r.live, tok)
+		}
+	}
+	r.mu.Unlock()
 }
 
 // Run sweeps every interval and, when Options.Lease > 0, renews the
@@ -450,11 +507,18 @@ func (r *Registry) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Len returns the number of sessions whose live state this process holds.
+// Len returns the number of sessions whose live state this process holds
+// (whose engine session is alive).
 func (r *Registry) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.live)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, l := range r.live {
+		if !l.dead() {
+			n++
+		}
+	}
+	return n
 }
 
 // Close closes every live session's engine state and refuses new work. It
@@ -466,11 +530,12 @@ func (r *Registry) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	var all []*Live
-	for _, e := range r.live {
-		all = append(all, e.Value.(*Live))
+	for _, l := range r.live {
+		if !l.dead() {
+			all = append(all, l)
+		}
 	}
-	r.live = make(map[string]*list.Element)
-	r.lru.Init()
+	r.live = make(map[string]*Live)
 	r.mu.Unlock()
 	for _, l := range all {
 		l.eng.Close()

@@ -327,3 +327,79 @@ func TestRouting(t *testing.T) {
 		t.Fatalf("standalone stream events: %v %v", evs, err)
 	}
 }
+
+// killEngine closes the SDK session of token, as if it died on its own.
+func killEngine(t *testing.T, f *fixture, l *session.Live) {
+	t.Helper()
+	for ss := range f.server.Sessions() {
+		if ss.ID() == l.Token() {
+			ss.Close()
+		}
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the SDK session closed")
+	}
+}
+
+// TestDeadEngineMakesRoomWithoutEnding: a session whose engine session died
+// is not held any more: it does not count against MaxSessions (a new
+// session takes its place instead of evicting a live one), Len leaves it
+// out, and its token is not ended: its next request re-creates it at
+// generation 2.
+func TestDeadEngineMakesRoomWithoutEnding(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{MaxSessions: 2})
+	a, _ := f.reg.Create(ctx, "")
+	initialize(t, f, a)
+	f.clk.Advance(time.Second)
+	b, _ := f.reg.Create(ctx, "")
+	killEngine(t, f, a)
+	if n := f.reg.Len(); n != 1 {
+		t.Fatalf("Len after a's engine died = %d, want 1", n)
+	}
+	c, err := f.reg.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := f.reg.Get(ctx, b.Token(), ""); err != nil || l != b {
+		t.Fatalf("b after a third Create: %v (same live state: %v), want b still held", err, l == b)
+	}
+	// a comes back at generation 2; c, the least recently used, makes
+	// room for it, and only c. (Regression: the re-creation counted its own
+	// token twice, as starting and as the session to make room for, and
+	// evicted b too.)
+	a2, err := f.reg.Get(ctx, a.Token(), "")
+	if err != nil || a2.Generation() != 2 {
+		t.Fatalf("Get of a: %v, want generation 2", err)
+	}
+	if _, err := f.reg.Get(ctx, b.Token(), ""); err != nil {
+		t.Fatalf("b after a's re-creation: %v, want still held", err)
+	}
+	if n := f.reg.Len(); n != 2 {
+		t.Fatalf("Len after a's re-creation = %d, want 2 (a and b)", n)
+	}
+	var ended *store.EndedError
+	if _, err := f.reg.Get(ctx, c.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndCapacity {
+		t.Fatalf("c after a's re-creation: %v, want ended by capacity", err)
+	}
+}
+
+// TestSweepLetsGoOfDeadEngines: Sweep removes a session whose engine died
+// without ending it, and the next Get re-creates it.
+func TestSweepLetsGoOfDeadEngines(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	a, _ := f.reg.Create(ctx, "")
+	initialize(t, f, a)
+	killEngine(t, f, a)
+	f.reg.Sweep(ctx)
+	if st, _, _ := f.reg.Status(ctx, a.Token()); st != replay.Live {
+		t.Fatalf("Status after Sweep = %v, want live (not ended)", st)
+	}
+	a2, err := f.reg.Get(ctx, a.Token(), "")
+	if err != nil || a2.Generation() != 2 {
+		t.Fatalf("Get after Sweep: %v, want generation 2", err)
+	}
+}

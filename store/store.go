@@ -90,6 +90,10 @@ const (
 	EndSuperseded EndReason = "superseded"
 	// EndShutdown: the server shut down with a store that does not outlive it.
 	EndShutdown EndReason = "shutdown"
+	// EndInitializeFailed: the session's initialize was answered with an
+	// error, so the session never began (MCP 2025-11-25, lifecycle: the
+	// initialization phase must succeed first).
+	EndInitializeFailed EndReason = "initialize_failed"
 )
 
 // Record is the stored part of a session.
@@ -255,8 +259,9 @@ type Log interface {
 	// Append adds evs to the session's log under generation gen. It sets
 	// each event's Seq and Generation (in the slice it was given), and the
 	// Stream of an event given Stream == NewStream to its Seq, and returns
-	// the bounds after the append. Errors: *FencedError,
-	// ErrNotFound, *EndedError, ErrUnavailable.
+	// the bounds after the append. It does not keep evs after it returns
+	// (the caller may reuse the slice; the events' Data it may keep).
+	// Errors: *FencedError, ErrNotFound, *EndedError, ErrUnavailable.
 	Append(ctx context.Context, token string, gen uint64, evs []Event) (Bounds, error)
 
 	// Read returns, in sequence order, at most max events of the current

@@ -168,6 +168,20 @@ func TestBadInput(t *testing.T) {
 			}},
 		{name: "Last-Event-ID on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Last-Event-ID", cursor) }),
 			status: 400, reason: "last_event_id_on_post", code: -32600},
+		{name: "Content-Encoding gzip", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Content-Encoding", "gzip") }),
+			status: 415, reason: "content_type", code: -32600},
+
+		// Request ids (MCP 2025-11-25, basic: a string or an integer, not null)
+		{name: "id null", req: post([]byte(`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600},
+		{name: "fractional id", req: post([]byte(`{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600},
+		{name: "id 2^53+1", req: post([]byte(`{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600},
+		{name: "id -2^53-1", req: post([]byte(`{"jsonrpc":"2.0","id":-9007199254740993,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600},
+		{name: "id that is an object", req: post([]byte(`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

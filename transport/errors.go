@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -21,6 +22,8 @@ const (
 	ReasonContentType        = "content_type"         // 415: POST body is not application/json
 	ReasonNotAcceptable      = "not_acceptable"       // 406: Accept lacks a media type the response needs
 	ReasonBodyTooLarge       = "body_too_large"       // 413: body over Options.MaxBodyBytes
+	ReasonBodyTimeout        = "body_timeout"         // 408: the body did not arrive within Options.BodyTimeout
+	ReasonTooManyCalls       = "too_many_calls"       // 429 + Retry-After: the session has the most calls in flight
 	ReasonParseError         = "parse_error"          // 400: body is not JSON
 	ReasonInvalidRequest     = "invalid_request"      // 400: JSON that is not a valid JSON-RPC message
 	ReasonBatchNotAllowed    = "batch_not_allowed"    // 400: a JSON array under 2025-06-18 or later
@@ -61,14 +64,18 @@ type httpError struct {
 }
 
 func refuse(status int, reason, message string) *httpError {
-	code := codeInvalidRequest
+	e := &httpError{status: status, code: codeInvalidRequest, reason: reason, message: message}
 	switch status {
 	case http.StatusNotFound:
-		code = codeSessionNotFound
-	case http.StatusServiceUnavailable, http.StatusForbidden:
-		code = codeServerError
+		e.code = codeSessionNotFound
+	case http.StatusForbidden:
+		e.code = codeServerError
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		// RFC 9110 §10.2.3: tell the client when trying again makes sense.
+		e.code = codeServerError
+		e.retryAfter = 1
 	}
-	return &httpError{status: status, code: code, reason: reason, message: message}
+	return e
 }
 
 func (e *httpError) Error() string { return e.reason + ": " + e.message }
@@ -112,5 +119,15 @@ func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
 	}
 	w.WriteHeader(e.status)
 	w.Write(body)
-	logger.Info("request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+	// A client's mistakes are routine and cheap to cause in bulk: they log
+	// at debug. Refused resumes (409) and the server's own refusals (5xx)
+	// are what an operator watches.
+	level := slog.LevelDebug
+	switch {
+	case e.status >= 500:
+		level = slog.LevelWarn
+	case e.status == http.StatusConflict:
+		level = slog.LevelInfo
+	}
+	logger.Log(context.Background(), level, "request refused", "status", e.status, "reason", e.reason, "detail", e.message)
 }

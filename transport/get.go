@@ -95,6 +95,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		in.Session = replay.Session{Status: replay.Live, Tag: live.Tag(), Generation: live.Generation(), Floor: b.Floor, HWM: b.HWM}
 	}
 	d := replay.Decide(in)
+	if len(cursors) > 1 && d.Outcome == replay.CursorMalformed {
+		d.Detail = "the Last-Event-ID header is repeated: send one cursor"
+	}
 	var at store.Event // the event the cursor names
 	if d.Outcome == replay.NeedEvent {
 		ev, found, err := h.reg.Log().At(ctx, token, d.Cursor.Sequence)

@@ -34,6 +34,7 @@ const (
 // Defaults of Options.
 const (
 	DefaultMaxBodyBytes = 4 << 20
+	DefaultBodyTimeout  = 30 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultRetry        = time.Second
@@ -64,6 +65,10 @@ type Options struct {
 	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
 	// bodies get 413. Default 4 MiB.
 	MaxBodyBytes int64
+	// BodyTimeout bounds reading a POST body; a client that sends it slower
+	// gets 408 body_timeout (a slow body must not hold a connection and a
+	// goroutine for ever). Default 30 seconds.
+	BodyTimeout time.Duration
 	// AllowedOrigins lists Origin values (scheme://host[:port]) accepted
 	// besides the request's own host. A request with any other Origin gets
 	// 403 (MCP 2025-11-25, "Security Warning": servers MUST validate
@@ -117,6 +122,9 @@ func New(reg *session.Registry, opts Options) *Handler {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -160,6 +168,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if herr := h.checkOriginAndHost(r); herr != nil {
 		herr.write(w, h.logger)
 		return
+	}
+	if r.Method == http.MethodPost {
+		bodyWithTimeout(w, r, h.opts.BodyTimeout)
 	}
 	version, herr := protocolVersion(r)
 	// A POST that carries the sessionless era's per-request version belongs

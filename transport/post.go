@@ -9,6 +9,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -123,11 +125,15 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	}
 	streamID, err := live.OpenStream(ctx, calls, asJSON, retry)
 	if err != nil {
-		if !errors.Is(err, session.ErrDuplicateID) {
+		if !errors.Is(err, session.ErrDuplicateID) && !errors.Is(err, session.ErrTooManyCalls) {
 			h.deliverError(live, err).write(w, h.logger)
 			return
 		}
 		herr := refuse(http.StatusBadRequest, ReasonDuplicateID, err.Error())
+		if errors.Is(err, session.ErrTooManyCalls) {
+			herr = refuse(http.StatusTooManyRequests, ReasonTooManyCalls,
+				err.Error()+": wait for answers before sending more requests on this session")
+		}
 		if len(calls) == 1 {
 			herr.id = calls[0].ID
 		}
@@ -152,6 +158,15 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		}
 	}
 
+	if initialize != nil {
+		// A session whose initialize failed never began: end it once the
+		// error is written, so it holds no room (MCP 2025-11-25, lifecycle).
+		defer func() {
+			if live.InitializeFailed() {
+				h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+			}
+		}()
+	}
 	if asJSON {
 		h.answerJSON(ctx, w, live, streamID, after, batch)
 		return
@@ -173,6 +188,10 @@ func (h *Handler) postChecks(r *http.Request) *httpError {
 		return refuse(http.StatusNotAcceptable, ReasonNotAcceptable,
 			"Accept must list both application/json and text/event-stream")
 	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return refuse(http.StatusUnsupportedMediaType, ReasonContentType,
+			"Content-Encoding "+quote(ce)+" is not accepted: send the JSON body uncompressed")
+	}
 	if len(r.Header.Values("Last-Event-ID")) > 0 {
 		return refuse(http.StatusBadRequest, ReasonLastEventIDOnPost,
 			"Last-Event-ID is only meaningful on GET: resume a stream with GET")
@@ -192,6 +211,10 @@ func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version s
 		if errors.As(err, &mbe) {
 			return nil, false, nil, refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+		}
+		if isBodyTimeout(err) {
+			return nil, false, nil, refuse(http.StatusRequestTimeout, ReasonBodyTimeout,
+				fmt.Sprintf("the request body did not arrive within %v", h.opts.BodyTimeout))
 		}
 		return nil, false, nil, refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error())
 	}
@@ -228,6 +251,9 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 	}
 	msgs := make([]jsonrpc.Message, 0, len(raws))
 	for _, raw := range raws {
+		if err := checkID(raw); err != nil {
+			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, err.Error())
+		}
 		m, err := jsonrpc.DecodeMessage(raw)
 		if err != nil {
 			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "not a JSON-RPC 2.0 message: "+err.Error())
@@ -247,15 +273,60 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 	return msgs, batch, nil
 }
 
+// maxExactID is the largest integer id magnitude that survives decoding as
+// a JSON number into a float64 (2^53): the go-sdk decodes ids that way, and
+// an id it rounds would come back to the client as another id.
+const maxExactID = 1 << 53
+
+// checkID refuses the ids MCP forbids or the decoder would alter: MCP
+// 2025-11-25 (basic, "Requests") requires a string or integer id that is
+// not null; a fractional number, or an integer beyond ±2^53, would be
+// answered under a different id.
+func checkID(raw json.RawMessage) error {
+	var env struct {
+		ID json.RawMessage `json:"id"` // "null" when null, empty when absent
+	}
+	if json.Unmarshal(raw, &env) != nil {
+		return nil // not an object: the decoder judges it
+	}
+	id := bytes.TrimSpace(env.ID)
+	switch {
+	case len(id) == 0:
+		return nil // no id: a notification
+	case string(id) == "null":
+		return fmt.Errorf("the id is null: MCP requires a string or an integer id")
+	case id[0] == '"':
+		return nil
+	}
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	if err != nil {
+		return fmt.Errorf("the id %s is not a string or an integer", quote(string(id)))
+	}
+	if n > maxExactID || n < -maxExactID {
+		return fmt.Errorf("the id %d is beyond ±2^53: send large ids as strings", n)
+	}
+	return nil
+}
+
 // answerJSON waits for the responses of the stream's calls and writes them
 // as one application/json body: an object, or an array for a batch.
 func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool) {
 	rd := live.Reader(streamID, after)
 	var out []json.RawMessage
+	// A JSON answer cannot be resumed: at shutdown, say so instead of
+	// letting the connection be cut without a body.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.shutdownCtx, cancel)
+	defer stop()
 	for done := false; !done; {
 		evs, err := rd.Next(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case h.shuttingDown():
+				refuse(http.StatusServiceUnavailable, ReasonUnavailable,
+					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again").write(w, h.logger)
+			case ctx.Err() == nil:
 				refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session ended before answering: "+err.Error()).write(w, h.logger)
 			}
 			return

@@ -89,7 +89,10 @@ func appendRetry(b []byte, d time.Duration) []byte {
 
 // writeEvents writes evs and flushes once. It reports whether the stream is
 // over: an event marked End (the last response of a POST stream) or a
-// close event (SEP-1699) was written.
+// close event (SEP-1699) was written. The events that end a stream are not
+// flushed: the handler returns next, and net/http sends them with the end
+// of the response in one write (a flush first would cost a write system
+// call of its own).
 func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
@@ -105,7 +108,10 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 		}
 	}
 	sw.buf = b
-	return over, sw.flushLocked(b)
+	if over {
+		return true, sw.writeLocked(b)
+	}
+	return false, sw.flushLocked(b)
 }
 
 // writeRaw writes pre-rendered frames and flushes.
@@ -116,14 +122,20 @@ func (sw *sseWriter) writeRaw(b []byte) error {
 }
 
 func (sw *sseWriter) flushLocked(b []byte) error {
-	sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	if err := sw.writeLocked(b); err != nil {
+		return err
+	}
+	return sw.rc.Flush()
+}
+
+// writeLocked writes b to the response's buffer without flushing it.
+func (sw *sseWriter) writeLocked(b []byte) error {
+	now := time.Now()
+	sw.rc.SetWriteDeadline(now.Add(sw.timeout))
 	if _, err := sw.w.Write(b); err != nil {
 		return err
 	}
-	if err := sw.rc.Flush(); err != nil {
-		return err
-	}
-	sw.lastWrite.Store(time.Now().UnixNano())
+	sw.lastWrite.Store(now.UnixNano())
 	return nil
 }
 
@@ -175,8 +187,16 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation())
 	sw.unprimed = s.unprimed
 	w.WriteHeader(http.StatusOK)
-	if err := sw.writeRaw(s.preamble); err != nil || s.finished {
-		return
+	// The headers go out with the preamble, or, when there is none and
+	// the stream's opening event (priming) is in the log already, with
+	// the first events: the reader returns that event at once, so a flush
+	// of the headers alone would only cost a write system call. A stream
+	// without priming may wait long for its first event: its headers are
+	// flushed now.
+	if len(s.preamble) > 0 || s.unprimed || s.finished {
+		if err := sw.writeRaw(s.preamble); err != nil || s.finished {
+			return
+		}
 	}
 
 	var helpers sync.WaitGroup
@@ -189,19 +209,18 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 		h.watchStream(ctx, cancel, sw, att, l)
 	}()
 
-	logger := l.Logger().With("stream", s.stream)
 	rd := l.Reader(s.stream, s.after)
 	for {
 		evs, err := rd.Next(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				logger.Info("stream closed", "reason", streamEndReason(err), "position", rd.Position())
+				l.Logger().Info("stream closed", "stream", s.stream, "reason", streamEndReason(err), "position", rd.Position())
 			}
 			return
 		}
 		over, err := sw.writeEvents(evs)
 		if err != nil {
-			logger.Info("stream write failed", "reason", "client_gone", "error", err)
+			l.Logger().Info("stream write failed", "stream", s.stream, "reason", "client_gone", "error", err)
 			return
 		}
 		if over {

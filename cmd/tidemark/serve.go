@@ -39,6 +39,7 @@ type serveConfig struct {
 	budget          int64
 	idleTTL         time.Duration
 	maxSessions     int
+	maxCalls        int
 	retry           time.Duration
 	keepAlive       time.Duration
 	maxBody         int64
@@ -64,7 +65,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained (duration; -1s: no limit)")
 	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes retained across all sessions of this process (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
-	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used (sessions)")
+	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
+	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session; more answer 429 too_many_calls (requests)")
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
@@ -120,6 +122,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.maxSessions <= 0:
 		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)
+	case c.maxCalls <= 0:
+		return fmt.Errorf("--max-calls-per-session %d: want a positive number of requests", c.maxCalls)
 	case c.maxBody <= 0:
 		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
 	case c.shutdownGrace < 0:
@@ -200,7 +204,7 @@ func serve(args []string, stderr io.Writer) int {
 	opts := &tidemark.Options{
 		Store:     st,
 		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
-		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, Logger: logger},
+		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls, Logger: logger},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
 			MaxBodyBytes: c.maxBody, Logger: logger,

@@ -20,6 +20,7 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		{[]string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want a positive number of bytes"},
 		{[]string{"--max-body-bytes", "-1"}, "--max-body-bytes -1: want a positive number of bytes"},
 		{[]string{"--max-sessions", "0"}, "--max-sessions 0: want a positive number of sessions"},
+		{[]string{"--max-calls-per-session", "0"}, "--max-calls-per-session 0: want a positive number of requests"},
 		{[]string{"--retention-events", "-5"}, "--retention-events -5: want a positive number, or -1 for no limit"},
 		{[]string{"--retention-bytes", "0"}, "--retention-bytes 0: want a positive number, or -1 for no limit"},
 		{[]string{"--retry", "0s"}, "--retry 0: want a positive duration, or a negative one for no retry field"},

@@ -40,12 +40,14 @@ type tomb struct {
 type session struct {
 	mu     sync.Mutex
 	rec    store.Record
-	events []store.Event // retained events, Seq contiguous from floor
+	events events // retained events, Seq contiguous from floor
 	floor  uint64
 	hwm    uint64
 	bytes  int64
-	ended  error         // non-nil once End removed the session
-	notify chan struct{} // closed and replaced when waiters must look again
+	ended  error // non-nil once End removed the session
+	// notify is closed and cleared when waiters must look again; nil while
+	// nobody waits, so that an append with no waiter allocates nothing.
+	notify chan struct{}
 }
 
 // New returns an empty Store.
@@ -94,7 +96,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		return fmt.Errorf("memory store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
 	rec.State = clone(rec.State)
-	s.sessions[rec.Token] = &session{rec: rec, floor: 1, notify: make(chan struct{})}
+	s.sessions[rec.Token] = &session{rec: rec, floor: 1}
 	return nil
 }
 
@@ -132,7 +134,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 	ss.rec.Owner = owner
 	ss.rec.LeaseUntil = leaseUntil
 	// Events of older generations can never be replayed again.
-	ss.events = nil
+	ss.events = events{}
 	ss.bytes = 0
 	ss.floor = ss.hwm + 1
 	ss.wakeLocked()
@@ -222,7 +224,7 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, u
 
 	ss.mu.Lock()
 	ss.ended = &store.EndedError{Token: token, Reason: reason}
-	ss.events = nil
+	ss.events = events{}
 	ss.bytes = 0
 	ss.wakeLocked()
 	ss.mu.Unlock()
@@ -252,34 +254,42 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		}
 		ss.bytes += evs[i].Size()
 	}
-	ss.events = append(ss.events, evs...)
+	ss.events.push(evs)
 	ss.wakeLocked()
 	return ss.boundsLocked(), nil
 }
 
 // Read implements store.Log.
 func (s *Store) Read(ctx context.Context, token string, after uint64, max int) ([]store.Event, store.Bounds, error) {
+	return s.ReadAppend(ctx, token, after, max, nil)
+}
+
+// ReadAppend is Read that appends the events to dst and returns the
+// extended slice, so that a reader that keeps one buffer (eventlog.Reader)
+// does not allocate a slice per read. Its results and errors are Read's;
+// on an error dst is returned unchanged.
+func (s *Store) ReadAppend(ctx context.Context, token string, after uint64, max int, dst []store.Event) ([]store.Event, store.Bounds, error) {
 	ss, err := s.lookup(token)
 	if err != nil {
-		return nil, store.Bounds{}, err
+		return dst, store.Bounds{}, err
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended != nil {
-		return nil, store.Bounds{}, ss.ended
+		return dst, store.Bounds{}, ss.ended
 	}
 	b := ss.boundsLocked()
 	start := 0
 	if after >= ss.floor {
-		start = int(after - ss.floor + 1)
+		start = int(min(after-ss.floor+1, uint64(ss.events.n)))
 	}
-	if start >= len(ss.events) || max <= 0 {
-		return nil, b, nil
+	if start >= ss.events.n || max <= 0 {
+		return dst, b, nil
 	}
-	end := min(len(ss.events), start+max)
-	out := make([]store.Event, end-start)
-	copy(out, ss.events[start:end])
-	return out, b, nil
+	if dst == nil {
+		dst = make([]store.Event, 0, min(ss.events.n-start, max))
+	}
+	return ss.events.appendTo(dst, start, max), b, nil
 }
 
 // Wait implements store.Log.
@@ -297,7 +307,7 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 		ss.mu.Unlock()
 		return nil
 	}
-	ch := ss.notify
+	ch := ss.waitChanLocked()
 	gen := ss.rec.Generation
 	ss.mu.Unlock()
 	for {
@@ -315,7 +325,7 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 			ss.mu.Unlock()
 			return nil
 		}
-		ch = ss.notify
+		ch = ss.waitChanLocked()
 		ss.mu.Unlock()
 	}
 }
@@ -338,16 +348,7 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 	if floor <= ss.floor {
 		return ss.boundsLocked(), nil
 	}
-	n := int(floor - ss.floor)
-	for i := range n {
-		ss.bytes -= ss.events[i].Size()
-	}
-	rest := ss.events[n:]
-	if cap(rest) < cap(ss.events)/2 || len(rest) == 0 {
-		// Copy so the trimmed prefix's backing array can be collected.
-		rest = append([]store.Event(nil), rest...)
-	}
-	ss.events = rest
+	ss.bytes -= ss.events.trim(int(floor - ss.floor))
 	ss.floor = floor
 	ss.wakeLocked()
 	return ss.boundsLocked(), nil
@@ -380,19 +381,29 @@ func (ss *session) boundsLocked() store.Bounds {
 		Generation: ss.rec.Generation,
 		Floor:      ss.floor,
 		HWM:        ss.hwm,
-		Events:     len(ss.events),
+		Events:     ss.events.n,
 		Bytes:      ss.bytes,
 	}
-	if len(ss.events) > 0 {
-		b.Oldest = ss.events[0].Time
+	if e := ss.events.oldest(); e != nil {
+		b.Oldest = e.Time
 	}
 	return b
 }
 
 // wakeLocked wakes every Wait on the session.
 func (ss *session) wakeLocked() {
-	close(ss.notify)
-	ss.notify = make(chan struct{})
+	if ss.notify != nil {
+		close(ss.notify)
+		ss.notify = nil
+	}
+}
+
+// waitChanLocked returns the channel wakeLocked closes next.
+func (ss *session) waitChanLocked() chan struct{} {
+	if ss.notify == nil {
+		ss.notify = make(chan struct{})
+	}
+	return ss.notify
 }
 
 func clone(b []byte) []byte {

@@ -23,6 +23,8 @@
 //	go run ./cmd/tidemark-bench                # full run, writes ../BENCHMARKS.md
 //	go run ./cmd/tidemark-bench --quick        # smoke run, under 60 s, prints only
 //	go run ./cmd/tidemark-bench --profile DIR  # also profiles Tidemark under (a) and (b)
+//	go run ./cmd/tidemark-bench --baseline REV # also runs Tidemark built from commit REV: before and after
+//	go run ./cmd/tidemark-bench --rounds 3     # medians of 3 rounds in which the servers take turns
 package main
 
 import (
@@ -61,6 +63,9 @@ type options struct {
 	profile     string
 	variants    variantFlag
 	cpuProfile  string
+	baseline    string
+	notes       string
+	rounds      int
 	args        []string
 }
 
@@ -91,6 +96,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.nodeModules, "node-modules", "", "node_modules directory holding @modelcontextprotocol/sdk 1.x and zod (default: $BENCH_NODE_MODULES, then scripts/deps.sh's .cache/npm/node_modules)")
 	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of Tidemark under (a) and (b); empty: no profiling")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile here (to check that it is not the bottleneck)")
+	fs.StringVar(&o.baseline, "baseline", "", "git revision of this repository to run as the \"before\" of a before-and-after comparison: tidemark and tidemark-min built from it run as rows NAME@before (empty: none)")
+	fs.IntVar(&o.rounds, "rounds", 1, "run every server through the workloads this many times, taking turns, and report each figure's median (1: once)")
+	fs.StringVar(&o.notes, "notes", "", "markdown file appended to the report as it is, e.g. what profiling changed (empty: none)")
 	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable), e.g. redis='--store redis://127.0.0.1:6379'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -158,22 +166,54 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 		}
 		chosen, _ = choose(specs(tc, o.variants), o.servers)
 	}
+	baselineCommit := ""
+	if o.baseline != "" {
+		src := filepath.Join(work, "baseline")
+		if baselineCommit, err = extractCommit(ctx, tc.repo, o.baseline, src); err != nil {
+			return nil, err
+		}
+		bt := tc
+		bt.repo, bt.bin = src, filepath.Join(work, "baseline-bin")
+		progress("building tidemark and benchpeer of commit %s into %s", baselineCommit, bt.bin)
+		if err := build(ctx, bt); err != nil {
+			return nil, fmt.Errorf("baseline %s: %w", baselineCommit, err)
+		}
+		tc.baselineBin = bt.bin
+		if chosen, err = choose(specs(tc, o.variants), o.servers); err != nil {
+			return nil, err
+		}
+	}
+	var notes []byte
+	if o.notes != "" {
+		if notes, err = os.ReadFile(o.notes); err != nil {
+			return nil, err
+		}
+	}
 	wl := map[string]bool{}
 	for _, w := range strings.Split(o.workloads, ",") {
 		wl[strings.TrimSpace(w)] = true
 	}
 
-	rep := &report{cfg: cfg, started: time.Now(), opts: o, tc: tc}
-	for _, spec := range chosen {
-		row := &row{spec: spec}
-		rep.rows = append(rep.rows, row)
-		if err := runServer(ctx, spec, cfg, wl, work, row, progress); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			row.failure = err.Error()
-			progress("%s: %v", spec.name, err)
+	rep := &report{cfg: cfg, started: time.Now(), opts: o, tc: tc, baselineCommit: baselineCommit, notes: string(notes), rounds: max(1, o.rounds)}
+	perServer := make([][]*row, len(chosen))
+	for round := range rep.rounds {
+		if rep.rounds > 1 {
+			progress("round %d of %d", round+1, rep.rounds)
 		}
+		for i, spec := range chosen {
+			row := &row{spec: spec}
+			perServer[i] = append(perServer[i], row)
+			if err := runServer(ctx, spec, cfg, wl, work, row, progress); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				row.failure = err.Error()
+				progress("%s: %v", spec.name, err)
+			}
+		}
+	}
+	for _, rounds := range perServer {
+		rep.rows = append(rep.rows, mergeRounds(rounds))
 	}
 	if o.profile != "" {
 		prof, err := runProfiles(ctx, tc, cfg, o.profile, work, progress)
@@ -313,13 +353,15 @@ func choose(all []serverSpec, list string) ([]serverSpec, error) {
 	if list == "all" || list == "" {
 		return all, nil
 	}
-	want := map[string]bool{}
+	want, asked := map[string]bool{}, map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
 		want[strings.TrimSpace(n)] = true
+		asked[strings.TrimSpace(n)] = true
 	}
 	var out []serverSpec
 	for _, s := range all {
-		if want[s.name] {
+		// A baseline row comes with the row it is the baseline of.
+		if asked[s.name] || (s.role == roleBaseline && asked[strings.TrimSuffix(s.name, baselineSuffix)]) {
 			out = append(out, s)
 			delete(want, s.name)
 		}

@@ -37,6 +37,11 @@ type report struct {
 	elapsed  time.Duration
 	rows     []*row
 	profiles *profileResult
+	// baselineCommit is the commit the NAME@before rows were built from
+	// (--baseline); notes is the --notes file's markdown.
+	baselineCommit string
+	notes          string
+	rounds         int // each figure is the median of this many rounds (--rounds)
 }
 
 func (r *report) markdown() string {
@@ -62,7 +67,9 @@ func (r *report) markdown() string {
 	for _, row := range r.rows {
 		argv := row.spec.argv(0)
 		for i, a := range argv {
-			if strings.HasPrefix(a, r.tc.bin) {
+			if r.tc.baselineBin != "" && strings.HasPrefix(a, r.tc.baselineBin+string(filepath.Separator)) {
+				argv[i] = r.baselineCommit + ":" + filepath.Base(a)
+			} else if strings.HasPrefix(a, r.tc.bin) {
 				argv[i] = filepath.Base(a)
 			} else if rel, err := filepath.Rel(r.tc.repo, a); err == nil && filepath.IsAbs(a) && !strings.HasPrefix(rel, "..") {
 				argv[i] = rel
@@ -84,6 +91,10 @@ func (r *report) markdown() string {
 	r.tableE(&b)
 	r.ratios(&b)
 	r.goals(&b)
+	r.beforeAfter(&b)
+	if r.notes != "" {
+		p("%s\n\n", strings.TrimSpace(r.notes))
+	}
 	if r.profiles != nil {
 		r.profiles.markdown(&b)
 	}
@@ -157,6 +168,9 @@ func (r *report) machine() []string {
 	}
 	out = append(out, fmt.Sprintf("Sizes: (a) %v sessions, %s measured per level after %s warm-up; (b) %d events on 1 stream (median of %d), %d streams × %d events; (c) %d events replayed (median of %d); (d) %d sessions, up to %d streams; (e) %d sessions",
 		r.cfg.aConc, r.cfg.aDur, r.cfg.aWarm, r.cfg.b1N, r.cfg.b1Runs, r.cfg.bStreams, r.cfg.bN, r.cfg.cN, r.cfg.cRuns, r.cfg.dSessions, r.cfg.dStreamCap, r.cfg.eSessions))
+	if r.rounds > 1 {
+		out = append(out, fmt.Sprintf("Rounds: %d; every server ran every workload once per round, the servers taking turns, and each figure below is the median of the rounds (failed calls, lost events and wrong storm answers: the worst round's; calls, and replays with their wrong ones: the sum)", r.rounds))
+	}
 	return out
 }
 
@@ -316,7 +330,7 @@ func (r *report) ratios(b *strings.Builder) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	var others []*row
 	for _, row := range r.rows {
-		if row.spec.role != roleTidemark {
+		if row.spec.role != roleTidemark && row.spec.role != roleBaseline {
 			others = append(others, row)
 		}
 	}

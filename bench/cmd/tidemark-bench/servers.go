@@ -41,6 +41,7 @@ type serverSpec struct {
 type toolchain struct {
 	repo        string // the tidemark repository root
 	bin         string // directory holding tidemark and benchpeer
+	baselineBin string // directory holding the baseline's tidemark and benchpeer ("" when no --baseline)
 	node        string // node executable ("" when not found)
 	nodeModules string // node_modules with @modelcontextprotocol/sdk ("" when not found)
 	tsScript    string // bench/peers/ts/server.mjs
@@ -50,9 +51,9 @@ type toolchain struct {
 // extra `tidemark serve` rows (name → extra arguments), for the durable and
 // Redis stores as they land.
 func specs(tc toolchain, variants []variant) []serverSpec {
-	tidemarkServe := func(extra ...string) func(int) []string {
+	tidemarkServeFrom := func(bin string, extra ...string) func(int) []string {
 		return func(port int) []string {
-			args := []string{filepath.Join(tc.bin, "tidemark"), "serve",
+			args := []string{filepath.Join(bin, "tidemark"), "serve",
 				"--addr", "127.0.0.1:" + strconv.Itoa(port),
 				// (c) replays 10,000 events of one stream that also holds a
 				// priming event and a response: the default of 10,000
@@ -67,16 +68,25 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 			return append(args, extra...)
 		}
 	}
-	peer := func(kind string) func(int) []string {
+	tidemarkServe := func(extra ...string) func(int) []string { return tidemarkServeFrom(tc.bin, extra...) }
+	peerFrom := func(bin, kind string) func(int) []string {
 		return func(port int) []string {
-			return []string{filepath.Join(tc.bin, "benchpeer"), "--kind", kind, "--addr", "127.0.0.1:" + strconv.Itoa(port)}
+			return []string{filepath.Join(bin, "benchpeer"), "--kind", kind, "--addr", "127.0.0.1:" + strconv.Itoa(port)}
 		}
 	}
+	peer := func(kind string) func(int) []string { return peerFrom(tc.bin, kind) }
 	out := []serverSpec{
 		{name: "tidemark", role: roleTidemark, argv: tidemarkServe(),
 			label: "Tidemark: `tidemark serve` (go-sdk mcp.Server engine, memory store)"},
 		{name: "tidemark-min", role: roleTidemark, argv: peer("tidemark-min"),
 			label: "Tidemark transport + memory store + minimal SDK-free engine (bench/peers/minengine)"},
+	}
+	if tc.baselineBin != "" {
+		out = append(out,
+			serverSpec{name: "tidemark" + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin),
+				label: "`tidemark` built from the baseline commit (--baseline)"},
+			serverSpec{name: "tidemark-min" + baselineSuffix, role: roleBaseline, argv: peerFrom(tc.baselineBin, "tidemark-min"),
+				label: "`tidemark-min` built from the baseline commit (--baseline)"})
 	}
 	for _, v := range variants {
 		out = append(out, serverSpec{name: v.name, role: roleTidemark, argv: tidemarkServe(v.args...),

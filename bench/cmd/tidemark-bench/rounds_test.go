@@ -1,0 +1,42 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMergeRounds: figures are medians over the rounds, failures the worst
+// round's, counts summed.
+func TestMergeRounds(t *testing.T) {
+	spec := serverSpec{name: "tidemark", role: roleTidemark}
+	mk := func(rate float64, cpu time.Duration, lost, wrong int, rss float64) *row {
+		return &row{spec: spec,
+			a:    []resultA{{conc: 16, calls: 100, rate: rate, cpuPerCall: cpu, writesPerCall: 2}},
+			hasB: true, b1: resultB{rate: rate * 10, lost: lost, received: 1000 - lost, cpuPerEvent: cpu / 10},
+			hasC: true, c: resultC{events: 10000, median: cpu * 100, runs: 5, wrong: wrong},
+			hasD: true, d: resultD{perSession: rss, streams: 10, streamsTried: 10},
+			hasE: true, e: resultE{all: cpu * 1000, wrong: wrong},
+		}
+	}
+	m := mergeRounds([]*row{
+		mk(1000, 60*time.Microsecond, 0, 0, 5000),
+		mk(3000, 90*time.Microsecond, 2, 1, 7000),
+		mk(2000, 30*time.Microsecond, 0, 0, 6000),
+	})
+	if a := m.a[0]; a.rate != 2000 || a.cpuPerCall != 60*time.Microsecond || a.calls != 300 {
+		t.Errorf("(a) merged to rate %v cpu %v calls %d; want 2000, 60µs, 300", a.rate, a.cpuPerCall, a.calls)
+	}
+	if m.b1.rate != 20000 || m.b1.lost != 2 || m.b1.received != 998 {
+		t.Errorf("(b) merged to rate %v lost %d received %d; want 20000, 2, 998", m.b1.rate, m.b1.lost, m.b1.received)
+	}
+	if m.c.median != 6*time.Millisecond || m.c.runs != 15 || m.c.wrong != 1 {
+		t.Errorf("(c) merged to median %v runs %d wrong %d; want 6ms, 15, 1", m.c.median, m.c.runs, m.c.wrong)
+	}
+	if m.d.perSession != 6000 || m.e.all != 60*time.Millisecond || m.e.wrong != 1 {
+		t.Errorf("(d)/(e) merged to %v per session, all %v, wrong %d; want 6000, 60ms, 1", m.d.perSession, m.e.all, m.e.wrong)
+	}
+	even := mergeRounds([]*row{mk(1000, 60*time.Microsecond, 0, 0, 5000), mk(3000, 90*time.Microsecond, 0, 0, 7000)})
+	if even.a[0].rate != 2000 || even.d.perSession != 6000 {
+		t.Errorf("two rounds merged to rate %v, %v per session; want the means of the middle two, 2000 and 6000", even.a[0].rate, even.d.perSession)
+	}
+}

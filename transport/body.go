@@ -1,0 +1,58 @@
+package transport
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"time"
+)
+
+// timedBody bounds the reading of a request body by a deadline on the
+// connection, which starts at the first Read and is lifted once the body
+// has been read to its end: the response that follows may be a stream that
+// lasts as long as the call, and must not inherit it. A body that does not
+// arrive in time fails the Read with an error matching
+// os.ErrDeadlineExceeded (see isBodyTimeout). After any read error the
+// response asks for the connection to be closed: net/http would otherwise
+// wait, before sending the response, for the rest of a body that is not
+// coming.
+type timedBody struct {
+	io.ReadCloser
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+	done    bool
+}
+
+// bodyWithTimeout replaces r.Body by a timedBody over it (see timedBody).
+func bodyWithTimeout(w http.ResponseWriter, r *http.Request, timeout time.Duration) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	r.Body = &timedBody{ReadCloser: r.Body, w: w, rc: http.NewResponseController(w), timeout: timeout}
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	if !b.started {
+		b.started = true
+		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	case err != nil:
+		b.done = true
+		b.w.Header().Set("Connection", "close")
+	}
+	return n, err
+}
+
+// isBodyTimeout reports whether err is a body read that timed out.
+func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

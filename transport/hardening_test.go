@@ -1,0 +1,319 @@
+package transport_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// TestBodyTimeout: a POST whose body stops arriving is answered 408
+// body_timeout once Options.BodyTimeout has passed, instead of holding the
+// connection; the session is unharmed. An initialize (no session, no
+// protocol version header: its body is read to tell the protocol era) is
+// bounded the same way.
+func TestBodyTimeout(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{BodyTimeout: 300 * time.Millisecond}}, nil)
+	s := st.initialize(t, ctx, "")
+	u, _ := url.Parse(st.srv.URL)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, tc := range []struct{ name, headers, body string }{
+		{"call", "Mcp-Session-Id: " + s.Token + "\r\nMcp-Protocol-Version: " + s.VersionHeader + "\r\n", call},
+		{"initialize", "", init},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := st.bounds(t, s.Token)
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// Content-Length promises the whole body; only half of it is sent.
+			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+				"%sContent-Length: %d\r\n\r\n%s", u.Host, tc.headers, len(tc.body), tc.body[:len(tc.body)/2])
+			start := time.Now()
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a stalled body: %v", err)
+			}
+			se := refusalOf(t, resp, http.StatusRequestTimeout, "body_timeout")
+			if waited := time.Since(start); waited < 250*time.Millisecond || waited > 5*time.Second {
+				t.Fatalf("answered after %v, want about the 300ms body timeout", waited)
+			}
+			if !strings.Contains(se.Body.Message, "300ms") {
+				t.Fatalf("message %q does not state the timeout", se.Body.Message)
+			}
+			if !resp.Close {
+				t.Fatal("the answer keeps the connection open, want Connection: close (the rest of the body is not awaited)")
+			}
+			if after := st.bounds(t, s.Token); after != before {
+				t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
+			}
+			if n := st.h.Registry().Len(); n != 1 {
+				t.Fatalf("%d live sessions, want 1", n)
+			}
+		})
+	}
+	stillWorks(t, ctx, s, 50)
+}
+
+// TestTooManyCalls: a session may have at most
+// session.Options.MaxCallsPerSession calls in flight; one more is answered
+// 429 too_many_calls with Retry-After and the call's id, and registers
+// nothing, so the same id works once the others are answered.
+func TestTooManyCalls(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxCallsPerSession: 2}}, nil)
+	s := st.initialize(t, ctx, "")
+
+	var open []*mcptest.Stream
+	for i, gate := range []string{"g1", "g2"} {
+		str, err := s.Call(ctx, gatedCall(int64(10+i), gate, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer str.Close()
+		next(t, str) // priming: the call is in flight
+		open = append(open, str)
+	}
+	resp, err := s.Post(ctx, mcptest.ToolCall(12, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := mcptest.ReadStatusError(resp)
+	if se.Status != http.StatusTooManyRequests || se.Reason() != "too_many_calls" {
+		t.Fatalf("third call: HTTP %d %q (%s), want 429 too_many_calls", se.Status, se.Reason(), se.RawBody)
+	}
+	if got := se.Header.Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After = %q, want 1", got)
+	}
+	if string(se.Body.ID) != "12" {
+		t.Fatalf("refusal id = %s, want 12", se.Body.ID)
+	}
+	// A notification is not a call: it is accepted while calls are at the limit.
+	resp, err = s.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification at the limit: HTTP %d, want 202", resp.StatusCode)
+	}
+
+	g.release("g1", 1)
+	g.release("g2", 1)
+	for i, str := range open {
+		evs, err := str.Collect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := evs[len(evs)-1].Response(); !ok || r.ID != mcptest.ID(int64(10+i)) {
+			t.Fatalf("gated call %d: last event %+v, want its response", 10+i, evs[len(evs)-1])
+		}
+	}
+	str, err := s.Call(ctx, mcptest.ToolCall(12, "echo", map[string]any{"text": "again"}, nil))
+	if err != nil {
+		t.Fatalf("id 12 after the others were answered: %v", err)
+	}
+	defer str.Close()
+	evs, err := str.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := evs[len(evs)-1].Response()
+	if got := toolText(t, r); got != "again" {
+		t.Fatalf("echo = %q, want %q", got, "again")
+	}
+}
+
+// TestCapacityEvictsOnlySessionsWithoutCalls: when MaxSessions are live, a
+// new session evicts the least recently used session that has no call in
+// flight, never one mid-call; when every session has a call in flight,
+// initialize is answered 503 capacity with Retry-After and no session ends.
+func TestCapacityEvictsOnlySessionsWithoutCalls(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxSessions: 2}}, nil)
+	older := st.initialize(t, ctx, "") // least recently used, mid-call throughout
+	oldCall, err := older.Call(ctx, gatedCall(5, "old", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldCall.Close()
+	next(t, oldCall)
+	newer := st.initialize(t, ctx, "")
+	newCall, err := newer.Call(ctx, gatedCall(5, "new", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newCall.Close()
+	next(t, newCall)
+
+	_, err = st.client.Initialize(ctx, "")
+	se := wantRefusal(t, err, http.StatusServiceUnavailable, "capacity")
+	if got := se.Header.Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After = %q, want 1", got)
+	}
+	if n := st.h.Registry().Len(); n != 2 {
+		t.Fatalf("%d live sessions after the refusal, want 2", n)
+	}
+
+	// The newer session's call ends: the next initialize evicts it,
+	// although the other is older.
+	g.release("new", 1)
+	if _, err := newCall.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := st.initialize(t, ctx, "")
+	_, err = newer.Call(ctx, mcptest.ToolCall(6, "echo", map[string]any{"text": "x"}, nil))
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+	g.release("old", 1)
+	evs, err := oldCall.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := evs[len(evs)-1].Response(); !ok || toolText(t, r) != "old done" {
+		t.Fatalf("the older session's call ended with %+v, want its response", evs[len(evs)-1])
+	}
+	stillWorks(t, ctx, older, 7)
+	stillWorks(t, ctx, fresh, 8)
+}
+
+// TestMessageLargerThanRetention: a response larger than the session's
+// whole byte retention (eventlog.Options.MaxBytes) is still delivered: the
+// newest event is never trimmed.
+func TestMessageLargerThanRetention(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxBytes: 1 << 10}}, nil)
+	s := st.initialize(t, ctx, "")
+	text := strings.Repeat("tidemark ", 1000) // 9,000 bytes
+	str, err := s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": text}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer str.Close()
+	evs, err := str.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := evs[len(evs)-1].Response()
+	if !ok {
+		t.Fatalf("stream ended with %+v, want the echo response", evs[len(evs)-1])
+	}
+	if got := toolText(t, r); got != text {
+		t.Fatalf("echo returned %d bytes, want %d", len(got), len(text))
+	}
+	b := st.bounds(t, s.Token)
+	if b.Events != 1 || b.Floor != b.HWM {
+		t.Fatalf("log bounds %+v, want only the newest event retained", b)
+	}
+}
+
+// TestFailedInitializeEndsSession: an initialize the server answers with
+// an error leaves no session behind: the token it was given answers 404.
+func TestFailedInitializeEndsSession(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":"none"}}`)
+	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := resp.Header.Get("Mcp-Session-Id")
+	msgs, err := mcptest.ReadAnswer(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer *jsonrpc.Response
+	for _, m := range msgs {
+		if r, ok := m.(*jsonrpc.Response); ok {
+			answer = r
+		}
+	}
+	if answer == nil || answer.Error == nil {
+		t.Fatalf("initialize with malformed params answered %+v, want a JSON-RPC error", answer)
+	}
+	if token == "" {
+		t.Fatal("the answer carries no Mcp-Session-Id")
+	}
+	s := st.client.SessionFor(token, "2025-11-25")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+		if se, ok := mcptest.AsStatusError(err); ok && se.Status == http.StatusNotFound {
+			checkRefusal(t, se, http.StatusNotFound, "session_not_found")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a call on the failed session: %v, want 404 session_not_found", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the session ends once its answer is written
+	}
+	if n := st.h.Registry().Len(); n != 0 {
+		t.Fatalf("%d live sessions, want 0", n)
+	}
+}
+
+// TestShutdownAnswersJSONCall: a call answered as application/json that is
+// still running when the server shuts down gets 503 unavailable, not a
+// connection cut without a body (a JSON answer cannot be resumed).
+func TestShutdownAnswersJSONCall(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	addGated(server)
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{JSONResponse: true}}, nil)
+	s := st.initialize(t, ctx, "")
+	hwm := st.bounds(t, s.Token).HWM
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := s.Post(ctx, gatedCall(3, "never", 1))
+		done <- answer{resp, err}
+	}()
+	// Wait until the call is in flight, then shut down.
+	deadline := time.Now().Add(5 * time.Second)
+	for st.bounds(t, s.Token).HWM == hwm { // the call's stream opens with an event
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	go st.h.Shutdown(sctx)
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("the JSON call got no answer at shutdown: %v", a.err)
+	}
+	se := refusalOf(t, a.resp, http.StatusServiceUnavailable, "unavailable")
+	if !strings.Contains(se.Body.Message, "send the request again") {
+		t.Fatalf("message %q does not say what to do", se.Body.Message)
+	}
+}
