@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -315,5 +316,43 @@ func TestShutdownAnswersJSONCall(t *testing.T) {
 	se := refusalOf(t, a.resp, http.StatusServiceUnavailable, "unavailable")
 	if !strings.Contains(se.Body.Message, "send the request again") {
 		t.Fatalf("message %q does not say what to do", se.Body.Message)
+	}
+}
+
+// TestIDsAnsweredAsSent: the ids MCP allows come back in the response
+// exactly as sent, whatever white space surrounds them (the refused ones
+// are in TestBadInput).
+func TestIDsAnsweredAsSent(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	for _, id := range []string{`8`, `-9`, `9007199254740992`, `-9007199254740992`, `"abc"`, `"1.5"`, `0`} {
+		for _, sep := range []string{`:`, ` : `} {
+			body := []byte(`{"jsonrpc":"2.0","id"` + sep + id + `,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
+			req, err := s.NewRequest(ctx, http.MethodPost, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			str, err := mcptest.OpenStream(resp)
+			if err != nil {
+				t.Fatalf("id %s (separator %q): %v", id, sep, err)
+			}
+			evs, err := str.Collect()
+			str.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := evs[len(evs)-1]
+			var got struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if err := json.Unmarshal(last.Data, &got); err != nil || string(got.ID) != id {
+				t.Fatalf("id %s (separator %q) answered with id %s (%s)", id, sep, got.ID, last.Data)
+			}
+		}
 	}
 }

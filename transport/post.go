@@ -251,12 +251,21 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 	}
 	msgs := make([]jsonrpc.Message, 0, len(raws))
 	for _, raw := range raws {
-		if err := checkID(raw); err != nil {
-			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, err.Error())
-		}
 		m, err := jsonrpc.DecodeMessage(raw)
 		if err != nil {
 			return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "not a JSON-RPC 2.0 message: "+err.Error())
+		}
+		var id jsonrpc.ID
+		switch m := m.(type) {
+		case *jsonrpc.Request:
+			id = m.ID
+		case *jsonrpc.Response:
+			id = m.ID
+		}
+		if !idSurvived(raw, id) {
+			if err := checkID(raw); err != nil {
+				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, err.Error())
+			}
 		}
 		switch m := m.(type) {
 		case *jsonrpc.Request:
@@ -277,6 +286,37 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 // a JSON number into a float64 (2^53): the go-sdk decodes ids that way, and
 // an id it rounds would come back to the client as another id.
 const maxExactID = 1 << 53
+
+// idSurvived reports, without decoding raw again, whether id (as the
+// go-sdk decoded it) is plainly the id the client sent: a string, an
+// integer within ±2^53 that appears as `"id":N` in raw, the only "id" in
+// it, or no id where raw has no "id" at all. Anything else (white space
+// around the colon, an exponent, a fraction, null, an "id" inside params)
+// goes to checkID, which decodes the id exactly.
+func idSurvived(raw []byte, id jsonrpc.ID) bool {
+	switch v := id.Raw().(type) {
+	case string:
+		return true
+	case int64:
+		if v > maxExactID || v < -maxExactID {
+			return false
+		}
+		var buf [32]byte
+		key := strconv.AppendInt(append(buf[:0], `"id":`...), v, 10)
+		i := bytes.Index(raw, key)
+		if i < 0 || i+len(key) >= len(raw) || bytes.Count(raw, []byte(`"id"`)) != 1 {
+			return false // absent, or maybe not the top-level key
+		}
+		switch raw[i+len(key)] {
+		case ',', '}', ' ', '\t', '\r', '\n':
+			return true
+		}
+		return false
+	case nil:
+		return !bytes.Contains(raw, []byte(`"id"`))
+	}
+	return false
+}
 
 // checkID refuses the ids MCP forbids or the decoder would alter: MCP
 // 2025-11-25 (basic, "Requests") requires a string or integer id that is

@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.baseline, "baseline", "", "git revision of this repository to run as the \"before\" of a before-and-after comparison: tidemark and tidemark-min built from it run as rows NAME@before (empty: none)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run every server through the workloads this many times, taking turns, and report each figure's median (1: once)")
 	fs.StringVar(&o.notes, "notes", "", "markdown file appended to the report as it is, e.g. what profiling changed (empty: none)")
-	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable), e.g. redis='--store redis://127.0.0.1:6379'")
+	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable); {tmpdir} in ARGS becomes a new empty directory per server process, e.g. durable='--data-dir {tmpdir}' or redis='--redis redis://127.0.0.1:6379/0'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

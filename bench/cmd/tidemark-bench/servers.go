@@ -106,6 +106,11 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 	return out
 }
 
+// tmpdirPlaceholder in a variant's arguments is replaced by a new empty
+// directory for each server process, e.g. 'durable=--data-dir {tmpdir}':
+// every workload starts on an empty store.
+const tmpdirPlaceholder = "{tmpdir}"
+
 // variant is an extra `tidemark serve` row: --tidemark-variant name=args.
 type variant struct {
 	name string
@@ -131,6 +136,15 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		return nil, err
 	}
 	argv := append(spec.argv(port), extraArgs...)
+	for i, a := range argv {
+		if strings.Contains(a, tmpdirPlaceholder) {
+			dir, err := os.MkdirTemp(logDir, spec.name+"-"+tag+"-data-")
+			if err != nil {
+				return nil, err
+			}
+			argv[i] = strings.ReplaceAll(a, tmpdirPlaceholder, dir)
+		}
+	}
 	logPath := filepath.Join(logDir, spec.name+"-"+tag+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
