@@ -62,7 +62,7 @@ func (r *report) markdown() string {
 	p("\n**Load caveat.** The load generator and the server under test share the same cores, so calls/s and events/s are figures of the pair. The server's own CPU time per call or event (user+sys from /proc/PID/stat, before and after the measured window) is the fairer comparison. Every server gets a fresh process for each workload.\n\n")
 
 	p("## Commands\n\n")
-	p("```\ncd bench && go run ./cmd/tidemark-bench %s\n```\n\n", strings.Join(r.opts.args, " "))
+	p("```\ncd bench && go run ./cmd/tidemark-bench %s\n```\n\n", shellJoin(r.opts.args))
 	p("| server | what | command (PORT chosen free on 127.0.0.1) |\n| --- | --- | --- |\n")
 	for _, row := range r.rows {
 		argv := row.spec.argv(0)
@@ -515,4 +515,25 @@ func trimString(s string) string {
 
 func mdEscape(s string) string {
 	return strings.ReplaceAll(s, "|", "\\|")
+}
+
+// shellJoin joins args as a POSIX shell would need them typed: an argument
+// with anything but letters, digits and -_./:=,@ is single-quoted.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		plain := a != ""
+		for _, c := range a {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:=,@", c)) {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }
