@@ -82,6 +82,8 @@ type Event struct {
 	Err error
 }
 
+// String renders the event for a log line: its kind, then the session token
+// prefixes, generation and counts that are set.
 func (e Event) String() string {
 	s := e.Kind.String()
 	if e.Session != "" {

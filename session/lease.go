@@ -49,6 +49,8 @@ type RemoteError struct {
 	LeaseUntil time.Time
 }
 
+// Error names the session by its token prefix, its generation, the owner
+// holding it and when that owner's lease lapses.
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("session %s gen %d: held by owner %q until %s: %s",
 		store.Prefix(e.Token), e.Generation, e.Owner, e.LeaseUntil.Format(time.RFC3339Nano), ErrRemote)

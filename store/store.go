@@ -44,6 +44,7 @@ type EndedError struct {
 	Reason EndReason
 }
 
+// Error names the session by its token prefix and says why it ended.
 func (e *EndedError) Error() string {
 	return fmt.Sprintf("session %s: %s: %s", Prefix(e.Token), ErrEnded, e.Reason)
 }
@@ -60,6 +61,8 @@ type FencedError struct {
 	Want  uint64 // the record's current generation
 }
 
+// Error names the refused operation, the session by its token prefix, the
+// generation the write carried and the record's.
 func (e *FencedError) Error() string {
 	return fmt.Sprintf("%s session %s gen %d: %s (gen %d)", e.Op, Prefix(e.Token), e.Have, ErrFenced, e.Want)
 }

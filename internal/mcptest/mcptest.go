@@ -586,6 +586,7 @@ func (e *StatusError) Reason() string {
 	return e.Body.Reason
 }
 
+// Error gives the method, the HTTP status, and the detail or reason.
 func (e *StatusError) Error() string {
 	s := "mcptest: " + e.Method + ": HTTP " + strconv.Itoa(e.Status)
 	if e.Detail != "" {
