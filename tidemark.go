@@ -43,7 +43,9 @@ type Options struct {
 	// Sessionless field is set by NewHandler.
 	Transport transport.Options
 	// SweepInterval is how often idle sessions are evicted and old events
-	// dropped. Default 10 seconds.
+	// dropped, so a session lives at most this long past its idle TTL.
+	// Default: 10 seconds, or a quarter of Sessions.IdleTTL or of
+	// Retention.MaxAge when that is shorter (at least 100 milliseconds).
 	SweepInterval time.Duration
 }
 
@@ -95,7 +97,7 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 		o.Store = memory.New(memory.Options{})
 	}
 	if o.SweepInterval <= 0 {
-		o.SweepInterval = 10 * time.Second
+		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Retention.MaxAge)
 	}
 	if o.Sessions.Logger == nil {
 		o.Sessions.Logger = o.Transport.Logger
@@ -126,4 +128,17 @@ func (h *Handler) Close() error {
 	<-h.done
 	h.reg.Close()
 	return h.st.Close()
+}
+
+// defaultSweepInterval is Options.SweepInterval's default: 10 seconds, or a
+// quarter of the shortest positive limit the sweep enforces, at least 100
+// milliseconds.
+func defaultSweepInterval(limits ...time.Duration) time.Duration {
+	d := 10 * time.Second
+	for _, l := range limits {
+		if l > 0 {
+			d = min(d, l/4)
+		}
+	}
+	return max(d, 100*time.Millisecond)
 }

@@ -28,6 +28,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	first := false
 	s.lostOnce.Do(func() {
 		first = true
+		s.lostStatus, s.lostReason = status, reason
 		close(s.lost)
 	})
 	if !first {

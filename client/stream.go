@@ -74,11 +74,14 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 		if st.call == nil || st.done {
 			return
 		}
-		err := ErrStreamLost
+		ce := &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID, Err: ErrStreamLost, Cause: st.lastErr}
 		if st.sess.isLost() {
-			err = ErrSessionLost
+			// Another stream saw the session refused; the call fails with
+			// that refusal (regression: it failed without the status when
+			// it noticed the loss before loseSession failed it).
+			ce.Err, ce.Status, ce.Reason = ErrSessionLost, st.sess.lostStatus, st.sess.lostReason
 		}
-		c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID, Err: err, Cause: st.lastErr})
+		c.failCall(st.call, ce)
 	}()
 	for {
 		if resp != nil {

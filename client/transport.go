@@ -210,6 +210,11 @@ type session struct {
 
 	lost     chan struct{} // closed when the server no longer serves it
 	lostOnce sync.Once
+	// lostStatus and lostReason say how the server refused the session
+	// (404 or 409 and error.data.reason); written before lost is closed,
+	// read only after.
+	lostStatus int
+	lostReason string
 	// stopStandalone ends the standalone stream; guarded by conn.mu.
 	stopStandalone context.CancelFunc
 }

@@ -227,10 +227,12 @@ func (l *Live) Attach() (detach func()) {
 // session busy: clients keep their standalone GET stream open for the
 // session's whole life, and counting it would lock new sessions out for
 // good once MaxSessions clients hold one.
-func (l *Live) busy() bool {
+func (l *Live) busy() bool { return l.callsInFlight() > 0 }
+
+func (l *Live) callsInFlight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.calls) > 0
+	return len(l.calls)
 }
 
 func (l *Live) idleSince() time.Time {
@@ -306,6 +308,29 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	}
 	l.streams[ev.Stream] = &openStream{pending: len(calls), json: asJSON}
 	return ev.Stream, nil
+}
+
+// ReleaseCalls forgets the calls of stream that OpenStream registered but
+// that were never delivered to the engine (Deliver failed, or was not
+// reached), so their ids can be sent again and the stream's end falls on
+// its last delivered call. Calls that are not in flight on stream are
+// ignored.
+func (l *Live) ReleaseCalls(stream uint64, calls []*jsonrpc.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range calls {
+		if cl, ok := l.calls[c.ID]; !ok || cl.stream != stream {
+			continue
+		}
+		delete(l.calls, c.ID)
+		if s := l.streams[stream]; s != nil {
+			s.pending--
+			if s.pending <= 0 {
+				delete(l.streams, stream)
+			}
+		}
+	}
+	l.releaseMapsLocked()
 }
 
 // releaseMapsLocked lets go of the tables of calls and streams in flight

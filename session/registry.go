@@ -507,6 +507,20 @@ func (r *Registry) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// CallsInFlight returns the number of calls (requests with an id) in
+// flight on the sessions whose live state this process holds.
+func (r *Registry) CallsInFlight() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, l := range r.live {
+		if !l.dead() {
+			n += l.callsInFlight()
+		}
+	}
+	return n
+}
+
 // Len returns the number of sessions whose live state this process holds
 // (whose engine session is alive).
 func (r *Registry) Len() int {

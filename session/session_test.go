@@ -403,3 +403,56 @@ func TestSweepLetsGoOfDeadEngines(t *testing.T) {
 		t.Fatalf("Get after Sweep: %v, want generation 2", err)
 	}
 }
+
+// TestReleaseCalls: calls registered by OpenStream but never delivered are
+// forgotten, so their ids can be sent again (regression: a delivery that
+// failed left its id in flight for good, and the retry the 503 asked for
+// was refused as a duplicate); the stream then ends with its last
+// delivered call.
+func TestReleaseCalls(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, _ := f.reg.Create(ctx, "")
+	initialize(t, f, l)
+	echo := func(id string) *jsonrpc.Request {
+		return request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": id}})
+	}
+	a, b := echo("a"), echo("b")
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{a, b}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, a, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseCalls(s, []*jsonrpc.Request{b})
+	evs, err := l.Reader(s, s).Next(ctx)
+	if err != nil || len(evs) != 1 || !evs[0].End || !strings.Contains(string(evs[0].Data), `"id":"a"`) {
+		t.Fatalf("stream after releasing b: %v %v, want a's response marked as the end", evs, err)
+	}
+	if out := roundTrip(t, f, l, echo("b")); len(out) != 1 || !strings.Contains(out[0], `"id":"b"`) {
+		t.Fatalf("b sent again: %q", out)
+	}
+}
+
+// TestMaxCallsPerSession: OpenStream refuses calls beyond
+// Options.MaxCallsPerSession with ErrTooManyCalls and registers none of them.
+func TestMaxCallsPerSession(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{MaxCallsPerSession: 2})
+	l, _ := f.reg.Create(ctx, "")
+	initialize(t, f, l)
+	slow := func(id string) *jsonrpc.Request {
+		return request(t, id, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 50}})
+	}
+	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{slow("1")}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{slow("2"), slow("3")}, false, 0); !errors.Is(err, session.ErrTooManyCalls) {
+		t.Fatalf("two more calls with one in flight and a limit of 2: %v, want ErrTooManyCalls", err)
+	}
+	// Neither id of the refused batch was registered.
+	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{slow("2")}, false, 0); err != nil {
+		t.Fatalf("id 2 after the refusal: %v", err)
+	}
+}

@@ -132,6 +132,11 @@ func TestBadInput(t *testing.T) {
 			status: 406, reason: "not_acceptable", code: -32600},
 		{name: "batch under 2025-06-18", session: old, req: post([]byte(`[` + string(echo(1)) + `,` + string(echo(2)) + `]`)),
 			status: 400, reason: "batch_not_allowed", code: -32600},
+		{name: "batch without MCP-Protocol-Version on a 2025-11-25 session", req: with(post([]byte(`[`+string(echo(1))+`,`+string(echo(2))+`]`)), func(r *http.Request) { r.Header.Del("Mcp-Protocol-Version") }),
+			status: 400, reason: "batch_not_allowed", code: -32600},
+		{name: "initialize alone in a batch", req: with(post([]byte(`[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}]`)),
+			func(r *http.Request) { r.Header.Del("Mcp-Protocol-Version") }),
+			status: 400, reason: "invalid_request", code: -32600},
 		{name: "batch under 2025-11-25", req: post([]byte(`[` + string(echo(1)) + `,` + string(echo(2)) + `]`)),
 			status: 400, reason: "batch_not_allowed", code: -32600},
 		{name: "invalid JSON", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":`)), status: 400, reason: "parse_error", code: -32700},
@@ -139,7 +144,7 @@ func TestBadInput(t *testing.T) {
 		{name: "JSON that is not JSON-RPC", req: post([]byte(`{"hello":"world"}`)), status: 400, reason: "invalid_request", code: -32600},
 		{name: "body over the limit", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
 			strings.Repeat("x", badInputBodyLimit) + `"}}}`)), status: 413, reason: "body_too_large", code: -32600},
-		{name: "unsupported protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-11-05") }),
+		{name: "unsupported protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-10-07") }),
 			status: 400, reason: "protocol_version", code: -32600},
 		{name: "protocol version that is not a date", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "latest") }),
 			status: 400, reason: "protocol_version", code: -32600},
@@ -170,6 +175,10 @@ func TestBadInput(t *testing.T) {
 			status: 400, reason: "last_event_id_on_post", code: -32600},
 		{name: "Content-Encoding gzip", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Content-Encoding", "gzip") }),
 			status: 415, reason: "content_type", code: -32600},
+		{name: "Content-Encoding identity then gzip", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Add("Content-Encoding", "identity")
+			r.Header.Add("Content-Encoding", "gzip")
+		}), status: 415, reason: "content_type", code: -32600},
 
 		// Request ids (MCP 2025-11-25, basic: a string or an integer, not null)
 		{name: "id null", req: post([]byte(`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),

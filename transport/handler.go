@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 // Protocol versions of the stateful era that the handler serves, and the
 // first version of the sessionless era.
 const (
+	V20241105    = "2024-11-05" // negotiated by the go-sdk when a client asks for it; served as 2025-03-26
 	V20250326    = "2025-03-26"
 	V20250618    = "2025-06-18"
 	V20251125    = "2025-11-25"
@@ -105,6 +107,9 @@ type Handler struct {
 
 	fwd *http.Transport // forwarded requests (fleet mode)
 
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
+
 	shutdownOnce sync.Once
 	shutdown     chan struct{}   // closed by Shutdown
 	shutdownCtx  context.Context // cancelled by Shutdown
@@ -136,9 +141,47 @@ func New(reg *session.Registry, opts Options) *Handler {
 		conns:    newConnections(),
 		fwd:      newForwardTransport(opts.JSONResponse),
 		shutdown: make(chan struct{}),
+		draining: make(chan struct{}),
 	}
 	h.shutdownCtx, h.stopAll = context.WithCancel(context.Background())
 	return h
+}
+
+// drainPoll is how often Drain looks for calls still in flight.
+const drainPoll = 20 * time.Millisecond
+
+// Drain prepares a graceful shutdown: from now on a POST carrying calls
+// (requests with an id) is refused 503 unavailable with Retry-After, while
+// notifications, the client's responses (an elicitation answer a call is
+// waiting for) and GET streams are still served; Drain then waits until no
+// call is in flight on any session this process holds, so the calls
+// running finish and their answers reach their streams. It returns nil
+// then, or ctx's error when ctx ends first. Call Shutdown after it.
+func (h *Handler) Drain(ctx context.Context) error {
+	h.drainOnce.Do(func() { close(h.draining) })
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for {
+		n := h.reg.CallsInFlight()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			h.logger.Warn("drain incomplete: calls still in flight", "reason", "shutdown", "calls", n)
+			return fmt.Errorf("transport: drain: %d calls still in flight: %w", n, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (h *Handler) isDraining() bool {
+	select {
+	case <-h.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // Shutdown makes every open SSE stream send a final retry field and close,
@@ -222,11 +265,11 @@ func protocolVersion(r *http.Request) (string, *httpError) {
 		return "", refuse(http.StatusBadRequest, ReasonProtocolVersion, "MCP-Protocol-Version "+quote(v)+" is not a YYYY-MM-DD version")
 	}
 	switch {
-	case v == V20250326 || v == V20250618 || v == V20251125 || v >= VSessionless:
+	case v == V20241105 || v == V20250326 || v == V20250618 || v == V20251125 || v >= VSessionless:
 		return v, nil
 	}
 	return "", refuse(http.StatusBadRequest, ReasonProtocolVersion,
-		"unsupported MCP-Protocol-Version "+quote(v)+"; supported: 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28")
+		"unsupported MCP-Protocol-Version "+quote(v)+"; supported: 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28")
 }
 
 func isDate(v string) bool {
@@ -247,10 +290,17 @@ func isDate(v string) bool {
 // which refuses it precisely.
 func (h *Handler) sessionlessBody(r *http.Request) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBodyBytes+1))
+	// The body is put back for its handler to read again, with the read
+	// error, if any, after the bytes that came: a truncated or stalled body
+	// must fail there too, not pass as a shorter message.
+	rest := r.Body
+	if err != nil {
+		rest = io.NopCloser(errReader{err})
+	}
 	r.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
 	if err != nil || !bytes.Contains(body, []byte("io.modelcontextprotocol/protocolVersion")) {
 		return false
 	}
@@ -313,3 +363,8 @@ func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// errReader fails every Read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
@@ -354,5 +355,154 @@ func TestIDsAnsweredAsSent(t *testing.T) {
 				t.Fatalf("id %s (separator %q) answered with id %s (%s)", id, sep, got.ID, last.Data)
 			}
 		}
+	}
+}
+
+// TestTruncatedBody: a body that ends before its Content-Length (the client
+// closes its side) is refused 400 parse_error (-32700) and nothing of it
+// runs, with or without MCP-Protocol-Version (regression: without the
+// header the bytes that came were delivered as a shorter message, and its
+// id stayed in flight).
+func TestTruncatedBody(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	u, _ := url.Parse(st.srv.URL)
+	body := `{"jsonrpc":"2.0","id":70,"method":"tools/list"}`
+	for _, tc := range []struct{ name, version string }{
+		{"without MCP-Protocol-Version", ""},
+		{"with MCP-Protocol-Version", "Mcp-Protocol-Version: " + s.VersionHeader + "\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := st.bounds(t, s.Token)
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+				"Mcp-Session-Id: %s\r\n%sContent-Length: %d\r\n\r\n%s", u.Host, s.Token, tc.version, len(body)+100, body)
+			conn.(*net.TCPConn).CloseWrite()
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a truncated body: %v", err)
+			}
+			se := refusalOf(t, resp, http.StatusBadRequest, "parse_error")
+			if se.Body.Code != -32700 {
+				t.Fatalf("code = %d, want -32700", se.Body.Code)
+			}
+			if after := st.bounds(t, s.Token); after != before {
+				t.Fatalf("the truncated request changed the session's log: %+v → %+v", before, after)
+			}
+		})
+	}
+	// Id 70 was never in flight: it works now.
+	str, err := s.Call(ctx, mcptest.MustCall(70, "tools/list", nil))
+	if err != nil {
+		t.Fatalf("id 70 after the truncated requests: %v", err)
+	}
+	defer str.Close()
+	evs, err := str.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := evs[len(evs)-1].Response(); !ok || r.ID != mcptest.ID(70) || r.Error != nil {
+		t.Fatalf("id 70 answered %+v, want its tools/list result", evs[len(evs)-1])
+	}
+}
+
+// TestVersion20241105: the go-sdk negotiates 2024-11-05 when a client asks
+// for it; that session's requests carrying that version in
+// MCP-Protocol-Version are served like 2025-03-26 (regression: they were
+// refused 400 protocol_version after a successful initialize).
+func TestVersion20241105(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "2024-11-05")
+	if s.ProtocolVersion != "2024-11-05" || s.VersionHeader != "2024-11-05" {
+		t.Fatalf("negotiated %q, header %q; want 2024-11-05 for both", s.ProtocolVersion, s.VersionHeader)
+	}
+	stillWorks(t, ctx, s, 2)
+}
+
+// TestIdleEvictionFollowsShortTTL: with a short idle TTL and no sweep
+// interval set, an idle session is evicted within about a quarter of the
+// TTL after it expires (regression: the sweep ran every 10 seconds
+// whatever the TTL, so a 2 s TTL let sessions live for up to 12 s).
+func TestIdleEvictionFollowsShortTTL(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{IdleTTL: 400 * time.Millisecond}}, nil)
+	s := st.initialize(t, ctx, "")
+	time.Sleep(400*time.Millisecond + 400*time.Millisecond)
+	if status, _, _ := st.h.Registry().Status(ctx, s.Token); status != replay.Evicted {
+		t.Fatalf("session idle for twice its 400ms TTL is %v, want evicted", status)
+	}
+	_, err := s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+}
+
+// TestDrainLetsCallsFinish: Drain refuses new calls with 503 and
+// Retry-After, still accepts notifications, and returns once the calls in
+// flight have answered on their streams (regression: shutdown closed every
+// stream at once, and a restart then lost the calls that were running).
+func TestDrainLetsCallsFinish(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	call, err := s.Call(ctx, gatedCall(3, "drain", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	next(t, call) // priming: the call is in flight
+
+	drained := make(chan error, 1)
+	go func() { drained <- st.h.Drain(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := s.Post(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "x"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := mcptest.ReadStatusError(resp)
+		if se.Status == http.StatusServiceUnavailable {
+			checkRefusal(t, se, http.StatusServiceUnavailable, "unavailable")
+			if got := se.Header.Get("Retry-After"); got != "1" {
+				t.Fatalf("Retry-After = %q, want 1", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new call while draining: HTTP %d, want 503", se.Status)
+		}
+		time.Sleep(5 * time.Millisecond) // Drain has not started yet
+	}
+	resp, err := s.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification while draining: HTTP %d, want 202", resp.StatusCode)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) with a call in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	g.release("drain", 2)
+	evs, err := call.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := evs[len(evs)-1].Response(); !ok || toolText(t, r) != "drain done" || len(evs) != 3 {
+		t.Fatalf("the call in flight ended with %d events, last %+v; want 2 progress events and its response", len(evs), evs[len(evs)-1])
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
 	}
 }

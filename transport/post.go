@@ -49,9 +49,17 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			}
 		}
 	}
-	if initialize != nil && len(msgs) > 1 {
+	if initialize != nil && (len(msgs) > 1 || batch) {
 		// MCP 2025-03-26, lifecycle: initialize MUST NOT be part of a batch.
 		refuse(http.StatusBadRequest, ReasonInvalidRequest, "initialize must be sent alone, not in a batch").write(w, h.logger)
+		return
+	}
+
+	if len(calls) > 0 && h.isDraining() {
+		e := refuse(http.StatusServiceUnavailable, ReasonUnavailable,
+			"the server is shutting down and takes no new calls: send the request again (after the restart, or to another replica)")
+		e.retryAfter = retryAfterSeconds
+		e.write(w, h.logger)
 		return
 	}
 
@@ -98,7 +106,14 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			return
 		}
 		if version == "" {
+			// No header: the version negotiated at initialize applies (MCP
+			// 2025-11-25, "Protocol Version Header").
 			version = live.State().ProtocolVersion
+			if batch && version >= V20250618 {
+				refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
+					"JSON-RPC batches are not allowed under protocol version "+version+", which this session negotiated").write(w, h.logger)
+				return
+			}
 		}
 	}
 	req := engine.Request{Header: r.Header, TokenInfo: auth.TokenInfoFromContext(ctx)}
@@ -151,8 +166,21 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	// starts just before it.
 	after := streamID - 1
 
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if err := live.Deliver(ctx, m, req); err != nil {
+			// The calls not handed over will never be answered: free their
+			// ids, so the client can send them again as it is told to.
+			var undelivered []*jsonrpc.Request
+			for _, m := range msgs[i:] {
+				if r, ok := m.(*jsonrpc.Request); ok && r.IsCall() {
+					undelivered = append(undelivered, r)
+				}
+			}
+			live.ReleaseCalls(streamID, undelivered)
+			if initialize != nil {
+				// A session whose initialize never reached the server never began.
+				h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+			}
 			h.deliverError(live, err).write(w, h.logger)
 			return
 		}
@@ -188,9 +216,13 @@ func (h *Handler) postChecks(r *http.Request) *httpError {
 		return refuse(http.StatusNotAcceptable, ReasonNotAcceptable,
 			"Accept must list both application/json and text/event-stream")
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return refuse(http.StatusUnsupportedMediaType, ReasonContentType,
-			"Content-Encoding "+quote(ce)+" is not accepted: send the JSON body uncompressed")
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for ce := range strings.SplitSeq(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return refuse(http.StatusUnsupportedMediaType, ReasonContentType,
+					"Content-Encoding "+quote(ce)+" is not accepted: send the JSON body uncompressed")
+			}
+		}
 	}
 	if len(r.Header.Values("Last-Event-ID")) > 0 {
 		return refuse(http.StatusBadRequest, ReasonLastEventIDOnPost,
@@ -216,7 +248,9 @@ func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version s
 			return nil, false, nil, refuse(http.StatusRequestTimeout, ReasonBodyTimeout,
 				fmt.Sprintf("the request body did not arrive within %v", h.opts.BodyTimeout))
 		}
-		return nil, false, nil, refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error())
+		e := refuse(http.StatusBadRequest, ReasonParseError, "reading the body failed: "+err.Error()+": send the whole body as its Content-Length says")
+		e.code = codeParseError
+		return nil, false, nil, e
 	}
 	msgs, batch, herr := h.decodeMessages(body, version)
 	return msgs, batch, body, herr
@@ -239,7 +273,7 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 	var raws []json.RawMessage
 	batch := trimmed[0] == '['
 	if batch {
-		if version != "" && version != V20250326 {
+		if version >= V20250618 {
 			return nil, false, refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
 				"JSON-RPC batches are not allowed under protocol version "+version)
 		}

@@ -59,8 +59,9 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if !json.Valid([]byte(c.args)) {
-		fmt.Fprintf(stderr, "tidemark probe: --args is not valid JSON: %s\n", c.args)
+	var argsObj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.args), &argsObj); err != nil || argsObj == nil {
+		fmt.Fprintf(stderr, "tidemark probe: --args must be a JSON object (the tool's arguments), not %s\n", c.args)
 		return 2
 	}
 	if c.retentionEvents < 0 || c.storm < 0 || c.timeout <= 0 {

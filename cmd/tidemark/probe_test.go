@@ -160,9 +160,10 @@ func TestProbeUsage(t *testing.T) {
 		msg  string
 	}{
 		{nil, 2, "want one URL argument, got 0"},
-		{[]string{"--args", "{", "http://127.0.0.1:1/mcp"}, 2, "--args is not valid JSON"},
+		{[]string{"--args", "{", "http://127.0.0.1:1/mcp"}, 2, "--args must be a JSON object"},
 		{[]string{"--storm", "-1", "http://127.0.0.1:1/mcp"}, 2, "must be 0 or more"},
-		{[]string{"--args", "[1]", closedURL(t)}, 1, "tool arguments must be a JSON object"},
+		{[]string{"--args", "[1]", closedURL(t)}, 2, "--args must be a JSON object"},
+		{[]string{"--args", "null", closedURL(t)}, 2, "--args must be a JSON object"},
 		{[]string{closedURL(t)}, 1, "the baseline call failed"},
 	} {
 		code, _, errOut := runProbe(t, tc.args...)

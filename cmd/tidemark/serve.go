@@ -70,7 +70,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
-	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM waits for open requests (duration)")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM lets calls in flight finish (new calls get 503) before streams close with a final retry field (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&c.stdio, "stdio", false, "gateway mode: serve the stdio MCP server named after -- (serve --stdio -- COMMAND [ARGS...]), one subprocess per session generation")
@@ -281,7 +281,13 @@ func serve(args []string, stderr io.Writer) int {
 	stopAnnouncing()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
 	defer cancel()
-	h.Shutdown(sctx) // streams get a final retry field, then close
+	// Calls in flight finish within the grace (new calls get 503), then
+	// streams get a final retry field and close.
+	if n := h.Registry().CallsInFlight(); n > 0 {
+		logger.Info("draining", "reason", "shutdown", "calls", n)
+	}
+	h.Drain(sctx)
+	h.Shutdown(sctx)
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("shutdown incomplete", "error", err)
 		srv.Close()

@@ -163,6 +163,7 @@ type conn struct {
 
 // deliver gives msg to the SDK, with a fresh RequestExtra for a request.
 func (c *conn) deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	var undo func() // forgets the call's extra when the message is not handed over
 	if r, ok := msg.(*jsonrpc.Request); ok {
 		extra := &mcp.RequestExtra{TokenInfo: req.TokenInfo, Header: req.Header}
 		if req.CloseStream != nil {
@@ -175,14 +176,26 @@ func (c *conn) deliver(ctx context.Context, msg jsonrpc.Message, req engine.Requ
 			c.extras[r.ID] = extra
 			c.mu.Unlock()
 			c.engine.related.Store(extra, r.ID)
+			undo = func() {
+				c.mu.Lock()
+				delete(c.extras, r.ID)
+				c.mu.Unlock()
+				c.engine.related.Delete(extra)
+			}
 		}
 	}
 	select {
 	case c.in <- msg:
 		return nil
 	case <-c.done:
+		if undo != nil {
+			undo()
+		}
 		return engine.ErrClosed
 	case <-ctx.Done():
+		if undo != nil {
+			undo()
+		}
 		return ctx.Err()
 	}
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// TestSIGTERMLetsCallsFinish: SIGTERM to `tidemark serve --data-dir` lets a
+// call in flight finish on its stream within --shutdown-grace, refuses new
+// calls meanwhile with 503, and exits 0; after the restart the same session
+// token works (regression: every stream was cut at once, and the call
+// running was lost with its generation).
+func TestSIGTERMLetsCallsFinish(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	p1, url1 := startDurable(t, bin, dir)
+	sess, err := (&mcptest.Client{URL: url1}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// countdown of 10 steps, 150 ms apart: about 1.5 s, well within the
+	// default 10 s grace.
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 10, "delay_ms": 150}, "cd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Until(func(ev mcptest.Event) bool { return !ev.IsPriming() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p1.WaitFor(t, `msg=draining reason=shutdown calls=1`, 5*time.Second)
+
+	_, err = sess.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	wantRefusal(t, err, http.StatusServiceUnavailable, "unavailable")
+
+	evs, err := st.Collect()
+	if err != nil {
+		t.Fatalf("the call's stream after SIGTERM: %v", err)
+	}
+	progress := 0
+	for _, ev := range evs {
+		if r, ok := ev.Request(); ok && r.Method == "notifications/progress" {
+			progress++
+		}
+	}
+	r, ok := evs[len(evs)-1].Response()
+	if !ok || r.Error != nil || progress != 9 {
+		t.Fatalf("after SIGTERM the stream carried %d progress events and ended with %+v; want the other 9 and the result", progress, evs[len(evs)-1])
+	}
+	select {
+	case <-p1.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("tidemark did not exit within 10s of the call's end")
+	}
+	if err := p1.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
+	}
+
+	_, url2 := startDurable(t, bin, dir)
+	sess.Client = &mcptest.Client{URL: url2}
+	st2, err := sess.Call(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "after"}, nil))
+	if err != nil {
+		t.Fatalf("the session after the restart: %v", err)
+	}
+	defer st2.Close()
+	evs, err = st2.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := evs[len(evs)-1].Response(); !ok || r.Error != nil {
+		t.Fatalf("echo after the restart ended with %+v", evs[len(evs)-1])
+	}
+}
