@@ -32,7 +32,6 @@ func TestBodyTimeout(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{BodyTimeout: 300 * time.Millisecond}}, nil)
 	s := st.initialize(t, ctx, "")
-	u, _ := url.Parse(st.srv.URL)
 	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, tc := range []struct{ name, headers, body string }{
@@ -41,17 +40,9 @@ func TestBodyTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := st.bounds(t, s.Token)
-			conn, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
 			// Content-Length promises the whole body; only half of it is sent.
-			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
-				"%sContent-Length: %d\r\n\r\n%s", u.Host, tc.headers, len(tc.body), tc.body[:len(tc.body)/2])
 			start := time.Now()
-			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			resp, err := rawPost(t, st, tc.headers, len(tc.body), tc.body[:len(tc.body)/2], false)
 			if err != nil {
 				t.Fatalf("no answer to a stalled body: %v", err)
 			}
@@ -87,16 +78,7 @@ func TestTooManyCalls(t *testing.T) {
 	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxCallsPerSession: 2}}, nil)
 	s := st.initialize(t, ctx, "")
 
-	var open []*mcptest.Stream
-	for i, gate := range []string{"g1", "g2"} {
-		str, err := s.Call(ctx, gatedCall(int64(10+i), gate, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer str.Close()
-		next(t, str) // priming: the call is in flight
-		open = append(open, str)
-	}
+	open := []*mcptest.Stream{startGated(t, ctx, s, 10, "g1", 1), startGated(t, ctx, s, 11, "g2", 1)}
 	resp, err := s.Post(ctx, mcptest.ToolCall(12, "echo", map[string]any{"text": "x"}, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -157,21 +139,11 @@ func TestCapacityEvictsOnlySessionsWithoutCalls(t *testing.T) {
 	g := addGated(server)
 	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxSessions: 2}}, nil)
 	older := st.initialize(t, ctx, "") // least recently used, mid-call throughout
-	oldCall, err := older.Call(ctx, gatedCall(5, "old", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer oldCall.Close()
-	next(t, oldCall)
+	oldCall := startGated(t, ctx, older, 5, "old", 1)
 	newer := st.initialize(t, ctx, "")
-	newCall, err := newer.Call(ctx, gatedCall(5, "new", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer newCall.Close()
-	next(t, newCall)
+	newCall := startGated(t, ctx, newer, 5, "new", 1)
 
-	_, err = st.client.Initialize(ctx, "")
+	_, err := st.client.Initialize(ctx, "")
 	se := wantRefusal(t, err, http.StatusServiceUnavailable, "capacity")
 	if got := se.Header.Get("Retry-After"); got != "1" {
 		t.Fatalf("Retry-After = %q, want 1", got)
@@ -367,7 +339,6 @@ func TestTruncatedBody(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
 	s := st.initialize(t, ctx, "")
-	u, _ := url.Parse(st.srv.URL)
 	body := `{"jsonrpc":"2.0","id":70,"method":"tools/list"}`
 	for _, tc := range []struct{ name, version string }{
 		{"without MCP-Protocol-Version", ""},
@@ -375,16 +346,7 @@ func TestTruncatedBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := st.bounds(t, s.Token)
-			conn, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
-				"Mcp-Session-Id: %s\r\n%sContent-Length: %d\r\n\r\n%s", u.Host, s.Token, tc.version, len(body)+100, body)
-			conn.(*net.TCPConn).CloseWrite()
-			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			resp, err := rawPost(t, st, "Mcp-Session-Id: "+s.Token+"\r\n"+tc.version, len(body)+100, body, true)
 			if err != nil {
 				t.Fatalf("no answer to a truncated body: %v", err)
 			}
@@ -452,12 +414,7 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	g := addGated(server)
 	st := newStack(t, server, nil, nil)
 	s := st.initialize(t, ctx, "")
-	call, err := s.Call(ctx, gatedCall(3, "drain", 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer call.Close()
-	next(t, call) // priming: the call is in flight
+	call := startGated(t, ctx, s, 3, "drain", 2)
 
 	drained := make(chan error, 1)
 	go func() { drained <- st.h.Drain(ctx) }()
@@ -505,4 +462,25 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
+}
+
+// rawPost sends a POST over a raw connection to st: headers (CRLF-ended
+// lines) after the media types, a Content-Length of contentLength, and body,
+// which may be shorter; closeWrite then ends the client's side. It returns
+// the response, read within 10 seconds.
+func rawPost(t *testing.T, st *stack, headers string, contentLength int, body string, closeWrite bool) (*http.Response, error) {
+	t.Helper()
+	u, _ := url.Parse(st.srv.URL)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"%sContent-Length: %d\r\n\r\n%s", u.Host, headers, contentLength, body)
+	if closeWrite {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	return http.ReadResponse(bufio.NewReader(conn), nil)
 }

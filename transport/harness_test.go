@@ -342,6 +342,20 @@ func gatedCall(id int64, gate string, n int) *jsonrpc.Request {
 	return mcptest.ToolCall(id, "gated", GatedArgs{Gate: gate, N: n}, gate)
 }
 
+// startGated calls the gated tool on s (id, gate, n steps) and reads its
+// priming event: when it returns, the call is in flight. The stream is
+// closed when the test ends.
+func startGated(t *testing.T, ctx context.Context, s *mcptest.Session, id int64, gate string, n int) *mcptest.Stream {
+	t.Helper()
+	str, err := s.Call(ctx, gatedCall(id, gate, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { str.Close() })
+	next(t, str)
+	return str
+}
+
 // next reads one event, failing the test if the stream ends.
 func next(t *testing.T, s *mcptest.Stream) mcptest.Event {
 	t.Helper()
