@@ -31,6 +31,7 @@ const (
 	ReasonOriginForbidden    = "origin_forbidden"     // 403: Origin not allowed
 	ReasonHostForbidden      = "host_forbidden"       // 403: non-localhost Host on a loopback listener
 	ReasonMethodNotAllowed   = "method_not_allowed"   // 405
+	ReasonPathNotFound       = "path_not_found"       // 404: a path that is not the MCP endpoint (PathNotFound)
 	ReasonUnavailable        = "unavailable"          // 503: store or engine cannot take the request now
 	ReasonCapacity           = "capacity"             // 503: no room for another session
 	ReasonOwnerMoved         = "owner_moved"          // 503 + Retry-After: a forwarded request reached a replica that does not own the session either
@@ -130,4 +131,20 @@ func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
 		level = slog.LevelInfo
 	}
 	logger.Log(context.Background(), level, "request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+}
+
+// PathNotFound returns a handler for every path of a server but its MCP
+// endpoint: 404 with a JSON-RPC error body (reason path_not_found, code
+// -32600) that names the endpoint, so a client with a wrong URL learns
+// where to go instead of getting net/http's plain-text 404.
+func PathNotFound(endpoint string, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := refuse(http.StatusNotFound, ReasonPathNotFound,
+			"no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint)
+		e.code = codeInvalidRequest
+		e.write(w, logger)
+	})
 }

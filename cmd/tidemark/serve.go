@@ -248,6 +248,9 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(c.path, h)
+	if c.path != "/" {
+		mux.Handle("/", transport.PathNotFound(c.path, logger))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 )
 
 // TestServeRefusesMeaninglessFlags: flag values with no meaning exit 2 with
@@ -31,6 +34,27 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		code := run(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...), &bytes.Buffer{}, &stderr)
 		if code != 2 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "goroutine") {
 			t.Errorf("serve %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestServeUnknownPath: a path other than --path gets 404 with a JSON-RPC
+// error body naming the endpoint (reason path_not_found), not net/http's
+// plain-text 404.
+func TestServeUnknownPath(t *testing.T) {
+	endpoint := startTidemarkServe(t)
+	base := strings.TrimSuffix(endpoint, "/mcp")
+	for _, path := range []string{"/", "/mcp/", "/sse", "/mcp/extra"} {
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := mcptest.ReadStatusError(resp)
+		if se.Status != http.StatusNotFound || se.Reason() != "path_not_found" || se.Body.Code != -32600 {
+			t.Fatalf("POST %s: HTTP %d reason %q code %d (%s), want 404 path_not_found -32600", path, se.Status, se.Reason(), se.Body.Code, se.RawBody)
+		}
+		if !strings.Contains(se.Body.Message, "the endpoint is /mcp") {
+			t.Fatalf("POST %s: message %q does not name the endpoint", path, se.Body.Message)
 		}
 	}
 }
