@@ -128,11 +128,19 @@ func TestBadInput(t *testing.T) {
 			status: 406, reason: "not_acceptable", code: -32600},
 		{name: "resume without Accept text/event-stream", req: with(get(cursor), func(r *http.Request) { r.Header.Del("Accept") }),
 			status: 406, reason: "not_acceptable", code: -32600},
+		{name: "POST accepting both with q=0", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Set("Accept", "application/json;q=0, text/event-stream;q=0")
+		}), status: 406, reason: "not_acceptable", code: -32600},
+		{name: "POST accepting */* but text/event-stream with q=0", req: with(post(echo(1)), func(r *http.Request) {
+			r.Header.Set("Accept", "*/*, text/event-stream; q=0.0")
+		}), status: 406, reason: "not_acceptable", code: -32600},
 		{name: "POST accepting only application/json", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Accept", "application/json") }),
 			status: 406, reason: "not_acceptable", code: -32600},
 		{name: "batch under 2025-06-18", session: old, req: post([]byte(`[` + string(echo(1)) + `,` + string(echo(2)) + `]`)),
 			status: 400, reason: "batch_not_allowed", code: -32600},
 		{name: "batch without MCP-Protocol-Version on a 2025-11-25 session", req: with(post([]byte(`[`+string(echo(1))+`,`+string(echo(2))+`]`)), func(r *http.Request) { r.Header.Del("Mcp-Protocol-Version") }),
+			status: 400, reason: "batch_not_allowed", code: -32600},
+		{name: "batch claiming 2025-03-26 on a 2025-11-25 session", req: with(post([]byte(`[`+string(echo(1))+`,`+string(echo(2))+`]`)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-03-26") }),
 			status: 400, reason: "batch_not_allowed", code: -32600},
 		{name: "initialize alone in a batch", req: with(post([]byte(`[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}]`)),
 			func(r *http.Request) { r.Header.Del("Mcp-Protocol-Version") }),

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -343,13 +344,38 @@ func sessionID(r *http.Request) (string, *httpError) {
 // its type wildcard, or by */*).
 func accepts(r *http.Request, mediaType string) bool {
 	major, _, _ := strings.Cut(mediaType, "/")
+	// The most specific matching range decides (RFC 9110 §12.5.1): the
+	// type itself, then type/*, then */*; a quality of 0 refuses.
+	best, ok := 0, false
 	for _, v := range r.Header.Values("Accept") {
-		for _, part := range strings.Split(v, ",") {
-			mt, _, _ := strings.Cut(part, ";")
+		for part := range strings.SplitSeq(v, ",") {
+			mt, params, _ := strings.Cut(part, ";")
 			mt = strings.ToLower(strings.TrimSpace(mt))
-			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
-				return true
+			rank := 0
+			switch mt {
+			case mediaType:
+				rank = 3
+			case major + "/*":
+				rank = 2
+			case "*/*":
+				rank = 1
 			}
+			if rank > best {
+				best, ok = rank, !refused(params)
+			}
+		}
+	}
+	return ok
+}
+
+// refused reports whether an Accept entry's parameters give it the quality
+// 0, which marks its media type as not acceptable (RFC 9110 §12.4.2).
+func refused(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && q == 0
 		}
 	}
 	return false

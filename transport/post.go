@@ -105,15 +105,18 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			h.registryError(err, token).write(w, h.logger)
 			return
 		}
+		negotiated := live.State().ProtocolVersion
 		if version == "" {
 			// No header: the version negotiated at initialize applies (MCP
 			// 2025-11-25, "Protocol Version Header").
-			version = live.State().ProtocolVersion
-			if batch && version >= V20250618 {
-				refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
-					"JSON-RPC batches are not allowed under protocol version "+version+", which this session negotiated").write(w, h.logger)
-				return
-			}
+			version = negotiated
+		}
+		// A session that negotiated 2025-06-18 or later takes no batch,
+		// whatever older version a request's header claims.
+		if batch && negotiated >= V20250618 {
+			refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
+				"JSON-RPC batches are not allowed under protocol version "+negotiated+", which this session negotiated").write(w, h.logger)
+			return
 		}
 	}
 	req := engine.Request{Header: r.Header, TokenInfo: auth.TokenInfoFromContext(ctx)}

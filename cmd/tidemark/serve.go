@@ -282,14 +282,17 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	logger.Info("shutting down", "reason", "signal", "grace", c.shutdownGrace)
 	stopAnnouncing()
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
-	defer cancel()
-	// Calls in flight finish within the grace (new calls get 503), then
-	// streams get a final retry field and close.
+	// Calls in flight finish within the grace (new calls get 503). Then
+	// streams get a final retry field and close, with a time of their own:
+	// a drain that used up the grace must not cut them without it.
+	dctx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownGrace)
+	defer cancelDrain()
 	if n := h.Registry().CallsInFlight(); n > 0 {
 		logger.Info("draining", "reason", "shutdown", "calls", n)
 	}
-	h.Drain(sctx)
+	h.Drain(dctx)
+	sctx, cancel := context.WithTimeout(context.Background(), streamCloseTime)
+	defer cancel()
 	h.Shutdown(sctx)
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("shutdown incomplete", "error", err)
@@ -299,6 +302,10 @@ func serve(args []string, stderr io.Writer) int {
 	logger.Info("stopped")
 	return 0
 }
+
+// streamCloseTime bounds the end of shutdown after the drain: sending every
+// stream its final retry field and waiting for the handlers to return.
+const streamCloseTime = 5 * time.Second
 
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}

@@ -84,3 +84,57 @@ func TestSIGTERMLetsCallsFinish(t *testing.T) {
 		t.Fatalf("echo after the restart ended with %+v", evs[len(evs)-1])
 	}
 }
+
+// TestSIGTERMGraceRunsOut: when a call outlasts --shutdown-grace, its
+// stream and the standalone GET stream still end with a final retry field
+// and a complete response before the process exits 0 (regression: the
+// drain used up the one shutdown deadline, and the streams were cut without
+// either).
+func TestSIGTERMGraceRunsOut(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--shutdown-grace", "500ms")
+	url := testenv.ServeURL(t, p)
+	sess, err := (&mcptest.Client{URL: url}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, err := sess.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer get.Close()
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 20, "delay_ms": 250}, "cd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Until(func(ev mcptest.Event) bool { return !ev.IsPriming() }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*mcptest.Stream{"call": st, "GET": get} {
+		evs, err := s.Collect()
+		if err != nil {
+			t.Fatalf("%s stream after SIGTERM: %v, want a complete response", name, err)
+		}
+		if len(evs) == 0 || evs[len(evs)-1].Retry <= 0 {
+			t.Fatalf("%s stream ended with %+v, want a final event with a retry field", name, evs)
+		}
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("tidemark did not exit within 10s of SIGTERM")
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("exit %v after SIGTERM, want about the 500ms grace", d)
+	}
+}
