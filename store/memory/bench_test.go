@@ -11,19 +11,30 @@ import (
 	"github.com/tidemark-mcp/tidemark/store/memory"
 )
 
-var progressData = []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":100}}`)
+const progressData = `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":100}}`
+
+// filled returns a memory store whose session "s" (generation 1) holds n
+// progress events on stream 1, and the one-event batch it appended.
+func filled(b *testing.B, n int) (*memory.Store, []store.Event) {
+	b.Helper()
+	ctx := context.Background()
+	st := memory.New(memory.Options{})
+	st.Create(ctx, store.Record{Token: "s", Generation: 1})
+	ev := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: []byte(progressData)}}
+	for range n {
+		if _, err := st.Append(ctx, "s", 1, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return st, ev
+}
 
 // BenchmarkAppendTrim appends one event at a time to a session held at
 // 10,000 events by trimming one per append, the steady state of a busy
 // session at its retention limit.
 func BenchmarkAppendTrim(b *testing.B) {
 	ctx := context.Background()
-	st := memory.New(memory.Options{})
-	st.Create(ctx, store.Record{Token: "s", Generation: 1})
-	ev := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: progressData}}
-	for range 10000 {
-		st.Append(ctx, "s", 1, ev)
-	}
+	st, ev := filled(b, 10000)
 	b.ReportAllocs()
 	for b.Loop() {
 		bd, err := st.Append(ctx, "s", 1, ev)
@@ -41,7 +52,7 @@ func BenchmarkAppendTrim(b *testing.B) {
 func BenchmarkAppendGrow(b *testing.B) {
 	ctx := context.Background()
 	st := memory.New(memory.Options{})
-	ev := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: progressData}}
+	ev := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: []byte(progressData)}}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -61,12 +72,7 @@ func BenchmarkAppendGrow(b *testing.B) {
 // replay asks for at once.
 func BenchmarkRead256(b *testing.B) {
 	ctx := context.Background()
-	st := memory.New(memory.Options{})
-	st.Create(ctx, store.Record{Token: "s", Generation: 1})
-	ev := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: progressData}}
-	for range 10000 {
-		st.Append(ctx, "s", 1, ev)
-	}
+	st, _ := filled(b, 10000)
 	b.ReportAllocs()
 	after := uint64(0)
 	for b.Loop() {
