@@ -156,10 +156,19 @@ const drainPoll = 20 * time.Millisecond
 // notifications, the client's responses (an elicitation answer a call is
 // waiting for) and GET streams are still served; Drain then waits until no
 // call is in flight on any session this process holds, so the calls
-// running finish and their answers reach their streams. It returns nil
-// then, or ctx's error when ctx ends first. Call Shutdown after it.
+// running finish and their answers reach their streams. It logs one line,
+// "draining" with the number of calls, once new calls are refused. It
+// returns nil when no call is left, or ctx's error when ctx ends first.
+// Call Shutdown after it.
 func (h *Handler) Drain(ctx context.Context) error {
-	h.drainOnce.Do(func() { close(h.draining) })
+	h.drainOnce.Do(func() {
+		close(h.draining)
+		// Logged once new calls are refused: a line a supervisor (or a
+		// test) can wait for.
+		if n := h.reg.CallsInFlight(); n > 0 {
+			h.logger.Info("draining", "reason", "shutdown", "calls", n)
+		}
+	})
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for {

@@ -287,9 +287,6 @@ func serve(args []string, stderr io.Writer) int {
 	// a drain that used up the grace must not cut them without it.
 	dctx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownGrace)
 	defer cancelDrain()
-	if n := h.Registry().CallsInFlight(); n > 0 {
-		logger.Info("draining", "reason", "shutdown", "calls", n)
-	}
 	h.Drain(dctx)
 	sctx, cancel := context.WithTimeout(context.Background(), streamCloseTime)
 	defer cancel()
