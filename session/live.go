@@ -313,11 +313,12 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 // ReleaseCalls forgets the calls of stream that OpenStream registered but
 // that were never delivered to the engine (Deliver failed, or was not
 // reached), so their ids can be sent again and the stream's end falls on
-// its last delivered call. Calls that are not in flight on stream are
-// ignored.
-func (l *Live) ReleaseCalls(stream uint64, calls []*jsonrpc.Request) {
+// its last delivered call; when every call of the stream is answered or
+// released, an id-only event marked End closes it. Calls that are not in
+// flight on stream are ignored.
+func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc.Request) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	ended := false
 	for _, c := range calls {
 		if cl, ok := l.calls[c.ID]; !ok || cl.stream != stream {
 			continue
@@ -327,10 +328,20 @@ func (l *Live) ReleaseCalls(stream uint64, calls []*jsonrpc.Request) {
 			s.pending--
 			if s.pending <= 0 {
 				delete(l.streams, stream)
+				ended = true
 			}
 		}
 	}
 	l.releaseMapsLocked()
+	l.mu.Unlock()
+	if ended {
+		// The delivered calls, if any, are answered already, without an
+		// end: an id-only event ends the stream for a reader that resumes
+		// it (errors are ignored: the append fails only if the session is
+		// gone, and then so is the stream).
+		ev := store.Event{Stream: stream, Kind: store.KindPriming, End: true}
+		l.append(context.WithoutCancel(ctx), &ev)
+	}
 }
 
 // releaseMapsLocked lets go of the tables of calls and streams in flight

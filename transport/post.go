@@ -179,7 +179,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 					undelivered = append(undelivered, r)
 				}
 			}
-			live.ReleaseCalls(streamID, undelivered)
+			live.ReleaseCalls(ctx, streamID, undelivered)
 			if initialize != nil {
 				// A session whose initialize never reached the server never began.
 				h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)

@@ -99,6 +99,10 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	b := sw.buf[:0]
 	for i := range evs {
 		if sw.unprimed && evs[i].Kind == store.KindPriming {
+			if evs[i].End { // a stream's end marker (Live.ReleaseCalls)
+				over = true
+				break
+			}
 			continue
 		}
 		b = sw.appendEvent(b, &evs[i])
