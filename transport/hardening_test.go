@@ -197,9 +197,14 @@ func TestMessageLargerThanRetention(t *testing.T) {
 	if got := toolText(t, r); got != text {
 		t.Fatalf("echo returned %d bytes, want %d", len(got), len(text))
 	}
-	b := st.bounds(t, s.Token)
-	if b.Events != 1 || b.Floor != b.HWM {
-		t.Fatalf("log bounds %+v, want only the newest event retained", b)
+	// Retention runs right after the append that woke the reader: wait
+	// for it rather than race it.
+	deadline := time.Now().Add(5 * time.Second)
+	for b := st.bounds(t, s.Token); b.Events != 1 || b.Floor != b.HWM; b = st.bounds(t, s.Token) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log bounds %+v, want only the newest event retained", b)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
