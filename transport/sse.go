@@ -42,6 +42,7 @@ type sseWriter struct {
 
 	mu        sync.Mutex
 	buf       []byte
+	final     bool         // the final frame is written: nothing may follow it
 	lastWrite atomic.Int64 // unix nanoseconds
 }
 
@@ -96,6 +97,9 @@ func appendRetry(b []byte, d time.Duration) []byte {
 func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
+	if sw.final {
+		return true, nil
+	}
 	b := sw.buf[:0]
 	for i := range evs {
 		if sw.unprimed && evs[i].Kind == store.KindPriming {
@@ -118,10 +122,28 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	return false, sw.flushLocked(b)
 }
 
-// writeRaw writes pre-rendered frames and flushes.
+// writeRaw writes pre-rendered frames and flushes, unless the final frame
+// is written already.
 func (sw *sseWriter) writeRaw(b []byte) error {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
+	if sw.final {
+		return nil
+	}
+	return sw.flushLocked(b)
+}
+
+// writeFinal writes the stream's last frame (the shutdown notice) and
+// flushes it; every later write is dropped, so no event can follow the
+// notice that tells the client to reconnect (regression: a progress event
+// the reader had in hand was written after it).
+func (sw *sseWriter) writeFinal(b []byte) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.final {
+		return nil
+	}
+	sw.final = true
 	return sw.flushLocked(b)
 }
 
@@ -290,7 +312,7 @@ func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw
 				b = appendRetry(b, h.opts.Retry)
 				b = append(b, '\n')
 			}
-			sw.writeRaw(b)
+			sw.writeFinal(b)
 			cancel()
 			return
 		case <-tick:

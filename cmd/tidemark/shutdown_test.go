@@ -105,7 +105,7 @@ func TestSIGTERMGraceRunsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer get.Close()
-	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 20, "delay_ms": 250}, "cd"))
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 400, "delay_ms": 5}, "cd"))
 	if err != nil {
 		t.Fatal(err)
 	}
