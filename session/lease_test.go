@@ -132,15 +132,12 @@ func TestLeaseRemoteUntilLapsed(t *testing.T) {
 	regB, logsB := rs.registry(t, "b", 10*time.Second)
 	t0 := rs.clk.Now()
 
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	tok := la.Token()
 	if rec := rs.record(t, tok); rec.Owner != "a" || !rec.LeaseUntil.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("created record: owner %q lease %v, want a until t0+10s", rec.Owner, rec.LeaseUntil)
 	}
-	_, err = regB.Get(ctx, tok, "")
+	_, err := regB.Get(ctx, tok, "")
 	wantRemote(t, err, "a", 1, t0.Add(10*time.Second))
 
 	rs.clk.Advance(5 * time.Second)
@@ -184,10 +181,7 @@ func TestLeaseLapsedLocally(t *testing.T) {
 	rs := newReplicas()
 	regA, logsA := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	tok := la.Token()
 
 	rs.clk.Advance(11 * time.Second)
@@ -217,10 +211,7 @@ func TestLeaseWithoutExpiry(t *testing.T) {
 	rs := newReplicas()
 	old, _ := rs.registry(t, "old", 0)
 	regA, _ := rs.registry(t, "a", 10*time.Second)
-	l, err := old.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustCreate(t, old)
 	if rec := rs.record(t, l.Token()); !rec.LeaseUntil.IsZero() {
 		t.Fatalf("Lease 0 wrote lease %v, want none", rec.LeaseUntil)
 	}
@@ -237,10 +228,7 @@ func TestLeaseSessionEnded(t *testing.T) {
 	rs := newReplicas()
 	regA, logsA := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	if err := regB.End(ctx, la.Token(), store.EndDeleted); err != nil {
 		t.Fatal(err)
 	}
@@ -256,15 +244,12 @@ func TestLeaseFencedAppend(t *testing.T) {
 	rs := newReplicas()
 	regA, logsA := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	rs.clk.Advance(11 * time.Second)
 	if _, err := regB.Get(ctx, la.Token(), ""); err != nil {
 		t.Fatal(err)
 	}
-	_, err = la.OpenStream(ctx, []*jsonrpc.Request{request(t, 5, "ping", nil)}, false, 0)
+	_, err := la.OpenStream(ctx, []*jsonrpc.Request{request(t, 5, "ping", nil)}, false, 0)
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || fe.Have != 1 || fe.Want != 2 {
 		t.Fatalf("append of the old generation: %v, want fenced gen 1 by gen 2", err)
@@ -280,10 +265,7 @@ func TestLeaseClaimRace(t *testing.T) {
 	rs := newReplicas()
 	regA, _ := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	rs.clk.Advance(11 * time.Second)
 	until := rs.clk.Now().Add(10 * time.Second)
 	race := func(token string, from uint64) {
@@ -292,7 +274,7 @@ func TestLeaseClaimRace(t *testing.T) {
 		}
 	}
 	rs.st.race.Store(&race)
-	_, err = regB.Get(ctx, la.Token(), "")
+	_, err := regB.Get(ctx, la.Token(), "")
 	wantRemote(t, err, "c", 2, until)
 }
 
@@ -303,12 +285,9 @@ func TestLeaseUnavailableSend(t *testing.T) {
 	ctx := context.Background()
 	rs := newReplicas()
 	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	rs.st.failing.Store(true)
-	err = la.Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
+	err := la.Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Send with the store down: %v, want ErrUnavailable", err)
 	}
@@ -328,10 +307,7 @@ func TestLeaseReleasedOnClose(t *testing.T) {
 	rs := newReplicas()
 	regA, _ := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la, err := regA.Create(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustCreate(t, regA)
 	regA.Close()
 	if rec := rs.record(t, la.Token()); !rec.LeaseUntil.Equal(rs.clk.Now()) {
 		t.Fatalf("lease after Close: %v, want now (%v)", rec.LeaseUntil, rs.clk.Now())
@@ -364,4 +340,14 @@ func TestLeaseRunRenews(t *testing.T) {
 	if left := time.Until(rec.LeaseUntil); left < 150*time.Millisecond {
 		t.Fatalf("lease has %v left after two lease lengths of Run, want renewals every 50ms to keep it above 150ms", left)
 	}
+}
+
+// mustCreate creates a session on reg, failing the test if it cannot.
+func mustCreate(t *testing.T, reg *session.Registry) *session.Live {
+	t.Helper()
+	l, err := reg.Create(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

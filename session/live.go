@@ -577,6 +577,14 @@ func (l *Live) InitializeFailed() bool {
 	return l.initFailed
 }
 
+// ProtocolVersion returns the protocol version the session negotiated at
+// initialize ("" before it), without copying the rest of the state.
+func (l *Live) ProtocolVersion() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state.ProtocolVersion
+}
+
 // Initialized reports whether initialize succeeded on this session.
 func (l *Live) Initialized() bool {
 	l.mu.Lock()

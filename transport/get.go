@@ -60,7 +60,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		return
 	}
 	if version == "" && live != nil {
-		version = live.State().ProtocolVersion
+		version = live.ProtocolVersion()
 	}
 	primed := version >= V20251125
 

@@ -105,7 +105,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			h.registryError(err, token).write(w, h.logger)
 			return
 		}
-		negotiated := live.State().ProtocolVersion
+		negotiated := live.ProtocolVersion()
 		if version == "" {
 			// No header: the version negotiated at initialize applies (MCP
 			// 2025-11-25, "Protocol Version Header").

@@ -323,6 +323,30 @@ func withReason(r string) string {
 	return " " + r
 }
 
+// callToEnd calls the configured tool on s with progress token token and
+// reads its stream up to the response. status is the POST's HTTP status
+// (0 when none arrived).
+func (e *env) callToEnd(ctx context.Context, s *session, token string) (evs []event, status int, err error) {
+	req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, token)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := s.call(ctx, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("POST: %w", err)
+	}
+	evs, err = readToResponse(ctx, st, req.ID)
+	return evs, st.status, err
+}
+
+// nonZero returns []int{status}, or nil for 0.
+func nonZero(status int) []int {
+	if status == 0 {
+		return nil
+	}
+	return []int{status}
+}
+
 func checkDeletedSession(ctx context.Context, e *env) Result {
 	if r, ok := e.noSession(); ok {
 		return r
@@ -334,17 +358,9 @@ func checkDeletedSession(ctx context.Context, e *env) Result {
 	if err != nil {
 		return failed(nil, err, "initialize")
 	}
-	req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, "probe-deleted")
+	evs, status, err := e.callToEnd(ctx, s, "probe-deleted")
 	if err != nil {
-		return failed(nil, err, "tools/call")
-	}
-	st, err := s.call(ctx, req)
-	if err != nil {
-		return failed(nil, err, "POST tools/call")
-	}
-	evs, err := readToResponse(ctx, st, req.ID)
-	if err != nil {
-		return failed([]int{st.status}, err, "tools/call")
+		return failed(nonZero(status), err, "tools/call")
 	}
 	cursor := ""
 	if ms := messagesOf(evs); len(ms) > 0 {
@@ -479,15 +495,7 @@ func checkCompacted(ctx context.Context, e *env) Result {
 		mu       sync.Mutex
 	)
 	runCall := func(i int) error {
-		req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, fmt.Sprintf("probe-compacted-%d", i))
-		if err != nil {
-			return err
-		}
-		st, err := s.call(ctx, req)
-		if err != nil {
-			return err
-		}
-		evs, err := readToResponse(ctx, st, req.ID)
+		evs, _, err := e.callToEnd(ctx, s, fmt.Sprintf("probe-compacted-%d", i))
 		if err != nil {
 			return err
 		}
