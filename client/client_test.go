@@ -202,7 +202,7 @@ func TestResumeAfterCut(t *testing.T) {
 		events int
 		cut    int
 	)
-	p, err := faultproxy.New(strings.TrimPrefix(srv.url, "http://"), func(conn int, chunk []byte) faultproxy.Decision {
+	p := proxyTo(t, strings.TrimPrefix(srv.url, "http://"), func(conn int, chunk []byte) faultproxy.Decision {
 		mu.Lock()
 		defer mu.Unlock()
 		if !armed || cut > 0 {
@@ -220,10 +220,6 @@ func TestResumeAfterCut(t *testing.T) {
 		}
 		return faultproxy.Decision{Forward: len(chunk)}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	rec := newRecorder()
 	cs := connect(t, "http://"+p.Addr(), rec, func(tr *client.Transport) {
 		tr.DisableStandaloneStream = true
@@ -360,7 +356,7 @@ func TestNoCursorFailsCall(t *testing.T) {
 	srv := startServer(t, 20*time.Millisecond)
 	var mu sync.Mutex
 	cutNext := false
-	p, err := faultproxy.New(strings.TrimPrefix(srv.url, "http://"), func(conn int, chunk []byte) faultproxy.Decision {
+	p := proxyTo(t, strings.TrimPrefix(srv.url, "http://"), func(conn int, chunk []byte) faultproxy.Decision {
 		mu.Lock()
 		defer mu.Unlock()
 		// Cut the call's SSE answer before its first byte reaches the
@@ -371,10 +367,6 @@ func TestNoCursorFailsCall(t *testing.T) {
 		}
 		return faultproxy.Decision{Forward: len(chunk)}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	rec := newRecorder()
 	cs := connect(t, "http://"+p.Addr(), rec, func(tr *client.Transport) {
 		tr.DisableStandaloneStream = true
@@ -383,7 +375,7 @@ func TestNoCursorFailsCall(t *testing.T) {
 	mu.Lock()
 	cutNext = true
 	mu.Unlock()
-	_, err = countdown(t.Context(), cs, "x", 3, 0)
+	_, err := countdown(t.Context(), cs, "x", 3, 0)
 	if !errors.Is(err, client.ErrStreamLost) {
 		t.Fatalf("err = %v, want ErrStreamLost", err)
 	}
@@ -393,10 +385,7 @@ func TestNoCursorFailsCall(t *testing.T) {
 // comes back; the call fails with ErrStreamLost after ResumeTimeout.
 func TestResumeTimeoutBoundsCall(t *testing.T) {
 	srv := startServer(t, 20*time.Millisecond)
-	p, err := faultproxy.New(strings.TrimPrefix(srv.url, "http://"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := proxyTo(t, strings.TrimPrefix(srv.url, "http://"), nil)
 	rec := newRecorder()
 	cs := connect(t, "http://"+p.Addr(), rec, func(tr *client.Transport) {
 		tr.ResumeTimeout = time.Second
@@ -410,6 +399,7 @@ func TestResumeTimeoutBoundsCall(t *testing.T) {
 	waitFor(t, func() bool { return len(rec.progressOf("gone")) >= 2 })
 	p.Close() // the proxy's port refuses connections from now on
 	start := time.Now()
+	var err error
 	select {
 	case err = <-errc:
 	case <-time.After(10 * time.Second):
@@ -490,4 +480,17 @@ func TestJSONResponseMode(t *testing.T) {
 		t.Errorf("progress = %v, want %v", got, steps(5))
 	}
 	cs.Close()
+}
+
+// proxyTo starts a fault-injecting loopback proxy to hostport whose filter
+// decides the fate of each chunk the server sends (nil: forward all); it
+// is closed when the test ends.
+func proxyTo(t *testing.T, hostport string, filter faultproxy.Filter) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(hostport, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

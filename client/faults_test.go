@@ -171,11 +171,7 @@ func TestThousandCallsThroughCuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := newCutter(1, 0.5, 5000)
-	p, err := faultproxy.New(u.Host, cut.filter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := proxyTo(t, u.Host, cut.filter)
 
 	rec := newRecorder()
 	cs := connect(t, "http://"+p.Addr()+u.Path, rec, func(tr *client.Transport) {
@@ -268,11 +264,7 @@ func TestCallsAcrossRestarts(t *testing.T) {
 				t.Fatal(err)
 			}
 			cut := newCutter(2, 0.3, 5000)
-			p, err := faultproxy.New(u.Host, cut.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := proxyTo(t, u.Host, cut.filter)
 			rec := newRecorder()
 			cs := connect(t, "http://"+p.Addr()+u.Path, rec, func(tr *client.Transport) {
 				tr.HTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
