@@ -41,20 +41,30 @@ func (e *env) noSession() (Result, bool) {
 		Observed: "initialize answered without Mcp-Session-Id: the server keeps no sessions"}, true
 }
 
+// startCall opens a session and starts the configured tool call on it
+// with progress token token.
+func (e *env) startCall(ctx context.Context, token string) (*session, *jsonrpc.Request, *stream, error) {
+	s, err := e.p.initialize(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, token)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := s.call(ctx, req)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return s, req, st, nil
+}
+
 // cutCall opens a session, starts the tool call (progress token token)
 // and reads half the baseline's messages (at least the first event), then
 // cuts the connection. It returns the session, the request, the events
 // read and the POST's status.
 func (e *env) cutCall(ctx context.Context, token string) (*session, *jsonrpc.Request, []event, []int, error) {
-	s, err := e.p.initialize(ctx)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("initialize: %w", err)
-	}
-	req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, token)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	st, err := s.call(ctx, req)
+	s, req, st, err := e.startCall(ctx, token)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -665,15 +675,7 @@ func shared(conns []*conn) int {
 // startForReaders opens a session, starts the call and reads half the
 // baseline's messages, leaving the connection open.
 func (e *env) startForReaders(ctx context.Context, token string) (*session, *jsonrpc.Request, *stream, []event, error) {
-	s, err := e.p.initialize(ctx)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("initialize: %w", err)
-	}
-	req, err := e.p.callRequest(e.cfg.Tool, e.cfg.Args, token)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	st, err := s.call(ctx, req)
+	s, req, st, err := e.startCall(ctx, token)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
