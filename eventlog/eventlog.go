@@ -231,9 +231,6 @@ func (l *Log) enforceBudget(ctx context.Context) {
 	defer l.budgetMu.Unlock()
 	var spared map[string]struct{} // sessions down to their newest event
 	for range 64 {
-		if spared == nil {
-			spared = make(map[string]struct{})
-		}
 		if l.total.Load() <= l.opts.Budget {
 			return
 		}
@@ -262,6 +259,9 @@ func (l *Log) enforceBudget(ctx context.Context) {
 		floor := min(b.Floor+uint64(max(1, b.Events/2)), b.HWM)
 		if floor <= b.Floor {
 			// Only the newest event is left: it stays.
+			if spared == nil {
+				spared = make(map[string]struct{})
+			}
 			spared[victim] = struct{}{}
 			l.account(victim, b)
 			continue

@@ -295,23 +295,19 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 		var id jsonrpc.ID
 		switch m := m.(type) {
 		case *jsonrpc.Request:
+			if m.Method == "" {
+				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a request must have a method")
+			}
 			id = m.ID
 		case *jsonrpc.Response:
+			if !m.ID.IsValid() || (m.Result == nil && m.Error == nil) {
+				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a response must have an id and a result or an error")
+			}
 			id = m.ID
 		}
 		if !idSurvived(raw, id) {
 			if err := checkID(raw); err != nil {
 				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, err.Error())
-			}
-		}
-		switch m := m.(type) {
-		case *jsonrpc.Request:
-			if m.Method == "" {
-				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a request must have a method")
-			}
-		case *jsonrpc.Response:
-			if !m.ID.IsValid() || (m.Result == nil && m.Error == nil) {
-				return nil, false, refuse(http.StatusBadRequest, ReasonInvalidRequest, "a response must have an id and a result or an error")
 			}
 		}
 		msgs = append(msgs, m)
