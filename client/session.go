@@ -25,28 +25,34 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	if s == nil {
 		return
 	}
+	// The calls are taken inside the Once and s.lost closes only after
+	// them: a stream that sees s.lost, or that reports the refusal second
+	// (sync.Once makes it wait), finds its call already failed here, so the
+	// report counts every call (regression:
+	// TestLoseSessionTakesCallsBeforeLostCloses).
 	first := false
+	var victims []*call
+	canRenew := false
 	s.lostOnce.Do(func() {
 		first = true
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if s.stopStandalone != nil {
+			s.stopStandalone()
+		}
+		for id, cl := range c.calls {
+			if cl.sess == s {
+				delete(c.calls, id)
+				victims = append(victims, cl)
+			}
+		}
+		canRenew = c.initialized && c.initParams != nil
 		s.lostStatus, s.lostReason = status, reason
 		close(s.lost)
 	})
 	if !first {
 		return
 	}
-	c.mu.Lock()
-	if s.stopStandalone != nil {
-		s.stopStandalone()
-	}
-	var victims []*call
-	for id, cl := range c.calls {
-		if cl.sess == s {
-			delete(c.calls, id)
-			victims = append(victims, cl)
-		}
-	}
-	canRenew := c.initialized && c.initParams != nil
-	c.mu.Unlock()
 
 	for _, cl := range victims {
 		cl.cancel()
