@@ -410,8 +410,10 @@ func TestResumeTimeoutBoundsCall(t *testing.T) {
 		t.Fatalf("err = %v, want ErrStreamLost", err)
 	}
 	// ResumeTimeout (1s) bounds the wait; the last delay is clipped to it.
-	if took < time.Second || took > 1500*time.Millisecond {
-		t.Errorf("call failed %v after the break, want between 1s and 1.5s", took)
+	// The upper bound leaves room for a loaded CI machine and still tells
+	// the bound from the 30 s default.
+	if took < time.Second || took > 3*time.Second {
+		t.Errorf("call failed %v after the break, want between 1s and 3s", took)
 	}
 }
 

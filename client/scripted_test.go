@@ -140,7 +140,9 @@ func TestRepeatedEventsDroppedAndRetryHonoured(t *testing.T) {
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	rec := newRecorder()
-	cs := connect(t, srv.URL, rec, nil)
+	// A default backoff far above the server's retry: a transport that
+	// ignored retry would wait at least 5 s.
+	cs := connect(t, srv.URL, rec, func(tr *client.Transport) { tr.InitialBackoff = 5 * time.Second })
 	params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
 	params.SetProgressToken("tok")
 	res, err := cs.CallTool(t.Context(), params)
@@ -160,8 +162,8 @@ func TestRepeatedEventsDroppedAndRetryHonoured(t *testing.T) {
 		t.Errorf("Last-Event-ID = %q, want a3", cursor)
 	}
 	// The delay is retry plus up to half of it in jitter.
-	if wait < 300*time.Millisecond || wait > 600*time.Millisecond {
-		t.Errorf("resumed %v after the stream closed, want 300ms to 450ms (+ scheduling)", wait)
+	if wait < 300*time.Millisecond || wait > 2*time.Second {
+		t.Errorf("resumed %v after the stream closed, want 300ms to 450ms (+ scheduling, at most 2s)", wait)
 	}
 	var dups []string
 	rec.mu.Lock()
