@@ -34,7 +34,9 @@ type Options struct {
 	// MaxBytes is the most bytes (store.Event.Size) retained per session.
 	// Default 8 MiB.
 	MaxBytes int64
-	// MaxAge is how long an event is retained. Default 1 hour.
+	// MaxAge is how long an event is retained, except a session's newest
+	// event, which is kept whatever its age (a caught-up client cites it).
+	// Default 1 hour.
 	MaxAge time.Duration
 	// Budget is the most bytes retained across all sessions this process
 	// appended to; over it, the session holding the oldest event loses half
@@ -76,6 +78,7 @@ type usage struct {
 	mu     sync.Mutex
 	gone   bool // Forget removed it from Log.usage: account through a new one
 	bytes  int64
+	events int // events retained; a session down to 1 has nothing to age
 	oldest time.Time
 }
 
@@ -131,7 +134,7 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 		floor = b.HWM - uint64(l.opts.MaxEvents) + 1
 	}
 	overBytes := l.opts.MaxBytes > 0 && b.Bytes > l.opts.MaxBytes
-	tooOld := l.opts.MaxAge > 0 && !b.Oldest.IsZero() && now.Sub(b.Oldest) > l.opts.MaxAge
+	tooOld := l.opts.MaxAge > 0 && b.Events > 1 && !b.Oldest.IsZero() && now.Sub(b.Oldest) > l.opts.MaxAge
 	if overBytes || tooOld {
 		floor = max(floor, l.cutPoint(ctx, token, b, now))
 	}
@@ -148,10 +151,14 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 // cutPoint walks the log from the floor and returns the lowest sequence that
 // can stay under the byte and age limits. Over the byte limit it trims down
 // to 15/16 of it, so that a session at its limit trims once every several
-// appends instead of on each one. The byte limit never removes the newest
-// event: a single message larger than MaxBytes must still reach the reader
-// waiting for it (a response trimmed on arrival would leave its call
-// unanswered); only age removes it.
+// appends instead of on each one. No limit removes the newest event: a
+// single message larger than MaxBytes must still reach the reader waiting
+// for it (a response trimmed on arrival would leave its call unanswered),
+// and a client that has seen everything cites the newest event's cursor,
+// which must stay answerable (200, nothing to replay) however long the
+// session was quiet. Regression: a call silent for longer than MaxAge, or a
+// GET stream whose priming event was the newest, answered a caught-up
+// client 409 cursor_compacted (TestAgeKeepsTheNewestEvent).
 func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now time.Time) uint64 {
 	excess := int64(0)
 	if l.opts.MaxBytes > 0 && b.Bytes > l.opts.MaxBytes {
@@ -174,7 +181,7 @@ func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now ti
 			return after + 1
 		}
 		for _, e := range evs {
-			if (excess <= 0 || e.Seq == b.HWM) && !e.Time.Before(cutoff) {
+			if e.Seq == b.HWM || (excess <= 0 && !e.Time.Before(cutoff)) {
 				return e.Seq
 			}
 			excess -= e.Size()
@@ -197,7 +204,7 @@ func (l *Log) account(token string, b store.Bounds) {
 			continue // forgotten meanwhile: its bytes left the total with it
 		}
 		l.total.Add(b.Bytes - u.bytes)
-		u.bytes, u.oldest = b.Bytes, b.Oldest
+		u.bytes, u.events, u.oldest = b.Bytes, b.Events, b.Oldest
 		u.mu.Unlock()
 		return
 	}
@@ -285,7 +292,8 @@ func (l *Log) Sweep(ctx context.Context) {
 	l.usage.Range(func(k, v any) bool {
 		u := v.(*usage)
 		u.mu.Lock()
-		if !u.oldest.IsZero() && u.oldest.Before(cutoff) {
+		// A session down to its newest event keeps it (see cutPoint).
+		if u.events > 1 && !u.oldest.IsZero() && u.oldest.Before(cutoff) {
 			old = append(old, k.(string))
 		}
 		u.mu.Unlock()

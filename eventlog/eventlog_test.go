@@ -199,10 +199,39 @@ func TestRetentionByAge(t *testing.T) {
 	if fmt.Sprint(datas(got)) != "[2:mid 3:new]" || b.Floor != 2 {
 		t.Fatalf("after aging: %v floor %d, want [2:mid 3:new] floor 2", datas(got), b.Floor)
 	}
-	// A session with no new appends is aged by Sweep.
+	// A session with no new appends is aged by Sweep, but never below its
+	// newest event, here its only one (75 s old).
 	log.Sweep(ctx)
-	if b, _ := st.Bounds(ctx, "quiet"); b.Floor != 2 || b.Events != 0 {
-		t.Fatalf("quiet session after Sweep = %+v, want floor 2, nothing retained", b)
+	if got, b, _ := st.Read(ctx, "quiet", 0, 10); fmt.Sprint(datas(got)) != "[1:old]" || b.Floor != 1 || b.HWM != 1 {
+		t.Fatalf("quiet session after Sweep = %v %+v, want [1:old] floor 1 HWM 1", datas(got), b)
+	}
+}
+
+// TestAgeKeepsTheNewestEvent: age never removes a session's newest event, so
+// a client that has seen everything can still cite it. The failing input
+// (found by a tester): --retention-age 2s, a countdown whose priming event
+// was the newest, a resume 3 s later with that cursor answered 409
+// cursor_compacted (floor 4 above the cursor 3 = HWM) although nothing was
+// missed.
+func TestAgeKeepsTheNewestEvent(t *testing.T) {
+	ctx := context.Background()
+	st, log, clk := setup(t, eventlog.Options{MaxAge: 2 * time.Second}, "s")
+	for _, d := range []string{"init", "initialized", "priming"} {
+		log.Append(ctx, "s", 1, msg(1, d))
+	}
+	clk.Advance(3 * time.Second)
+	log.Sweep(ctx)
+	got, b, _ := st.Read(ctx, "s", 0, 10)
+	if fmt.Sprint(datas(got)) != "[3:priming]" || b.Floor != 3 || b.HWM != 3 {
+		// floor ≤ 3 ≤ HWM: the replay decision accepts the cursor (200).
+		t.Fatalf("after Sweep: %v %+v, want [3:priming] floor 3 HWM 3", datas(got), b)
+	}
+	// An append later ages the old event out on arrival; the new one stays.
+	clk.Advance(10 * time.Second)
+	log.Append(ctx, "s", 1, msg(1, "progress"))
+	got, b, _ = st.Read(ctx, "s", 0, 10)
+	if fmt.Sprint(datas(got)) != "[4:progress]" || b.Floor != 4 {
+		t.Fatalf("after a new append: %v %+v, want [4:progress] floor 4", datas(got), b)
 	}
 }
 

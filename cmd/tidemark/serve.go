@@ -62,7 +62,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.jsonResponse, "json-response", false, "answer POSTs with one application/json body instead of an SSE stream")
 	fs.IntVar(&c.retentionEvents, "retention-events", eventlog.DefaultMaxEvents, "most events retained per session (events; -1: no limit)")
 	fs.Int64Var(&c.retentionBytes, "retention-bytes", eventlog.DefaultMaxBytes, "most bytes retained per session (bytes; -1: no limit)")
-	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained (duration; -1s: no limit)")
+	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained, except each session's newest (duration; -1s: no limit)")
 	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes retained across all sessions of this process (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
 	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
