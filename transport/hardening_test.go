@@ -469,6 +469,31 @@ func TestDrainLetsCallsFinish(t *testing.T) {
 	}
 }
 
+// TestContentLengthOverLimitRefusedAtOnce: a Content-Length above the body
+// limit is refused with 413 from the headers alone. The failing input (a
+// tester's): Content-Length 99999999999 and no body got no answer until the
+// body timeout (30 s), holding the connection.
+func TestContentLengthOverLimitRefusedAtOnce(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	before := st.bounds(t, s.Token)
+	// No body follows and the client's side stays open: only the headers
+	// can decide. rawPost gives up after 10 s, well before the 30 s default.
+	resp, err := rawPost(t, st, "Mcp-Session-Id: "+s.Token+"\r\nMcp-Protocol-Version: "+s.VersionHeader+"\r\n", 99999999999, "", false)
+	if err != nil {
+		t.Fatalf("no answer to an oversized Content-Length: %v", err)
+	}
+	se := refusalOf(t, resp, http.StatusRequestEntityTooLarge, "body_too_large")
+	if want := "request body of 99999999999 bytes (Content-Length) exceeds 4194304 bytes"; se.Body.Message != want {
+		t.Fatalf("message = %q, want %q", se.Body.Message, want)
+	}
+	if after := st.bounds(t, s.Token); after != before {
+		t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
+	}
+	stillWorks(t, ctx, s, 10)
+}
+
 // rawPost sends a POST over a raw connection to st: headers (CRLF-ended
 // lines) after the media types, a Content-Length of contentLength, and body,
 // which may be shorter; closeWrite then ends the client's side. It returns

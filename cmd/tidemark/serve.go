@@ -246,12 +246,25 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		h.Close()
 	}
-	mux := http.NewServeMux()
-	mux.Handle(c.path, h)
+	// The endpoint is matched exactly, not through http.ServeMux, whose
+	// path cleaning answers "//mcp" or "/x/../mcp" with a 307 redirect;
+	// every other path is a JSON-RPC 404 (regression in
+	// TestServeUnknownPath).
+	var root http.Handler = h
 	if c.path != "/" {
-		mux.Handle("/", transport.PathNotFound(c.path, logger))
+		notFound := transport.PathNotFound(c.path, logger)
+		root = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != c.path {
+				notFound.ServeHTTP(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// IdleTimeout closes kept-alive connections that carry no request,
+	// so idle clients cannot hold sockets without limit; streams are
+	// requests in progress and are not affected.
+	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -303,6 +316,10 @@ func serve(args []string, stderr io.Writer) int {
 // streamCloseTime bounds the end of shutdown after the drain: sending every
 // stream its final retry field and waiting for the handlers to return.
 const streamCloseTime = 5 * time.Second
+
+// idleConnTimeout is how long a kept-alive connection may wait for its next
+// request before the server closes it (http.Server.IdleTimeout).
+const idleConnTimeout = 2 * time.Minute
 
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}

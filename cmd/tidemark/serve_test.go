@@ -40,12 +40,15 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 
 // TestServeUnknownPath: a path other than --path gets 404 with a JSON-RPC
 // error body naming the endpoint (reason path_not_found), not net/http's
-// plain-text 404.
+// plain-text 404. Unclean spellings of the endpoint are other paths too
+// (regression: "//mcp" and "/x/../mcp" got http.ServeMux's 307 redirect to
+// /mcp, found by a tester).
 func TestServeUnknownPath(t *testing.T) {
 	endpoint := startTidemarkServe(t)
 	base := strings.TrimSuffix(endpoint, "/mcp")
-	for _, path := range []string{"/", "/mcp/", "/sse", "/mcp/extra"} {
-		resp, err := http.Post(base+path, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/", "/mcp/", "/sse", "/mcp/extra", "//mcp", "/x/../mcp", "/mcp/."} {
+		resp, err := noRedirect.Post(base+path, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
