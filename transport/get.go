@@ -113,7 +113,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		herr := refuse(d.Outcome.HTTPStatus(), d.Outcome.Reason(), d.Message())
 		herr.data = d.Data()
 		if live != nil {
-			live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", quote(in.LastEventID),
+			live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(in.LastEventID),
 				"status", d.Outcome.HTTPStatus())
 		}
 		herr.write(w, h.logger)

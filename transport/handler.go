@@ -392,11 +392,18 @@ func refused(params string) bool {
 
 // quote bounds and quotes a client-supplied value for an error message.
 func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(clip(s))
 	return string(b)
+}
+
+// clip shortens a client-supplied value to 64 bytes for a log attribute;
+// the log handler quotes and escapes it as its format needs (regression: a
+// cursor logged through quote came out twice quoted, cursor="\"…\"").
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // errReader fails every Read with err.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -513,4 +515,46 @@ func rawPost(t *testing.T, st *stack, headers string, contentLength int, body st
 	}
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	return http.ReadResponse(bufio.NewReader(conn), nil)
+}
+
+// lockedBuffer is a log destination shared by the handler's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRefusedResumeLogsTheCursorOnce: the "resume refused" line carries the
+// client's cursor as the log format quotes it, once. The failing input (a
+// tester's): cursor="\"3453490f-1-3-8\"", quoted by the handler and again
+// by the text handler.
+func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
+	ctx := testContext(t)
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{Logger: logger}}, nil)
+	s := st.initialize(t, ctx, "")
+	evs := countdown(t, ctx, s, 2, 2, "p")
+	last := evs[len(evs)-1].ID
+	ahead := last[:strings.LastIndexByte(last, '-')+1] + "999999"
+	resp, err := s.Resume(ctx, ahead)
+	if err == nil {
+		resp.Close()
+		t.Fatalf("resume with %s succeeded, want 400 cursor_ahead", ahead)
+	}
+	want := " reason=cursor_ahead cursor=" + ahead + " status=400\n"
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log lacks %q:\n%s", want, logs.String())
+	}
 }
