@@ -63,6 +63,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, openErr(dir, "create", err)
 	}
+	lockPath := filepath.Join(dir, "LOCK")
+	_, statErr := os.Stat(lockPath)
+	hadLock := statErr == nil
 	lock, err := pebble.LockDirectory(dir, vfs.Default)
 	if err != nil {
 		return nil, openErr(dir, "lock", err)
@@ -70,6 +73,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	s, err := open(dir, lock, opts)
 	if err != nil {
 		lock.Close()
+		// A refused directory is left as it was: the lock file this Open
+		// made goes, unless a store was laid out (regression: a foreign
+		// directory kept a stray LOCK, TestBadDirectory).
+		if _, ferr := os.Stat(filepath.Join(dir, formatFile)); !hadLock && errors.Is(ferr, fs.ErrNotExist) {
+			os.Remove(lockPath)
+		}
 		return nil, err
 	}
 	return s, nil
