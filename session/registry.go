@@ -302,6 +302,7 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			r.mu.Unlock()
 			return nil, ErrClosed
 		}
+		engineEnded := false
 		if cur := r.live[token]; cur != nil {
 			if !cur.dead() {
 				r.mu.Unlock()
@@ -310,6 +311,7 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			// The engine session died on its own: the next generation
 			// takes its place.
 			delete(r.live, token)
+			engineEnded = true
 		}
 		if wait, ok := r.starting[token]; ok {
 			r.mu.Unlock()
@@ -324,7 +326,7 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 		r.starting[token] = done
 		r.mu.Unlock()
 
-		l, err := r.recreate(ctx, token, userID)
+		l, err := r.recreate(ctx, token, userID, engineEnded)
 		r.mu.Lock()
 		delete(r.starting, token)
 		close(done)
@@ -339,7 +341,10 @@ const claimAttempts = 3
 
 // recreate loads token's record and claims a new generation of it, unless
 // another owner holds it under a lease that has not lapsed (*RemoteError).
-func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, error) {
+// engineEnded says this process saw the previous generation's engine
+// session end on its own (a gateway's subprocess exited), which the log
+// line gives as the reason.
+func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool) (*Live, error) {
 	rec, err := r.st.Get(ctx, token)
 	if err != nil {
 		return nil, r.storeErr(token, err)
@@ -382,8 +387,13 @@ func (r *Registry) recreate(ctx context.Context, token, userID string) (*Live, e
 		if err != nil {
 			return nil, err
 		}
+		// Why the previous generation is over, for the log (regression: a
+		// gateway subprocess's exit was logged as owner_gone).
 		reason := "owner_gone"
-		if prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero() {
+		switch {
+		case engineEnded:
+			reason = "engine_ended"
+		case prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero():
 			reason = "lease_expired"
 		}
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)

@@ -58,7 +58,9 @@ func newFixture(t *testing.T, opts session.Options) *fixture {
 	f.st = memory.New(memory.Options{Now: f.clk.Now})
 	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
 	opts.Now = f.clk.Now
-	opts.Logger = slog.New(slog.DiscardHandler)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	f.reg = session.New(f.st, f.log, gosdk.New(f.server), opts)
 	t.Cleanup(func() { f.reg.Close() })
 	return f
@@ -465,4 +467,22 @@ func TestMaxCallsPerSession(t *testing.T) {
 	if _, err := l.OpenStream(ctx, []*jsonrpc.Request{slow("2")}, false, 0); err != nil {
 		t.Fatalf("id 2 after the refusal: %v", err)
 	}
+}
+
+// TestDeadEngineLoggedAsEngineEnded: the re-creation that follows an engine
+// session's own end (a gateway subprocess that exited) says so in its log
+// line (regression: it was logged reason=owner_gone, the reason for a
+// previous process's session).
+func TestDeadEngineLoggedAsEngineEnded(t *testing.T) {
+	ctx := context.Background()
+	logs := &logBuffer{}
+	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	a, _ := f.reg.Create(ctx, "")
+	initialize(t, f, a)
+	killEngine(t, f, a)
+	a2, err := f.reg.Get(ctx, a.Token(), "")
+	if err != nil || a2.Generation() != 2 {
+		t.Fatalf("Get after the engine ended: %v, want generation 2", err)
+	}
+	wantLog(t, logs, `msg="session re-created" session=\S+ generation=2 previous_generation=1 previous_owner=\S+ reason=engine_ended\n`)
 }
