@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/big"
 	"regexp"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -22,7 +23,17 @@ type baseline struct {
 	// firstMsgCursor is the ID of the first message event; lastCursor the
 	// ID of the last event.
 	firstMsgCursor, lastCursor string
+	// gap is the call's time from its POST to its response divided by its
+	// messages: about the tool's delay between messages.
+	gap time.Duration
 }
+
+// minGap is the least baseline gap between messages at which the checks
+// with two readers of one stream (takeover, concurrent-resume) can judge:
+// a resume takes about a millisecond on loopback, and the messages the
+// original connection delivers in that time are legitimately in the
+// replay too, so closer messages would be counted as sent twice.
+const minGap = 2 * time.Millisecond
 
 // runBaseline opens a session and runs the tool call to its response.
 func runBaseline(ctx context.Context, p *peer, cfg Config) (*baseline, error) {
@@ -34,6 +45,7 @@ func runBaseline(ctx context.Context, p *peer, cfg Config) (*baseline, error) {
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	st, err := s.call(ctx, req)
 	if err != nil {
 		return nil, err
@@ -42,10 +54,12 @@ func runBaseline(ctx context.Context, p *peer, cfg Config) (*baseline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools/call %s: %w", cfg.Tool, err)
 	}
+	took := time.Since(start)
 	if err := usableBaseline(evs, cfg.Tool); err != nil {
 		return nil, err
 	}
-	b := &baseline{sess: s, sse: st.sse, events: evs, sigs: signatures(evs)}
+	b := &baseline{sess: s, sse: st.sse, events: evs, sigs: signatures(evs),
+		gap: took / time.Duration(max(1, len(messagesOf(evs))))}
 	for _, e := range evs {
 		if e.msg != nil && e.id != "" && b.firstMsgCursor == "" {
 			b.firstMsgCursor = e.id

@@ -29,8 +29,15 @@ const retention = 60
 
 func startTidemark(t *testing.T) string {
 	t.Helper()
+	return startTidemarkRetaining(t, retention)
+}
+
+// startTidemarkRetaining serves the demo tools with Tidemark retaining n
+// events per session.
+func startTidemarkRetaining(t *testing.T, n int) string {
+	t.Helper()
 	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Retention: eventlog.Options{MaxEvents: retention},
+		Retention: eventlog.Options{MaxEvents: n},
 		Transport: transport.Options{Logger: slog.New(slog.DiscardHandler)},
 	})
 	mux := http.NewServeMux()
@@ -111,6 +118,40 @@ func TestTidemarkPassesEveryCheck(t *testing.T) {
 		if !slices.Equal(r.Statuses, want[r.ID]) {
 			t.Errorf("%s statuses = %v, want %v", r.ID, r.Statuses, want[r.ID])
 		}
+	}
+}
+
+// TestUnjudgeableChecksAreNotApplicable: checks that the tool's arguments
+// or the retention told make impossible to judge are N/A with the reason,
+// not FAIL against a correct server. The failing inputs (a tester's): a
+// countdown without delay ({"n":20}) failed takeover and concurrent-resume
+// with "11 events on both"; --retention-events 20 failed stream-isolation
+// with 409 cursor_compacted, and compacted-cursor, whose four calls at once
+// outran that retention, with "the stream ended without the response".
+func TestUnjudgeableChecksAreNotApplicable(t *testing.T) {
+	url := startTidemarkRetaining(t, 30)
+	rep, err := Run(t.Context(), Config{URL: url, Args: json.RawMessage(`{"n":20}`), RetentionEvents: 30, Storm: -1})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	logReport(t, rep)
+	want := map[string]string{
+		"takeover":          "give the tool a delay between messages",
+		"concurrent-resume": "give the tool a delay between messages",
+		"stream-isolation":  "more than --retention-events 30; raise it or use a shorter call",
+		"storm":             "",
+	}
+	for _, r := range rep.Results {
+		text, na := want[r.ID]
+		switch {
+		case na && (r.Verdict != NA || !strings.Contains(r.Observed, text)):
+			t.Errorf("%s = %s: %s; want N/A saying %q", r.ID, r.Verdict, r.Observed, text)
+		case !na && r.Verdict != Pass:
+			t.Errorf("%s = %s (%v): %s; want PASS", r.ID, r.Verdict, r.Statuses, r.Observed)
+		}
+	}
+	if rep.Failed() {
+		t.Error("the report fails; want no FAIL")
 	}
 }
 
