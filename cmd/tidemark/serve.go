@@ -49,7 +49,8 @@ type serveConfig struct {
 	stdio           bool     // gateway mode: the command is fs.Args()
 	env             []string // --env KEY=VALUE, in order
 	maxProcesses    int
-	dataDir         string // empty: memory store
+	initTimeout     time.Duration // --stdio-init-timeout
+	dataDir         string        // empty: memory store
 	fleet           fleetConfig
 }
 
@@ -84,6 +85,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget)")
 	fleetFlags(fs, &c.fleet)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
+	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	return fs, c
 }
 
@@ -114,6 +116,7 @@ func (c *serveConfig) check() error {
 		{"session-idle-ttl", c.idleTTL, "never"},
 		{"retry", c.retry, "no retry field"},
 		{"keepalive", c.keepAlive, "no keep-alive"},
+		{"stdio-init-timeout", c.initTimeout, "no limit"},
 	} {
 		if f.v == 0 {
 			return fmt.Errorf("--%s 0: want a positive duration, or a negative one for %s", f.name, f.off)
@@ -224,7 +227,8 @@ func serve(args []string, stderr io.Writer) int {
 	var gateway *stdio.Engine // nil unless --stdio
 	if c.stdio {
 		gateway, err = stdio.New(stdio.Options{
-			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses, Logger: logger,
+			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses,
+			InitializeTimeout: c.initTimeout, Logger: logger,
 		})
 		if err != nil {
 			ln.Close()

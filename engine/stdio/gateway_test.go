@@ -559,6 +559,126 @@ func TestGatewayIdleEviction(t *testing.T) {
 	}
 }
 
+// TestGatewayInitializeTimeout fronts commands that never answer
+// initialize with --stdio-init-timeout 500ms: one that is silent (the
+// sleeper, as `sleep 100`) and `sh -c yes`, which writes lines that are
+// not JSON-RPC without end. The initialize POST answers 200 with a stream
+// that ends with a -32603 error whose reason is initialize_timeout, the
+// session's token then answers 404 session_not_found as after any failed
+// initialize, the process group is gone, and the log holds one timeout
+// line and, for yes, exactly 5 dropped lines in full and one count.
+// (Regression: the POST stayed open with keep-alive comments forever, and
+// yes logged one line per line: 140 MB in 5 s.)
+func TestGatewayInitializeTimeout(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		flags   []string
+		command []string
+		invalid []string // the invalid_message log lines, described
+	}{
+		{"silent", []string{"--env", roleEnv + "=sleeper", "--env", noRaceExitSleep}, []string{exe}, nil},
+		{"yes", nil, []string{"sh", "-c", "yes"}, []string{
+			`full 1 "y"`, `full 2 "y"`, `full 3 "y"`, `full 4 "y"`, `full 5 "y"`, "exit"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, u := startGateway(t, append([]string{"--stdio-init-timeout", "500ms"}, tc.flags...), tc.command...)
+			c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+			body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
+				"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+				"clientInfo": map[string]any{"name": "mcptest", "version": "1.0.0"},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := c.NewRequest(t.Context(), http.MethodPost, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			token := resp.Header.Get("Mcp-Session-Id")
+			if resp.StatusCode != http.StatusOK || token == "" {
+				t.Fatalf("initialize answered %d with Mcp-Session-Id %q, want 200 and a token", resp.StatusCode, token)
+			}
+			msgs, err := mcptest.ReadAnswer(resp)
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatalf("initialize stream: %v", err)
+			}
+			var got []string
+			for _, m := range msgs {
+				r, ok := m.(*jsonrpc.Response)
+				var we *jsonrpc.Error
+				if !ok || !errors.As(r.Error, &we) {
+					t.Fatalf("initialize stream holds %v, want only an error response", m)
+				}
+				got = append(got, fmt.Sprintf("%v: %d %s %s", r.ID.Raw(), we.Code, we.Data, we.Message))
+			}
+			want := []string{`1: -32603 {"generation":1,"reason":"initialize_timeout"} the MCP server process of this session ` +
+				`did not answer initialize within 500ms and was stopped; the session did not begin: initialize a new one`}
+			if !slices.Equal(got, want) {
+				t.Fatalf("initialize stream:\ngot  %q\nwant %q", got, want)
+			}
+			if elapsed < 500*time.Millisecond || elapsed > 10*time.Second {
+				t.Errorf("initialize answered after %v, want at the 500ms timeout", elapsed)
+			}
+
+			// As after any failed initialize, the session ends once the
+			// answer is written: its token answers 404.
+			s := c.SessionFor(token, "2025-11-25")
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, err := s.Call(t.Context(), mcptest.MustCall(2, "ping", nil))
+				var se *mcptest.StatusError
+				if errors.As(err, &se) && se.Status == http.StatusNotFound && se.Reason() == transport.ReasonSessionNotFound {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ping on the failed session: %v, want 404 session_not_found", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+
+			m := srv.WaitFor(t, `msg="subprocess started" .*pid=(\d+)`, 5*time.Second)
+			pgid, _ := strconv.Atoi(m[1])
+			waitGroupGone(t, "after the initialize timeout", pgid)
+			srv.WaitFor(t, `msg="session ended" .*reason=initialize_failed`, 5*time.Second)
+			logs := srv.Output()
+			for _, c := range []struct {
+				pattern string
+				n       int
+			}{
+				{`level=ERROR msg="subprocess did not answer initialize in time; .* reason=initialize_timeout timeout=500ms `, 1},
+				{`msg="subprocess ended; the calls it left in flight, its initialize among them, fail" .* reason=initialize_timeout calls_failed=1\n`, 1},
+				{`msg="subprocess started"`, 1},
+				{`reason=server_exited`, 0},
+			} {
+				if n := len(regexp.MustCompile(c.pattern).FindAllStringIndex(logs, -1)); n != c.n {
+					t.Errorf("log matches %q %d times, want %d:\n%s", c.pattern, n, c.n, logs)
+				}
+			}
+			var invalid []string
+			for _, l := range invalidLogs(t, logs) {
+				if l.kind == "exit" {
+					invalid = append(invalid, "exit") // its count depends on the speed of yes
+					continue
+				}
+				invalid = append(invalid, l.String())
+			}
+			if !slices.Equal(invalid, tc.invalid) {
+				t.Errorf("invalid_message log lines:\ngot  %q\nwant %q", invalid, tc.invalid)
+			}
+		})
+	}
+}
+
 // TestGatewayUsageErrors: the gateway flags' misuses exit with status 2
 // and say what is wrong.
 func TestGatewayUsageErrors(t *testing.T) {
@@ -572,6 +692,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--", "cat"}, `tidemark serve: unexpected argument "cat"`},
 		{[]string{"--env", "A=1"}, "tidemark serve: --env applies to --stdio subprocesses only"},
 		{[]string{"--env", "NOVALUE", "--stdio", "--", "cat"}, `invalid value "NOVALUE" for flag -env: want KEY=VALUE, not "NOVALUE"`},
+		{[]string{"--stdio-init-timeout", "0s", "--stdio", "--", "cat"}, "tidemark serve: --stdio-init-timeout 0: want a positive duration, or a negative one for no limit"},
 		{[]string{"--stdio", "--", "tidemark-no-such-command"}, `tidemark serve: stdio: command "tidemark-no-such-command": exec: "tidemark-no-such-command": executable file not found in $PATH`},
 	} {
 		cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)

@@ -27,6 +27,12 @@ import (
 // string is the reason of the log line.
 const ReasonServerExited = "server_exited"
 
+// ReasonInitializeTimeout is error.data.reason of the JSON-RPC error that
+// answers the client's initialize (and any other call in flight) when the
+// subprocess did not answer initialize within Options.InitializeTimeout and
+// was stopped; the same string is the reason of the log lines.
+const ReasonInitializeTimeout = "initialize_timeout"
+
 // failTimeout bounds how long the end of a subprocess spends storing the
 // error responses of the requests it left unanswered.
 const failTimeout = 10 * time.Second
@@ -45,7 +51,8 @@ type proc struct {
 	stdin   *os.File
 	stdout  *os.File
 	stderr  *os.File
-	lines   chan []byte // newline-terminated messages for stdin
+	lines   chan []byte   // newline-terminated messages for stdin
+	invalid *invalidLines // stdout lines that are not JSON-RPC, dropped
 
 	ctx      context.Context // of the reader's Sends; cancelled by Close
 	cancel   context.CancelFunc
@@ -56,6 +63,7 @@ type proc struct {
 	mu           sync.Mutex
 	ended        bool                                  // deliveries refused: the subprocess is ending
 	quietReason  string                                // why the end fails no call in flight; "" if it must
+	failReason   string                                // error.data.reason of the calls the end fails; "": ReasonServerExited
 	calls        map[jsonrpc.ID]jsonrpc.ID             // client call in flight → its progressToken (or zero)
 	progress     map[jsonrpc.ID]jsonrpc.ID             // progressToken → the client call that carries it
 	outCalls     map[jsonrpc.ID]serverCall             // session-unique ID → server-to-client request in flight
@@ -63,7 +71,8 @@ type proc struct {
 	nextOut      uint64                                // last number used in a session-unique ID
 	internal     map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	nextInternal uint64
-	initialize   jsonrpc.ID // the client's initialize call, to log the start latency
+	initialize   jsonrpc.ID  // the client's initialize call while unanswered
+	initTimer    *time.Timer // ends the subprocess if initialize stays unanswered
 }
 
 // serverCall is a server-to-client request in flight.
@@ -134,6 +143,7 @@ func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 		cmd: cmd, pid: cmd.Process.Pid, started: started,
 		stdin: inW, stdout: outR, stderr: errR,
 		lines:    make(chan []byte, 64),
+		invalid:  &invalidLines{logger: logger, every: e.summaryEvery},
 		ctx:      ctx,
 		cancel:   cancel,
 		stopping: make(chan struct{}),
@@ -223,6 +233,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	}
 	s.mu.Lock()
 	s.ended = true
+	s.stopInitTimerLocked()
 	s.mu.Unlock()
 	// The leader is a zombie or about to die: the group ID still names
 	// exactly this session's processes.
@@ -230,13 +241,14 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	<-exited
 	drain(readDone, s.stdout)
 	drain(errDone, s.stderr)
+	s.invalid.stop()
 	waitErr := s.cmd.Wait()
 	s.stdin.Close()
 	s.cancel()
 	s.e.release(s)
 
 	s.mu.Lock()
-	quiet := s.quietReason
+	quiet, failReason := s.quietReason, s.failReason
 	var pending []jsonrpc.ID
 	for id := range s.calls {
 		pending = append(pending, id)
@@ -256,28 +268,34 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	switch {
 	case quiet != "":
 		s.logger.Info("subprocess ended", "pid", s.pid, "status", status, "reason", quiet)
+	case failReason == ReasonInitializeTimeout:
+		s.logger.Warn("subprocess ended; the calls it left in flight, its initialize among them, fail", "pid", s.pid,
+			"status", status, "reason", failReason, "calls_failed", len(pending))
+		s.fail(pending, failReason, fmt.Sprintf("the MCP server process of this session did not answer initialize within %v "+
+			"and was stopped; the session did not begin: initialize a new one", s.e.opts.InitializeTimeout))
 	default:
 		s.logger.Warn("subprocess exited; the next request re-creates the session", "pid", s.pid, "status", status,
 			"reason", ReasonServerExited, "calls_failed", len(pending))
-		s.fail(pending, status)
+		s.fail(pending, ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering; "+
+			"the session's next request starts a new one at generation %d", status, s.gen+1))
 	}
 }
 
-// fail answers each call in pending with a JSON-RPC internal error saying
-// that the subprocess exited (status), so its stream ends.
-func (s *proc) fail(pending []jsonrpc.ID, status string) {
+// fail answers each call in pending with a JSON-RPC internal error with
+// message and error.data {"generation": ..., "reason": reason}, so its
+// stream ends.
+func (s *proc) fail(pending []jsonrpc.ID, reason, message string) {
 	slices.SortFunc(pending, func(a, b jsonrpc.ID) int {
 		return cmp.Compare(fmt.Sprint(a.Raw()), fmt.Sprint(b.Raw()))
 	})
-	data, _ := json.Marshal(map[string]any{"reason": ReasonServerExited, "generation": s.gen})
+	data, _ := json.Marshal(map[string]any{"reason": reason, "generation": s.gen})
 	ctx, cancel := context.WithTimeout(context.Background(), failTimeout)
 	defer cancel()
 	for _, id := range pending {
 		resp := &jsonrpc.Response{ID: id, Error: &jsonrpc.Error{
-			Code: jsonrpc.CodeInternalError,
-			Message: fmt.Sprintf("the MCP server process of this session exited (%s) before answering; "+
-				"the session's next request starts a new one at generation %d", status, s.gen+1),
-			Data: data,
+			Code:    jsonrpc.CodeInternalError,
+			Message: message,
+			Data:    data,
 		}}
 		if err := s.out.Send(ctx, resp, id); err != nil {
 			s.logger.Warn("could not store the error response of a call left in flight", "id", id.Raw(),
@@ -326,8 +344,7 @@ func (s *proc) readLoop(done chan<- struct{}) {
 		if err != nil {
 			// MCP 2025-11-25, stdio: the server MUST NOT write anything to
 			// stdout that is not a valid MCP message. Skip it.
-			s.logger.Warn("subprocess wrote a line to stdout that is not a JSON-RPC message; dropped",
-				"reason", "invalid_message", "error", err, "line", clip(line, 200))
+			s.invalid.drop(line, err)
 			continue
 		}
 		if !s.route(msg) {
@@ -371,6 +388,12 @@ func clip(b []byte, n int) string {
 func (s *proc) route(msg jsonrpc.Message) bool {
 	var related jsonrpc.ID
 	s.mu.Lock()
+	if s.failReason != "" {
+		// The subprocess is being stopped for a failure; the calls it left
+		// in flight get that failure, not a late answer.
+		s.mu.Unlock()
+		return true
+	}
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
 		if ch, ok := s.internal[m.ID]; ok {
@@ -387,6 +410,7 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 		}
 		if m.ID == s.initialize && m.ID.IsValid() {
 			s.initialize = jsonrpc.ID{}
+			s.stopInitTimerLocked()
 			s.logger.Info("subprocess initialized", "pid", s.pid,
 				"latency_ms", float64(time.Since(s.started).Microseconds())/1000)
 		}
@@ -480,10 +504,21 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 			}
 			if m.Method == "initialize" {
 				s.initialize = m.ID
+				s.stopInitTimerLocked()
+				if d := s.e.opts.InitializeTimeout; d > 0 {
+					id := m.ID
+					s.initTimer = time.AfterFunc(d, func() { s.initializeTimedOut(id, d) })
+				}
 			}
 			s.mu.Unlock()
 			if err := s.write(ctx, m); err != nil {
-				s.forgetCall(m.ID)
+				s.mu.Lock()
+				s.forgetCallLocked(m.ID)
+				if m.ID == s.initialize {
+					s.initialize = jsonrpc.ID{}
+					s.stopInitTimerLocked()
+				}
+				s.mu.Unlock()
 				return err
 			}
 			return nil
@@ -517,14 +552,39 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	return fmt.Errorf("stdio: session %s gen %d: unknown message type %T", store.Prefix(s.token), s.gen, msg)
 }
 
-func (s *proc) closedErr() error {
-	return fmt.Errorf("stdio: session %s gen %d: subprocess %d ending: %w", store.Prefix(s.token), s.gen, s.pid, engine.ErrClosed)
+// initializeTimedOut ends the subprocess when the client's initialize, id,
+// is still unanswered after d (Options.InitializeTimeout): it kills the
+// process group, as a failed write to stdin does, and supervise then fails
+// the calls in flight with ReasonInitializeTimeout.
+func (s *proc) initializeTimedOut(id jsonrpc.ID, d time.Duration) {
+	s.mu.Lock()
+	if s.ended || s.initialize != id {
+		s.mu.Unlock()
+		return // answered, or ending anyway
+	}
+	s.ended = true
+	s.failReason = ReasonInitializeTimeout
+	s.initialize = jsonrpc.ID{}
+	s.initTimer = nil
+	s.mu.Unlock()
+	s.logger.Error("subprocess did not answer initialize in time; killing its process group and failing the initialize. "+
+		"Check that the command is an MCP server speaking stdio (one JSON-RPC message per line on stdout, logs on stderr: "+
+		"see its stderr lines above), or, if it only starts slowly, raise the initialize timeout "+
+		"(tidemark serve --stdio-init-timeout, Options.InitializeTimeout)",
+		"pid", s.pid, "reason", ReasonInitializeTimeout, "timeout", d, "invalid_lines_dropped", s.invalid.count())
+	signalGroup(s.pid, syscall.SIGKILL)
 }
 
-func (s *proc) forgetCall(id jsonrpc.ID) {
-	s.mu.Lock()
-	s.forgetCallLocked(id)
-	s.mu.Unlock()
+// stopInitTimerLocked disarms the initialize timeout, if armed.
+func (s *proc) stopInitTimerLocked() {
+	if s.initTimer != nil {
+		s.initTimer.Stop()
+		s.initTimer = nil
+	}
+}
+
+func (s *proc) closedErr() error {
+	return fmt.Errorf("stdio: session %s gen %d: subprocess %d ending: %w", store.Prefix(s.token), s.gen, s.pid, engine.ErrClosed)
 }
 
 func (s *proc) forgetCallLocked(id jsonrpc.ID) {

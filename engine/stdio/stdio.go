@@ -24,7 +24,13 @@
 // reason "capacity"); every subprocess leads its own process group, and
 // ending a session (Close, idle eviction, DELETE, shutdown) ends the whole
 // group, so no grandchild outlives it; the environment is explicit (PATH and
-// HOME of Tidemark's own environment, then Options.Env).
+// HOME of Tidemark's own environment, then Options.Env). A subprocess that
+// does not answer the client's initialize within Options.InitializeTimeout
+// is stopped, and the initialize fails with reason "initialize_timeout"
+// (ReasonInitializeTimeout), so a command that is no MCP server cannot hold
+// the client's POST open. Lines on stdout that are not JSON-RPC messages
+// are dropped; the first 5 of each subprocess are logged in full, the rest
+// counted in at most one log line per 10 seconds and one when it ends.
 package stdio
 
 import (
@@ -55,6 +61,9 @@ const (
 	// DefaultMaxMessageBytes bounds one line (one JSON-RPC message) that a
 	// subprocess writes to stdout, in bytes.
 	DefaultMaxMessageBytes = 16 << 20
+	// DefaultInitializeTimeout bounds how long a subprocess may take to
+	// answer the client's initialize.
+	DefaultInitializeTimeout = 30 * time.Second
 )
 
 // ErrClosed is wrapped by Start's error after Engine.Close.
@@ -90,6 +99,16 @@ type Options struct {
 	// bytes; a longer line ends the subprocess (its stream of messages can
 	// no longer be trusted). Default (zero) 16 MiB.
 	MaxMessageBytes int
+	// InitializeTimeout bounds how long a subprocess may take to answer
+	// the client's initialize, from when Deliver hands it over. A
+	// subprocess that has not answered by then is stopped as a crashed one
+	// is (SIGKILL to its process group), and the initialize, like any
+	// other call it left in flight, gets a JSON-RPC internal error whose
+	// error.data.reason is ReasonInitializeTimeout. Default (zero)
+	// DefaultInitializeTimeout, 30 seconds; negative: no limit. The
+	// replayed initialize of a re-created session is bounded by
+	// StartTimeout instead.
+	InitializeTimeout time.Duration
 	// Logger receives engine-wide lines; session lines go to the logger of
 	// engine.Info. Default slog.Default().
 	Logger *slog.Logger
@@ -101,6 +120,10 @@ type Engine struct {
 	opts Options
 	path string   // resolved Command
 	env  []string // the subprocess environment
+	// summaryEvery is the shortest time between two summary lines about
+	// a subprocess's invalid stdout lines (invalidSummaryEvery; tests
+	// shorten it).
+	summaryEvery time.Duration
 
 	mu       sync.Mutex
 	running  int                // subprocesses started and not yet reaped
@@ -136,10 +159,13 @@ func New(opts Options) (*Engine, error) {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if opts.InitializeTimeout == 0 {
+		opts.InitializeTimeout = DefaultInitializeTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Engine{opts: opts, path: path, env: env, sessions: make(map[*proc]struct{})}, nil
+	return &Engine{opts: opts, path: path, env: env, summaryEvery: invalidSummaryEvery, sessions: make(map[*proc]struct{})}, nil
 }
 
 // buildEnv returns PATH and HOME from getenv (when set) followed by extra,

@@ -737,7 +737,7 @@ func TestInvalidStdoutLineSkipped(t *testing.T) {
 	e := testEngine(t, nil, Options{Env: []string{garbageEnv + "=1"}})
 	s, out := startSession(t, e, 1, nil, logs)
 	initialize(t, s, out)
-	if !strings.Contains(logs.String(), `reason=invalid_message`) || !strings.Contains(logs.String(), `line="this line is not JSON-RPC"`) {
+	if !strings.Contains(logs.String(), `reason=invalid_message`) || !strings.Contains(logs.String(), `line="this line is not JSON-RPC: 1 of 1"`) {
 		t.Errorf("log lacks the dropped line:\n%s", logs.String())
 	}
 }

@@ -1,6 +1,7 @@
 package stdio
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,12 +22,16 @@ import (
 // roleEnv makes this test binary act as something other than the tests:
 // "server" is the stdio MCP server the tests put behind the engine (and
 // behind `tidemark serve --stdio`), "stubborn" is that server ignoring
-// SIGTERM and the end of its stdin, and "sleeper" is a grandchild that
-// only exists, started by the server's spawn tool.
+// SIGTERM and the end of its stdin, "sleeper" is a grandchild that only
+// exists, started by the server's spawn tool (and, as a subprocess, a
+// command that never answers initialize, like `sleep 100`), and "spew"
+// writes numbered lines that are not JSON-RPC to stdout without end, like
+// `sh -c yes`.
 const roleEnv = "TIDEMARK_STDIO_TEST_ROLE"
 
-// garbageEnv, when set for the server, makes it write a line that is not
-// JSON-RPC to stdout before serving.
+// garbageEnv, set to a number N for the server, makes it write N lines
+// that are not JSON-RPC ("this line is not JSON-RPC: i of N") to stdout
+// before serving.
 const garbageEnv = "TIDEMARK_STDIO_TEST_GARBAGE"
 
 func TestMain(m *testing.M) {
@@ -37,6 +43,8 @@ func TestMain(m *testing.M) {
 	case "sleeper":
 		time.Sleep(time.Hour)
 		os.Exit(0)
+	case "spew":
+		os.Exit(runSpew())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -57,12 +65,24 @@ type whoami struct {
 	Env  []string `json:"env"` // sorted
 }
 
+// runSpew writes "spew 1", "spew 2", ... to stdout, one per line, until a
+// write fails; it never reads its stdin.
+func runSpew() int {
+	w := bufio.NewWriter(os.Stdout)
+	for i := 1; ; i++ {
+		if _, err := fmt.Fprintf(w, "spew %d\n", i); err != nil {
+			return 1
+		}
+	}
+}
+
 // runTestServer serves a go-sdk MCP server over stdin and stdout with the
 // tools the tests call, and returns the exit code.
 func runTestServer(stubborn bool) int {
 	fmt.Fprintf(os.Stderr, "testserver ready pid=%d\n", os.Getpid())
-	if os.Getenv(garbageEnv) != "" {
-		fmt.Println("this line is not JSON-RPC")
+	n, _ := strconv.Atoi(os.Getenv(garbageEnv))
+	for i := 1; i <= n; i++ {
+		fmt.Printf("this line is not JSON-RPC: %d of %d\n", i, n)
 	}
 	if stubborn {
 		signal.Ignore(syscall.SIGTERM)
