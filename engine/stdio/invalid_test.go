@@ -209,3 +209,42 @@ func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 	}
 	t.Logf("%d lines dropped in %v: %d summaries", total, lifetime, len(summaries))
 }
+
+// TestStderrRateLimited: a server that writes 5,000 stderr lines before
+// serving gets at most 100 of them logged per second, every other one
+// counted in a stderr_flood line, and serves the session meanwhile.
+// (Regression: every stderr line was one log line, so `sh -c 'yes >&2'`
+// flooded the log as stdout garbage did.)
+func TestStderrRateLimited(t *testing.T) {
+	const n = 5000
+	logs := &logBuffer{}
+	e := testEngine(t, nil, Options{Env: []string{stderrEnv + "=5000"}})
+	start := time.Now()
+	s, out := startSession(t, e, 1, nil, logs)
+	initialize(t, s, out)
+	deliver(t, s, toolCall(t, 3, "whoami", map[string]any{}, nil))
+	toolText(t, out.next(t).msg)
+	s.Close()
+	elapsed := time.Since(start)
+
+	full, counted, countLines := 0, 0, 0
+	counts := regexp.MustCompile(` reason=stderr_flood suppressed=(\d+) lines_total=(\d+)`)
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		switch {
+		case strings.Contains(line, `msg="subprocess stderr"`):
+			full++
+		case counts.MatchString(line):
+			m := counts.FindStringSubmatch(line)
+			c, _ := strconv.Atoi(m[1])
+			counted += c
+			countLines++
+		}
+	}
+	// One window per second elapsed, plus the one in progress; the server
+	// writes one more line first ("testserver ready").
+	windows := int(elapsed/time.Second) + 2
+	if full+counted != n+1 || full > 100*windows || full < 100 || countLines == 0 || countLines > windows {
+		t.Fatalf("stderr lines: %d logged, %d counted in %d lines over %v; want %d in all, 100 to %d logged, 1 to %d count lines",
+			full, counted, countLines, elapsed, n+1, 100*windows, windows)
+	}
+}

@@ -364,16 +364,56 @@ func (s *proc) readLoop(done chan<- struct{}) {
 func (s *proc) stderrLoop(done chan<- struct{}) {
 	defer close(done)
 	r := bufio.NewReaderSize(s.stderr, 4096)
+	// At most stderrLinesPerSecond lines are logged per one-second window;
+	// the rest are counted, and the count is logged when a line arrives in
+	// a later window and when stderr ends (regression: `sh -c 'yes >&2'`
+	// logged every line, TestStderrRateLimited).
+	var (
+		window     time.Time
+		logged     int
+		suppressed int
+		total      int
+	)
+	flush := func(end bool) {
+		if suppressed == 0 {
+			return
+		}
+		msg := "subprocess stderr: lines not logged (more than 100 in a second)"
+		if end {
+			msg = "subprocess stderr ended: lines not logged (more than 100 in a second)"
+		}
+		s.logger.Warn(msg, "pid", s.pid, "reason", reasonStderrFlood, "suppressed", suppressed, "lines_total", total)
+		suppressed = 0
+	}
+	defer flush(true)
 	for {
 		line, err := r.ReadSlice('\n')
 		if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-			s.logger.Info("subprocess stderr", "pid", s.pid, "line", string(text))
+			total++
+			if now := time.Now(); now.Sub(window) >= time.Second {
+				flush(false)
+				window, logged = now, 0
+			}
+			if logged < stderrLinesPerSecond {
+				logged++
+				s.logger.Info("subprocess stderr", "pid", s.pid, "line", string(text))
+			} else {
+				suppressed++
+			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return
 		}
 	}
 }
+
+// stderrLinesPerSecond is how many stderr lines of one subprocess are
+// logged in any one-second window; reasonStderrFlood is the reason of the
+// line that counts the others.
+const (
+	stderrLinesPerSecond = 100
+	reasonStderrFlood    = "stderr_flood"
+)
 
 func clip(b []byte, n int) string {
 	if len(b) > n {

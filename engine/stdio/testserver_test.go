@@ -34,6 +34,10 @@ const roleEnv = "TIDEMARK_STDIO_TEST_ROLE"
 // before serving.
 const garbageEnv = "TIDEMARK_STDIO_TEST_GARBAGE"
 
+// stderrEnv, set to a number N for the server, makes it write N lines
+// ("stderr line i of N") to stderr before serving.
+const stderrEnv = "TIDEMARK_STDIO_TEST_STDERR"
+
 func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
 	case "server":
@@ -83,6 +87,10 @@ func runTestServer(stubborn bool) int {
 	n, _ := strconv.Atoi(os.Getenv(garbageEnv))
 	for i := 1; i <= n; i++ {
 		fmt.Printf("this line is not JSON-RPC: %d of %d\n", i, n)
+	}
+	n, _ = strconv.Atoi(os.Getenv(stderrEnv))
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(os.Stderr, "stderr line %d of %d\n", i, n)
 	}
 	if stubborn {
 		signal.Ignore(syscall.SIGTERM)
