@@ -55,6 +55,10 @@ type Live struct {
 	attached   int       // connections serving this session's streams
 	leaseUntil time.Time // when this process's lease lapses (zero: never)
 	initFailed bool      // initialize was answered with an error
+	// initAnswered is set once initialize has been answered; initWait,
+	// made only when someone waits before that, is closed then.
+	initAnswered bool
+	initWait     chan struct{}
 
 	dropped bool // guarded by reg.mu: drop has run (see Registry.drop)
 
@@ -426,8 +430,13 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 			}
 		}
 		l.releaseMapsLocked()
-		if resp.Error != nil && c.method == "initialize" {
-			l.initFailed = true
+		if c.method == "initialize" {
+			l.initFailed = resp.Error != nil
+			l.initAnswered = true
+			if l.initWait != nil {
+				close(l.initWait)
+				l.initWait = nil
+			}
 		}
 		if resp.Error == nil && c.params != nil {
 			if st, changed := l.applyLocked(c, resp.Result); changed {
@@ -575,6 +584,25 @@ func (l *Live) InitializeFailed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.initFailed
+}
+
+// InitializeAnswered returns a channel that is closed once the session's
+// initialize has been answered, with a result or an error (see
+// InitializeFailed); it is closed already if it has been. A transport whose
+// client left before the answer waits on it, with Done, to end a session
+// whose initialize then fails.
+func (l *Live) InitializeAnswered() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.initAnswered {
+		c := make(chan struct{}) // asked once per initialize: not worth keeping
+		close(c)
+		return c
+	}
+	if l.initWait == nil {
+		l.initWait = make(chan struct{})
+	}
+	return l.initWait
 }
 
 // ProtocolVersion returns the protocol version the session negotiated at

@@ -192,9 +192,33 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	if initialize != nil {
 		// A session whose initialize failed never began: end it once the
 		// error is written, so it holds no room (MCP 2025-11-25, lifecycle).
+		// When the client left before the answer, decide when it comes
+		// (regression: the session outlived a failed initialize until its
+		// idle TTL, TestInitializeFailingAfterClientLeft).
 		defer func() {
-			if live.InitializeFailed() {
-				h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+			endIfFailed := func() {
+				if live.InitializeFailed() {
+					h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+				}
+			}
+			answered := live.InitializeAnswered()
+			select {
+			case <-answered:
+				endIfFailed()
+			default:
+				go func() {
+					select {
+					case <-answered:
+						endIfFailed()
+					case <-live.Done():
+						// The engine session ended first (a gateway's
+						// subprocess stopped): unless initialize had
+						// succeeded, the session never began.
+						if !live.Initialized() {
+							h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+						}
+					}
+				}()
 			}
 		}()
 	}

@@ -5,6 +5,7 @@ package stdio
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -676,6 +677,55 @@ func TestGatewayInitializeTimeout(t *testing.T) {
 				t.Errorf("invalid_message log lines:\ngot  %q\nwant %q", invalid, tc.invalid)
 			}
 		})
+	}
+}
+
+// TestInitializeFailingAfterClientLeft: the client reads the initialize
+// POST's headers (its session token) and leaves before the answer; the
+// initialize then fails (the silent server's 500ms timeout). The session
+// still ends as after any failed initialize: its token answers 404.
+// (Regression, found by a helper: the failed-initialize check ran when the
+// handler returned, before the answer, and the session outlived it until
+// its idle TTL, its next request re-creating it at generation 2.)
+func TestInitializeFailingAfterClientLeft(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, u := startGateway(t, []string{"--stdio-init-timeout", "500ms", "--env", roleEnv + "=sleeper", "--env", noRaceExitSleep}, exe)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
+		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "mcptest", "version": "1.0.0"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, leave := context.WithCancel(t.Context())
+	req, err := c.NewRequest(ctx, http.MethodPost, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || token == "" {
+		t.Fatalf("initialize answered %d with Mcp-Session-Id %q, want 200 and a token", resp.StatusCode, token)
+	}
+	leave() // the client goes away before the answer
+	resp.Body.Close()
+
+	srv.WaitFor(t, `msg="session ended" .*reason=initialize_failed`, 5*time.Second)
+	s := c.SessionFor(token, "2025-11-25")
+	_, err = s.Call(t.Context(), mcptest.MustCall(2, "ping", nil))
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != transport.ReasonSessionNotFound {
+		t.Fatalf("ping on the session whose initialize failed: %v, want 404 session_not_found", err)
+	}
+	if n := strings.Count(srv.Output(), `msg="subprocess started"`); n != 1 {
+		t.Fatalf("%d subprocesses started, want 1 (none for a re-created generation)", n)
 	}
 }
 
