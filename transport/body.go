@@ -47,6 +47,7 @@ func (b *timedBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.done = true
 		b.rc.SetReadDeadline(time.Time{})
+		b.w.Header().Del("Connection") // see closeUntilBodyRead
 	case err != nil:
 		b.done = true
 		b.w.Header().Set("Connection", "close")
@@ -56,3 +57,18 @@ func (b *timedBody) Read(p []byte) (int, error) {
 
 // isBodyTimeout reports whether err is a body read that timed out.
 func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// closeUntilBodyRead marks the response Connection: close when the request
+// declares a body (Content-Length other than 0, or chunked); a timedBody
+// read to its end lifts the mark. A refusal made before the body is read
+// then closes the connection instead of keeping it: net/http keeps a
+// connection only after discarding what is left of the body, and it waits
+// for that body, with no deadline, before it sends the response.
+// Regression: a POST with Content-Length 1000 and no body to an unknown
+// session, or to another path, was refused in the log and never answered
+// (TestRefusalBeforeBodyIsSentAtOnce).
+func closeUntilBodyRead(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+}

@@ -142,6 +142,7 @@ func PathNotFound(endpoint string, logger *slog.Logger) http.Handler {
 		logger = slog.Default()
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closeUntilBodyRead(w, r) // the body is never read here
 		e := refuse(http.StatusNotFound, ReasonPathNotFound,
 			"no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint)
 		e.code = codeInvalidRequest

@@ -218,11 +218,20 @@ func (h *Handler) shuttingDown() bool {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	closeUntilBodyRead(w, r)
 	if herr := h.checkOriginAndHost(r); herr != nil {
 		herr.write(w, h.logger)
 		return
 	}
 	if r.Method == http.MethodPost {
+		if r.ContentLength > h.opts.MaxBodyBytes {
+			// Refused from the headers, before anything reads the body
+			// (initialize's era check would wait for it; regression:
+			// TestContentLengthOverLimitRefusedAtOnce).
+			refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+				fmt.Sprintf("request body of %d bytes (Content-Length) exceeds %d bytes", r.ContentLength, h.opts.MaxBodyBytes)).write(w, h.logger)
+			return
+		}
 		bodyWithTimeout(w, r, h.opts.BodyTimeout)
 	}
 	version, herr := protocolVersion(r)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -482,18 +483,94 @@ func TestContentLengthOverLimitRefusedAtOnce(t *testing.T) {
 	before := st.bounds(t, s.Token)
 	// No body follows and the client's side stays open: only the headers
 	// can decide. rawPost gives up after 10 s, well before the 30 s default.
-	resp, err := rawPost(t, st, "Mcp-Session-Id: "+s.Token+"\r\nMcp-Protocol-Version: "+s.VersionHeader+"\r\n", 99999999999, "", false)
-	if err != nil {
-		t.Fatalf("no answer to an oversized Content-Length: %v", err)
-	}
-	se := refusalOf(t, resp, http.StatusRequestEntityTooLarge, "body_too_large")
-	if want := "request body of 99999999999 bytes (Content-Length) exceeds 4194304 bytes"; se.Body.Message != want {
-		t.Fatalf("message = %q, want %q", se.Body.Message, want)
+	// Without a session the POST is an initialize, whose era check reads
+	// the body first (a second failing input: 413 after 30 s).
+	for _, headers := range []string{"Mcp-Session-Id: " + s.Token + "\r\nMcp-Protocol-Version: " + s.VersionHeader + "\r\n", ""} {
+		resp, err := rawPost(t, st, headers, 99999999999, "", false)
+		if err != nil {
+			t.Fatalf("headers %q: no answer to an oversized Content-Length: %v", headers, err)
+		}
+		se := refusalOf(t, resp, http.StatusRequestEntityTooLarge, "body_too_large")
+		if want := "request body of 99999999999 bytes (Content-Length) exceeds 4194304 bytes"; se.Body.Message != want {
+			t.Fatalf("headers %q: message = %q, want %q", headers, se.Body.Message, want)
+		}
 	}
 	if after := st.bounds(t, s.Token); after != before {
 		t.Fatalf("the refusal changed the session's log: %+v → %+v", before, after)
 	}
 	stillWorks(t, ctx, s, 10)
+}
+
+// TestRefusalBeforeBodyIsSentAtOnce: a request that declares a body it
+// does not send is refused at once, with Connection: close, when the
+// refusal needs no body: PUT (405), a wrong Content-Type (415), a GET
+// without a session (400). (Refusals that need the body, such as an
+// unknown session's, wait for it up to the body timeout: 408.) A request
+// whose body was read keeps its connection. The failing input (a
+// tester's): PUT or GET with Content-Length 1000 and no body got its
+// refusal logged and never sent; net/http waited, with no deadline, to
+// discard the body first.
+func TestRefusalBeforeBodyIsSentAtOnce(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	u, _ := url.Parse(st.srv.URL)
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		reason        string
+	}{
+		{"PUT", "PUT / HTTP/1.1\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2025-11-25\r\n", 405, "method_not_allowed"},
+		{"wrong Content-Type", "POST / HTTP/1.1\r\nContent-Type: text/plain\r\nAccept: application/json, text/event-stream\r\n" +
+			"Mcp-Protocol-Version: 2025-11-25\r\n", 415, "content_type"},
+		{"GET without a session", "GET / HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Protocol-Version: 2025-11-25\r\n", 400, "session_required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "%sHost: %s\r\nContent-Length: 1000\r\n\r\n", tc.request, u.Host)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer while the declared body is not sent: %v", err)
+			}
+			refusalOf(t, resp, tc.status, tc.reason)
+			if !resp.Close {
+				t.Fatal("the refusal keeps the connection, want Connection: close (the body was never read)")
+			}
+		})
+	}
+	// The handler for every other path never reads the body either.
+	nf := httptest.NewServer(transport.PathNotFound("/mcp", slog.New(slog.DiscardHandler)))
+	defer nf.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(nf.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("POST /nope: no answer while the declared body is not sent: %v", err)
+	}
+	if refusalOf(t, resp, http.StatusNotFound, "path_not_found"); !resp.Close {
+		t.Fatal("POST /nope: the refusal keeps the connection, want Connection: close")
+	}
+
+	// A POST whose body was read keeps its connection.
+	body := `{"jsonrpc":"2.0","id":71,"method":"tools/list"}`
+	resp, err = rawPost(t, st, "Mcp-Session-Id: "+s.Token+"\r\nMcp-Protocol-Version: "+s.VersionHeader+"\r\n", len(body), body, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("tools/list answered %d with Close %v, want 200 on a kept connection", resp.StatusCode, resp.Close)
+	}
 }
 
 // rawPost sends a POST over a raw connection to st: headers (CRLF-ended

@@ -264,15 +264,6 @@ func (h *Handler) postChecks(r *http.Request) *httpError {
 // absent). It also returns the body's bytes, which a forwarded request
 // carries to the session's owner.
 func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request, version string) ([]jsonrpc.Message, bool, []byte, *httpError) {
-	if r.ContentLength > h.opts.MaxBodyBytes {
-		// Refused before reading: waiting for a body that will be refused
-		// anyway would hold the connection until the body timeout. The
-		// connection closes after the answer, or net/http would first wait
-		// for the body it is discarding.
-		w.Header().Set("Connection", "close")
-		return nil, false, nil, refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
-			fmt.Sprintf("request body of %d bytes (Content-Length) exceeds %d bytes", r.ContentLength, h.opts.MaxBodyBytes))
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -144,6 +144,9 @@ func TestUnjudgeableChecksAreNotApplicable(t *testing.T) {
 	for _, r := range rep.Results {
 		text, na := want[r.ID]
 		switch {
+		case r.ID == "stream-isolation" && r.Verdict == Pass:
+			// Whether call A's cursor is compacted depends on how far call
+			// A ran on after its cut; when it is not, the check can judge.
 		case na && (r.Verdict != NA || !strings.Contains(r.Observed, text)):
 			t.Errorf("%s = %s: %s; want N/A saying %q", r.ID, r.Verdict, r.Observed, text)
 		case !na && r.Verdict != Pass:
