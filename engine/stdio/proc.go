@@ -249,6 +249,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 
 	s.mu.Lock()
 	quiet, failReason := s.quietReason, s.failReason
+	initPending := s.initialize.IsValid() // the client's initialize is unanswered
 	var pending []jsonrpc.ID
 	for id := range s.calls {
 		pending = append(pending, id)
@@ -273,6 +274,15 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 			"status", status, "reason", failReason, "calls_failed", len(pending))
 		s.fail(pending, failReason, fmt.Sprintf("the MCP server process of this session did not answer initialize within %v "+
 			"and was stopped; the session did not begin: initialize a new one", s.e.opts.InitializeTimeout))
+	case initPending:
+		// The session never began, and the transport ends it on this
+		// failed initialize: no later request re-creates it (regression:
+		// the message promised a generation 2 that answered 404,
+		// TestExitBeforeInitializeAnswered).
+		s.logger.Warn("subprocess exited before answering initialize; the session did not begin", "pid", s.pid, "status", status,
+			"reason", ReasonServerExited, "calls_failed", len(pending))
+		s.fail(pending, ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering "+
+			"initialize; the session did not begin: initialize a new one", status))
 	default:
 		s.logger.Warn("subprocess exited; the next request re-creates the session", "pid", s.pid, "status", status,
 			"reason", ReasonServerExited, "calls_failed", len(pending))

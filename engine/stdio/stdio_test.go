@@ -519,6 +519,31 @@ func TestRestoreFailure(t *testing.T) {
 	}
 }
 
+// TestExitBeforeInitializeAnswered kills a subprocess that has not
+// answered initialize yet: the initialize fails with server_exited and a
+// message saying the session did not begin (the transport ends it), not
+// that a next request starts generation 2.
+func TestExitBeforeInitializeAnswered(t *testing.T) {
+	e := testEngine(t, nil, Options{Env: []string{roleEnv + "=sleeper"}})
+	s, out := startSession(t, e, 1, nil, nil)
+	pgid := groupOf(t, e)
+	deliver(t, s, &jsonrpc.Request{ID: id(t, 1), Method: "initialize", Params: json.RawMessage(initParams)})
+	if err := syscall.Kill(pgid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	m := out.next(t)
+	r, ok := m.msg.(*jsonrpc.Response)
+	var we *jsonrpc.Error
+	if !ok || r.ID != id(t, 1) || !errors.As(r.Error, &we) {
+		t.Fatalf("got %s, want an error response to initialize (ID 1)", encode(t, m.msg))
+	}
+	want := `-32603 {"generation":1,"reason":"server_exited"} the MCP server process of this session exited (signal: killed) ` +
+		`before answering initialize; the session did not begin: initialize a new one`
+	if got := fmt.Sprintf("%d %s %s", we.Code, we.Data, we.Message); got != want {
+		t.Fatalf("initialize error:\ngot  %s\nwant %s", got, want)
+	}
+}
+
 // TestCrashFailsCallsInFlight kills the subprocess with SIGKILL during a
 // call: the call gets a JSON-RPC error, Done closes, Deliver refuses.
 func TestCrashFailsCallsInFlight(t *testing.T) {
