@@ -62,6 +62,9 @@ type httpError struct {
 	// retryAfter, when positive, is sent as Retry-After (seconds; RFC 9110
 	// section 10.2.3) with a 503.
 	retryAfter int
+	// logged says the caller logged the refusal already, with more than
+	// write knows (the session and the cursor): write does not log it again.
+	logged bool
 }
 
 func refuse(status int, reason, message string) *httpError {
@@ -130,7 +133,9 @@ func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
 	case e.status == http.StatusConflict:
 		level = slog.LevelInfo
 	}
-	logger.Log(context.Background(), level, "request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+	if !e.logged {
+		logger.Log(context.Background(), level, "request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+	}
 }
 
 // PathNotFound returns a handler for every path of a server but its MCP

@@ -115,6 +115,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		if live != nil {
 			live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(in.LastEventID),
 				"status", d.Outcome.HTTPStatus())
+			herr.logged = true // one line per refusal (regression: 409s were logged twice)
 		}
 		herr.write(w, h.logger)
 		return

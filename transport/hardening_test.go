@@ -612,26 +612,29 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestRefusedResumeLogsTheCursorOnce: the "resume refused" line carries the
-// client's cursor as the log format quotes it, once. The failing input (a
-// tester's): cursor="\"3453490f-1-3-8\"", quoted by the handler and again
-// by the text handler.
+// TestRefusedResumeLogsTheCursorOnce: a refused resume is one log line,
+// carrying the client's cursor as the log format quotes it, once. The
+// failing inputs (a tester's): cursor="\"3453490f-1-3-8\"", quoted by the
+// handler and again by the text handler; and every 409 logged twice, as
+// "resume refused" and again as "request refused".
 func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
 	ctx := testContext(t)
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{Logger: logger}}, nil)
+	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{Logger: logger}, Transport: transport.Options{Logger: logger}}, nil)
 	s := st.initialize(t, ctx, "")
 	evs := countdown(t, ctx, s, 2, 2, "p")
 	last := evs[len(evs)-1].ID
-	ahead := last[:strings.LastIndexByte(last, '-')+1] + "999999"
-	resp, err := s.Resume(ctx, ahead)
+	parts := strings.Split(last, "-") // tag-generation-stream-sequence
+	newer := parts[0] + "-2-" + parts[2] + "-" + parts[3]
+	resp, err := s.Resume(ctx, newer)
 	if err == nil {
 		resp.Close()
-		t.Fatalf("resume with %s succeeded, want 400 cursor_ahead", ahead)
+		t.Fatalf("resume with %s succeeded, want 409 generation_mismatch", newer)
 	}
-	want := " reason=cursor_ahead cursor=" + ahead + " status=400\n"
-	if !strings.Contains(logs.String(), want) {
-		t.Fatalf("log lacks %q:\n%s", want, logs.String())
+	want := " reason=generation_mismatch cursor=" + newer + " status=409\n"
+	if got := logs.String(); !strings.Contains(got, want) || strings.Count(got, "reason=generation_mismatch") != 1 {
+		t.Fatalf("log holds %d lines with reason=generation_mismatch, want exactly one ending %q:\n%s",
+			strings.Count(got, "reason=generation_mismatch"), want, got)
 	}
 }

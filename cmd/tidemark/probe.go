@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 	"time"
@@ -55,7 +56,14 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "tidemark probe: want one URL argument, got %d\n", fs.NArg())
+		// The flag package stops at the first argument that is not a flag,
+		// so flags after the URL arrive here as arguments (regression: a
+		// tester's "probe URL --args ..." got only "got 3").
+		hint := ""
+		if fs.NArg() > 1 && strings.HasPrefix(fs.Arg(1), "-") {
+			hint = ": flags go before the URL (tidemark probe [flags] URL)"
+		}
+		fmt.Fprintf(stderr, "tidemark probe: want one URL argument, got %d%s\n", fs.NArg(), hint)
 		fs.Usage()
 		return 2
 	}
