@@ -266,7 +266,7 @@ func TestServeDataDirRefused(t *testing.T) {
 		{"not a Tidemark directory", func(dir string) {
 			os.MkdirAll(dir, 0o700)
 			os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
-		}, "it has files (notes.txt) but no FORMAT file, so it is not a Tidemark data directory: choose an empty or new directory"},
+		}, "not a Tidemark data directory: it has files (notes.txt) but no FORMAT file: choose an empty or new directory"},
 		{"a file, not a directory", func(dir string) {
 			os.WriteFile(dir, []byte("x"), 0o600)
 		}, "is a file, not a directory: give --data-dir a directory path"},

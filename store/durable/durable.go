@@ -61,7 +61,8 @@
 // One process at a time: Open takes a file lock on the directory and a
 // second Open fails with ErrInUse. The directory holds a FORMAT file naming
 // the layout version; a directory of a newer version fails with
-// ErrNewerFormat, a damaged one with ErrCorrupt, one that cannot be written
+// ErrNewerFormat, a damaged one with ErrCorrupt, one with files but no
+// FORMAT file with ErrForeign (and no file added), one that cannot be written
 // with ErrNotWritable, and a full file system with ErrNoSpace. Each message
 // names the directory and what to do.
 package durable
@@ -103,9 +104,11 @@ var (
 	// ErrNewerFormat: the directory was written by a newer Tidemark whose
 	// layout this build cannot read.
 	ErrNewerFormat = errors.New("data directory has a newer format")
-	// ErrCorrupt: the directory's files are damaged (truncated, overwritten)
-	// or it is not a Tidemark data directory.
+	// ErrCorrupt: the directory's files are damaged (truncated, overwritten).
 	ErrCorrupt = errors.New("data directory is damaged")
+	// ErrForeign: the directory holds files but no FORMAT file: it is not
+	// a Tidemark data directory, and Open leaves it alone.
+	ErrForeign = errors.New("not a Tidemark data directory")
 	// ErrNotWritable: the directory or its files cannot be written
 	// (permissions, read-only file system).
 	ErrNotWritable = errors.New("data directory is not writable")

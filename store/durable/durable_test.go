@@ -209,7 +209,7 @@ func TestBadDirectory(t *testing.T) {
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
 			return dir
-		}, durable.ErrCorrupt, "choose an empty or new directory"},
+		}, durable.ErrForeign, "has files (notes.txt) but no FORMAT file: choose an empty or new directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -152,8 +152,8 @@ func checkFormat(dir string) (fresh bool, err error) {
 		}
 		for _, e := range entries {
 			if e.Name() != "LOCK" {
-				return false, fmt.Errorf("durable store: data directory %s: %w: it has files (%s) but no %s file, so it is not a Tidemark data directory: choose an empty or new directory",
-					dir, ErrCorrupt, e.Name(), formatFile)
+				return false, fmt.Errorf("durable store: data directory %s: %w: it has files (%s) but no %s file: choose an empty or new directory",
+					dir, ErrForeign, e.Name(), formatFile)
 			}
 		}
 		return true, nil
