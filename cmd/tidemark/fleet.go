@@ -126,6 +126,35 @@ func defaultReplicaID() string {
 	return h + "-" + strings.ToLower(rand.Text()[:8])
 }
 
+// announceFirst takes this replica's directory entry at start. An entry
+// that holds another URL belongs to another process with this replica ID:
+// a replica killed moments ago (its entry expires within the lease TTL) or
+// a live duplicate (it renews the entry). It waits up to twice the lease
+// TTL for the entry to go, then gives up: two live processes with one ID
+// would take each other's sessions at every request (regression, found by
+// a tester: TestDuplicateReplicaIDRefused).
+func (c *fleetConfig) announceFirst(st *redisstore.Store, url string, logger *slog.Logger) error {
+	deadline := time.Now().Add(2 * c.leaseTTL)
+	warned := false
+	for {
+		holder, err := st.AnnounceFirst(context.Background(), c.replicaID, url, c.leaseTTL)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, redisstore.ErrReplicaTaken):
+			return fmt.Errorf("--redis %s: %w", c.redisURL, err)
+		case time.Now().After(deadline):
+			return fmt.Errorf("--replica-id %s is announced by another live process at %s (it kept its entry for %v): give each replica a unique --replica-id",
+				c.replicaID, holder, 2*c.leaseTTL)
+		case !warned:
+			logger.Warn("replica ID announced by another process; waiting for its entry to expire (a replica killed moments ago keeps it up to --lease-ttl)",
+				"replica", c.replicaID, "holder", holder, "reason", "replica_id_in_use", "wait_max", 2*c.leaseTTL)
+			warned = true
+		}
+		time.Sleep(c.leaseRenew)
+	}
+}
+
 // announce records this replica in the directory every renew interval
 // (with the lease TTL as the entry's TTL) until ctx is done, then removes
 // the entry so that nobody forwards to a replica that stopped.

@@ -216,10 +216,10 @@ func serve(args []string, stderr io.Writer) int {
 	if fleet != nil {
 		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
 		opts.Transport.Directory = fleet
-		if err := fleet.Announce(context.Background(), c.fleet.replicaID, c.fleet.advertise(ln, c.path), c.fleet.leaseTTL); err != nil {
+		if err := c.fleet.announceFirst(fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
 			ln.Close()
 			fleet.Close()
-			fmt.Fprintf(stderr, "tidemark serve: --redis %s: %v\n", c.fleet.redisURL, err)
+			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 			return 1
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -240,4 +243,58 @@ func TestZombieFenced(t *testing.T) {
 	echo(t, ctx, l, f.on(0, token), 4, "via the old owner", 2)
 	_, err = f.on(0, token).Resume(ctx, lastID(got))
 	wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+}
+
+// TestDuplicateReplicaIDRefused: a second process started with the replica
+// ID of a live one waits for that ID's directory entry, which the live
+// replica keeps renewing, and exits 1 after twice the lease TTL, naming the
+// other process; the live replica keeps serving. A replica restarted after
+// kill -9 under its old ID waits only until the dead one's entry expires.
+// (Regression, found by a tester: both processes served, each re-creating
+// the other's sessions at generation+1 on every request and failing their
+// calls in flight.)
+func TestDuplicateReplicaIDRefused(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	f := newFleet(t, 1, redistest.Options{})
+	token := f.initialize(ctx, 0, 0)
+
+	start := time.Now()
+	dup := testenv.StartProcess(t, f.bin, "serve", "--addr", "127.0.0.1:0", "--redis", f.redis.URL(), "--replica-id", "r0",
+		"--lease-ttl", leaseTTL.String(), "--lease-renew", leaseRenew.String())
+	select {
+	case <-dup.Done():
+	case <-time.After(2*leaseTTL + 5*time.Second):
+		t.Fatalf("the duplicate still runs %v after its start; output:\n%s", time.Since(start), dup.Output())
+	}
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if err := dup.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("duplicate exit: %v, want exit status 1", err)
+	}
+	want := "tidemark serve: --replica-id r0 is announced by another live process at " + f.r[0].url +
+		" (it kept its entry for 4s): give each replica a unique --replica-id"
+	if out := dup.Output(); !strings.Contains(out, want) || !strings.Contains(out, "reason=replica_id_in_use") {
+		t.Fatalf("duplicate output lacks %q or its waiting line:\n%s", want, out)
+	}
+	if took < 2*leaseTTL {
+		t.Fatalf("the duplicate gave up after %v, want after waiting 2 × the lease TTL (%v)", took, 2*leaseTTL)
+	}
+	// The live replica and its session are untouched: generation 1.
+	if rec := f.record(token); rec.Generation != 1 || rec.Owner != "r0" {
+		t.Fatalf("record after the duplicate = generation %d owner %q, want 1 and r0", rec.Generation, rec.Owner)
+	}
+	l := newLedger(t)
+	echo(t, ctx, l, f.on(0, token), 2, "still here", 1)
+
+	// kill -9 and a restart under the same ID on a new address: it waits
+	// for the dead entry's TTL, then serves.
+	f.r[0].proc.Kill()
+	restart := time.Now()
+	r := f.start("r0")
+	if d := time.Since(restart); d > leaseTTL+3*time.Second {
+		t.Fatalf("the restarted replica served after %v, want within the lease TTL (%v) and some", d, leaseTTL)
+	}
+	if got, err := f.st.Lookup(ctx, "r0"); err != nil || got != r.url {
+		t.Fatalf("directory entry of r0 = %q, %v; want the restarted replica's %s", got, err, r.url)
+	}
 }

@@ -26,6 +26,11 @@ import (
 // announced itself within its TTL: it stopped, died, or never started.
 var ErrNoReplica = errors.New("replica not announced")
 
+// ErrReplicaTaken is wrapped by AnnounceFirst's error when the directory
+// entry of the replica ID holds another URL: another process announces
+// that ID and is alive, or was killed less than the entry's TTL ago.
+var ErrReplicaTaken = errors.New("replica ID announced by another process")
+
 // renewBatch is how many renewals one pipelined round trip carries at most.
 const renewBatch = 1000
 
@@ -41,6 +46,25 @@ func (s *Store) Announce(ctx context.Context, id, url string, ttl time.Duration)
 		return fmt.Errorf("redis store: announce replica %q: %w: %w", id, store.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// AnnounceFirst is Announce for a replica that starts: it records url for
+// id only if id's entry is absent or already holds url (the same replica,
+// restarted on the same address), atomically. Otherwise it returns the URL
+// the entry holds and an error wrapping ErrReplicaTaken: two processes
+// with one replica ID would each take the other's sessions as their own
+// and re-create them at every request. Unreachable Redis: an error
+// wrapping store.ErrUnavailable.
+func (s *Store) AnnounceFirst(ctx context.Context, id, url string, ttl time.Duration) (holder string, err error) {
+	ms := max(1, (ttl+time.Millisecond-1)/time.Millisecond)
+	holder, err = s.scripts.announceFirst.Run(ctx, s.rdb, []string{s.replicaKey(id)}, url, int64(ms)).Text()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("redis store: announce replica %q: %w: %w", id, store.ErrUnavailable, err)
+	case holder != "":
+		return holder, fmt.Errorf("redis store: announce replica %q at %s: %w at %s", id, url, ErrReplicaTaken, holder)
+	}
+	return "", nil
 }
 
 // Withdraw removes replica id's directory entry, so that others stop

@@ -137,3 +137,43 @@ func TestRenewMany(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnounceFirst: a starting replica takes its directory entry only when
+// it is absent or holds its own URL; another process's entry is reported
+// with its URL (ErrReplicaTaken) and left unchanged until it is withdrawn
+// or expires.
+func TestAnnounceFirst(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := open(t, srv, redisstore.Options{})
+	b := open(t, srv, redisstore.Options{})
+	ctx := context.Background()
+	const urlA, urlB = "http://127.0.0.1:1001/mcp", "http://127.0.0.1:1002/mcp"
+
+	if holder, err := a.AnnounceFirst(ctx, "r1", urlA, time.Minute); err != nil || holder != "" {
+		t.Fatalf("AnnounceFirst on an absent entry = %q, %v; want it taken", holder, err)
+	}
+	if holder, err := a.AnnounceFirst(ctx, "r1", urlA, time.Minute); err != nil || holder != "" {
+		t.Fatalf("AnnounceFirst with the entry's own URL = %q, %v; want it taken again", holder, err)
+	}
+	holder, err := b.AnnounceFirst(ctx, "r1", urlB, time.Minute)
+	if !errors.Is(err, redisstore.ErrReplicaTaken) || holder != urlA {
+		t.Fatalf("AnnounceFirst over another URL = %q, %v; want %q and ErrReplicaTaken", holder, err, urlA)
+	}
+	if got, _ := b.Lookup(ctx, "r1"); got != urlA {
+		t.Fatalf("Lookup after the refused AnnounceFirst = %q, want %q unchanged", got, urlA)
+	}
+	if err := a.Withdraw(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if holder, err := b.AnnounceFirst(ctx, "r1", urlB, 200*time.Millisecond); err != nil || holder != "" {
+		t.Fatalf("AnnounceFirst after Withdraw = %q, %v; want it taken", holder, err)
+	}
+	time.Sleep(300 * time.Millisecond) // the entry expires
+	if holder, err := a.AnnounceFirst(ctx, "r1", urlA, time.Minute); err != nil || holder != "" {
+		t.Fatalf("AnnounceFirst after the TTL = %q, %v; want it taken", holder, err)
+	}
+	srv.Kill()
+	if _, err := a.AnnounceFirst(ctx, "r1", urlA, time.Minute); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("AnnounceFirst with Redis down: %v, want ErrUnavailable", err)
+	}
+}

@@ -174,9 +174,21 @@ poke('trim')
 return bounds()
 `
 
+// announceFirstLua sets KEYS[1] (a replica's directory entry) to ARGV[1]
+// (its URL) for ARGV[2] milliseconds unless it holds another URL, which it
+// returns; ” when set.
+const announceFirstLua = `
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then
+  return v
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+`
+
 // scripts holds one compiled (hashed) copy of each script per Store.
 type scripts struct {
-	create, claim, renew, saveState, touch, end, append, trim *redis.Script
+	create, claim, renew, saveState, touch, end, append, trim, announceFirst *redis.Script
 }
 
 func newScripts() scripts {
@@ -189,5 +201,7 @@ func newScripts() scripts {
 		end:       redis.NewScript(endLua),
 		append:    redis.NewScript(appendLua),
 		trim:      redis.NewScript(trimLua),
+
+		announceFirst: redis.NewScript(announceFirstLua),
 	}
 }
