@@ -234,7 +234,14 @@ func (r *Registry) drop(l *Live, reason string, err error) {
 	}
 	if held {
 		r.log.Forget(l.token)
-		l.logger.Warn("live state dropped: this process no longer owns the generation", "reason", reason, "error", err)
+		msg := "live state dropped: this process no longer owns the generation"
+		if reason == "unavailable" {
+			// The store could not take an event: the generation ends here
+			// although no other owner holds it (regression: this said the
+			// process no longer owned it, which misled a tester).
+			msg = "live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation+1"
+		}
+		l.logger.Warn(msg, "reason", reason, "error", err)
 	}
 	go func() {
 		defer r.closing.Done()

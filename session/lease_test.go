@@ -292,7 +292,7 @@ func TestLeaseUnavailableSend(t *testing.T) {
 		t.Fatalf("Send with the store down: %v, want ErrUnavailable", err)
 	}
 	wantDone(t, la)
-	wantLog(t, logsA, `generation=1 reason=unavailable`)
+	wantLog(t, logsA, `msg="live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation\+1" session=\S+ generation=1 reason=unavailable`)
 	rs.st.failing.Store(false)
 	l2, err := regA.Get(ctx, la.Token(), "")
 	if err != nil || l2.Generation() != 2 {
