@@ -161,6 +161,13 @@ func (d Decision) Message() string {
 	case CursorMalformed:
 		return "Last-Event-ID is not a cursor of this session: " + d.Detail
 	case GenerationMismatch:
+		if c.Generation > s.Generation {
+			// No generation above the live one has existed: the cursor was
+			// not issued for this session's state (forged, or from a store
+			// that lost data).
+			return fmt.Sprintf("cursor generation %d > live generation %d: no such generation was issued, refusing cross-generation replay; "+
+				"send the stream's requests again, or initialize a new session", c.Generation, s.Generation)
+		}
 		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; "+
 			"the stream's requests are lost: send them again, or initialize a new session", c.Generation, s.Generation)
 	case CursorCompacted:

@@ -238,3 +238,30 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 }
+
+// TestGenerationMismatchMessage: a cursor of an older generation is told
+// the state was re-created; one of a generation above the live one (never
+// issued: forged, or from a store that lost data) is told no such
+// generation was issued (regression: it was told the state was re-created,
+// found by a tester).
+func TestGenerationMismatchMessage(t *testing.T) {
+	tag := replay.Tag("token")
+	for _, tc := range []struct {
+		gen  uint64
+		want string
+	}{
+		{3, "cursor generation 3 != live generation 4: the session's state was re-created, refusing cross-generation replay; " +
+			"the stream's requests are lost: send them again, or initialize a new session"},
+		{99, "cursor generation 99 > live generation 4: no such generation was issued, refusing cross-generation replay; " +
+			"send the stream's requests again, or initialize a new session"},
+	} {
+		d := replay.Decide(replay.Input{
+			HasSessionID: true,
+			Session:      replay.Session{Status: replay.Live, Tag: tag, Generation: 4, Floor: 10, HWM: 20},
+			LastEventID:  fmt.Sprintf("%s-%d-2-15", tag, tc.gen),
+		})
+		if d.Outcome != replay.GenerationMismatch || d.Message() != tc.want {
+			t.Errorf("generation %d: %v %q, want generation_mismatch %q", tc.gen, d.Outcome.Reason(), d.Message(), tc.want)
+		}
+	}
+}
