@@ -1,12 +1,10 @@
 package session_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,28 +14,11 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 )
-
-// logBuffer collects a registry's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // flaky is a store whose appends fail with ErrUnavailable while failing
 // is set, and whose Claim lets a competitor claim first once when race is
@@ -75,9 +56,9 @@ func newReplicas() *replicas {
 }
 
 // registry returns replica owner with the given lease, and its log.
-func (rs *replicas) registry(t *testing.T, owner string, lease time.Duration) (*session.Registry, *logBuffer) {
+func (rs *replicas) registry(t *testing.T, owner string, lease time.Duration) (*session.Registry, *testenv.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	reg := session.New(rs.st, eventlog.New(rs.st, eventlog.Options{Now: rs.clk.Now, Budget: -1}), gosdk.New(demo.NewServer()),
 		session.Options{Owner: owner, Lease: lease, Now: rs.clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	t.Cleanup(func() { reg.Close() })
@@ -113,7 +94,7 @@ func wantDone(t *testing.T, l *session.Live) {
 	}
 }
 
-func wantLog(t *testing.T, logs *logBuffer, pattern string) {
+func wantLog(t *testing.T, logs *testenv.LogBuffer, pattern string) {
 	t.Helper()
 	if !regexp.MustCompile(pattern).MatchString(logs.String()) {
 		t.Fatalf("no log line matches %q; log:\n%s", pattern, logs)

@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -475,7 +476,7 @@ func TestMaxCallsPerSession(t *testing.T) {
 // previous process's session).
 func TestDeadEngineLoggedAsEngineEnded(t *testing.T) {
 	ctx := context.Background()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	a, _ := f.reg.Create(ctx, "")
 	initialize(t, f, a)

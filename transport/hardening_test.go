@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/transport"
@@ -594,24 +594,6 @@ func rawPost(t *testing.T, st *stack, headers string, contentLength int, body st
 	return http.ReadResponse(bufio.NewReader(conn), nil)
 }
 
-// lockedBuffer is a log destination shared by the handler's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRefusedResumeLogsTheCursorOnce: a refused resume is one log line,
 // carrying the client's cursor as the log format quotes it, once. The
 // failing inputs (a tester's): cursor="\"3453490f-1-3-8\"", quoted by the
@@ -619,7 +601,7 @@ func (l *lockedBuffer) String() string {
 // "resume refused" and again as "request refused".
 func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
 	ctx := testContext(t)
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{Logger: logger}, Transport: transport.Options{Logger: logger}}, nil)
 	s := st.initialize(t, ctx, "")

@@ -560,6 +560,25 @@ func TestGatewayIdleEviction(t *testing.T) {
 	}
 }
 
+// initializeRequest returns c's POST of initialize (ID 1, 2025-11-25),
+// bound to ctx, for tests that send it themselves to read its answer as it
+// comes or leave before it.
+func initializeRequest(t *testing.T, ctx context.Context, c *mcptest.Client) *http.Request {
+	t.Helper()
+	body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
+		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "mcptest", "version": "1.0.0"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := c.NewRequest(ctx, http.MethodPost, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // TestGatewayInitializeTimeout fronts commands that never answer
 // initialize with --stdio-init-timeout 500ms: one that is silent (the
 // sleeper, as `sleep 100`) and `sh -c yes`, which writes lines that are
@@ -588,17 +607,7 @@ func TestGatewayInitializeTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, u := startGateway(t, append([]string{"--stdio-init-timeout", "500ms"}, tc.flags...), tc.command...)
 			c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
-			body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
-				"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
-				"clientInfo": map[string]any{"name": "mcptest", "version": "1.0.0"},
-			}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, err := c.NewRequest(t.Context(), http.MethodPost, body)
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := initializeRequest(t, t.Context(), c)
 			start := time.Now()
 			resp, err := c.Do(req)
 			if err != nil {
@@ -694,18 +703,8 @@ func TestInitializeFailingAfterClientLeft(t *testing.T) {
 	}
 	srv, u := startGateway(t, []string{"--stdio-init-timeout", "500ms", "--env", roleEnv + "=sleeper", "--env", noRaceExitSleep}, exe)
 	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
-	body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
-		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
-		"clientInfo": map[string]any{"name": "mcptest", "version": "1.0.0"},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, leave := context.WithCancel(t.Context())
-	req, err := c.NewRequest(ctx, http.MethodPost, body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := initializeRequest(t, ctx, c)
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 // invalidLog is one log line about invalid stdout lines: "full" (one line
@@ -96,7 +98,7 @@ func describeAll[T fmt.Stringer](ls []T) []string {
 // meanwhile. (Regression: each such line was one WARN line; `sh -c yes`
 // wrote 495k of them, 140 MB, in 5 s.)
 func TestInvalidStdoutLinesRateLimited(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{garbageEnv + "=1000"}})
 	e.summaryEvery = time.Hour // no summary while the test runs: only the one at the end
 	s, out := startSession(t, e, 1, nil, logs)
@@ -128,7 +130,7 @@ func TestInvalidStdoutLinesRateLimited(t *testing.T) {
 // add up, then one count at the end.
 func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 	const timeout, every = time.Second, 100 * time.Millisecond
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{roleEnv + "=spew"}, InitializeTimeout: timeout})
 	e.summaryEvery = every
 	spawned := time.Now()
@@ -217,7 +219,7 @@ func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 // flooded the log as stdout garbage did.)
 func TestStderrRateLimited(t *testing.T) {
 	const n = 5000
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{stderrEnv + "=5000"}})
 	start := time.Now()
 	s, out := startSession(t, e, 1, nil, logs)

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -80,27 +81,9 @@ func (o *outbox) none(t *testing.T, d time.Duration) {
 	}
 }
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testEngine returns an Engine running this test binary as the test server
 // (role "server" unless env sets another), logging to logs.
-func testEngine(t *testing.T, logs *logBuffer, opts Options) *Engine {
+func testEngine(t *testing.T, logs *testenv.LogBuffer, opts Options) *Engine {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -113,7 +96,7 @@ func testEngine(t *testing.T, logs *logBuffer, opts Options) *Engine {
 	// A binary built with -race sleeps a second before exiting, by default.
 	opts.Env = append(opts.Env, noRaceExitSleep)
 	if logs == nil {
-		logs = &logBuffer{}
+		logs = &testenv.LogBuffer{}
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	e, err := New(opts)
@@ -125,7 +108,7 @@ func testEngine(t *testing.T, logs *logBuffer, opts Options) *Engine {
 }
 
 // startSession starts generation gen of a session with st (nil: fresh).
-func startSession(t *testing.T, e *Engine, gen uint64, st *engine.State, logs *logBuffer) (engine.Session, *outbox) {
+func startSession(t *testing.T, e *Engine, gen uint64, st *engine.State, logs *testenv.LogBuffer) (engine.Session, *outbox) {
 	t.Helper()
 	out := newOutbox()
 	info := engine.Info{Token: "TESTTOKENABCDEFGHIJKLMNOPQ", Generation: gen, State: st}
@@ -331,7 +314,7 @@ func TestEnvironmentIsExplicit(t *testing.T) {
 // progressToken and logging goes to the standalone stream; once one call is
 // answered, logging relates to the other again.
 func TestRelatesMessages(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{})
 	s, out := startSession(t, e, 1, nil, logs)
 	initialize(t, s, out)
@@ -461,7 +444,7 @@ func TestServerRequests(t *testing.T) {
 // stored initialize params, notifications/initialized, the log level and
 // the subscriptions, with no response reaching the client.
 func TestRestore(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{})
 	st := &engine.State{
 		ProtocolVersion:  "2025-11-25",
@@ -679,7 +662,7 @@ func TestCloseEndsProcessGroup(t *testing.T) {
 // TestCloseEscalates checks SIGTERM then SIGKILL for a server that ignores
 // both the end of its stdin and SIGTERM.
 func TestCloseEscalates(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{roleEnv + "=stubborn"}, StopGrace: 100 * time.Millisecond})
 	s, out := startSession(t, e, 1, nil, logs)
 	initialize(t, s, out)
@@ -758,7 +741,7 @@ func TestFencedOutboxEndsSession(t *testing.T) {
 // TestInvalidStdoutLineSkipped checks that a line that is not JSON-RPC is
 // logged and skipped, and the session keeps working.
 func TestInvalidStdoutLineSkipped(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{garbageEnv + "=1"}})
 	s, out := startSession(t, e, 1, nil, logs)
 	initialize(t, s, out)

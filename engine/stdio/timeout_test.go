@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 // TestInitializeTimeout fronts a command that never answers (the sleeper,
@@ -21,7 +22,7 @@ import (
 // (Regression: the client's POST stayed open with keep-alives forever.)
 func TestInitializeTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{roleEnv + "=sleeper"}, InitializeTimeout: timeout})
 	s, out := startSession(t, e, 1, nil, logs)
 	pgid := groupOf(t, e)
@@ -92,7 +93,7 @@ func TestInitializeTimeout(t *testing.T) {
 // the timeout keeps running past it.
 func TestInitializeAnsweredInTime(t *testing.T) {
 	const timeout = 2 * time.Second
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{InitializeTimeout: timeout})
 	s, out := startSession(t, e, 1, nil, logs)
 	start := time.Now()

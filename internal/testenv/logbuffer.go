@@ -1,0 +1,28 @@
+package testenv
+
+import (
+	"bytes"
+	"sync"
+)
+
+// LogBuffer collects the log lines of a component under test (as the
+// io.Writer of a slog handler) for assertions; it is safe for the
+// component's goroutines and the test's at once.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
