@@ -51,8 +51,9 @@ type proc struct {
 	stdin   *os.File
 	stdout  *os.File
 	stderr  *os.File
-	lines   chan []byte   // newline-terminated messages for stdin
-	invalid *invalidLines // stdout lines that are not JSON-RPC, dropped
+	lines   chan []byte  // newline-terminated messages for stdin
+	invalid *lineLimiter // logging of stdout lines that are not JSON-RPC, dropped
+	stderrs *lineLimiter // logging of stderr lines
 
 	ctx      context.Context // of the reader's Sends; cancelled by Close
 	cancel   context.CancelFunc
@@ -143,7 +144,8 @@ func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 		cmd: cmd, pid: cmd.Process.Pid, started: started,
 		stdin: inW, stdout: outR, stderr: errR,
 		lines:    make(chan []byte, 64),
-		invalid:  &invalidLines{logger: logger, every: e.summaryEvery},
+		invalid:  newInvalidLimiter(logger, e.summaryEvery),
+		stderrs:  newStderrLimiter(logger),
 		ctx:      ctx,
 		cancel:   cancel,
 		stopping: make(chan struct{}),
@@ -242,6 +244,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	drain(readDone, s.stdout)
 	drain(errDone, s.stderr)
 	s.invalid.stop()
+	s.stderrs.stop()
 	waitErr := s.cmd.Wait()
 	s.stdin.Close()
 	s.cancel()
@@ -354,7 +357,10 @@ func (s *proc) readLoop(done chan<- struct{}) {
 		if err != nil {
 			// MCP 2025-11-25, stdio: the server MUST NOT write anything to
 			// stdout that is not a valid MCP message. Skip it.
-			s.invalid.drop(line, err)
+			if full, total := s.invalid.next(); full {
+				s.logger.Warn("subprocess wrote a line to stdout that is not a JSON-RPC message; dropped",
+					"reason", reasonInvalidMessage, "error", err, "line", clip(line, invalidClip), "dropped_total", total)
+			}
 			continue
 		}
 		if !s.route(msg) {
@@ -374,41 +380,11 @@ func (s *proc) readLoop(done chan<- struct{}) {
 func (s *proc) stderrLoop(done chan<- struct{}) {
 	defer close(done)
 	r := bufio.NewReaderSize(s.stderr, 4096)
-	// At most stderrLinesPerSecond lines are logged per one-second window;
-	// the rest are counted, and the count is logged when a line arrives in
-	// a later window and when stderr ends (regression: `sh -c 'yes >&2'`
-	// logged every line, TestStderrRateLimited).
-	var (
-		window     time.Time
-		logged     int
-		suppressed int
-		total      int
-	)
-	flush := func(end bool) {
-		if suppressed == 0 {
-			return
-		}
-		msg := "subprocess stderr: lines not logged (more than 100 in a second)"
-		if end {
-			msg = "subprocess stderr ended: lines not logged (more than 100 in a second)"
-		}
-		s.logger.Warn(msg, "pid", s.pid, "reason", reasonStderrFlood, "suppressed", suppressed, "lines_total", total)
-		suppressed = 0
-	}
-	defer flush(true)
 	for {
 		line, err := r.ReadSlice('\n')
 		if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-			total++
-			if now := time.Now(); now.Sub(window) >= time.Second {
-				flush(false)
-				window, logged = now, 0
-			}
-			if logged < stderrLinesPerSecond {
-				logged++
+			if full, _ := s.stderrs.next(); full {
 				s.logger.Info("subprocess stderr", "pid", s.pid, "line", string(text))
-			} else {
-				suppressed++
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
@@ -416,14 +392,6 @@ func (s *proc) stderrLoop(done chan<- struct{}) {
 		}
 	}
 }
-
-// stderrLinesPerSecond is how many stderr lines of one subprocess are
-// logged in any one-second window; reasonStderrFlood is the reason of the
-// line that counts the others.
-const (
-	stderrLinesPerSecond = 100
-	reasonStderrFlood    = "stderr_flood"
-)
 
 func clip(b []byte, n int) string {
 	if len(b) > n {
@@ -621,7 +589,7 @@ func (s *proc) initializeTimedOut(id jsonrpc.ID, d time.Duration) {
 		"Check that the command is an MCP server speaking stdio (one JSON-RPC message per line on stdout, logs on stderr: "+
 		"see its stderr lines above), or, if it only starts slowly, raise the initialize timeout "+
 		"(tidemark serve --stdio-init-timeout, Options.InitializeTimeout)",
-		"pid", s.pid, "reason", ReasonInitializeTimeout, "timeout", d, "invalid_lines_dropped", s.invalid.count())
+		"pid", s.pid, "reason", ReasonInitializeTimeout, "timeout", d, "invalid_lines_dropped", s.invalid.seen())
 	signalGroup(s.pid, syscall.SIGKILL)
 }
 
