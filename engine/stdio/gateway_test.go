@@ -560,10 +560,11 @@ func TestGatewayIdleEviction(t *testing.T) {
 	}
 }
 
-// initializeRequest returns c's POST of initialize (ID 1, 2025-11-25),
-// bound to ctx, for tests that send it themselves to read its answer as it
-// comes or leave before it.
-func initializeRequest(t *testing.T, ctx context.Context, c *mcptest.Client) *http.Request {
+// postInitialize sends c's initialize (ID 1, 2025-11-25) bound to ctx and
+// returns the response, its body unread, and its session token: for tests
+// that read the answer as it comes, or leave before it. It fails the test
+// unless the answer is 200 with a token.
+func postInitialize(t *testing.T, ctx context.Context, c *mcptest.Client) (*http.Response, string) {
 	t.Helper()
 	body, err := mcptest.Encode(mcptest.MustCall(1, "initialize", map[string]any{
 		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
@@ -576,7 +577,16 @@ func initializeRequest(t *testing.T, ctx context.Context, c *mcptest.Client) *ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	return req
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || token == "" {
+		resp.Body.Close()
+		t.Fatalf("initialize answered %d with Mcp-Session-Id %q, want 200 and a token", resp.StatusCode, token)
+	}
+	return resp, token
 }
 
 // TestGatewayInitializeTimeout fronts commands that never answer
@@ -607,16 +617,8 @@ func TestGatewayInitializeTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, u := startGateway(t, append([]string{"--stdio-init-timeout", "500ms"}, tc.flags...), tc.command...)
 			c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
-			req := initializeRequest(t, t.Context(), c)
 			start := time.Now()
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			token := resp.Header.Get("Mcp-Session-Id")
-			if resp.StatusCode != http.StatusOK || token == "" {
-				t.Fatalf("initialize answered %d with Mcp-Session-Id %q, want 200 and a token", resp.StatusCode, token)
-			}
+			resp, token := postInitialize(t, t.Context(), c)
 			msgs, err := mcptest.ReadAnswer(resp)
 			elapsed := time.Since(start)
 			if err != nil {
@@ -704,15 +706,7 @@ func TestInitializeFailingAfterClientLeft(t *testing.T) {
 	srv, u := startGateway(t, []string{"--stdio-init-timeout", "500ms", "--env", roleEnv + "=sleeper", "--env", noRaceExitSleep}, exe)
 	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
 	ctx, leave := context.WithCancel(t.Context())
-	req := initializeRequest(t, ctx, c)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != http.StatusOK || token == "" {
-		t.Fatalf("initialize answered %d with Mcp-Session-Id %q, want 200 and a token", resp.StatusCode, token)
-	}
+	resp, token := postInitialize(t, ctx, c)
 	leave() // the client goes away before the answer
 	resp.Body.Close()
 
