@@ -93,28 +93,28 @@ const (
 	NeedEvent
 )
 
-// Reason returns the stable machine-readable reason of o, as it appears in
-// error bodies (`error.data.reason`), logs and metric labels.
-func (o Outcome) Reason() string {
+// Reason returns the stable machine-readable reason of o from the catalogue
+// (reason.go), as it appears in error bodies (`error.data.reason`), logs and
+// metric labels: ReasonReplay for Replay, a refusal's reason otherwise, and
+// "" for NeedEvent, which is not a final outcome.
+func (o Outcome) Reason() Reason {
 	switch o {
 	case Replay:
-		return "replay"
+		return ReasonReplay
 	case SessionRequired:
-		return "session_required"
+		return ReasonSessionRequired
 	case SessionNotFound:
-		return "session_not_found"
+		return ReasonSessionNotFound
 	case CursorMalformed:
-		return "cursor_malformed"
+		return ReasonCursorMalformed
 	case GenerationMismatch:
-		return "generation_mismatch"
+		return ReasonGenerationMismatch
 	case CursorCompacted:
-		return "cursor_compacted"
+		return ReasonCursorCompacted
 	case CursorAhead:
-		return "cursor_ahead"
-	case NeedEvent:
-		return "need_event"
+		return ReasonCursorAhead
 	default:
-		return "unknown"
+		return ""
 	}
 }
 

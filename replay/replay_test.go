@@ -265,3 +265,29 @@ func TestGenerationMismatchMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeReasons pins every final outcome's reason word and status, the
+// values clients and alerting rules match on.
+func TestOutcomeReasons(t *testing.T) {
+	for _, tc := range []struct {
+		o      replay.Outcome
+		reason replay.Reason
+		status int
+	}{
+		{replay.Replay, "replay", 200},
+		{replay.SessionRequired, "session_required", 400},
+		{replay.SessionNotFound, "session_not_found", 404},
+		{replay.CursorMalformed, "cursor_malformed", 400},
+		{replay.GenerationMismatch, "generation_mismatch", 409},
+		{replay.CursorCompacted, "cursor_compacted", 409},
+		{replay.CursorAhead, "cursor_ahead", 400},
+		{replay.NeedEvent, "", 0},
+	} {
+		if got := tc.o.Reason(); got != tc.reason {
+			t.Errorf("outcome %d: reason %q, want %q", tc.o, got, tc.reason)
+		}
+		if got := tc.o.HTTPStatus(); got != tc.status {
+			t.Errorf("outcome %d: status %d, want %d", tc.o, got, tc.status)
+		}
+	}
+}

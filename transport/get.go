@@ -110,7 +110,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		d = replay.Decide(in)
 	}
 	if d.Outcome != replay.Replay {
-		herr := refuse(d.Outcome.HTTPStatus(), d.Outcome.Reason(), d.Message())
+		herr := refuse(d.Outcome.HTTPStatus(), string(d.Outcome.Reason()), d.Message())
 		herr.data = d.Data()
 		if live != nil {
 			live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(in.LastEventID),

@@ -1,0 +1,193 @@
+package replay
+
+// Reason is a stable, machine-readable word that says why Tidemark refused a
+// request, ended a stream, a generation or a session, or logged a fault. The
+// same word is `error.data.reason` in JSON-RPC error bodies, the `reason`
+// field of log lines and the `reason` label of metrics (STYLE.md, "Errors,
+// logs, metrics: one vocabulary"). This file is the one catalogue of them:
+// every layer takes its reasons from here and never writes the word again.
+//
+// A Reason never changes once released: clients and alerting rules match on
+// it. New reasons are added here, with the status they answer (if any) in
+// Reasons.
+type Reason string
+
+// String returns the reason's word.
+func (r Reason) String() string { return string(r) }
+
+// Outcomes of the replay decision (DESIGN.md, "The replay decision").
+const (
+	// ReasonReplay: the resume was accepted and its stream replayed; the
+	// outcome word of a successful resume in logs and metrics, never the
+	// reason of an error.
+	ReasonReplay Reason = "replay"
+	// ReasonSessionRequired: 400, no Mcp-Session-Id where one is needed.
+	ReasonSessionRequired Reason = "session_required"
+	// ReasonSessionNotFound: 404, the token is unknown, evicted, deleted or
+	// superseded; the client must initialize again.
+	ReasonSessionNotFound Reason = "session_not_found"
+	// ReasonCursorMalformed: 400, Last-Event-ID is not a cursor of this
+	// session, or names a stream the event at its sequence is not on.
+	ReasonCursorMalformed Reason = "cursor_malformed"
+	// ReasonGenerationMismatch: 409, the cursor belongs to another
+	// generation of the session's live state (seed, "Decision Boundary").
+	ReasonGenerationMismatch Reason = "generation_mismatch"
+	// ReasonCursorCompacted: 409, the cursor is below the replay floor.
+	ReasonCursorCompacted Reason = "cursor_compacted"
+	// ReasonCursorAhead: 400, the cursor is above the high-water mark; it is
+	// never clamped.
+	ReasonCursorAhead Reason = "cursor_ahead"
+)
+
+// Refusals of the HTTP transport (MCP 2025-11-25, basic/transports).
+const (
+	// ReasonSessionIDInvalid: 400, Mcp-Session-Id repeated, longer than 128
+	// bytes or not visible ASCII.
+	ReasonSessionIDInvalid Reason = "session_id_invalid"
+	// ReasonSessionForbidden: 403, the session belongs to another user.
+	ReasonSessionForbidden Reason = "session_forbidden"
+	// ReasonProtocolVersion: 400, MCP-Protocol-Version unsupported, repeated
+	// or of an era this endpoint does not serve.
+	ReasonProtocolVersion Reason = "protocol_version"
+	// ReasonContentType: 415, a POST body that is not application/json, or
+	// a Content-Encoding other than identity.
+	ReasonContentType Reason = "content_type"
+	// ReasonNotAcceptable: 406, Accept lacks a media type the response needs.
+	ReasonNotAcceptable Reason = "not_acceptable"
+	// ReasonBodyTooLarge: 413, a body over the configured limit.
+	ReasonBodyTooLarge Reason = "body_too_large"
+	// ReasonBodyTimeout: 408, the body did not arrive in time.
+	ReasonBodyTimeout Reason = "body_timeout"
+	// ReasonTooManyCalls: 429 with Retry-After, the session has the most
+	// calls in flight it may have.
+	ReasonTooManyCalls Reason = "too_many_calls"
+	// ReasonParseError: 400 (JSON-RPC -32700), the body is not JSON.
+	ReasonParseError Reason = "parse_error"
+	// ReasonInvalidRequest: 400 (JSON-RPC -32600), JSON that is not a valid
+	// JSON-RPC message.
+	ReasonInvalidRequest Reason = "invalid_request"
+	// ReasonBatchNotAllowed: 400, a JSON-RPC batch under a protocol version
+	// that has none (2025-06-18 and later).
+	ReasonBatchNotAllowed Reason = "batch_not_allowed"
+	// ReasonDuplicateRequestID: 400, a request ID already in flight on the
+	// session (JSON-RPC 2.0: IDs are unique per sender).
+	ReasonDuplicateRequestID Reason = "duplicate_request_id"
+	// ReasonOriginForbidden: 403, an Origin that is not allowed (MCP
+	// 2025-11-25, "Security Warning").
+	ReasonOriginForbidden Reason = "origin_forbidden"
+	// ReasonHostForbidden: 403, a non-localhost Host on a loopback listener
+	// (DNS rebinding).
+	ReasonHostForbidden Reason = "host_forbidden"
+	// ReasonMethodNotAllowed: 405, an HTTP method other than GET, POST and
+	// DELETE.
+	ReasonMethodNotAllowed Reason = "method_not_allowed"
+	// ReasonPathNotFound: 404, a path that is not the MCP endpoint.
+	ReasonPathNotFound Reason = "path_not_found"
+	// ReasonLastEventIDOnPost: 400, Last-Event-ID on a POST (resumption is
+	// a GET).
+	ReasonLastEventIDOnPost Reason = "last_event_id_on_post"
+	// ReasonUnavailable: 503 with Retry-After, the store or the engine
+	// cannot take the request now; also the log reason of a store that
+	// cannot be reached.
+	ReasonUnavailable Reason = "unavailable"
+	// ReasonCapacity: 503 with Retry-After, no room for another session or
+	// subprocess; also the end reason of a session evicted to make room.
+	ReasonCapacity Reason = "capacity"
+	// ReasonOwnerMoved: 503 with Retry-After, a forwarded request reached a
+	// replica that does not own the session either.
+	ReasonOwnerMoved Reason = "owner_moved"
+	// ReasonOwnerUnreachable: 503 with Retry-After, the replica that holds
+	// the session's lease cannot be reached.
+	ReasonOwnerUnreachable Reason = "owner_unreachable"
+)
+
+// Why a session ended (its tombstone keeps the reason; store.EndReason).
+const (
+	// ReasonDeleted: the client sent DELETE.
+	ReasonDeleted Reason = "deleted"
+	// ReasonIdle: no request for the idle TTL.
+	ReasonIdle Reason = "idle"
+	// ReasonSuperseded: replaced by a newer session.
+	ReasonSuperseded Reason = "superseded"
+	// ReasonShutdown: the server shut down (a store that does not outlive
+	// the process ends its sessions; a draining server refuses calls).
+	ReasonShutdown Reason = "shutdown"
+	// ReasonInitializeFailed: initialize was answered with an error, so the
+	// session never began (MCP 2025-11-25, lifecycle).
+	ReasonInitializeFailed Reason = "initialize_failed"
+)
+
+// Why a session's live state was re-created at a new generation, or a
+// generation ended (DESIGN.md, "Generations").
+const (
+	// ReasonOwnerGone: the process that held the live state is gone (a
+	// restart kept the record in a durable store).
+	ReasonOwnerGone Reason = "owner_gone"
+	// ReasonLeaseExpired: another replica's lease lapsed and this one took
+	// the session over.
+	ReasonLeaseExpired Reason = "lease_expired"
+	// ReasonEngineEnded: the engine session ended on its own (a gateway's
+	// subprocess exited).
+	ReasonEngineEnded Reason = "engine_ended"
+	// ReasonFenced: a write carried a generation the store has moved past:
+	// a newer owner holds the session, so this generation stops.
+	ReasonFenced Reason = "fenced"
+	// ReasonStoreError: the store failed a write for another cause; the
+	// generation ends rather than leave a gap a client cannot see.
+	ReasonStoreError Reason = "store_error"
+)
+
+// Why a stream's connection ended (log lines).
+const (
+	// ReasonClientGone: writing to the connection failed.
+	ReasonClientGone Reason = "client_gone"
+)
+
+// Gateway (stdio engine) faults: JSON-RPC error reasons of calls a
+// subprocess cannot answer, and log reasons of its misbehaviour.
+const (
+	// ReasonServerExited: the subprocess exited with the call in flight.
+	ReasonServerExited Reason = "server_exited"
+	// ReasonInitializeTimeout: the subprocess did not answer initialize in
+	// time and was stopped.
+	ReasonInitializeTimeout Reason = "initialize_timeout"
+	// ReasonInvalidMessage: a subprocess stdout line that is not a JSON-RPC
+	// message.
+	ReasonInvalidMessage Reason = "invalid_message"
+	// ReasonMessageTooLarge: a subprocess message over the size limit.
+	ReasonMessageTooLarge Reason = "message_too_large"
+	// ReasonStderrFlood: subprocess stderr lines over the logging rate,
+	// counted instead of logged.
+	ReasonStderrFlood Reason = "stderr_flood"
+	// ReasonStopTimeout: the subprocess did not exit within its stop grace
+	// and was killed.
+	ReasonStopTimeout Reason = "stop_timeout"
+	// ReasonStdinClosed: writing to the subprocess's stdin failed.
+	ReasonStdinClosed Reason = "stdin_closed"
+	// ReasonReadError: reading the subprocess's stdout failed.
+	ReasonReadError Reason = "read_error"
+	// ReasonUnknownResponse: the subprocess answered an ID nobody asked.
+	ReasonUnknownResponse Reason = "unknown_response"
+	// ReasonProtocolVersionChanged: a re-created subprocess negotiated
+	// another protocol version than the session's.
+	ReasonProtocolVersionChanged Reason = "protocol_version_changed"
+)
+
+// Store and process conditions (log reasons).
+const (
+	// ReasonMaxBytes: a store over its own documented size bound trims the
+	// oldest events.
+	ReasonMaxBytes Reason = "max_bytes"
+	// ReasonFatal: the embedded store reported a fatal error.
+	ReasonFatal Reason = "fatal"
+	// ReasonPersistenceUnknown: Redis's persistence settings could not be
+	// read.
+	ReasonPersistenceUnknown Reason = "persistence_unknown"
+	// ReasonUnsafePersistence: Redis persists data in a way that can lose
+	// acknowledged writes.
+	ReasonUnsafePersistence Reason = "unsafe_persistence"
+	// ReasonReplicaIDInUse: another live replica announces this replica ID.
+	ReasonReplicaIDInUse Reason = "replica_id_in_use"
+	// ReasonSignal: the process received a stop signal.
+	ReasonSignal Reason = "signal"
+)
