@@ -6,12 +6,13 @@
 //
 // An engine session is one generation of a session's live state: Start
 // begins it, fresh or re-created from a saved State, and it ends with Close
-// or on its own (Done).
+// or on its own (Done). Which inbound messages change the State a
+// re-created session needs, and the messages that restore it, is one rule
+// that every adapter shares: State.Fold and State.Restore (state.go).
 package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -84,21 +85,4 @@ type Request struct {
 	// responses to this request, telling the client to reconnect after
 	// retry (SEP-1699). The client resumes with Last-Event-ID.
 	CloseStream func(retry time.Duration)
-}
-
-// State is what an engine needs to re-create a session without a new
-// initialize (DESIGN.md, "Generations"). It is engine-neutral; Tidemark
-// records it from the messages it carries.
-type State struct {
-	// ProtocolVersion is the negotiated protocol version.
-	ProtocolVersion string `json:"protocolVersion"`
-	// InitializeParams are the params of the client's initialize request
-	// (client info and capabilities), as JSON.
-	InitializeParams json.RawMessage `json:"initializeParams,omitempty"`
-	// Initialized reports that notifications/initialized was received.
-	Initialized bool `json:"initialized,omitempty"`
-	// LogLevel is the level set by logging/setLevel; empty if never set.
-	LogLevel string `json:"logLevel,omitempty"`
-	// Subscriptions are the resource URIs subscribed with resources/subscribe.
-	Subscriptions []string `json:"subscriptions,omitempty"`
 }
