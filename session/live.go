@@ -84,7 +84,7 @@ func (l *Live) dead() bool { return closed(l.eng.Done()) }
 type call struct {
 	stream uint64
 	method string
-	params json.RawMessage // kept for the methods that change session state
+	params json.RawMessage // kept for the calls that change session state (engine.ChangesState)
 }
 
 // openStream is a POST stream whose requests are not all answered.
@@ -284,7 +284,7 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	}
 	for _, c := range calls {
 		cl := call{method: c.Method}
-		if stateChanging(c.Method) {
+		if engine.ChangesState(c) {
 			cl.params = c.Params
 		}
 		l.calls[c.ID] = cl
@@ -376,27 +376,42 @@ func (l *Live) CloseStream(ctx context.Context, stream uint64, retry time.Durati
 }
 
 // Deliver hands an inbound message to the engine, recording the state
-// changes it makes (initialize, notifications/initialized). A state change
-// that cannot be stored fails the delivery, so the client is not told 202
-// for a notification a later generation would not know of.
+// change a notification makes (engine.State.Fold; a call's is recorded when
+// it is answered, in Send). A state change that cannot be stored fails the
+// delivery, so the client is not told 202 for a notification a later
+// generation would not know of.
 func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
-	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && r.Method == "notifications/initialized" {
-		l.mu.Lock()
-		changed := !l.state.Initialized
-		l.state.Initialized = true
-		st := l.state
-		l.mu.Unlock()
-		if changed {
-			if err := l.saveState(ctx, st); err != nil {
-				l.mu.Lock()
-				l.state.Initialized = false
-				l.mu.Unlock()
-				return err
-			}
+	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && engine.ChangesState(r) {
+		if err := l.recordNotification(ctx, r); err != nil {
+			return err
 		}
 	}
 	if err := l.eng.Deliver(ctx, msg, req); err != nil {
 		return fmt.Errorf("session %s gen %d: deliver: %w", store.Prefix(l.token), l.gen, err)
+	}
+	return nil
+}
+
+// recordNotification folds the inbound notification r into the session
+// state and stores the result. When it cannot be stored, the state in
+// memory goes back to what it was, unless another change has been folded
+// on top meanwhile (that change's save carried r's effect).
+func (l *Live) recordNotification(ctx context.Context, r *jsonrpc.Request) error {
+	l.mu.Lock()
+	prev := l.state
+	next, changed := prev.Fold(r, nil)
+	l.state = next
+	l.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	if err := l.saveState(ctx, next); err != nil {
+		l.mu.Lock()
+		if l.state.Equal(next) {
+			l.state = prev
+		}
+		l.mu.Unlock()
+		return err
 	}
 	return nil
 }
@@ -438,8 +453,10 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 				l.initWait = nil
 			}
 		}
-		if resp.Error == nil && c.params != nil {
-			if st, changed := l.applyLocked(c, resp.Result); changed {
+		if c.params != nil {
+			req := &jsonrpc.Request{ID: resp.ID, Method: c.method, Params: c.params}
+			if st, changed := l.state.Fold(req, resp); changed {
+				l.state = st
 				stateChange = &st
 			}
 		}
@@ -517,64 +534,10 @@ func (l *Live) saveState(ctx context.Context, st engine.State) error {
 		return err
 	}
 	if err := l.reg.st.SaveState(context.WithoutCancel(ctx), l.token, l.gen, b); err != nil {
-		l.logger.Warn("saving session state failed", "reason", "store_error", "error", err)
+		l.logger.Warn("saving session state failed", "reason", replay.ReasonStoreError, "error", err)
 		return fmt.Errorf("session %s gen %d: save state: %w", store.Prefix(l.token), l.gen, err)
 	}
 	return nil
-}
-
-// stateChanging reports whether a successful call of method changes the
-// state a re-created session needs.
-func stateChanging(method string) bool {
-	switch method {
-	case "initialize", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
-		return true
-	}
-	return false
-}
-
-// applyLocked applies a successful state-changing call to l.state and
-// returns the new state and whether it changed.
-func (l *Live) applyLocked(c call, result json.RawMessage) (engine.State, bool) {
-	st := &l.state
-	switch c.method {
-	case "initialize":
-		var res struct {
-			ProtocolVersion string `json:"protocolVersion"`
-		}
-		json.Unmarshal(result, &res)
-		st.InitializeParams = c.params
-		st.ProtocolVersion = res.ProtocolVersion
-	case "logging/setLevel":
-		var p struct {
-			Level string `json:"level"`
-		}
-		if json.Unmarshal(c.params, &p) != nil {
-			return *st, false
-		}
-		st.LogLevel = p.Level
-	case "resources/subscribe", "resources/unsubscribe":
-		var p struct {
-			URI string `json:"uri"`
-		}
-		if json.Unmarshal(c.params, &p) != nil || p.URI == "" {
-			return *st, false
-		}
-		i := slices.Index(st.Subscriptions, p.URI)
-		switch {
-		case c.method == "resources/subscribe" && i < 0:
-			st.Subscriptions = append(slices.Clone(st.Subscriptions), p.URI)
-		case c.method == "resources/unsubscribe" && i >= 0:
-			st.Subscriptions = slices.Delete(slices.Clone(st.Subscriptions), i, i+1)
-		default:
-			return *st, false
-		}
-	default:
-		return *st, false
-	}
-	cp := *st
-	cp.Subscriptions = slices.Clone(st.Subscriptions)
-	return cp, true
 }
 
 // InitializeFailed reports whether the session's initialize was answered
