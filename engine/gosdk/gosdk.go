@@ -10,8 +10,9 @@
 //     sampling and elicitation sent with the handler's context are tagged
 //     with their request;
 //   - a session is re-created from saved state with
-//     mcp.ServerSessionOptions.State, and its resource subscriptions are
-//     restored by replaying resources/subscribe to it.
+//     mcp.ServerSessionOptions.State, and what that state lacks (resource
+//     subscriptions) is restored by replaying to the session the messages
+//     engine.State.Restore gives.
 package gosdk
 
 import (
@@ -29,7 +30,7 @@ import (
 )
 
 // restoreTimeout bounds how long Start waits for the SDK to acknowledge the
-// resource subscriptions it replays into a re-created session.
+// messages it replays into a re-created session.
 const restoreTimeout = 5 * time.Second
 
 // Engine hosts one *mcp.Server. Create it with New.
@@ -96,13 +97,23 @@ func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox)
 		return nil, fmt.Errorf("gosdk: connect session %.8s… gen %d: %w", info.Token, info.Generation, err)
 	}
 	s := &session{conn: c, ss: ss}
-	if info.State != nil && len(info.State.Subscriptions) > 0 {
-		if err := c.restoreSubscriptions(ctx, info.State.Subscriptions); err != nil {
+	if info.State != nil {
+		if err := c.replay(ctx, info.State.Restore(sdkRestores(info.State))); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("gosdk: restore session %.8s… gen %d: %w", info.Token, info.Generation, err)
 		}
 	}
 	return s, nil
+}
+
+// sdkRestores returns the part of st that sdkState's session state restores
+// by itself: all of it but the subscriptions, which mcp.ServerSessionState
+// does not hold. A st without initialize params has nothing to restore.
+func sdkRestores(st *engine.State) engine.State {
+	part := *st
+	part.Initialized = true // sdkState marks every restored session initialized
+	part.Subscriptions = nil
+	return part
 }
 
 // sdkState converts the engine-neutral state to the SDK's.
@@ -254,41 +265,38 @@ func (c *conn) Close() error {
 // session token.
 func (c *conn) SessionID() string { return c.token }
 
-// restoreSubscriptions replays resources/subscribe for each URI into the
-// SDK session and waits for each acknowledgement. The requests use string
-// IDs that no client message can reach Write with, and their responses are
-// consumed here, never sent.
-func (c *conn) restoreSubscriptions(ctx context.Context, uris []string) error {
+// replay delivers the restore messages msgs (engine.State.Restore) to the
+// SDK session in order, waiting for the response to each call before the
+// next message. The calls' string IDs are ones no client message reaches
+// Write with while Start runs, and their responses are consumed here,
+// never sent.
+func (c *conn) replay(ctx context.Context, msgs []*jsonrpc.Request) error {
+	if len(msgs) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
-	waits := make([]chan error, len(uris))
-	for i, uri := range uris {
-		id, err := jsonrpc.MakeID(fmt.Sprintf("tidemark-restore-%d", i))
-		if err != nil {
-			return err
+	for _, m := range msgs {
+		var answered chan error
+		if m.IsCall() {
+			answered = make(chan error, 1)
+			c.mu.Lock()
+			c.restores[m.ID] = answered
+			c.mu.Unlock()
 		}
-		params, err := json.Marshal(mcp.SubscribeParams{URI: uri})
-		if err != nil {
-			return err
+		if err := c.deliver(ctx, m, engine.Request{}); err != nil {
+			return fmt.Errorf("%s %s: %w", m.Method, m.Params, err)
 		}
-		ch := make(chan error, 1)
-		c.mu.Lock()
-		c.restores[id] = ch
-		c.mu.Unlock()
-		waits[i] = ch
-		req := &jsonrpc.Request{ID: id, Method: "resources/subscribe", Params: params}
-		if err := c.deliver(ctx, req, engine.Request{}); err != nil {
-			return fmt.Errorf("resubscribe %s: %w", uri, err)
+		if answered == nil {
+			continue
 		}
-	}
-	for i, ch := range waits {
 		select {
-		case err := <-ch:
+		case err := <-answered:
 			if err != nil {
-				return fmt.Errorf("resubscribe %s: %w", uris[i], err)
+				return fmt.Errorf("%s %s: %w", m.Method, m.Params, err)
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("resubscribe %s: %w", uris[i], ctx.Err())
+			return fmt.Errorf("%s %s: %w", m.Method, m.Params, ctx.Err())
 		}
 	}
 	return nil

@@ -61,19 +61,18 @@ type proc struct {
 	stopping chan struct{} // closed by Close
 	done     chan struct{} // closed once the subprocess is reaped and its calls failed
 
-	mu           sync.Mutex
-	ended        bool                                  // deliveries refused: the subprocess is ending
-	quietReason  string                                // why the end fails no call in flight; "" if it must
-	failReason   string                                // error.data.reason of the calls the end fails; "": ReasonServerExited
-	calls        map[jsonrpc.ID]jsonrpc.ID             // client call in flight → its progressToken (or zero)
-	progress     map[jsonrpc.ID]jsonrpc.ID             // progressToken → the client call that carries it
-	outCalls     map[jsonrpc.ID]serverCall             // session-unique ID → server-to-client request in flight
-	outIDs       map[jsonrpc.ID]jsonrpc.ID             // the subprocess's ID → session-unique ID
-	nextOut      uint64                                // last number used in a session-unique ID
-	internal     map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
-	nextInternal uint64
-	initialize   jsonrpc.ID  // the client's initialize call while unanswered
-	initTimer    *time.Timer // ends the subprocess if initialize stays unanswered
+	mu          sync.Mutex
+	ended       bool                                  // deliveries refused: the subprocess is ending
+	quietReason string                                // why the end fails no call in flight; "" if it must
+	failReason  string                                // error.data.reason of the calls the end fails; "": ReasonServerExited
+	calls       map[jsonrpc.ID]jsonrpc.ID             // client call in flight → its progressToken (or zero)
+	progress    map[jsonrpc.ID]jsonrpc.ID             // progressToken → the client call that carries it
+	outCalls    map[jsonrpc.ID]serverCall             // session-unique ID → server-to-client request in flight
+	outIDs      map[jsonrpc.ID]jsonrpc.ID             // the subprocess's ID → session-unique ID
+	nextOut     uint64                                // last number used in a session-unique ID
+	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
+	initialize  jsonrpc.ID                            // the client's initialize call while unanswered
+	initTimer   *time.Timer                           // ends the subprocess if initialize stays unanswered
 }
 
 // serverCall is a server-to-client request in flight.
