@@ -173,7 +173,14 @@ type conn struct {
 }
 
 // deliver gives msg to the SDK, with a fresh RequestExtra for a request.
+// After Close it refuses msg with engine.ErrClosed: the inbound queue may
+// still have room, but nothing reads it any more.
 func (c *conn) deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	select {
+	case <-c.done:
+		return engine.ErrClosed
+	default:
+	}
 	var undo func() // forgets the call's extra when the message is not handed over
 	if r, ok := msg.(*jsonrpc.Request); ok {
 		extra := &mcp.RequestExtra{TokenInfo: req.TokenInfo, Header: req.Header}

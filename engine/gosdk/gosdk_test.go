@@ -3,6 +3,7 @@ package gosdk_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -270,4 +271,19 @@ func TestClose(t *testing.T) {
 		t.Fatalf("second Close = %v, want nil", err)
 	}
 	out.none(t)
+}
+
+// TestDeliverAfterClose checks that a session that has ended takes no
+// message: every Deliver after Close answers engine.ErrClosed, however
+// much room the session's inbound queue has left.
+func TestDeliverAfterClose(t *testing.T) {
+	e := gosdk.New(newServer(true).Server)
+	s, _ := start(t, e, 2, restored)
+	s.Close()
+	for i := range 10 {
+		msg, _ := jsonrpc.DecodeMessage(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`, i+1))
+		if err := s.Deliver(t.Context(), msg, engine.Request{}); !errors.Is(err, engine.ErrClosed) {
+			t.Fatalf("Deliver %d after Close = %v, want engine.ErrClosed", i+1, err)
+		}
+	}
 }
