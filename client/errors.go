@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // ErrSessionLost is the sentinel of a call that was in flight on a session
@@ -116,16 +118,16 @@ type StatusError struct {
 	Message string
 }
 
-// Error describes the refusal.
+// statusError returns the *StatusError of a refused message of method.
+func statusError(method string, r wire.Refusal) *StatusError {
+	return &StatusError{Method: method, Status: r.Status, Reason: r.Reason, Message: r.Message}
+}
+
+// Error describes the refusal: "client: tools/call refused with HTTP 400
+// invalid_request: ...".
 func (e *StatusError) Error() string {
-	s := fmt.Sprintf("client: %s refused with HTTP %d", e.Method, e.Status)
-	if e.Reason != "" {
-		s += " " + e.Reason
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
+	r := wire.Refusal{Status: e.Status, Reason: e.Reason, Message: e.Message}
+	return "client: " + e.Method + " refused with " + r.String()
 }
 
 // codeRejected is the JSON-RPC error code with which the go-sdk marks a

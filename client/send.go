@@ -11,13 +11,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // post sends one POST of body on s (nil: without session headers). The
 // request lives in reqCtx (the response stream is read in it) but is
 // abandoned, before its answer arrives, when ctx ends.
 func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http.Response, error) {
-	req, err := c.newRequest(reqCtx, http.MethodPost, s, bytes.NewReader(body))
+	req, err := c.newRequest(reqCtx, http.MethodPost, s, body)
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +29,7 @@ func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http
 	resp, err := c.opts.HTTPClient.Do(req)
 	if !stop() && err == nil {
 		// ctx ended while the answer arrived: the caller gave up.
-		drain(resp)
+		wire.Drain(resp)
 		cancel()
 		return nil, ctx.Err()
 	}
@@ -114,7 +116,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if resp.StatusCode == http.StatusNotFound && s != nil && s.id != "" {
 			// The session is gone and the request was not executed: start
 			// a new session and send it there, once.
-			reason, _ := refusal(resp)
+			reason := wire.ReadRefusal(resp).Reason
 			c.loseSession(s, http.StatusNotFound, reason, "POST "+req.Method, "")
 			if renewed {
 				return fail(&CallError{Method: req.Method, ID: req.ID, Session: s.id, Status: http.StatusNotFound, Reason: reason, Err: ErrSessionLost})
@@ -123,11 +125,10 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 			continue
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			reason, msg := refusal(resp)
-			return fail(&StatusError{Method: req.Method, Status: resp.StatusCode, Reason: reason, Message: msg})
+			return fail(statusError(req.Method, wire.ReadRefusal(resp)))
 		}
 		if req.Method == "initialize" {
-			s = newSession(resp.Header.Get(headerSession))
+			s = newSession(resp.Header.Get(wire.HeaderSession))
 			c.mu.Lock()
 			c.sess = s
 			c.mu.Unlock()
@@ -141,23 +142,23 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if !pending {
 			// Answered elsewhere (the standalone stream), failed or
 			// cancelled meanwhile.
-			drain(resp)
+			wire.Drain(resp)
 			return nil
 		}
 		label := fmt.Sprintf("POST %s id %v", req.Method, req.ID.Raw())
-		switch mediaType(resp) {
-		case "text/event-stream":
+		switch wire.MediaType(resp) {
+		case wire.MediaSSE:
 			st := &stream{call: cl, sess: s, label: label, seen: newIDSet(c.opts.SeenIDs)}
 			if !c.spawn(func() { c.runStream(cctx, st, resp) }) {
 				resp.Body.Close()
 			}
-		case "application/json":
+		case wire.MediaJSON:
 			c.readJSON(cl, resp)
 		default:
 			// A call is answered with JSON or SSE (MCP 2025-11-25, "Sending
 			// Messages to the Server"); anything else would leave it
 			// waiting for ever.
-			drain(resp)
+			wire.Drain(resp)
 			c.failCall(cl, &CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Status: resp.StatusCode, Err: ErrStreamLost,
 				Cause: fmt.Errorf("answer has Content-Type %q, neither application/json nor text/event-stream", resp.Header.Get("Content-Type"))})
 		}
@@ -253,7 +254,7 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 			return rejected{fmt.Errorf("client: %s: %w", method, err)}
 		}
 		if resp.StatusCode == http.StatusNotFound && s != nil && s.id != "" {
-			reason, _ := refusal(resp)
+			reason := wire.ReadRefusal(resp).Reason
 			c.loseSession(s, http.StatusNotFound, reason, "POST "+method, "")
 			// A response answers a request of the lost session, and the new
 			// session sends its own notifications/initialized: neither is
@@ -265,10 +266,9 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 			continue
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			reason, m := refusal(resp)
-			return rejected{&StatusError{Method: method, Status: resp.StatusCode, Reason: reason, Message: m}}
+			return rejected{statusError(method, wire.ReadRefusal(resp))}
 		}
-		drain(resp)
+		wire.Drain(resp)
 		if method == "notifications/initialized" {
 			c.mu.Lock()
 			c.initialized = true

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // loseSession records that the server no longer serves s (status 404 or
@@ -164,10 +165,9 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 		return nil, fmt.Errorf("client: initialize: %w", err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		reason, msg := refusal(resp)
-		return nil, &StatusError{Method: "initialize", Status: resp.StatusCode, Reason: reason, Message: msg}
+		return nil, statusError("initialize", wire.ReadRefusal(resp))
 	}
-	s := newSession(resp.Header.Get(headerSession))
+	s := newSession(resp.Header.Get(wire.HeaderSession))
 	answer, err := c.readAnswer(resp, id)
 	if err != nil {
 		return nil, fmt.Errorf("client: initialize: %w", err)
@@ -192,10 +192,9 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 		return nil, fmt.Errorf("client: notifications/initialized: %w", err)
 	}
 	if nresp.StatusCode < 200 || nresp.StatusCode > 299 {
-		reason, msg := refusal(nresp)
-		return nil, &StatusError{Method: "notifications/initialized", Status: nresp.StatusCode, Reason: reason, Message: msg}
+		return nil, statusError("notifications/initialized", wire.ReadRefusal(nresp))
 	}
-	drain(nresp)
+	wire.Drain(nresp)
 	return s, nil
 }
 
@@ -203,7 +202,7 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 // stream (not resumed: a broken handshake is simply sent again).
 func (c *conn) readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response, error) {
 	defer resp.Body.Close()
-	if mediaType(resp) == "text/event-stream" {
+	if wire.MediaType(resp) == wire.MediaSSE {
 		rd := sse.NewReader(resp.Body, c.opts.MaxEventSize)
 		for {
 			ev, err := rd.Next()

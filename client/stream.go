@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // errNoCursor is the cause of ErrStreamLost when a stream broke before the
@@ -215,13 +216,13 @@ func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
 		}
 		status := resp.StatusCode
 		switch {
-		case status == http.StatusOK && mediaType(resp) == "text/event-stream":
+		case status == http.StatusOK && wire.MediaType(resp) == wire.MediaSSE:
 			if st.lastID != "" {
 				c.emit(Event{Kind: EventResumed, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status})
 			}
 			return resp
 		case (status == http.StatusNotFound || status == http.StatusConflict) && st.sess.id != "":
-			reason, _ := refusal(resp)
+			reason := wire.ReadRefusal(resp).Reason
 			c.loseSession(st.sess, status, reason, st.label, st.lastID)
 			// The session may have been lost already, before this call was
 			// bound to it: fail the call here too.
@@ -229,14 +230,15 @@ func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
 				Status: status, Reason: reason, Err: ErrSessionLost})
 			return nil
 		case status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500:
-			drain(resp)
+			wire.Drain(resp)
 			st.lastErr = &StatusError{Method: "GET", Status: status}
 			continue
 		}
 		// Any other answer: the server will not resume this stream.
-		reason, msg := refusal(resp)
+		ref := wire.ReadRefusal(resp)
+		reason := ref.Reason
 		if st.call != nil {
-			cause := &StatusError{Method: "GET", Status: status, Reason: reason, Message: msg}
+			cause := statusError("GET", ref)
 			c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID,
 				Status: status, Reason: reason, Err: ErrStreamLost, Cause: cause})
 			c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status, Reason: reason, Err: cause})
@@ -251,7 +253,7 @@ func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
 		// The standalone stream cannot be resumed: open a new one. What
 		// the server sent in between is lost; say so.
 		c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status, Reason: reason,
-			Err: &StatusError{Method: "GET", Status: status, Reason: reason, Message: msg}})
+			Err: statusError("GET", ref)})
 		st.lastID = ""
 		st.fresh = true
 	}
@@ -269,7 +271,7 @@ func (c *conn) get(ctx context.Context, st *stream) (*http.Response, error) {
 		return nil, err
 	}
 	if st.lastID != "" {
-		req.Header.Set(headerLastEventID, st.lastID)
+		req.Header.Set(wire.HeaderLastEventID, st.lastID)
 	}
 	var timer *time.Timer
 	if st.call != nil {
@@ -278,7 +280,7 @@ func (c *conn) get(ctx context.Context, st *stream) (*http.Response, error) {
 	resp, err := c.opts.HTTPClient.Do(req)
 	if timer != nil && !timer.Stop() && err == nil {
 		// The deadline passed just as the answer came.
-		drain(resp)
+		wire.Drain(resp)
 		err = errResumeTimeout
 	}
 	if err != nil {

@@ -54,7 +54,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"sync"
@@ -62,6 +61,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // Defaults of Transport's fields.
@@ -79,14 +80,6 @@ const (
 // deleteTimeout bounds the DELETE that ends a session on Close or after a
 // 409: it is best-effort and must not hold the caller.
 const deleteTimeout = 5 * time.Second
-
-// Header names of MCP Streamable HTTP (MCP 2025-11-25, basic/transports)
-// and SSE (WHATWG HTML, "Server-sent events").
-const (
-	headerSession     = "Mcp-Session-Id"
-	headerVersion     = "Mcp-Protocol-Version"
-	headerLastEventID = "Last-Event-ID"
-)
 
 // Transport is an mcp.Transport that connects an mcp.Client to one
 // Streamable HTTP endpoint with resumable streams; see the package comment.
@@ -430,36 +423,16 @@ func (c *conn) emit(e Event) {
 	}
 }
 
-// newRequest returns a request to the endpoint with the session's headers.
-func (c *conn) newRequest(ctx context.Context, method string, s *session, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.opts.Endpoint, body)
-	if err != nil {
-		return nil, err
-	}
-	for k, vs := range c.opts.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	switch method {
-	case http.MethodPost:
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-	case http.MethodGet:
-		req.Header.Set("Accept", "text/event-stream")
-	}
+// newRequest returns a request to the endpoint with the session's headers
+// (none for a nil s).
+func (c *conn) newRequest(ctx context.Context, method string, s *session, body []byte) (*http.Request, error) {
+	var id, version string
 	if s != nil {
-		if s.id != "" {
-			req.Header.Set(headerSession, s.id)
-		}
 		c.mu.Lock()
-		v := s.version
+		id, version = s.id, s.version
 		c.mu.Unlock()
-		if v != "" {
-			req.Header.Set(headerVersion, v)
-		}
 	}
-	return req, nil
+	return wire.NewRequest(ctx, method, c.opts.Endpoint, body, c.opts.Header, id, version)
 }
 
 // deleteSession ends s on the server, best-effort.
@@ -474,7 +447,7 @@ func (c *conn) deleteSession(s *session) error {
 	if err != nil {
 		return fmt.Errorf("client: DELETE session %s: %w", prefix(s.id), err)
 	}
-	drain(resp)
+	wire.Drain(resp)
 	return nil
 }
 
@@ -500,43 +473,4 @@ func (c *conn) sleep(d time.Duration, stop <-chan struct{}) bool {
 func notSent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// mediaType returns resp's Content-Type without parameters, lowercased.
-func mediaType(resp *http.Response) string {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return mt
-}
-
-// maxRefusalBody bounds, in bytes, how much of an error body is read.
-const maxRefusalBody = 64 << 10
-
-// refusal reads an error response's body and returns error.data.reason and
-// error.message of its JSON-RPC error envelope when it has one (the id of
-// such an envelope is null, which jsonrpc.DecodeMessage rejects), else the
-// start of the body as the message. It closes the body.
-func refusal(resp *http.Response) (reason, message string) {
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-	var env struct {
-		Error *struct {
-			Message string `json:"message"`
-			Data    struct {
-				Reason string `json:"reason"`
-			} `json:"data"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(body, &env) == nil && env.Error != nil {
-		return env.Error.Data.Reason, env.Error.Message
-	}
-	if len(body) > 200 {
-		body = body[:200]
-	}
-	return "", string(body)
-}
-
-// drain reads and closes a body so its connection can be reused.
-func drain(resp *http.Response) {
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxRefusalBody))
-	resp.Body.Close()
 }

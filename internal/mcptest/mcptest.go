@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // DefaultProtocolVersion is the protocol version Initialize offers when
@@ -66,13 +66,7 @@ func (c *Client) NewRequest(ctx context.Context, method string, body []byte) (*h
 	if err != nil {
 		return nil, fmt.Errorf("mcptest: new %s request: %w", method, err)
 	}
-	switch method {
-	case http.MethodPost:
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-	case http.MethodGet:
-		req.Header.Set("Accept", "text/event-stream")
-	}
+	wire.SetMedia(req.Header, method)
 	for k, vs := range c.Header {
 		for _, v := range vs {
 			req.Header.Add(k, v)
@@ -128,7 +122,7 @@ func (c *Client) Initialize(ctx context.Context, version string) (*Session, erro
 	if err != nil {
 		return nil, fmt.Errorf("mcptest: initialize: %w", err)
 	}
-	token := resp.Header.Get("Mcp-Session-Id")
+	token := resp.Header.Get(wire.HeaderSession)
 	if token == "" {
 		return nil, &StatusError{Method: http.MethodPost, Status: resp.StatusCode, Header: resp.Header,
 			Detail: "initialize answer has no Mcp-Session-Id"}
@@ -198,9 +192,9 @@ func (s *Session) NewRequest(ctx context.Context, method string, body []byte) (*
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Mcp-Session-Id", s.Token)
+	req.Header.Set(wire.HeaderSession, s.Token)
 	if s.VersionHeader != "" {
-		req.Header.Set("Mcp-Protocol-Version", s.VersionHeader)
+		req.Header.Set(wire.HeaderProtocolVersion, s.VersionHeader)
 	}
 	return req, nil
 }
@@ -255,7 +249,7 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, erro
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Last-Event-ID", lastEventID)
+	req.Header.Set(wire.HeaderLastEventID, lastEventID)
 	resp, err := s.Client.Do(req)
 	if err != nil {
 		return nil, err
@@ -294,8 +288,7 @@ type Stream struct {
 // text/event-stream; otherwise it reads and closes the body and returns a
 // *StatusError.
 func OpenStream(resp *http.Response) (*Stream, error) {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if resp.StatusCode != http.StatusOK || mt != "text/event-stream" {
+	if resp.StatusCode != http.StatusOK || wire.MediaType(resp) != wire.MediaSSE {
 		return nil, ReadStatusError(resp)
 	}
 	return &Stream{Resp: resp, r: sse.NewReader(resp.Body, 0)}, nil
@@ -391,12 +384,11 @@ func (e Event) IsResponseTo(id jsonrpc.ID) bool {
 // an array). It closes the body. A status other than 200 is a
 // *StatusError.
 func ReadAnswer(resp *http.Response) ([]jsonrpc.Message, error) {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK {
 		return nil, ReadStatusError(resp)
 	}
-	switch mt {
-	case "text/event-stream":
+	switch wire.MediaType(resp) {
+	case wire.MediaSSE:
 		st := &Stream{Resp: resp, r: sse.NewReader(resp.Body, 0)}
 		defer st.Close()
 		evs, err := st.Collect()
@@ -407,7 +399,7 @@ func ReadAnswer(resp *http.Response) ([]jsonrpc.Message, error) {
 			}
 		}
 		return out, err
-	case "application/json":
+	case wire.MediaJSON:
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // malformedCursor is a Last-Event-ID no server issues: no digits, no
@@ -284,7 +286,7 @@ func listStatus(ctx context.Context, s *session) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	drain(resp)
+	wire.Drain(resp)
 	return resp.StatusCode, nil
 }
 

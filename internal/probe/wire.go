@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // The probe speaks raw Streamable HTTP (MCP 2025-11-25, basic/transports)
@@ -68,80 +68,25 @@ type session struct {
 	server  string // serverInfo "name version"
 }
 
-// statusError is an HTTP refusal: the status and error.data.reason of a
-// JSON-RPC error body when there is one.
+// statusError is an HTTP refusal of the request what ("GET", "POST
+// tools/call"): its status, and error.data.reason of a JSON-RPC error body
+// when there is one.
 type statusError struct {
-	what   string
-	status int
-	reason string
-	msg    string
+	what string
+	wire.Refusal
 }
 
-func (e *statusError) Error() string {
-	s := fmt.Sprintf("%s: HTTP %d", e.what, e.status)
-	if e.reason != "" {
-		s += " " + e.reason
-	}
-	if e.msg != "" {
-		s += ": " + e.msg
-	}
-	return s
-}
+func (e *statusError) Error() string { return e.what + ": " + e.Refusal.String() }
 
 // readRefusal reads an error response's status, reason and message, and
 // closes its body.
 func readRefusal(what string, resp *http.Response) *statusError {
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &statusError{what: what, status: resp.StatusCode}
-	var env struct {
-		Error *struct {
-			Message string `json:"message"`
-			Data    struct {
-				Reason string `json:"reason"`
-			} `json:"data"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(body, &env) == nil && env.Error != nil {
-		e.reason, e.msg = env.Error.Data.Reason, env.Error.Message
-	} else {
-		e.msg = strings.TrimSpace(string(body))
-		if len(e.msg) > 120 {
-			e.msg = e.msg[:120] + "…"
-		}
-	}
-	return e
+	return &statusError{what: what, Refusal: wire.ReadRefusal(resp)}
 }
 
 // request builds a request carrying the session's headers.
 func (s *session) request(ctx context.Context, method string, body []byte) (*http.Request, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.p.url, rd)
-	if err != nil {
-		return nil, err
-	}
-	for k, vs := range s.p.header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	switch method {
-	case http.MethodPost:
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-	case http.MethodGet:
-		req.Header.Set("Accept", "text/event-stream")
-	}
-	if s.id != "" {
-		req.Header.Set("Mcp-Session-Id", s.id)
-	}
-	if s.version != "" {
-		req.Header.Set("Mcp-Protocol-Version", s.version)
-	}
-	return req, nil
+	return wire.NewRequest(ctx, method, s.p.url, body, s.p.header, s.id, s.version)
 }
 
 // post sends msg and returns the raw response.
@@ -177,7 +122,7 @@ func (p *peer) initialize(ctx context.Context) (*session, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, readRefusal("initialize", resp)
 	}
-	s.id = resp.Header.Get("Mcp-Session-Id")
+	s.id = resp.Header.Get(wire.HeaderSession)
 	p.mu.Lock()
 	p.sessions = append(p.sessions, s)
 	p.mu.Unlock()
@@ -204,7 +149,7 @@ func (p *peer) initialize(ctx context.Context) (*session, error) {
 	if resp.StatusCode/100 != 2 {
 		return nil, readRefusal("notifications/initialized", resp)
 	}
-	drain(resp)
+	wire.Drain(resp)
 	return s, nil
 }
 
@@ -240,12 +185,12 @@ func (s *session) resume(ctx context.Context, cursor string) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Last-Event-ID", cursor)
+	req.Header.Set(wire.HeaderLastEventID, cursor)
 	resp, err := s.p.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK || mediaType(resp) != "text/event-stream" {
+	if resp.StatusCode != http.StatusOK || wire.MediaType(resp) != wire.MediaSSE {
 		return nil, readRefusal("GET", resp)
 	}
 	return openStream(resp), nil
@@ -261,7 +206,7 @@ func (s *session) delete(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	drain(resp)
+	wire.Drain(resp)
 	return resp.StatusCode, nil
 }
 
@@ -269,7 +214,7 @@ func (s *session) delete(ctx context.Context) (int, error) {
 func statusOf(err error) int {
 	var se *statusError
 	if errors.As(err, &se) {
-		return se.status
+		return se.Status
 	}
 	return 0
 }
@@ -277,7 +222,7 @@ func statusOf(err error) int {
 func reasonOf(err error) string {
 	var se *statusError
 	if errors.As(err, &se) {
-		return se.reason
+		return se.Reason
 	}
 	return ""
 }
@@ -304,7 +249,7 @@ type stream struct {
 
 func openStream(resp *http.Response) *stream {
 	st := &stream{resp: resp, status: resp.StatusCode}
-	if mediaType(resp) == "text/event-stream" {
+	if wire.MediaType(resp) == wire.MediaSSE {
 		st.sse = true
 		st.rd = sse.NewReader(resp.Body, 0)
 		return st
@@ -379,14 +324,4 @@ func (st *stream) answer(ctx context.Context, id jsonrpc.ID) (*jsonrpc.Response,
 			return r, nil
 		}
 	}
-}
-
-func mediaType(resp *http.Response) string {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return mt
-}
-
-func drain(resp *http.Response) {
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
 }

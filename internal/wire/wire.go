@@ -1,0 +1,176 @@
+// Package wire holds the HTTP details of MCP Streamable HTTP (MCP
+// 2025-11-25, basic/transports) that every client of a server needs in the
+// same form: the header names, the media types, the headers a request
+// carries, the JSON-RPC error body of a refusal, and draining an answer so
+// that its connection can be reused.
+//
+// Tidemark's client (package client) and the probe (internal/probe) both
+// use it. It holds no rule about sessions, streams or resumption, so the
+// probe, which judges servers by its own reading of the specification,
+// shares with the client only how requests and refusals look on the wire.
+package wire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Header names of MCP Streamable HTTP (MCP 2025-11-25, basic/transports)
+// and of SSE (WHATWG HTML, "Server-sent events").
+const (
+	// HeaderSession carries the session token.
+	HeaderSession = "Mcp-Session-Id"
+	// HeaderProtocolVersion carries the negotiated protocol version on
+	// every request after initialize (since 2025-06-18).
+	HeaderProtocolVersion = "Mcp-Protocol-Version"
+	// HeaderLastEventID carries the cursor a GET resumes from.
+	HeaderLastEventID = "Last-Event-ID"
+)
+
+// Media types of MCP Streamable HTTP (MCP 2025-11-25, "Sending Messages to
+// the Server").
+const (
+	// MediaJSON is the type of a POST body and of a single JSON answer.
+	MediaJSON = "application/json"
+	// MediaSSE is the type of an SSE stream.
+	MediaSSE = "text/event-stream"
+)
+
+// MaxRefusalBody bounds, in bytes, how much of an error answer
+// ReadRefusal reads and how much Drain reads before it closes a body.
+const MaxRefusalBody = 64 << 10
+
+// maxMessage bounds, in bytes, the start of a non-JSON error body that
+// Refusal.Message keeps.
+const maxMessage = 200
+
+// SetMedia sets on h the Content-Type and Accept headers a client sends
+// with an HTTP request of method (MCP 2025-11-25, "Sending Messages to the
+// Server" and "Listening for Messages from the Server"): for POST,
+// Content-Type application/json and Accept listing application/json and
+// text/event-stream; for GET, Accept text/event-stream; for any other
+// method, nothing.
+func SetMedia(h http.Header, method string) {
+	switch method {
+	case http.MethodPost:
+		h.Set("Content-Type", MediaJSON)
+		h.Set("Accept", MediaJSON+", "+MediaSSE)
+	case http.MethodGet:
+		h.Set("Accept", MediaSSE)
+	}
+}
+
+// NewRequest returns a request of method to url with body (nil: none)
+// whose headers are, in this order: every value of extra (for example
+// Authorization), then SetMedia's, then Mcp-Session-Id set to session and
+// Mcp-Protocol-Version set to version, each only when not "". Headers set
+// later replace values of extra with the same name. The error is
+// http.NewRequestWithContext's: an invalid method or URL.
+func NewRequest(ctx context.Context, method, url string, body []byte, extra http.Header, session, version string) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range extra {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	SetMedia(req.Header, method)
+	if session != "" {
+		req.Header.Set(HeaderSession, session)
+	}
+	if version != "" {
+		req.Header.Set(HeaderProtocolVersion, version)
+	}
+	return req, nil
+}
+
+// MediaType returns resp's Content-Type without its parameters, in lower
+// case; "" when it is absent or does not parse.
+func MediaType(resp *http.Response) string {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt
+}
+
+// Drain reads what is left of resp's body, up to MaxRefusalBody bytes, and
+// closes it, so that a small answer's connection can be reused.
+func Drain(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, MaxRefusalBody))
+	resp.Body.Close()
+}
+
+// Refusal is an HTTP error answer as a client reads it. Servers that follow
+// Tidemark's convention (DESIGN.md, "The replay decision") send a JSON-RPC
+// error body with id null, error.message and error.data.reason.
+type Refusal struct {
+	// Status is the HTTP status code.
+	Status int
+	// Reason is error.data.reason of a JSON-RPC error body; "" when the
+	// body has none.
+	Reason string
+	// Message is error.message of a JSON-RPC error body; otherwise the
+	// start of the body, spaces trimmed, at most 200 bytes, ending in "…"
+	// when clipped.
+	Message string
+}
+
+// String renders the refusal for an error message: "HTTP 404", then " "
+// and the reason, and ": " and the message, each when not empty.
+func (r Refusal) String() string {
+	s := "HTTP " + strconv.Itoa(r.Status)
+	if r.Reason != "" {
+		s += " " + r.Reason
+	}
+	if r.Message != "" {
+		s += ": " + r.Message
+	}
+	return s
+}
+
+// ReadRefusal reads up to MaxRefusalBody bytes of resp's body, closes it,
+// and returns the refusal it holds. It never fails: a body that cannot be
+// read or is not a JSON-RPC error yields its start as Message.
+func ReadRefusal(resp *http.Response) Refusal {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxRefusalBody))
+	r := Refusal{Status: resp.StatusCode}
+	var env struct {
+		Error *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Reason string `json:"reason"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &env) != nil || env.Error == nil {
+		r.Message = clip(strings.TrimSpace(string(body)))
+		return r
+	}
+	r.Reason, r.Message = env.Error.Data.Reason, env.Error.Message
+	return r
+}
+
+// clip returns s cut to maxMessage bytes at a character boundary, with "…"
+// when it was longer.
+func clip(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	cut := maxMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

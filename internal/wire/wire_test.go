@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+func TestNewRequestHeaders(t *testing.T) {
+	extra := http.Header{"Authorization": {"Bearer x"}, "Accept": {"text/plain"}, "Mcp-Session-Id": {"stale"}}
+	for _, tc := range []struct {
+		method, session, version string
+		want                     map[string][]string
+	}{
+		{http.MethodPost, "tok", "2025-11-25", map[string][]string{
+			"Authorization": {"Bearer x"}, "Content-Type": {"application/json"},
+			"Accept": {"application/json, text/event-stream"}, "Mcp-Session-Id": {"tok"}, "Mcp-Protocol-Version": {"2025-11-25"}}},
+		{http.MethodGet, "tok", "", map[string][]string{
+			"Authorization": {"Bearer x"}, "Accept": {"text/event-stream"}, "Mcp-Session-Id": {"tok"}}},
+		{http.MethodDelete, "", "2025-06-18", map[string][]string{
+			"Authorization": {"Bearer x"}, "Accept": {"text/plain"}, "Mcp-Session-Id": {"stale"}, "Mcp-Protocol-Version": {"2025-06-18"}}},
+	} {
+		req, err := NewRequest(t.Context(), tc.method, "http://127.0.0.1:1/mcp", nil, extra, tc.session, tc.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(req.Header) != len(tc.want) {
+			t.Errorf("%s headers = %v, want %v", tc.method, req.Header, tc.want)
+		}
+		for k, v := range tc.want {
+			if got := req.Header.Values(k); !slices.Equal(got, v) {
+				t.Errorf("%s %s = %q, want %q", tc.method, k, got, v)
+			}
+		}
+		if req.Body != nil {
+			t.Errorf("%s with nil body has a body", tc.method)
+		}
+	}
+	req, err := NewRequest(t.Context(), http.MethodPost, "http://127.0.0.1:1/mcp", []byte(`{"x":1}`), nil, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(req.Body); string(b) != `{"x":1}` || req.ContentLength != 7 {
+		t.Errorf("body = %q (length %d), want {\"x\":1} (7)", b, req.ContentLength)
+	}
+	if _, err := NewRequest(t.Context(), "BAD METHOD", "http://127.0.0.1:1/mcp", nil, nil, "", ""); err == nil {
+		t.Error("NewRequest with an invalid method: nil error")
+	}
+}
+
+func response(status int, contentType, body string) *http.Response {
+	h := http.Header{}
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body))}
+}
+
+func TestMediaType(t *testing.T) {
+	for in, want := range map[string]string{
+		"text/event-stream":               MediaSSE,
+		"Application/JSON; charset=utf-8": MediaJSON,
+		"":                                "",
+		"not a media type;;":              "",
+	} {
+		if got := MediaType(response(200, in, "")); got != want {
+			t.Errorf("MediaType(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// notFound is a reason word as a server sends it.
+const notFound = string(replay.ReasonSessionNotFound)
+
+func TestReadRefusal(t *testing.T) {
+	long := strings.Repeat("é", 150) // 300 bytes
+	for _, tc := range []struct {
+		name string
+		body string
+		want Refusal
+	}{
+		{"reason and message", `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"gone","data":{"reason":"` + notFound + `"}}}`,
+			Refusal{Status: 409, Reason: notFound, Message: "gone"}},
+		{"plain text", "  Method Not Allowed\n", Refusal{Status: 409, Message: "Method Not Allowed"}},
+		{"long text clipped at a character", long, Refusal{Status: 409, Message: strings.Repeat("é", 100) + "…"}},
+		{"JSON without error", `{"result":{}}`, Refusal{Status: 409, Message: `{"result":{}}`}},
+	} {
+		got := ReadRefusal(response(409, MediaJSON, tc.body))
+		if got != tc.want {
+			t.Errorf("%s: ReadRefusal = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestReadRefusalBounded: a body larger than MaxRefusalBody is read up to
+// the bound, and the body is closed.
+func TestReadRefusalBounded(t *testing.T) {
+	body := &countingBody{r: strings.NewReader(strings.Repeat("x", 3*MaxRefusalBody))}
+	r := ReadRefusal(&http.Response{StatusCode: 500, Header: http.Header{}, Body: body})
+	if body.read != MaxRefusalBody || !body.closed {
+		t.Errorf("read %d bytes, closed %v; want %d, true", body.read, body.closed, MaxRefusalBody)
+	}
+	if r.Status != 500 || r.Message != strings.Repeat("x", maxMessage)+"…" {
+		t.Errorf("ReadRefusal = %+v", r)
+	}
+	body = &countingBody{r: strings.NewReader(strings.Repeat("x", 3*MaxRefusalBody))}
+	Drain(&http.Response{Body: body})
+	if body.read != MaxRefusalBody || !body.closed {
+		t.Errorf("Drain read %d bytes, closed %v; want %d, true", body.read, body.closed, MaxRefusalBody)
+	}
+}
+
+type countingBody struct {
+	r      io.Reader
+	read   int
+	closed bool
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.read += n
+	return n, err
+}
+
+func (b *countingBody) Close() error { b.closed = true; return nil }
+
+func TestRefusalString(t *testing.T) {
+	for _, tc := range []struct {
+		r    Refusal
+		want string
+	}{
+		{Refusal{Status: 404}, "HTTP 404"},
+		{Refusal{Status: 409, Reason: notFound}, "HTTP 409 " + notFound},
+		{Refusal{Status: 400, Message: "bad"}, "HTTP 400: bad"},
+		{Refusal{Status: 400, Reason: notFound, Message: "beyond 12"}, "HTTP 400 " + notFound + ": beyond 12"},
+	} {
+		if got := tc.r.String(); got != tc.want {
+			t.Errorf("%+v.String() = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}
