@@ -1,3 +1,5 @@
+// How a Report is written: a table for people, JSON for programs.
+
 package probe
 
 import (
