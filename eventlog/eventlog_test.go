@@ -12,33 +12,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable time source.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func setup(t *testing.T, opts eventlog.Options, tokens ...string) (*memory.Store, *eventlog.Log, *clock) {
+func setup(t *testing.T, opts eventlog.Options, tokens ...string) (*memory.Store, *eventlog.Log, *testenv.Clock) {
 	t.Helper()
-	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	opts.Now = clk.Now
 	st := memory.New(memory.Options{})
 	for _, tok := range tokens {

@@ -47,11 +47,11 @@ func (s *flaky) Claim(ctx context.Context, token, owner string, from uint64, lea
 // one clock.
 type replicas struct {
 	st  *flaky
-	clk *clock
+	clk *testenv.Clock
 }
 
 func newReplicas() *replicas {
-	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	return &replicas{st: &flaky{Store: memory.New(memory.Options{Now: clk.Now})}, clk: clk}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,34 +27,17 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 type fixture struct {
 	st     *memory.Store
 	log    *eventlog.Log
 	reg    *session.Registry
-	clk    *clock
+	clk    *testenv.Clock
 	server *mcp.Server
 }
 
 func newFixture(t *testing.T, opts session.Options) *fixture {
 	t.Helper()
-	f := &fixture{clk: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, server: demo.NewServer()}
+	f := &fixture{clk: testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), server: demo.NewServer()}
 	f.st = memory.New(memory.Options{Now: f.clk.Now})
 	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
 	opts.Now = f.clk.Now

@@ -113,3 +113,16 @@ func TestSignalAndOutput(t *testing.T) {
 		t.Errorf("Output = %q, want %q", got, "ready\ngot-term\n")
 	}
 }
+
+func TestClock(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := NewClock(start)
+	if got := clk.Now(); !got.Equal(start) {
+		t.Fatalf("Now = %v, want %v", got, start)
+	}
+	clk.Advance(90 * time.Second)
+	clk.Advance(-30 * time.Second)
+	if got, want := clk.Now(), start.Add(time.Minute); !got.Equal(want) {
+		t.Errorf("Now after +90s and -30s = %v, want %v", got, want)
+	}
+}
