@@ -50,6 +50,7 @@ type outcome struct {
 // notification: the client must resume with Last-Event-ID and see every
 // notification exactly once, in order, then the result once.
 func TestTypeScriptClientResumesCountdown(t *testing.T) {
+	testenv.NeedNode(t)
 	env := startBehindCutter(t)
 	node := testenv.Node(t)
 	script := testenv.NodeScript(t, "ts/countdown.mjs")

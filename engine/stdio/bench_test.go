@@ -124,6 +124,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 // BenchmarkStartInitializeCloseNode: the same for the reference TypeScript
 // server @modelcontextprotocol/server-everything on Node.js 22.
 func BenchmarkStartInitializeCloseNode(b *testing.B) {
+	testenv.NeedNode(b)
 	e, err := New(Options{Command: testenv.Node(b), Args: []string{testenv.NPMBin(b, "mcp-server-everything"), "stdio"},
 		MaxProcesses: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -163,6 +163,7 @@ func waitGroupGone(t *testing.T, what string, pgid int) {
 // conformance suite for 2025-11-25 against the gateway fronting the go-sdk's
 // conformance everything-server in stdio mode; every check must pass.
 func TestGatewayConformance(t *testing.T) {
+	testenv.NeedNode(t)
 	bin := t.TempDir()
 	install := exec.Command("go", "install", everythingServer)
 	install.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=")
@@ -292,6 +293,7 @@ func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
 // stream after progress 3 of 10: the client resumes and sees every
 // progress notification exactly once, then the result.
 func TestGatewayServerEverythingResume(t *testing.T) {
+	testenv.NeedNode(t)
 	const steps, seconds, cutAfter = 10, 2, 3
 	node := testenv.Node(t)
 	srv, u := startGateway(t, []string{"--retry", "100ms"}, node, testenv.NPMBin(t, "mcp-server-everything"), "stdio")

@@ -24,6 +24,7 @@ const conformanceTimeout = 5 * time.Minute
 // port through Tidemark's handler, once per spec version, and requires
 // every check to pass with no failure and no warning.
 func TestConformance(t *testing.T) {
+	testenv.NeedNode(t)
 	bin := testenv.Build(t, "./examples/everything")
 	node := testenv.Node(t)
 	suite := testenv.NPMBin(t, "conformance")

@@ -105,6 +105,7 @@ func countdownStream(ctx context.Context, s *mcptest.Session, id int64, n int) (
 // BenchmarkStreamOne: one stream, one session: a countdown of 2000 steps
 // without delay per op; events/s is the rate one client receives.
 func BenchmarkStreamOne(b *testing.B) {
+	testenv.NeedRedis(b)
 	const n = 2000
 	for _, s := range benchSetups(b) {
 		b.Run(s.name, func(b *testing.B) {
@@ -131,6 +132,7 @@ func BenchmarkStreamOne(b *testing.B) {
 // on both replicas and used through the "use" replica, so "forwarded"
 // forwards all of them and "owner" half (each replica owns half).
 func BenchmarkStream64(b *testing.B) {
+	testenv.NeedRedis(b)
 	const sessions, n = 64, 250
 	for _, s := range benchSetups(b) {
 		b.Run(s.name, func(b *testing.B) {
@@ -172,6 +174,7 @@ func BenchmarkStream64(b *testing.B) {
 // replayed from its first event per op (GET with Last-Event-ID);
 // events/s is the replay rate.
 func BenchmarkReplay10k(b *testing.B) {
+	testenv.NeedRedis(b)
 	const n = 10000
 	for _, s := range benchSetups(b) {
 		b.Run(s.name, func(b *testing.B) {
@@ -240,6 +243,7 @@ func BenchmarkReplay10k(b *testing.B) {
 // kill or signal to that success. Run with -benchtime 3x: each op waits
 // for a lease to lapse.
 func BenchmarkTakeover(b *testing.B) {
+	testenv.NeedRedis(b)
 	bin := testenv.BuildTidemark(b)
 	srv := redistest.Start(b, redistest.Options{AppendOnly: true})
 	for _, c := range []struct {

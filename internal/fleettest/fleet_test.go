@@ -349,6 +349,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // notification arrives once, in order, across cuts and resumptions on any
 // replica, and replays from any replica are exact.
 func TestRoundRobin(t *testing.T) {
+	testenv.NeedRedis(t)
 	f := newFleet(t, 3, redistest.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)

@@ -44,6 +44,7 @@ func unavailable(t *testing.T, ctx context.Context, f *fleet, i int, token, curs
 // at generation 2; everything a client received had been stored; no event
 // was delivered twice.
 func TestRedisRestart(t *testing.T) {
+	testenv.NeedRedis(t)
 	// A lease longer than the outage: the takeover tests cover lapsed leases.
 	f := newFleet(t, 2, redistest.Options{AppendOnly: true}, "--lease-ttl", "10s", "--lease-renew", "1s")
 	ctx := testCtx(t, 60*time.Second)
@@ -164,6 +165,7 @@ func TestRedisRestart(t *testing.T) {
 // session_not_found for them (never a replay of a state Redis lost), and
 // new sessions work.
 func TestRedisRestartWithoutPersistence(t *testing.T) {
+	testenv.NeedRedis(t)
 	f := newFleet(t, 2, redistest.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
@@ -200,6 +202,7 @@ func TestRedisRestartWithoutPersistence(t *testing.T) {
 // whose persistence can bring back an older state is served with a
 // warning.
 func TestServeRedisRefused(t *testing.T) {
+	testenv.NeedRedis(t)
 	bin := testenv.BuildTidemark(t)
 	dead := "redis://127.0.0.1:" + strconv.Itoa(freePort(t)) + "/0"
 	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--redis", dead)

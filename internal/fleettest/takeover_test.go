@@ -110,6 +110,7 @@ func lastID(evs []mcptest.Event) string {
 // answers 409 generation_mismatch to the old cursors; no event is
 // delivered twice.
 func TestOwnerKilled(t *testing.T) {
+	testenv.NeedRedis(t)
 	f := newFleet(t, 3, redistest.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
@@ -170,6 +171,7 @@ func TestOwnerKilled(t *testing.T) {
 // late events is stored or delivered, and its attempts are logged as
 // fenced.
 func TestZombieFenced(t *testing.T) {
+	testenv.NeedRedis(t)
 	f := newFleet(t, 2, redistest.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
@@ -254,6 +256,7 @@ func TestZombieFenced(t *testing.T) {
 // the other's sessions at generation+1 on every request and failing their
 // calls in flight.)
 func TestDuplicateReplicaIDRefused(t *testing.T) {
+	testenv.NeedRedis(t)
 	ctx := testCtx(t, 60*time.Second)
 	f := newFleet(t, 1, redistest.Options{})
 	token := f.initialize(ctx, 0, 0)

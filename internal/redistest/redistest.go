@@ -4,8 +4,9 @@
 // again on the same port and directory, which with append-only persistence
 // on brings back everything Redis acknowledged.
 //
-// redis-server missing from PATH is a test failure, never a skip: the
-// message says how to install it (scripts/deps.sh does, with apt-get).
+// redis-server missing from PATH ends the test as testenv.NeedRedis does:
+// a skip saying how to install it (scripts/deps.sh does, with apt-get), or
+// a failure when the environment variable CI is set.
 package redistest
 
 import (
@@ -49,13 +50,15 @@ type Server struct {
 
 // Start starts redis-server on 127.0.0.1 at a free port, with its working
 // directory (AOF files) in t.TempDir(), and waits until it answers PING
-// with PONG. The process is killed when the test ends. It calls t.Fatal if
-// redis-server is not installed or does not become ready within 20 s.
+// with PONG. The process is killed when the test ends. When redis-server
+// is not installed it ends the test as testenv.NeedRedis does; it calls
+// t.Fatal if redis-server does not become ready within 20 s.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	testenv.NeedRedis(t)
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Fatalf("redistest: redis-server not found in PATH: install it with `apt-get install -y redis-server` (scripts/deps.sh does this)")
+		t.Fatalf("redistest: redis-server: %v", err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), opts: opts}
 	// The port is picked by the kernel, released and handed to

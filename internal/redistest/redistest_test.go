@@ -2,8 +2,6 @@ package redistest_test
 
 import (
 	"context"
-	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -11,42 +9,28 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fatalRecorder is a testing.TB whose Fatalf records the message and ends
-// the calling goroutine, as the real one does.
-type fatalRecorder struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalRecorder) Fatalf(format string, args ...any) {
-	f.msg = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
-// TestMissingRedisFails: without redis-server on PATH, Start fails the test
-// with how to install it (it does not skip).
-func TestMissingRedisFails(t *testing.T) {
+// TestMissingRedis: without redis-server on PATH, Start skips the test
+// saying how to install it, and fails it when $CI is set.
+func TestMissingRedis(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	rec := &fatalRecorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		redistest.Start(rec, redistest.Options{})
-		rec.msg = "Start returned"
-	}()
-	<-done
-	if !strings.Contains(rec.msg, "redis-server not found") || !strings.Contains(rec.msg, "apt-get install -y redis-server") {
-		t.Fatalf("Start without redis-server: %q, want a failure naming apt-get install -y redis-server", rec.msg)
+	for ci, want := range map[string]string{"": "skip", "true": "fatal"} {
+		t.Setenv(testenv.CIEnv, ci)
+		how, msg := testenv.Ended(t, func(tb testing.TB) { redistest.Start(tb, redistest.Options{}) })
+		if how != want || !strings.Contains(msg, "redis-server is not installed") || !strings.Contains(msg, "apt-get install -y redis-server") {
+			t.Errorf("CI=%q: Start without redis-server ended with %q %q, want %s naming apt-get install -y redis-server", ci, how, msg, want)
+		}
 	}
 }
 
 // TestRestartKeepsAOF: a key written before SIGKILL is back after Restart
 // with AppendOnly, and gone without it.
 func TestRestartKeepsAOF(t *testing.T) {
+	testenv.NeedRedis(t)
 	ctx := context.Background()
 	for _, aof := range []bool{true, false} {
 		srv := redistest.Start(t, redistest.Options{AppendOnly: aof})

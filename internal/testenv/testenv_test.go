@@ -12,6 +12,7 @@ import (
 )
 
 func TestNodeIsPinnedVersion(t *testing.T) {
+	NeedNode(t)
 	out, err := exec.Command(Node(t), "--version").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -22,6 +23,7 @@ func TestNodeIsPinnedVersion(t *testing.T) {
 }
 
 func TestNPMBinConformanceRuns(t *testing.T) {
+	NeedNode(t)
 	out, err := exec.Command(Node(t), NPMBin(t, "conformance"), "--version").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +34,7 @@ func TestNPMBinConformanceRuns(t *testing.T) {
 }
 
 func TestNodeScriptResolvesInstalledPackages(t *testing.T) {
+	NeedNode(t)
 	src := t.TempDir() + "/probe.mjs"
 	body := "import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';\nconsole.log(LATEST_PROTOCOL_VERSION);\n"
 	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {

@@ -30,6 +30,7 @@ type check struct {
 // closes the tool call's stream after a priming event with retry 500 ms,
 // and the client must reconnect with GET and Last-Event-ID, no sooner.
 func TestConformanceClient(t *testing.T) {
+	testenv.NeedNode(t)
 	bin := testenv.Build(t, "./interop/conformance-client")
 	node := testenv.Node(t)
 	suite := testenv.NPMBin(t, "conformance")

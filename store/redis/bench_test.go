@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
@@ -76,6 +77,7 @@ func perSecond(b *testing.B, events int) {
 // session, each call waiting for its acknowledgement (the latency path of
 // one stream).
 func BenchmarkAppendOneSession(b *testing.B) {
+	testenv.NeedRedis(b)
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
@@ -95,6 +97,7 @@ func BenchmarkAppendOneSession(b *testing.B) {
 // BenchmarkAppend64Sessions: 64 writers, one per session, append at once;
 // events/s is the aggregate.
 func BenchmarkAppend64Sessions(b *testing.B) {
+	testenv.NeedRedis(b)
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
@@ -133,6 +136,7 @@ func BenchmarkAppend64Sessions(b *testing.B) {
 // BenchmarkRead10k: replay of a session of 10,000 events in one Read (the
 // work of a resumed GET whose cursor is 10,000 events behind).
 func BenchmarkRead10k(b *testing.B) {
+	testenv.NeedRedis(b)
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
@@ -163,6 +167,7 @@ func BenchmarkRead10k(b *testing.B) {
 // writer appending through another; ns/op is the time from the start of
 // the Append to the return of the Wait it wakes.
 func BenchmarkWaitWake(b *testing.B) {
+	testenv.NeedRedis(b)
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
@@ -198,6 +203,7 @@ func BenchmarkWaitWake(b *testing.B) {
 // after a lease expired: Get the record, then Claim generation+1. Each op
 // first appends 100 events (not timed), which the Claim discards.
 func BenchmarkTakeover(b *testing.B) {
+	testenv.NeedRedis(b)
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {

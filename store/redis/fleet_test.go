@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 )
@@ -16,6 +17,7 @@ import (
 // the same Redis, disappears after its TTL or when withdrawn, and a Redis
 // that is down yields ErrUnavailable, not ErrNoReplica.
 func TestDirectory(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	a := open(t, srv, redisstore.Options{})
 	b := open(t, srv, redisstore.Options{})
@@ -63,6 +65,7 @@ func TestDirectory(t *testing.T) {
 // after a Redis restart emptied the script cache it still works; with
 // Redis down every renewal reports ErrUnavailable.
 func TestRenewMany(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	s := open(t, srv, redisstore.Options{})
 	ctx := context.Background()
@@ -143,6 +146,7 @@ func TestRenewMany(t *testing.T) {
 // with its URL (ErrReplicaTaken) and left unchanged until it is withdrawn
 // or expires.
 func TestAnnounceFirst(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	a := open(t, srv, redisstore.Options{})
 	b := open(t, srv, redisstore.Options{})

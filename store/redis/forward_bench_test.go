@@ -29,12 +29,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 var request = []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from another replica"}}}`)
 
 func BenchmarkForward(b *testing.B) {
+	testenv.NeedRedis(b)
 	srv := redistest.Start(b, redistest.Options{})
 	ctx := context.Background()
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/store/storetest"
@@ -62,6 +63,7 @@ func msgs(datas ...string) []store.Event {
 // TestContract runs the store contract; each subtest gets its own key
 // prefix on one redis-server, which is a fresh, empty store.
 func TestContract(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) store.Store {
@@ -77,6 +79,7 @@ func TestContract(t *testing.T) {
 // not see each other's sessions, and every key a Store writes starts with
 // its prefix.
 func TestPrefix(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	a := open(t, srv, redisstore.Options{Prefix: "fleet-a:"})
@@ -115,6 +118,7 @@ func TestPrefix(t *testing.T) {
 // TestTombstoneTTL: the tombstone is a key with a TTL, so it expires in
 // Redis without a sweep, after which the token is unknown.
 func TestTombstoneTTL(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{})
@@ -141,6 +145,7 @@ func TestTombstoneTTL(t *testing.T) {
 // other claims; every append after the claim is fenced, nothing of the old
 // owner is in the new generation, and sequences are unique.
 func TestFencingTwoClients(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	a := open(t, srv, redisstore.Options{})
@@ -257,6 +262,7 @@ func TestFencingTwoClients(t *testing.T) {
 
 // TestLeaseFields: owner, lease and times round-trip exactly.
 func TestLeaseFields(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{})
@@ -293,6 +299,7 @@ func TestLeaseFields(t *testing.T) {
 
 // TestPersistence reads the server's persistence settings.
 func TestPersistence(t *testing.T) {
+	testenv.NeedRedis(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		aof  bool

