@@ -411,8 +411,8 @@ func TestResumeTimeoutBoundsCall(t *testing.T) {
 	}
 	// ResumeTimeout (1s) bounds the wait; the last delay is clipped to it.
 	// It counts from when the transport saw the break, which can come
-	// before p.Close returns and start is taken (regression: a run failed
-	// at 998.6 ms); the upper bound leaves room for a loaded CI machine
+	// before p.Close returns and start is taken, so the lower bound is a
+	// little under 1s; the upper bound leaves room for a loaded CI machine
 	// and still tells the bound from the 30 s default.
 	if took < 900*time.Millisecond || took > 3*time.Second {
 		t.Errorf("call failed %v after the break, want between 0.9s and 3s", took)

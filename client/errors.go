@@ -1,3 +1,7 @@
+// The errors a call or a message returns: CallError with its sentinels
+// ErrSessionLost and ErrStreamLost, StatusError, and the wrapping that lets
+// the SDK fail one call yet keep the connection.
+
 package client
 
 import (

@@ -1,3 +1,5 @@
+// The resumption events a Transport reports to OnEvent and to its log.
+
 package client
 
 import "fmt"

@@ -15,10 +15,10 @@ import (
 // TestLoseSessionTakesCallsBeforeLostCloses: the GET stream and a POST
 // stream of one session are refused (404) at the same moment. The session
 // must not read as lost while its call is still pending, since a stream
-// that sees it lost fails its own call and the report then counts none.
-// The failing input was CI's: the GET stream's report closed s.lost, the
-// POST stream saw it and failed its call first, and the session-not-found
-// event said Calls 0.
+// that sees it lost fails its own call and the report then counts none:
+// while the GET stream's report waits for the lock, s.lost stays open; the
+// call is answered once, with the first report's error; and the one
+// session-not-found event says Calls 1.
 func TestLoseSessionTakesCallsBeforeLostCloses(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -1,3 +1,7 @@
+// How the SDK's messages are sent: one POST per message, retried while
+// the server cannot be reached, and the JSON or SSE answer routed to the
+// call that awaits it.
+
 package client
 
 import (

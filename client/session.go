@@ -1,3 +1,7 @@
+// The life of a session after its server refuses it: its calls fail, a
+// new session is initialized with the original parameters, and that
+// session's standalone stream is opened.
+
 package client
 
 import (
@@ -29,8 +33,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	// The calls are taken inside the Once and s.lost closes only after
 	// them: a stream that sees s.lost, or that reports the refusal second
 	// (sync.Once makes it wait), finds its call already failed here, so the
-	// report counts every call (regression:
-	// TestLoseSessionTakesCallsBeforeLostCloses).
+	// report counts every call (TestLoseSessionTakesCallsBeforeLostCloses).
 	first := false
 	var victims []*call
 	canRenew := false

@@ -1,3 +1,6 @@
+// Reading a call's or the standalone SSE stream, and resuming it with
+// Last-Event-ID when it breaks, within the transport's bounds.
+
 package client
 
 import (
@@ -78,8 +81,8 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 		ce := &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID, Err: ErrStreamLost, Cause: st.lastErr}
 		if st.sess.isLost() {
 			// Another stream saw the session refused; the call fails with
-			// that refusal (regression: it failed without the status when
-			// it noticed the loss before loseSession failed it).
+			// that refusal, status and reason included, also when this
+			// stream notices the loss before loseSession fails the call.
 			ce.Err, ce.Status, ce.Reason = ErrSessionLost, st.sess.lostStatus, st.sess.lostReason
 		}
 		c.failCall(st.call, ce)

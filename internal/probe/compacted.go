@@ -61,9 +61,8 @@ func checkCompacted(ctx context.Context, e *env) Result {
 	}
 	// Calls run a few at a time, but never so many that their events
 	// together near the retention: a reader then falls below the floor
-	// while it reads, which a correct server answers by ending its stream
-	// (regression: --retention-events 30 with a 22-event call failed this
-	// check against Tidemark, "the stream ended without the response").
+	// while it reads, which a correct server answers by ending its stream,
+	// and the check would blame the server for it.
 	parallel := max(1, min(4, n/(2*len(e.base.events))))
 	for i := 1; newer <= n+1; i += parallel {
 		if calls > 10000 {

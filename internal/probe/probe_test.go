@@ -123,11 +123,11 @@ func TestTidemarkPassesEveryCheck(t *testing.T) {
 
 // TestUnjudgeableChecksAreNotApplicable: checks that the tool's arguments
 // or the retention told make impossible to judge are N/A with the reason,
-// not FAIL against a correct server. The failing inputs (a tester's): a
-// countdown without delay ({"n":20}) failed takeover and concurrent-resume
-// with "11 events on both"; --retention-events 20 failed stream-isolation
-// with 409 cursor_compacted, and compacted-cursor, whose four calls at once
-// outran that retention, with "the stream ended without the response".
+// not FAIL against a correct server. A countdown without delay would make
+// takeover and concurrent-resume count replayed events as sent twice; a
+// retention below what two calls make would make stream-isolation meet 409
+// cursor_compacted, and compacted-cursor's calls at once outrun the
+// retention.
 func TestUnjudgeableChecksAreNotApplicable(t *testing.T) {
 	// 200 messages without delay: even on a loaded machine the baseline's
 	// average gap stays far below 2 ms (about 0.1 ms here). The retention,
@@ -234,8 +234,8 @@ func TestUnreachable(t *testing.T) {
 
 // TestUnusableBaseline: a tool that does not exist, arguments the tool
 // refuses, or a tool that streams nothing stop the probe with an error
-// naming the cause, instead of judging the server by a failed call
-// (regression: --tool nope reported takeover and concurrent-resume FAIL).
+// naming the cause, instead of judging the server by a failed call and
+// reporting FAILs that are the tool's.
 func TestUnusableBaseline(t *testing.T) {
 	url := startTidemark(t)
 	for _, tc := range []struct {

@@ -157,9 +157,9 @@ func (e *env) startForReaders(ctx context.Context, token string) (*session, *jso
 }
 
 // tooFast is the result of the two-reader checks when the tool's messages
-// come too close together to judge them (see minGap). Regression: with
-// --args '{"n":20}' (no delay) both checks failed against a correct server,
-// "11 events on both", found by a tester.
+// come too close together to judge them (see minGap): with a tool without
+// delay (--args '{"n":20}'), both checks would count as sent twice the
+// messages a correct server rightly replays, and fail it.
 func (e *env) tooFast() (Result, bool) {
 	if e.base.gap >= minGap {
 		return Result{}, false

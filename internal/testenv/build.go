@@ -1,3 +1,5 @@
+// Binaries of this module built once per test binary.
+
 package testenv
 
 import (

@@ -1,3 +1,5 @@
+// A log sink tests read: the io.Writer of a slog handler.
+
 package testenv
 
 import (

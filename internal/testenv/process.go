@@ -1,3 +1,5 @@
+// Child processes of a test: their output, and their end with the test.
+
 package testenv
 
 import (
