@@ -19,16 +19,19 @@ import (
 // 404 (the session token is unknown, evicted, deleted or superseded; MCP
 // 2025-11-25, "Session Management") or 409 (the session's state was
 // re-created or the cursor compacted, so its streams cannot be replayed;
-// Tidemark DESIGN.md, "The replay decision"). The call may or may not have
-// taken effect on the server; the transport has already started a new
-// session, so the caller may retry it. Test with errors.Is.
+// Tidemark DESIGN.md, "The replay decision"), or a 409 that listed the
+// call among the requests its stream lost (error.data.lostRequests). The
+// call may or may not have taken effect on the server; the transport has
+// already started a new session, so the caller may retry it. Test with
+// errors.Is.
 var ErrSessionLost = errors.New("client: session lost")
 
 // ErrStreamLost is the sentinel of a call whose response stream broke and
 // cannot be resumed: it broke before the server sent any event ID (no
 // cursor to resume from), the server refused the resume with a status other
 // than 404 or 409 (for example 400 cursor_ahead, or 405 when the server
-// does not resume streams), the POST broke after it was sent but before an
+// does not resume streams) or with a 409 whose error.data.lostRequests did
+// not list the call, the POST broke after it was sent but before an
 // answer arrived, or resuming failed for longer than
 // Transport.ResumeTimeout. The call may or may not have taken effect. Test
 // with errors.Is.

@@ -19,16 +19,20 @@ const (
 	// EventFenced: the server refused a resume with 409 Conflict, because
 	// the session's state was re-created (generation_mismatch) or the
 	// cursor was compacted (cursor_compacted). Replaying would cross
-	// generations or skip events, so the calls streaming on the session
-	// failed with ErrSessionLost (Event.Calls of them) and a new session
-	// follows (seed: "Reject with 409 ... force re-init").
+	// generations or skip events, so calls failed with ErrSessionLost
+	// (Event.Calls of them): those the 409 listed as lost, or, when its
+	// body does not say which (no error.data.lostRequests), every call
+	// streaming on the session. A new session follows (seed: "Reject with
+	// 409 ... force re-init"). One event is reported per refusal that
+	// lists the lost requests, and one per session otherwise.
 	EventFenced
 	// EventReinitialized: a new session (Event.NewSession) replaced a lost
 	// one (Event.Session) by a fresh initialize handshake with the
 	// parameters of the original one.
 	EventReinitialized
 	// EventStreamLost: a stream could not be resumed (no cursor, a refusal
-	// other than 404/409, or Transport.ResumeTimeout passed); its call
+	// other than 404/409, a 409 that did not list the stream's call among
+	// the lost requests, or Transport.ResumeTimeout passed); its call
 	// failed with ErrStreamLost. For the standalone GET stream, the
 	// transport opens a new one, and messages the server sent in between
 	// may be missing.
@@ -78,7 +82,7 @@ type Event struct {
 	// Reason is error.data.reason of the server's error body; "" if none.
 	Reason string
 	// Calls is how many calls failed with ErrSessionLost
-	// (EventSessionNotFound, EventFenced).
+	// (EventSessionNotFound, EventFenced); 0 when none did.
 	Calls int
 	// Err is the failure behind EventStreamLost; nil otherwise.
 	Err error

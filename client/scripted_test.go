@@ -20,18 +20,40 @@ import (
 
 // scripted is a Streamable HTTP server whose answers to tools/call and to
 // resumes a test writes, to produce what Tidemark never does (repeated
-// events, a resume that never answers). It handles initialize,
-// notifications and the standalone GET (405) itself.
+// events, a resume that never answers). It handles initialize (session
+// tokens scripted-session-1, -2, ...), notifications, responses and
+// DELETE itself, and the standalone GET unless standalone is set.
 type scripted struct {
 	t *testing.T
 	// call writes the SSE answer of a tools/call whose request is req.
-	call func(w http.ResponseWriter, req *jsonrpc.Request)
+	call func(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request)
 	// resume answers a GET with Last-Event-ID.
 	resume func(w http.ResponseWriter, r *http.Request, cursor string)
+	// standalone, when set, answers a GET without Last-Event-ID; nil: 405.
+	standalone func(w http.ResponseWriter, r *http.Request)
 
-	mu    sync.Mutex
-	token any        // the progress token of the last tools/call
-	id    jsonrpc.ID // the ID of the last tools/call
+	mu       sync.Mutex
+	token    any        // the progress token of the last tools/call
+	id       jsonrpc.ID // the ID of the last tools/call
+	sessions int        // initialize requests answered
+	// seen lists the requests handled, in order: "DELETE token", or "POST
+	// token what" where what is a request's method or "response" and the
+	// response's id.
+	seen []string
+}
+
+// saw records one request in s.seen.
+func (s *scripted) saw(entry string) {
+	s.mu.Lock()
+	s.seen = append(s.seen, entry)
+	s.mu.Unlock()
+}
+
+// seenIndex returns the index in s.seen of entry, -1 if absent.
+func (s *scripted) seenIndex(entry string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Index(s.seen, entry)
 }
 
 func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,9 +63,14 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.resume(w, r, c)
 			return
 		}
+		if s.standalone != nil {
+			s.standalone(w, r)
+			return
+		}
 		w.WriteHeader(http.StatusMethodNotAllowed)
 		return
 	case http.MethodDelete:
+		s.saw("DELETE " + r.Header.Get("Mcp-Session-Id"))
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -53,7 +80,14 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	token := r.Header.Get("Mcp-Session-Id")
 	req, ok := msg.(*jsonrpc.Request)
+	switch {
+	case !ok:
+		s.saw(fmt.Sprintf("POST %s response %v", token, msg.(*jsonrpc.Response).ID.Raw()))
+	default:
+		s.saw("POST " + token + " " + req.Method)
+	}
 	if !ok || !req.IsCall() {
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -63,8 +97,12 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res, _ := json.Marshal(&mcp.InitializeResult{ProtocolVersion: "2025-11-25",
 			ServerInfo: &mcp.Implementation{Name: "scripted", Version: "1"}, Capabilities: &mcp.ServerCapabilities{}})
 		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: res})
+		s.mu.Lock()
+		s.sessions++
+		n := s.sessions
+		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Mcp-Session-Id", "scripted-session")
+		w.Header().Set("Mcp-Session-Id", fmt.Sprintf("scripted-session-%d", n))
 		w.Write(out)
 	case "tools/call":
 		var p struct {
@@ -77,7 +115,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.token, s.id = p.Meta.Token, req.ID
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
-		s.call(w, req)
+		s.call(w, r, req)
 	default:
 		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: json.RawMessage("{}")})
 		w.Header().Set("Content-Type", "application/json")
@@ -124,7 +162,7 @@ func TestRepeatedEventsDroppedAndRetryHonoured(t *testing.T) {
 		cursor   string
 	)
 	s := &scripted{t: t}
-	s.call = func(w http.ResponseWriter, req *jsonrpc.Request) {
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
 		write(w, "id: a0\nretry: 300\ndata:\n\n", s.progress("a1", 1), s.progress("a2", 2), s.progress("a3", 3))
 		mu.Lock()
 		closedAt = time.Now()
@@ -190,7 +228,7 @@ func TestSilentResumeBounded(t *testing.T) {
 		closedAt time.Time
 	)
 	s := &scripted{t: t}
-	s.call = func(w http.ResponseWriter, req *jsonrpc.Request) {
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
 		write(w, "id: b0\nretry: 10\ndata:\n\n", s.progress("b1", 1))
 		mu.Lock()
 		closedAt = time.Now()

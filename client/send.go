@@ -59,15 +59,16 @@ func (b *cancelBody) Close() error {
 
 // sessionFor returns the session a message of method is sent on: none for
 // initialize, the current one otherwise, after a re-initialization if the
-// current one is lost.
+// current one is lost or retired.
 func (c *conn) sessionFor(ctx context.Context, method string) (*session, error) {
 	if method == "initialize" {
 		return nil, nil
 	}
 	c.mu.Lock()
 	s, canRenew := c.sess, c.initialized
+	stale := s != nil && (s.retired || s.isLost())
 	c.mu.Unlock()
-	if s == nil || !s.isLost() || !canRenew {
+	if !stale || !canRenew {
 		return s, nil
 	}
 	return c.renew(ctx, s)
@@ -139,8 +140,9 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		}
 		c.mu.Lock()
 		pending := c.calls[req.ID] == cl
-		if pending {
+		if pending && s != nil {
 			cl.sess = s
+			s.calls++
 		}
 		c.mu.Unlock()
 		if !pending {
@@ -221,8 +223,10 @@ func decodeAnswer(body []byte) ([]jsonrpc.Message, error) {
 }
 
 // sendOneWay POSTs a notification or a response, which the server answers
-// 202 (MCP 2025-11-25, "Sending Messages to the Server").
-func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method string) error {
+// 202 (MCP 2025-11-25, "Sending Messages to the Server"). It goes to
+// target when that session is not lost (a response goes to the session
+// whose request it answers, even a retired one), else as sessionFor says.
+func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method string, target *session) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return rejected{fmt.Errorf("client: encode %s: %w", method, err)}
@@ -232,8 +236,14 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 		var p mcp.CancelledParams
 		if req, ok := msg.(*jsonrpc.Request); ok && json.Unmarshal(req.Params, &p) == nil {
 			if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
-				if cl := c.takeCall(id); cl != nil {
+				if cl, drained := c.detachCall(id); cl != nil {
 					cl.cancel()
+					target = cl.sess
+					if drained != nil {
+						// The notification goes to the session before
+						// its DELETE.
+						defer c.endRetired(drained)
+					}
 				}
 			}
 		}
@@ -241,7 +251,10 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 	var unreachableSince time.Time
 	renewed := false
 	for attempt := 0; ; attempt++ {
-		s, err := c.sessionFor(ctx, method)
+		s, err := target, error(nil)
+		if s == nil || s.isLost() {
+			s, err = c.sessionFor(ctx, method)
+		}
 		if err != nil {
 			return rejected{err}
 		}

@@ -50,6 +50,8 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 				victims = append(victims, cl)
 			}
 		}
+		s.calls = 0
+		c.forgetLocked(s)
 		canRenew = c.initialized && c.initParams != nil
 		s.lostStatus, s.lostReason = status, reason
 		close(s.lost)
@@ -77,11 +79,12 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	}
 }
 
-// renew returns the session that replaces lost, starting a
-// re-initialization if none runs; concurrent callers share one.
+// renew returns the session that replaces lost (a lost or retired
+// session), starting a re-initialization if none runs; concurrent callers
+// share one.
 func (c *conn) renew(ctx context.Context, lost *session) (*session, error) {
 	c.mu.Lock()
-	if c.sess != nil && c.sess != lost && !c.sess.isLost() {
+	if c.sess != nil && c.sess != lost && !c.sess.isLost() && !c.sess.retired {
 		s := c.sess
 		c.mu.Unlock()
 		return s, nil

@@ -163,6 +163,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		c.noteOrigin(msg, st.sess)
 		if !c.deliver(msg) {
 			return errors.New("client: connection closed")
 		}
@@ -225,7 +226,12 @@ func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
 			}
 			return resp
 		case (status == http.StatusNotFound || status == http.StatusConflict) && st.sess.id != "":
-			reason := wire.ReadRefusal(resp).Reason
+			ref := wire.ReadRefusal(resp)
+			if isFenceWithList(status, ref) {
+				c.fenceStream(st, ref)
+				return nil
+			}
+			reason := ref.Reason
 			c.loseSession(st.sess, status, reason, st.label, st.lastID)
 			// The session may have been lost already, before this call was
 			// bound to it: fail the call here too.

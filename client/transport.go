@@ -20,6 +20,12 @@
 //     *CallError wrapping ErrSessionLost, and a new session is started with
 //     the original initialize parameters. A POST refused with 404 was not
 //     executed, so it is sent again on the new session.
+//   - A 409 whose body lists the requests the refused stream carried that
+//     are lost (error.data.lostRequests, as Tidemark sends it) fails
+//     exactly those calls, at once, with ErrSessionLost; the session's
+//     other calls run on to their end, their server requests answered on
+//     it. New messages go to a new session, as after any 409, and the old
+//     one is ended with DELETE when its last call ends.
 //   - No call hangs on a broken stream or a lost session (the bounds
 //     below).
 //
@@ -169,6 +175,7 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 		incoming: make(chan jsonrpc.Message, 16),
 		done:     make(chan struct{}),
 		calls:    make(map[jsonrpc.ID]*call),
+		origin:   make(map[jsonrpc.ID]*session),
 	}, nil
 }
 
@@ -190,10 +197,16 @@ type conn struct {
 	initParams  json.RawMessage // params of the SDK's initialize, replayed by renew
 	initialized bool            // the SDK sent notifications/initialized
 	calls       map[jsonrpc.ID]*call
-	closed      bool          // Close has begun: no goroutine may start
-	renewing    chan struct{} // non-nil while a re-initialization runs; closed at its end
-	renewErr    error         // outcome of the last re-initialization
-	internalID  int64         // numbers the transport's own initialize requests
+	// retiring are the retired sessions that still carry calls (see
+	// retire); each is ended when its last call ends.
+	retiring []*session
+	// origin maps a server request's id to the session it came on, until
+	// the SDK answers it.
+	origin     map[jsonrpc.ID]*session
+	closed     bool          // Close has begun: no goroutine may start
+	renewing   chan struct{} // non-nil while a re-initialization runs; closed at its end
+	renewErr   error         // outcome of the last re-initialization
+	internalID int64         // numbers the transport's own initialize requests
 }
 
 // session is one Mcp-Session-Id and what the transport knows of it.
@@ -210,6 +223,14 @@ type session struct {
 	lostReason string
 	// stopStandalone ends the standalone stream; guarded by conn.mu.
 	stopStandalone context.CancelFunc
+
+	// Guarded by conn.mu: retired is set when a 409 listed the lost
+	// requests of one of its streams (no new message goes to s); calls
+	// counts the pending calls accepted on s; ended is set once s was
+	// ended with DELETE after it retired.
+	retired bool
+	calls   int
+	ended   bool
 }
 
 func newSession(id string) *session { return &session{id: id, lost: make(chan struct{})} }
@@ -272,7 +293,7 @@ func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	switch m := msg.(type) {
 	case *jsonrpc.Request:
 		if !m.IsCall() {
-			return c.sendOneWay(ctx, m, m.Method)
+			return c.sendOneWay(ctx, m, m.Method, nil)
 		}
 		switch m.Method {
 		case "server/discover":
@@ -290,23 +311,34 @@ func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 		return c.sendCall(ctx, m)
 	case *jsonrpc.Response:
-		return c.sendOneWay(ctx, m, "response")
+		// The answer goes to the session that asked, which may be
+		// retired (fenceStream) and still running calls.
+		return c.sendOneWay(ctx, m, "response", c.takeOrigin(m.ID))
 	default:
 		return rejected{fmt.Errorf("client: cannot send message of type %T", msg)}
 	}
 }
 
-// Close implements mcp.Connection: it ends the session with DELETE (MCP
-// 2025-11-25, "Session Management"; best-effort, bounded by 5 seconds),
-// stops every stream and waits for the transport's goroutines.
+// Close implements mcp.Connection: it ends the session, and any retired
+// session still running calls, with DELETE (MCP 2025-11-25, "Session
+// Management"; best-effort, bounded by 5 seconds), stops every stream and
+// waits for the transport's goroutines.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		s := c.sess
+		retiring := append([]*session(nil), c.retiring...)
 		c.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, r := range retiring {
+			if r != s && r.id != "" && !r.isLost() {
+				wg.Go(func() { c.deleteSession(r) })
+			}
+		}
 		if s != nil && s.id != "" && !s.isLost() {
 			c.closeErr = c.deleteSession(s)
 		}
+		wg.Wait()
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
@@ -376,21 +408,38 @@ func (c *conn) push(msg jsonrpc.Message) bool {
 }
 
 // takeCall removes and returns the pending call id; nil if there is none.
+// A retired session whose last call this was is ended.
 func (c *conn) takeCall(id jsonrpc.ID) *call {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cl := c.calls[id]
-	delete(c.calls, id)
+	cl, drained := c.detachCall(id)
+	if drained != nil {
+		c.endRetired(drained)
+	}
 	return cl
 }
 
-// failCall ends a pending call with err, delivered as its response.
-func (c *conn) failCall(cl *call, err error) {
+// detachCall removes and returns the pending call id (nil if there is
+// none), and the retired session it was the last call of, which the caller
+// ends with endRetired.
+func (c *conn) detachCall(id jsonrpc.ID) (*call, *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.calls[id]
+	if cl == nil {
+		return nil, nil
+	}
+	delete(c.calls, id)
+	return cl, c.untrackLocked(cl)
+}
+
+// failCall ends a pending call with err, delivered as its response, and
+// reports whether cl was still pending.
+func (c *conn) failCall(cl *call, err error) bool {
 	if cl == nil || c.takeCall(cl.id) == nil {
-		return
+		return false
 	}
 	cl.cancel()
 	c.push(&jsonrpc.Response{ID: cl.id, Error: err})
+	return true
 }
 
 // emit reports e to OnEvent and the log.

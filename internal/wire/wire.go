@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // Header names of MCP Streamable HTTP (MCP 2025-11-25, basic/transports)
@@ -124,6 +126,17 @@ type Refusal struct {
 	// start of the body, spaces trimmed, at most 200 bytes, ending in "…"
 	// when clipped.
 	Message string
+	// LostRequests is error.data.lostRequests, which a server (Tidemark
+	// does) adds to a 409 on a stream: the JSON-RPC ids, as the client sent
+	// them, of the requests that stream carried whose responses the client
+	// can no longer receive. Empty when the stream
+	// carried none (the standalone GET stream carries none); meaningful
+	// only when LostKnown.
+	LostRequests []jsonrpc.ID
+	// LostKnown reports whether the body held error.data.lostRequests as
+	// an array. False when the key is absent (the server cannot tell), null
+	// or not an array.
+	LostKnown bool
 }
 
 // String renders the refusal for an error message: "HTTP 404", then " "
@@ -141,7 +154,8 @@ func (r Refusal) String() string {
 
 // ReadRefusal reads up to MaxRefusalBody bytes of resp's body, closes it,
 // and returns the refusal it holds. It never fails: a body that cannot be
-// read or is not a JSON-RPC error yields its start as Message.
+// read or is not a JSON-RPC error yields its start as Message. An element
+// of lostRequests that is neither a string nor a number is skipped.
 func ReadRefusal(resp *http.Response) Refusal {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxRefusalBody))
@@ -150,7 +164,8 @@ func ReadRefusal(resp *http.Response) Refusal {
 		Error *struct {
 			Message string `json:"message"`
 			Data    struct {
-				Reason string `json:"reason"`
+				Reason       string          `json:"reason"`
+				LostRequests json.RawMessage `json:"lostRequests"`
 			} `json:"data"`
 		} `json:"error"`
 	}
@@ -159,7 +174,26 @@ func ReadRefusal(resp *http.Response) Refusal {
 		return r
 	}
 	r.Reason, r.Message = env.Error.Data.Reason, env.Error.Message
+	r.LostRequests, r.LostKnown = lostRequests(env.Error.Data.LostRequests)
 	return r
+}
+
+// lostRequests decodes error.data.lostRequests: ok is false unless raw is
+// a JSON array. Ids are decoded as the go-sdk decodes a message's id (a
+// number becomes an integer id, a string a string id), so they compare
+// equal to the ids of the requests sent.
+func lostRequests(raw json.RawMessage) (ids []jsonrpc.ID, ok bool) {
+	var vals []any
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &vals) != nil {
+		return nil, false
+	}
+	ids = make([]jsonrpc.ID, 0, len(vals))
+	for _, v := range vals {
+		if id, err := jsonrpc.MakeID(v); err == nil && id.IsValid() {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
 }
 
 // clip returns s cut to maxMessage bytes at a character boundary, with "…"

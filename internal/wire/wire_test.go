@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -73,6 +75,14 @@ func TestMediaType(t *testing.T) {
 	}
 }
 
+func id(v any) jsonrpc.ID {
+	i, err := jsonrpc.MakeID(v)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
 // notFound is a reason word as a server sends it.
 const notFound = string(replay.ReasonSessionNotFound)
 
@@ -85,12 +95,25 @@ func TestReadRefusal(t *testing.T) {
 	}{
 		{"reason and message", `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"gone","data":{"reason":"` + notFound + `"}}}`,
 			Refusal{Status: 409, Reason: notFound, Message: "gone"}},
+		{"lost ids of both kinds", `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"m","data":{"reason":"` + notFound + `","lostRequests":[3,"a-7",12.0]}}}`,
+			Refusal{Status: 409, Reason: notFound, Message: "m", LostKnown: true,
+				LostRequests: []jsonrpc.ID{id(float64(3)), id("a-7"), id(float64(12))}}},
+		{"no lost requests", `{"error":{"message":"m","data":{"lostRequests":[]}}}`,
+			Refusal{Status: 409, Message: "m", LostKnown: true, LostRequests: []jsonrpc.ID{}}},
+		{"lost requests null", `{"error":{"message":"m","data":{"lostRequests":null}}}`,
+			Refusal{Status: 409, Message: "m"}},
+		{"lost requests not an array", `{"error":{"message":"m","data":{"lostRequests":3}}}`,
+			Refusal{Status: 409, Message: "m"}},
+		{"invalid ids skipped", `{"error":{"message":"m","data":{"lostRequests":[null,{"a":1},true,5]}}}`,
+			Refusal{Status: 409, Message: "m", LostKnown: true, LostRequests: []jsonrpc.ID{id(float64(5))}}},
 		{"plain text", "  Method Not Allowed\n", Refusal{Status: 409, Message: "Method Not Allowed"}},
 		{"long text clipped at a character", long, Refusal{Status: 409, Message: strings.Repeat("é", 100) + "…"}},
 		{"JSON without error", `{"result":{}}`, Refusal{Status: 409, Message: `{"result":{}}`}},
 	} {
 		got := ReadRefusal(response(409, MediaJSON, tc.body))
-		if got != tc.want {
+		if got.Status != tc.want.Status || got.Reason != tc.want.Reason || got.Message != tc.want.Message ||
+			got.LostKnown != tc.want.LostKnown || !slices.Equal(got.LostRequests, tc.want.LostRequests) ||
+			(got.LostRequests == nil) != (tc.want.LostRequests == nil) {
 			t.Errorf("%s: ReadRefusal = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

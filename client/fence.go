@@ -1,0 +1,157 @@
+// What the transport does with a 409 whose body lists the requests the
+// refused stream carried that are lost (error.data.lostRequests): it fails
+// exactly those calls, retires the session, and lets the session's other
+// calls run to their end before it ends the session.
+
+package client
+
+import (
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
+)
+
+// fenceStream handles a resume of st answered 409 with ref, whose body
+// lists the lost requests (ref.LostKnown). The calls pending on st's
+// session whose ids are listed fail at once with ErrSessionLost and the
+// 409's status and reason; st's own call, if still pending and not listed,
+// fails with ErrStreamLost, since this stream was its only way to an
+// answer. The other calls go on. The session is retired: the seed has the
+// client initialize again after a 409 ("Decision Boundary"), so new
+// messages go to a new session, and the old one is ended with DELETE once
+// its last call ends.
+func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
+	s := st.sess
+	lost := make(map[jsonrpc.ID]bool, len(ref.LostRequests))
+	for _, id := range ref.LostRequests {
+		lost[id] = true
+	}
+	var victims []*call
+	c.mu.Lock()
+	for id, cl := range c.calls {
+		if lost[id] && cl.sess == s {
+			victims = append(victims, cl)
+		}
+	}
+	c.mu.Unlock()
+	failed := 0
+	for _, cl := range victims {
+		if c.failCall(cl, &CallError{Method: cl.method, ID: cl.id, Session: s.id, Cursor: st.lastID,
+			Status: ref.Status, Reason: ref.Reason, Err: ErrSessionLost}) {
+			failed++
+		}
+	}
+	c.emit(Event{Kind: EventFenced, Session: s.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason, Calls: failed})
+	if st.call != nil && c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: s.id, Cursor: st.lastID,
+		Status: ref.Status, Reason: ref.Reason, Err: ErrStreamLost, Cause: statusError("GET", ref)}) {
+		c.emit(Event{Kind: EventStreamLost, Session: s.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason,
+			Err: statusError("GET", ref)})
+	}
+	c.retire(s)
+}
+
+// retire stops new messages from going to s and starts a
+// re-initialization; s is ended (DELETE) at once if no call is pending on
+// it, else when its last call ends (see untrack). Only the first call for
+// s has an effect, and none once s is lost.
+func (c *conn) retire(s *session) {
+	c.mu.Lock()
+	if s.retired || s.isLost() {
+		c.mu.Unlock()
+		return
+	}
+	s.retired = true
+	canRenew := c.initialized && c.initParams != nil
+	drained := s.calls == 0
+	if !drained {
+		c.retiring = append(c.retiring, s)
+	}
+	c.mu.Unlock()
+	if drained {
+		c.endRetired(s)
+	}
+	if canRenew {
+		c.spawn(func() { c.renew(c.ctx, s) })
+	}
+}
+
+// untrackLocked records that cl, just removed from c.calls, no longer
+// runs on its session, and returns that session when it is retired and
+// cl was its last call: the caller ends it with endRetired after
+// releasing c.mu.
+func (c *conn) untrackLocked(cl *call) *session {
+	s := cl.sess
+	if s == nil {
+		return nil
+	}
+	s.calls--
+	if s.retired && s.calls == 0 {
+		return s
+	}
+	return nil
+}
+
+// endRetired ends the retired session s: it stops its standalone stream,
+// forgets the server requests it sent, and DELETEs it in the background
+// (MCP 2025-11-25, "Session Management"). Only the first call for s has an
+// effect, and none once s is lost (loseSession ended it).
+func (c *conn) endRetired(s *session) {
+	c.mu.Lock()
+	if s.ended || s.isLost() {
+		c.mu.Unlock()
+		return
+	}
+	s.ended = true
+	c.forgetLocked(s)
+	if s.stopStandalone != nil {
+		s.stopStandalone()
+	}
+	c.mu.Unlock()
+	if s.id != "" {
+		c.spawn(func() { c.deleteSession(s) })
+	}
+}
+
+// forgetLocked drops what the connection keeps of s: its place among the
+// retiring sessions and the origins of the server requests it sent.
+func (c *conn) forgetLocked(s *session) {
+	for i, r := range c.retiring {
+		if r == s {
+			c.retiring = append(c.retiring[:i], c.retiring[i+1:]...)
+			break
+		}
+	}
+	for id, o := range c.origin {
+		if o == s {
+			delete(c.origin, id)
+		}
+	}
+}
+
+// noteOrigin records that the server request msg (if it is one) came on
+// s, so that the SDK's response goes back to s even after s is retired.
+func (c *conn) noteOrigin(msg jsonrpc.Message, s *session) {
+	if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
+		c.mu.Lock()
+		c.origin[r.ID] = s
+		c.mu.Unlock()
+	}
+}
+
+// takeOrigin returns and forgets the session the server request id came
+// on; nil when unknown.
+func (c *conn) takeOrigin(id jsonrpc.ID) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.origin[id]
+	delete(c.origin, id)
+	return s
+}
+
+// isFenceWithList reports whether a resume answered status with ref is a
+// 409 that lists the lost requests, which fenceStream handles.
+func isFenceWithList(status int, ref wire.Refusal) bool {
+	return status == http.StatusConflict && ref.LostKnown
+}
