@@ -88,10 +88,13 @@ const (
 	ReasonLastEventIDOnPost Reason = "last_event_id_on_post"
 	// ReasonUnavailable: 503 with Retry-After, the store or the engine
 	// cannot take the request now; also the log reason of a store that
-	// cannot be reached.
+	// cannot be reached, and the reason of a JSON-RPC error -32603 when the
+	// memory of used requestStates (package requeststate) cannot be reached.
 	ReasonUnavailable Reason = "unavailable"
 	// ReasonCapacity: 503 with Retry-After, no room for another session or
-	// subprocess; also the end reason of a session evicted to make room.
+	// subprocess; also the end reason of a session evicted to make room,
+	// and the reason of a JSON-RPC error -32603 when the memory of used
+	// requestStates (package requeststate) is full.
 	ReasonCapacity Reason = "capacity"
 	// ReasonOwnerMoved: 503 with Retry-After, a forwarded request reached a
 	// replica that does not own the session either.
@@ -99,6 +102,34 @@ const (
 	// ReasonOwnerUnreachable: 503 with Retry-After, the replica that holds
 	// the session's lease cannot be reached.
 	ReasonOwnerUnreachable Reason = "owner_unreachable"
+)
+
+// Refusals of a requestState that a retried request carries (package
+// requeststate; MCP 2026-07-28, basic/patterns/mrtr, "Server Requirements":
+// the state is attacker-controlled input, its integrity is checked, and it
+// is bound to the principal, a lifetime and the originating request). Each
+// is a JSON-RPC error -32602 (invalid params) answering the retry; the
+// client starts the request again without requestState and inputResponses.
+const (
+	// ReasonStateInvalid: the requestState fails verification: altered,
+	// truncated, not base64url, or not sealed by this server's key ring.
+	ReasonStateInvalid Reason = "state_invalid"
+	// ReasonStateKeyUnknown: the requestState names a key the key ring
+	// does not hold: the replicas' rings differ, or the key was retired
+	// while the state was in flight.
+	ReasonStateKeyUnknown Reason = "state_key_unknown"
+	// ReasonStatePrincipalMismatch: the requestState was issued to another
+	// principal (go-sdk auth.TokenInfo.UserID) than the retry's.
+	ReasonStatePrincipalMismatch Reason = "state_principal_mismatch"
+	// ReasonStateRequestMismatch: the requestState belongs to another
+	// request: the method, the tool or prompt name, the resource URI or the
+	// arguments differ.
+	ReasonStateRequestMismatch Reason = "state_request_mismatch"
+	// ReasonStateExpired: the requestState's lifetime has passed.
+	ReasonStateExpired Reason = "state_expired"
+	// ReasonStateReplayed: the requestState was already used, and the
+	// server accepts each state once.
+	ReasonStateReplayed Reason = "state_replayed"
 )
 
 // Why a session ended (its tombstone keeps the reason; store.EndReason).
