@@ -1,6 +1,7 @@
 // Package demo is the MCP server that `tidemark serve` hosts when no other
 // server is given: a few tools that exercise what Tidemark exists for
-// (progress streams, server-to-client requests) and nothing else.
+// (progress streams, a question to the user that works on every protocol
+// revision and any replica) and nothing else.
 package demo
 
 import (
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
 // MaxCountdownSteps bounds countdown's n, so one call cannot occupy the
@@ -26,25 +29,38 @@ type EchoArgs struct {
 	Text string `json:"text" jsonschema:"the text to return"`
 }
 
-// NewServer returns the demo server with three tools:
+// Options configures the demo server. The zero value seals confirm's
+// requestState with a random key of this process.
+type Options struct {
+	// Sealer seals and opens the requestState of confirm's input-required
+	// results (protocol 2026-07-28). Nil: a Sealer of a random per-process
+	// key (requeststate.RandomRing), whose states open only in this process.
+	Sealer *requeststate.Sealer
+}
+
+// NewServer returns the demo server with its zero Options.
+func NewServer() *mcp.Server { return New(Options{}) }
+
+// New returns the demo server with three tools:
 //   - countdown: n steps, each after delay_ms milliseconds, each reported
 //     as notifications/progress (progress = step, total = n) when the call
 //     carries a progress token; then the text "countdown of N finished".
 //     Cancellation stops it at the next step.
 //   - echo: returns its text argument.
-//   - confirm: asks the client, through elicitation, to confirm a question,
-//     and returns "accepted", "declined" or "cancelled".
-func NewServer() *mcp.Server {
+//   - confirm: asks the user to confirm a question and returns "accepted",
+//     "declined" or "cancelled" (see AddConfirm).
+func New(opts Options) *mcp.Server {
+	sealer := opts.Sealer
+	if sealer == nil {
+		sealer = requeststate.New(requeststate.RandomRing(), requeststate.Options{})
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "countdown",
 		Description: "Counts n steps, sending one progress notification per step, then returns.",
 	}, countdown)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text argument."}, echo)
-	mcp.AddTool(s, &mcp.Tool{
-		Name:        "confirm",
-		Description: "Asks the user, through elicitation, to confirm a question.",
-	}, confirm)
+	AddConfirm(s, sealer)
 	return s
 }
 
@@ -87,36 +103,4 @@ func countdown(ctx context.Context, req *mcp.CallToolRequest, args CountdownArgs
 
 func echo(ctx context.Context, req *mcp.CallToolRequest, args EchoArgs) (*mcp.CallToolResult, any, error) {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: args.Text}}}, nil, nil
-}
-
-// ConfirmArgs are the arguments of the confirm tool.
-type ConfirmArgs struct {
-	Question string `json:"question" jsonschema:"the question to put to the user"`
-}
-
-func confirm(ctx context.Context, req *mcp.CallToolRequest, args ConfirmArgs) (*mcp.CallToolResult, any, error) {
-	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
-		Message: args.Question,
-		RequestedSchema: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"confirmed": map[string]any{"type": "boolean", "description": "true to confirm"},
-			},
-			"required": []string{"confirmed"},
-		},
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("elicitation: %w", err)
-	}
-	answer := "cancelled"
-	switch res.Action {
-	case "accept":
-		answer = "declined"
-		if ok, _ := res.Content["confirmed"].(bool); ok {
-			answer = "accepted"
-		}
-	case "decline":
-		answer = "declined"
-	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: answer}}}, nil, nil
 }

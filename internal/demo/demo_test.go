@@ -1,0 +1,277 @@
+package demo_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// clientTimeout bounds one client's calls against a server process.
+const clientTimeout = 60 * time.Second
+
+// startServe starts `tidemark serve` on a free loopback port with args and
+// returns the process and its endpoint URL.
+func startServe(t *testing.T, args ...string) (*testenv.Process, string) {
+	t.Helper()
+	p := testenv.StartProcess(t, testenv.BuildTidemark(t), append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	return p, testenv.ServeURL(t, p)
+}
+
+// connect connects the go-sdk client to url at protocol version (""
+// for the client's default) with opts, over an HTTP client of its own that
+// sends header with every request.
+func connect(t *testing.T, url, version string, header http.Header, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	httpClient := &http.Client{Transport: headerTransport{header, &http.Transport{}}}
+	t.Cleanup(httpClient.CloseIdleConnections)
+	var sopts *mcp.ClientSessionOptions
+	if version != "" {
+		sopts = &mcp.ClientSessionOptions{ProtocolVersion: version}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clientTimeout)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "tidemark-demo-test", Version: "1.0.0"}, opts).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: httpClient}, sopts)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+type headerTransport struct {
+	header http.Header
+	base   http.RoundTripper
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.header {
+		r.Header[k] = v
+	}
+	return h.base.RoundTrip(r)
+}
+
+// answering returns client options whose elicitation handler answers every
+// question with action and content, and records the questions asked.
+func answering(action string, content map[string]any) (*mcp.ClientOptions, func() []string) {
+	var mu sync.Mutex
+	var asked []string
+	opts := &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, req.Params.Message)
+			return &mcp.ElicitResult{Action: action, Content: content}, nil
+		},
+	}
+	return opts, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
+}
+
+func text(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestGoClientCallsEveryTool: the go-sdk client (v1.8.0) calls countdown,
+// echo and confirm against `tidemark serve`, at its default protocol
+// version (2026-07-28: confirm asks through an input-required result) and
+// at 2025-11-25 (the server sends elicitation/create), with the same
+// outcome.
+func TestGoClientCallsEveryTool(t *testing.T) {
+	_, url := startServe(t)
+	for _, tc := range []struct{ name, version, negotiated string }{
+		{"default", "", "2026-07-28"},
+		{"2025-11-25", "2025-11-25", "2025-11-25"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, asked := answering("accept", map[string]any{"confirmed": true})
+			var mu sync.Mutex
+			var progress []float64
+			opts.ProgressNotificationHandler = func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				progress = append(progress, req.Params.Progress)
+			}
+			cs := connect(t, url, tc.version, nil, opts)
+			if got := cs.InitializeResult().ProtocolVersion; got != tc.negotiated {
+				t.Fatalf("negotiated %s, want %s", got, tc.negotiated)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), clientTimeout)
+			defer cancel()
+			params := &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 3}}
+			params.SetProgressToken("p")
+			for _, call := range []struct {
+				params *mcp.CallToolParams
+				want   string
+			}{
+				{params, "countdown of 3 finished"},
+				{&mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}, "hello"},
+				{&mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "Proceed?"}}, "accepted"},
+			} {
+				res, err := cs.CallTool(ctx, call.params)
+				if err != nil {
+					t.Fatalf("call %s: %v", call.params.Name, err)
+				}
+				if got := text(t, res); got != call.want || res.IsError {
+					t.Errorf("call %s: %q (isError %v), want %q", call.params.Name, got, res.IsError, call.want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(progress, []float64{1, 2, 3}) {
+				t.Errorf("countdown progress %v, want [1 2 3]", progress)
+			}
+			if got := asked(); !slices.Equal(got, []string{"Proceed?"}) {
+				t.Errorf("confirm asked %q, want exactly [\"Proceed?\"]", got)
+			}
+		})
+	}
+}
+
+// TestTypeScriptClientCallsEveryTool: the official TypeScript SDK client
+// (the version scripts/deps.sh pins), at its default protocol version,
+// calls every demo tool against `tidemark serve`. That SDK's newest
+// protocol version is 2025-11-25, so it negotiates that one and confirm's
+// question reaches it as elicitation/create.
+func TestTypeScriptClientCallsEveryTool(t *testing.T) {
+	_, url := startServe(t)
+	client := testenv.StartProcess(t, testenv.Node(t), testenv.NodeScript(t, "testdata/tools.mjs"), url)
+	select {
+	case <-client.Done():
+	case <-time.After(clientTimeout):
+		t.Fatalf("tools.mjs still running after %v", clientTimeout)
+	}
+	if err := client.Wait(); err != nil {
+		t.Fatalf("tools.mjs: %v", err)
+	}
+	var got []string
+	for line := range strings.SplitSeq(client.Output(), "\n") {
+		if strings.HasPrefix(line, "{") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		`{"protocolVersion":"2025-11-25"}`,
+		`{"tool":"countdown","text":"countdown of 3 finished","isError":false,"progress":[1,2,3]}`,
+		`{"tool":"echo","text":"hello","isError":false}`,
+		`{"tool":"confirm","text":"accepted","isError":false,"asked":["Proceed?"]}`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("tools.mjs reported:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestConfirmOutcomes: each answer gives the same outcome on both protocol
+// eras, and a client without the elicitation capability is told so.
+func TestConfirmOutcomes(t *testing.T) {
+	_, url := startServe(t)
+	for _, version := range []string{"", "2025-11-25"} {
+		for _, tc := range []struct {
+			action  string
+			content map[string]any
+			want    string
+		}{
+			{"accept", map[string]any{"confirmed": true}, "accepted"},
+			{"accept", map[string]any{"confirmed": false}, "declined"},
+			{"decline", nil, "declined"},
+			{"cancel", nil, "cancelled"},
+		} {
+			opts, _ := answering(tc.action, tc.content)
+			res, err := connect(t, url, version, nil, opts).CallTool(t.Context(),
+				&mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "Proceed?"}})
+			if err != nil {
+				t.Fatalf("protocol %q, %s %v: %v", version, tc.action, tc.content, err)
+			}
+			if got := text(t, res); got != tc.want {
+				t.Errorf("protocol %q, %s %v: %q, want %q", version, tc.action, tc.content, got, tc.want)
+			}
+		}
+		res, err := connect(t, url, version, nil, nil).CallTool(t.Context(),
+			&mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "Proceed?"}})
+		want := "confirm needs a client that answers elicitation requests; this one declared no elicitation capability"
+		if err != nil || !res.IsError || text(t, res) != want {
+			t.Errorf("protocol %q, no elicitation capability: %v, %+v; want the tool error %q", version, err, res, want)
+		}
+	}
+}
+
+// manual returns client options that leave the multi round-trip rounds to
+// the test.
+func manual() *mcp.ClientOptions {
+	opts, _ := answering("accept", map[string]any{"confirmed": true})
+	opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	return opts
+}
+
+// confirmFlow is one confirm call's first round and what its retry sends.
+type confirmFlow struct {
+	retry *mcp.CallToolParams
+}
+
+// askConfirm sends confirm's first round to url as the holder of header and
+// returns the retry that answers it with "confirmed".
+func askConfirm(t *testing.T, url string, header http.Header) confirmFlow {
+	t.Helper()
+	args := map[string]any{"question": "Proceed?"}
+	first, err := connect(t, url, "", header, manual()).CallTool(t.Context(), &mcp.CallToolParams{Name: "confirm", Arguments: args})
+	if err != nil {
+		t.Fatalf("first round on %s: %v", url, err)
+	}
+	if !first.NeedsInput() || first.RequestState == "" || first.InputRequests["confirm"] == nil {
+		t.Fatalf("first round on %s: %+v, want an input-required result asking \"confirm\" with a requestState", url, first)
+	}
+	return confirmFlow{retry: &mcp.CallToolParams{
+		Name: "confirm", Arguments: args, RequestState: first.RequestState,
+		InputResponses: mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirmed": true}}},
+	}}
+}
+
+// withState returns the flow's retry carrying state instead.
+func (f confirmFlow) withState(state string) *mcp.CallToolParams {
+	p := *f.retry
+	p.RequestState = state
+	return &p
+}
+
+// retryOn sends retry to url and returns confirm's text, or the error.
+func retryOn(t *testing.T, url string, header http.Header, retry *mcp.CallToolParams) (string, error) {
+	t.Helper()
+	res, err := connect(t, url, "", header, manual()).CallTool(t.Context(), retry)
+	if err != nil {
+		return "", err
+	}
+	return text(t, res), nil
+}
+
+// TestConfirmAnswersWithoutState: answers sent without the state they
+// answer are refused as invalid params, not taken as a fresh question.
+func TestConfirmAnswersWithoutState(t *testing.T) {
+	_, url := startServe(t)
+	flow := askConfirm(t, url, nil)
+	_, err := retryOn(t, url, nil, flow.withState(""))
+	var wire *jsonrpc.Error
+	if !errors.As(err, &wire) || wire.Code != jsonrpc.CodeInvalidParams || wire.Message != "inputResponses were sent without the requestState they answer" {
+		t.Fatalf("answers without a state: %v, want JSON-RPC error -32602 %q", err, "inputResponses were sent without the requestState they answer")
+	}
+}
