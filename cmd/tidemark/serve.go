@@ -52,6 +52,7 @@ type serveConfig struct {
 	initTimeout     time.Duration // --stdio-init-timeout
 	dataDir         string        // empty: memory store
 	fleet           fleetConfig
+	state           stateConfig
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -84,6 +85,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	})
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget)")
 	fleetFlags(fs, &c.fleet)
+	stateFlags(fs, &c.state)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	return fs, c
@@ -134,7 +136,7 @@ func (c *serveConfig) check() error {
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
 		return fmt.Errorf("--max-processes %d: want a positive number, or -1 for no limit", c.maxProcesses)
 	}
-	return nil
+	return c.state.check(c.stdio)
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -170,8 +172,13 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 
-	// The store opens before the listener, so a bad --data-dir exits
-	// before any client can connect.
+	// The key ring and the store load before the listener, so a bad
+	// --request-state-keys or --data-dir exits before any client connects.
+	sealer, err := c.demoSealer(logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 1
+	}
 	var st store.Store
 	storeAttrs := []any{"store", "memory"}
 	if c.dataDir != "" {
@@ -240,7 +247,7 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		h = tidemark.NewEngineHandler(gateway, opts)
 	} else {
-		h = tidemark.NewHandler(demo.NewServer(), opts)
+		h = tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer}), opts)
 	}
 	// closeHandler ends every session's live state; in gateway mode all
 	// subprocesses end at once and are reaped first, so none outlives us.

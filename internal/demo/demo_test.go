@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
 // clientTimeout bounds one client's calls against a server process.
@@ -262,6 +266,130 @@ func retryOn(t *testing.T, url string, header http.Header, retry *mcp.CallToolPa
 		return "", err
 	}
 	return text(t, res), nil
+}
+
+// wantAccepted checks that a retry completed the call.
+func wantAccepted(t *testing.T, what, got string, err error) {
+	t.Helper()
+	if err != nil || got != "accepted" {
+		t.Fatalf("%s: %q, %v; want \"accepted\"", what, got, err)
+	}
+}
+
+// wantRefused checks that a retry was refused with a JSON-RPC error -32602
+// whose error.data.reason is reason.
+func wantRefused(t *testing.T, what string, err error, reason replay.Reason) {
+	t.Helper()
+	var wire *jsonrpc.Error
+	if !errors.As(err, &wire) || wire.Code != jsonrpc.CodeInvalidParams || requeststate.ReasonOf(err) != reason {
+		t.Fatalf("%s: %v (data %s), want JSON-RPC error -32602 with reason %s", what, err, dataOf(err), reason)
+	}
+}
+
+func dataOf(err error) string {
+	var wire *jsonrpc.Error
+	if errors.As(err, &wire) {
+		return string(wire.Data)
+	}
+	return ""
+}
+
+// writeKeys writes text to a key ring file, private to its owner, and
+// returns its path.
+func writeKeys(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "request-state-keys")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fleetKey is the key the multi-process tests share (32 bytes of 0x01).
+const fleetKey = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n"
+
+// TestConfirmRetryOnAnotherProcess: three `tidemark serve` processes with
+// in-memory stores share a key ring file. A confirm flow begun on A
+// completes on B; the same retry with a tampered state, with a state that
+// expired (sealed by C, whose --request-state-ttl is 1s), or with a state
+// sealed by a process of another ring is refused with its reason.
+func TestConfirmRetryOnAnotherProcess(t *testing.T) {
+	keys := writeKeys(t, fleetKey)
+	a, urlA := startServe(t, "--request-state-keys", keys)
+	b, urlB := startServe(t, "--request-state-keys", keys)
+	_, urlC := startServe(t, "--request-state-keys", keys, "--request-state-ttl", "1s")
+	_, urlLone := startServe(t)
+	a.WaitFor(t, `msg="request state keys" source="file [^"]+" keys=\[1a15a15e\] sealing=1a15a15e`, 5*time.Second)
+
+	flow := askConfirm(t, urlA, nil)
+	got, err := retryOn(t, urlB, nil, flow.retry)
+	wantAccepted(t, "retry of A's state on B", got, err)
+
+	// A character changed in the middle of the state.
+	state := []byte(flow.retry.RequestState)
+	i := len(state) / 2
+	state[i] = map[bool]byte{true: 'B', false: 'A'}[state[i] == 'A']
+	_, err = retryOn(t, urlB, nil, flow.withState(string(state)))
+	wantRefused(t, "tampered state on B", err, replay.ReasonStateInvalid)
+
+	short := askConfirm(t, urlC, nil)
+	time.Sleep(1100 * time.Millisecond)
+	_, err = retryOn(t, urlB, nil, short.retry)
+	wantRefused(t, "expired state on B", err, replay.ReasonStateExpired)
+
+	// A process without the ring seals with a key of its own.
+	lone := askConfirm(t, urlLone, nil)
+	_, err = retryOn(t, urlB, nil, lone.retry)
+	wantRefused(t, "another ring's state on B", err, replay.ReasonStateKeyUnknown)
+
+	// The refusals are logged with their reasons on B.
+	for _, reason := range []string{"state_invalid", "state_expired", "state_key_unknown"} {
+		b.WaitFor(t, `msg="request state refused" reason=`+reason+` method=tools/call target=confirm`, 5*time.Second)
+	}
+}
+
+// TestConfirmSingleUseAcrossProcesses: with --request-state-single-use, the
+// process that accepted a state refuses its replay with state_replayed;
+// another process, which keeps its own memory of used states, accepts it
+// once more (README.md, "Sealed requestState": what a fleet without shared
+// storage can promise).
+func TestConfirmSingleUseAcrossProcesses(t *testing.T) {
+	keys := writeKeys(t, fleetKey)
+	_, urlA := startServe(t, "--request-state-keys", keys, "--request-state-single-use")
+	_, urlB := startServe(t, "--request-state-keys", keys, "--request-state-single-use")
+
+	flow := askConfirm(t, urlA, nil)
+	got, err := retryOn(t, urlB, nil, flow.retry)
+	wantAccepted(t, "first use on B", got, err)
+	_, err = retryOn(t, urlB, nil, flow.retry)
+	wantRefused(t, "replay on B", err, replay.ReasonStateReplayed)
+	got, err = retryOn(t, urlA, nil, flow.retry)
+	wantAccepted(t, "replay on A, which did not see the first use", got, err)
+	_, err = retryOn(t, urlA, nil, flow.retry)
+	wantRefused(t, "second replay on A", err, replay.ReasonStateReplayed)
+}
+
+// TestConfirmForeignUserAcrossProcesses: two processes of the demo behind
+// the go-sdk's bearer-token middleware (testdata/authreplica; `tidemark
+// serve` has no authentication) share the key ring. Alice's flow begun on
+// one completes on the other; Bob presenting her state there is refused
+// with state_principal_mismatch.
+func TestConfirmForeignUserAcrossProcesses(t *testing.T) {
+	keys := writeKeys(t, fleetKey)
+	bin := testenv.Build(t, "./internal/demo/testdata/authreplica")
+	urls := make([]string, 2)
+	for i := range urls {
+		p := testenv.StartProcess(t, bin, "--addr", "127.0.0.1:0", "--request-state-keys", keys)
+		urls[i] = testenv.ServeURL(t, p)
+	}
+	alice := http.Header{"Authorization": {"Bearer alice"}}
+	bob := http.Header{"Authorization": {"Bearer bob"}}
+
+	flow := askConfirm(t, urls[0], alice)
+	_, err := retryOn(t, urls[1], bob, flow.retry)
+	wantRefused(t, "Bob with Alice's state", err, replay.ReasonStatePrincipalMismatch)
+	got, err := retryOn(t, urls[1], alice, flow.retry)
+	wantAccepted(t, "Alice's retry on the other process", got, err)
 }
 
 // TestConfirmAnswersWithoutState: answers sent without the state they

@@ -1,0 +1,92 @@
+package main
+
+// The key ring that seals the demo's requestState (`tidemark serve
+// --request-state-*`): where its keys come from, and the Sealer built from
+// them (package requeststate; README.md, "Sealed requestState").
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/requeststate"
+)
+
+// stateConfig holds the requestState flags of `tidemark serve`.
+type stateConfig struct {
+	keysFile  string // empty: $TIDEMARK_REQUEST_STATE_KEYS, else a random key
+	ttl       time.Duration
+	singleUse bool
+	usedMax   int
+}
+
+// stateFlags declares the requestState flags on fs.
+func stateFlags(fs *flag.FlagSet, c *stateConfig) {
+	fs.StringVar(&c.keysFile, "request-state-keys", "", "file of the key ring that seals requestState, shared by every replica: one base64 32-byte key per line, each optionally followed by the RFC 3339 time it starts to seal (path; empty: $"+requeststate.EnvKeys+", else a random key of this process)")
+	fs.DurationVar(&c.ttl, "request-state-ttl", requeststate.DefaultTTL, "how long a sealed requestState is accepted after it is issued (duration)")
+	fs.BoolVar(&c.singleUse, "request-state-single-use", false, "accept each requestState once; this process remembers the used ones until they expire, so another replica may accept a replay once more")
+	fs.IntVar(&c.usedMax, "request-state-used-max", requeststate.DefaultLedgerEntries, "with --request-state-single-use: most used requestStates remembered; beyond it retries are refused with reason capacity until some expire (states)")
+}
+
+// check validates the requestState flags; the error is a usage error.
+func (c *stateConfig) check(gateway bool) error {
+	switch {
+	case gateway && (c.keysFile != "" || c.singleUse):
+		return errors.New("--request-state-keys and --request-state-single-use apply to the demo server, not to --stdio")
+	case c.ttl <= 0:
+		return fmt.Errorf("--request-state-ttl %v: want a positive duration", c.ttl)
+	case c.usedMax <= 0:
+		return fmt.Errorf("--request-state-used-max %d: want a positive number of states", c.usedMax)
+	}
+	return nil
+}
+
+// sealer loads the key ring and returns the demo's Sealer. Without a
+// configured ring it uses a random key and logs that retries must come back
+// to this process: at WARN in a fleet (inFleet), where they need not.
+func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.Sealer, error) {
+	ring, source, err := requeststate.LoadRing(c.keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--request-state-keys: %w", err)
+	}
+	if ring == nil {
+		ring = requeststate.RandomRing()
+		level := slog.LevelInfo
+		if inFleet {
+			level = slog.LevelWarn
+		}
+		logger.Log(context.Background(), level, "request state key is random to this process: the retry of an input-required request (protocol 2026-07-28) must come back to this process; share a key ring with --request-state-keys or $"+requeststate.EnvKeys,
+			"key", ring.IDs()[0])
+	} else {
+		logger.Info("request state keys", "source", source, "keys", ring.IDs(), "sealing", ring.SealingID(time.Now()))
+		if c.keysFile != "" {
+			warnReadable(logger, c.keysFile)
+		}
+	}
+	opts := requeststate.Options{TTL: c.ttl, Logger: logger}
+	if c.singleUse {
+		opts.Ledger = requeststate.NewMemoryLedger(c.usedMax)
+	}
+	return requeststate.New(ring, opts), nil
+}
+
+// demoSealer returns the Sealer of the demo server, or nil in gateway mode,
+// which serves no demo.
+func (c *serveConfig) demoSealer(logger *slog.Logger) (*requeststate.Sealer, error) {
+	if c.stdio {
+		return nil, nil
+	}
+	return c.state.sealer(logger, c.fleet.redisURL != "")
+}
+
+// warnReadable logs a warning when others than the file's owner may read
+// the key file.
+func warnReadable(logger *slog.Logger, path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		logger.Warn("the request state key file is readable by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+	}
+}
