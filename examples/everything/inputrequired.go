@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
 // This file holds the tools and the prompt that need input from the client
@@ -26,83 +22,31 @@ import (
 // transparently, sending the listed requests itself and calling the handler
 // again with the answers.
 
-// stateTTL bounds how long a requestState stays valid, so a leaked state
-// cannot be replayed indefinitely.
-const stateTTL = 10 * time.Minute
-
-// stateSealer protects the requestState handed to clients. The protocol
-// leaves the state opaque and untrusted: a server without authentication must
-// keep clients from reading or forging it. AES-GCM does both, and binding each
-// state to its tool name stops a state issued by one tool being replayed to
-// another.
-//
-// The key is random per process: states do not survive a restart, which is
-// acceptable for a flow that lasts seconds.
-type stateSealer struct {
-	aead cipher.AEAD
-}
-
-// flowState is the content of a sealed requestState.
+// flowState is what a multi-round tool carries between its rounds, sealed
+// in the requestState by package requeststate (bound to the caller, the
+// tool call and a lifetime, and valid on every replica sharing the key
+// ring).
 type flowState struct {
 	Step   string            `json:"step"`
 	Values map[string]string `json:"values,omitempty"`
-	Issued int64             `json:"iat"`
 }
 
-func newStateSealer() *stateSealer {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		panic(err) // the key length is valid
-	}
-	aead, err := cipher.NewGCM(block)
+// sealFlow returns the requestState carrying st for req. Marshalling a
+// flowState cannot fail.
+func sealFlow(sealer *requeststate.Sealer, req *mcp.CallToolRequest, st flowState) string {
+	state, err := sealer.Seal(requeststate.ToolCall(req), st)
 	if err != nil {
 		panic(err)
 	}
-	return &stateSealer{aead: aead}
+	return state
 }
 
-// seal encrypts st for the named tool.
-func (s *stateSealer) seal(tool string, st flowState) string {
-	st.Issued = time.Now().Unix()
-	plain, err := json.Marshal(st)
-	if err != nil {
-		panic(err) // flowState always marshals
-	}
-	nonce := make([]byte, s.aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		panic(err)
-	}
-	return base64.RawURLEncoding.EncodeToString(s.aead.Seal(nonce, nonce, plain, []byte(tool)))
-}
-
-// open decrypts and checks a state that the named tool sealed. Any failure is
-// reported to the client as invalid params, without saying which check
-// failed.
-func (s *stateSealer) open(tool, token string) (flowState, error) {
+// openFlow checks the requestState of req and returns what it carries; the
+// error is the sealer's JSON-RPC refusal, which the handler returns as is.
+func openFlow(ctx context.Context, sealer *requeststate.Sealer, req *mcp.CallToolRequest) (flowState, error) {
 	var st flowState
-	fail := func() (flowState, error) {
-		return flowState{}, invalidParams("requestState failed verification; restart the request without it")
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(raw) < s.aead.NonceSize() {
-		return fail()
-	}
-	nonce, sealed := raw[:s.aead.NonceSize()], raw[s.aead.NonceSize():]
-	plain, err := s.aead.Open(nil, nonce, sealed, []byte(tool))
-	if err != nil {
-		return fail()
-	}
-	if err := json.Unmarshal(plain, &st); err != nil {
-		return fail()
-	}
-	if age := time.Since(time.Unix(st.Issued, 0)); age < 0 || age > stateTTL {
-		return fail()
-	}
-	return st, nil
+	err := sealer.Open(ctx, requeststate.ToolCall(req), req.Params.RequestState, &st)
+	return st, err
 }
 
 func invalidParams(format string, args ...any) error {
@@ -228,7 +172,7 @@ func responseKind(r mcp.InputResponse) string {
 
 // addInputRequiredTools registers the tools that gather client input through
 // input_required results.
-func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
+func addInputRequiredTools(s *mcp.Server, sealer *requeststate.Sealer) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "test_input_required_result_elicitation",
 		Description: "Asks the user's name (elicitation) and greets them.",
@@ -279,15 +223,15 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        stateTool,
 		Description: "Asks for a confirmation and carries its progress in a sealed requestState.",
-	}, func(_ context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
 		p := req.Params
 		if p.RequestState == "" {
 			if err := unanchoredAnswers(p); err != nil {
 				return nil, nil, err
 			}
-			return needInput(mcp.InputRequestMap{"confirm": confirmRequest()}, sealer.seal(stateTool, flowState{Step: "confirm"})), nil, nil
+			return needInput(mcp.InputRequestMap{"confirm": confirmRequest()}, sealFlow(sealer, req, flowState{Step: "confirm"})), nil, nil
 		}
-		st, err := sealer.open(stateTool, p.RequestState)
+		st, err := openFlow(ctx, sealer, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -306,7 +250,7 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        multiTool,
 		Description: "Asks for a name (elicitation), a greeting (sampling) and the client's roots in a single round.",
-	}, func(_ context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
 		p := req.Params
 		wanted := mcp.InputRequestMap{
 			"user_name":    elicitString("What is your name?", "name"),
@@ -317,9 +261,9 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 			if err := unanchoredAnswers(p); err != nil {
 				return nil, nil, err
 			}
-			return needInput(wanted, sealer.seal(multiTool, flowState{Step: "all"})), nil, nil
+			return needInput(wanted, sealFlow(sealer, req, flowState{Step: "all"})), nil, nil
 		}
-		if _, err := sealer.open(multiTool, p.RequestState); err != nil {
+		if _, err := openFlow(ctx, sealer, req); err != nil {
 			return nil, nil, err
 		}
 		// Ask again for whatever is still missing, keeping the same state.
@@ -354,16 +298,16 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        roundsTool,
 		Description: "Asks two questions in two successive rounds, carrying the first answer in the requestState.",
-	}, func(_ context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
 		p := req.Params
 		askName := mcp.InputRequestMap{"step1": elicitString("Step 1: What is your name?", "name")}
 		if p.RequestState == "" {
 			if err := unanchoredAnswers(p); err != nil {
 				return nil, nil, err
 			}
-			return needInput(askName, sealer.seal(roundsTool, flowState{Step: "name"})), nil, nil
+			return needInput(askName, sealFlow(sealer, req, flowState{Step: "name"})), nil, nil
 		}
-		st, err := sealer.open(roundsTool, p.RequestState)
+		st, err := openFlow(ctx, sealer, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -379,7 +323,7 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 			next := flowState{Step: "color", Values: map[string]string{"name": name}}
 			return needInput(mcp.InputRequestMap{
 				"step2": elicitString("Step 2: What is your favorite color?", "color"),
-			}, sealer.seal(roundsTool, next)), nil, nil
+			}, sealFlow(sealer, req, next)), nil, nil
 		case "color":
 			if action := declined(p.InputResponses, "step2"); action != "" {
 				return textResult("Stopped at step 2: the user chose to %s", action), nil, nil
@@ -400,15 +344,15 @@ func addInputRequiredTools(s *mcp.Server, sealer *stateSealer) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        tamperTool,
 		Description: "Asks for a confirmation and rejects a retry whose requestState was altered.",
-	}, func(_ context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, any, error) {
 		p := req.Params
 		if p.RequestState == "" {
 			if err := unanchoredAnswers(p); err != nil {
 				return nil, nil, err
 			}
-			return needInput(mcp.InputRequestMap{"confirm": confirmRequest()}, sealer.seal(tamperTool, flowState{Step: "confirm"})), nil, nil
+			return needInput(mcp.InputRequestMap{"confirm": confirmRequest()}, sealFlow(sealer, req, flowState{Step: "confirm"})), nil, nil
 		}
-		if _, err := sealer.open(tamperTool, p.RequestState); err != nil {
+		if _, err := openFlow(ctx, sealer, req); err != nil {
 			return nil, nil, err
 		}
 		if _, err := elicitation(p.InputResponses, "confirm"); err != nil {

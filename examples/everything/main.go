@@ -16,17 +16,28 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/requeststate"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:3000", "address to listen on (host:port; port 0: a free port, logged)")
 	path := flag.String("path", "/mcp", "HTTP path of the MCP endpoint")
+	keys := flag.String("request-state-keys", "", "key ring file that seals requestState, as `tidemark serve --request-state-keys` reads it (path; empty: $"+requeststate.EnvKeys+", else a random key of this process)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	server, run := newServer(logger)
+	ring, source, err := requeststate.LoadRing(*keys)
+	if err != nil {
+		logger.Error("key ring", "error", err)
+		os.Exit(2)
+	}
+	if ring == nil {
+		ring, source = requeststate.RandomRing(), "random key of this process"
+	}
+	logger.Info("request state keys", "source", source, "keys", ring.IDs())
+	server, run := newServer(logger, requeststate.New(ring, requeststate.Options{Logger: logger}))
 	go run(ctx)
 	h := tidemark.NewHandler(server, &tidemark.Options{Transport: transport.Options{Logger: logger}})
 	mux := http.NewServeMux()

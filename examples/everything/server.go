@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
 // watchInterval is how often the watched resource changes. It is short so
@@ -21,16 +24,19 @@ const watchInterval = 3 * time.Second
 
 // newServer builds the conformance server and returns it together with a
 // function that runs its background work (the watched resource's periodic
-// updates) until the given context is done.
+// updates) until the given context is done. sealer seals the requestState
+// of the input-required flows; nil: a random key of this process.
 //
 // All state lives in the returned server and its closures, so tests can build
 // as many independent servers as they like.
-func newServer(logger *slog.Logger) (*mcp.Server, func(ctx context.Context)) {
+func newServer(logger *slog.Logger, sealer *requeststate.Sealer) (*mcp.Server, func(ctx context.Context)) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if sealer == nil {
+		sealer = requeststate.New(requeststate.RandomRing(), requeststate.Options{Logger: logger})
+	}
 	watched := newWatchedResource()
-	sealer := newStateSealer()
 
 	server := mcp.NewServer(&mcp.Implementation{
 		Name:    "tidemark-everything",
@@ -56,6 +62,9 @@ func newServer(logger *slog.Logger) (*mcp.Server, func(ctx context.Context)) {
 	addInteractiveTools(server)
 	addDiagnosticTools(server)
 	addInputRequiredTools(server, sealer)
+	// The demo's confirm tool: one question, asked through elicitation or
+	// an input-required result depending on the protocol revision.
+	demo.AddConfirm(server, sealer)
 	addResources(server, watched)
 	addPrompts(server)
 	addInputRequiredPrompt(server)

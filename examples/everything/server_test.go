@@ -9,6 +9,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
 // connect runs a fresh server and returns a client session connected to it
@@ -18,7 +21,7 @@ func connect(t *testing.T, opts *mcp.ClientOptions) *mcp.ClientSession {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
 
-	server, run := newServer(nil)
+	server, run := newServer(nil, nil)
 	go run(ctx)
 	serverT, clientT := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(ctx, serverT, nil)
@@ -60,6 +63,7 @@ func TestListTools(t *testing.T) {
 		got = append(got, tool.Name)
 	}
 	want := []string{
+		"confirm",
 		"json_schema_2020_12_tool",
 		"test_audio_content",
 		"test_elicitation",
@@ -230,8 +234,17 @@ func TestTamperedStateRejected(t *testing.T) {
 
 	_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, InputResponses: answers, RequestState: first.RequestState + "x"})
 	var rpcErr *jsonrpc.Error
-	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams {
-		t.Errorf("tampered state: error = %v, want JSON-RPC error %d", err, jsonrpc.CodeInvalidParams)
+	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || requeststate.ReasonOf(err) != replay.ReasonStateInvalid {
+		t.Errorf("tampered state: error = %v, want JSON-RPC error %d with reason state_invalid", err, jsonrpc.CodeInvalidParams)
+	}
+	// A genuine state of another tool is bound to that tool's call.
+	other, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_input_required_result_request_state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, InputResponses: answers, RequestState: other.RequestState})
+	if requeststate.ReasonOf(err) != replay.ReasonStateRequestMismatch {
+		t.Errorf("another tool's state: error = %v, want reason state_request_mismatch", err)
 	}
 
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, InputResponses: answers, RequestState: first.RequestState})
