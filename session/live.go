@@ -534,7 +534,11 @@ func (l *Live) saveState(ctx context.Context, st engine.State) error {
 		return err
 	}
 	if err := l.reg.st.SaveState(context.WithoutCancel(ctx), l.token, l.gen, b); err != nil {
-		l.logger.Warn("saving session state failed", "reason", replay.ReasonStoreError, "error", err)
+		if lostReason(err) == "" {
+			// A session that ended, or a generation fenced, is reported
+			// by whoever acts on it; the store did not fail.
+			l.logger.Warn("saving session state failed", "reason", replay.ReasonStoreError, "error", err)
+		}
 		return fmt.Errorf("session %s gen %d: save state: %w", store.Prefix(l.token), l.gen, err)
 	}
 	return nil

@@ -562,6 +562,70 @@ func TestGatewayIdleEviction(t *testing.T) {
 	}
 }
 
+// TestGatewayDeleteDuringSlowInitialize serves the engine in process with
+// a server that answers initialize only once its stdin closed: the client
+// DELETEs the session while initialize is in flight, and the answer comes
+// while the engine session closes. The session ended, and nothing failed: the log holds no
+// WARN or ERROR line, says the subprocess's answer was dropped because the
+// session ended, and that the subprocess ended because it was closed.
+func TestGatewayDeleteDuringSlowInitialize(t *testing.T) {
+	logs := &testenv.LogBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	// The stop grace outlasts the server's life after its stdin ends.
+	e := testEngine(t, logs, Options{Env: []string{lateInitEnv + "=1"}, StopGrace: wait})
+	h := tidemark.NewEngineHandler(e, &tidemark.Options{
+		Sessions:  session.Options{Logger: logger},
+		Transport: transport.Options{Logger: logger},
+	})
+	srv := httptest.NewServer(h)
+	defer func() {
+		srv.Close()
+		h.Close()
+	}()
+	c := &mcptest.Client{URL: srv.URL, HTTP: httpClient(t)}
+	resp, token := postInitialize(t, t.Context(), c)
+	defer resp.Body.Close()
+	waitLog(t, logs, `msg="subprocess stderr"`, `line="initialize received"`)
+	if err := c.SessionFor(token, "2025-11-25").Delete(t.Context()); err != nil {
+		t.Fatalf("DELETE during initialize: %v", err)
+	}
+	// Both end lines come last, in either order: the subprocess's end is
+	// logged once Done is closed, which lets the session's end proceed.
+	waitLog(t, logs, `msg="session ended"`, `msg="subprocess ended"`)
+	text := logs.String()
+	for _, c := range []struct {
+		pattern string
+		n       int
+	}{
+		{`level=(WARN|ERROR) `, 0},
+		{`level=INFO msg="the session ended: dropping the subprocess's message and ending the subprocess" session=\S+ generation=1 ` +
+			`reason=session_not_found error=".*: session ended: deleted"\n`, 1},
+		{`level=INFO msg="subprocess ended" session=\S+ generation=1 pid=\d+ status="[^"]+" reason=closed\n`, 1},
+		{`level=INFO msg="session ended" session=\S+ generation=1 reason=deleted\n`, 1},
+	} {
+		if n := len(regexp.MustCompile(c.pattern).FindAllStringIndex(text, -1)); n != c.n {
+			t.Errorf("log matches %q %d times, want %d:\n%s", c.pattern, n, c.n, text)
+		}
+	}
+}
+
+// waitLog waits up to wait for logs to hold every one of substrs.
+func waitLog(t *testing.T, logs *testenv.LogBuffer, substrs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		text := logs.String()
+		missing := slices.IndexFunc(substrs, func(s string) bool { return !strings.Contains(text, s) })
+		if missing < 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log lacks %s after %v:\n%s", substrs[missing], wait, text)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // postInitialize sends c's initialize (ID 1, 2025-11-25) bound to ctx and
 // returns the response, its body unread, and its session token: for tests
 // that read the answer as it comes, or leave before it. It fails the test

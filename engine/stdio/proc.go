@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -472,18 +473,42 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 	}
 	s.mu.Unlock()
 	if err := s.out.Send(s.ctx, msg, related); err != nil {
-		if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrEnded) {
-			s.logger.Warn("the outbox refused a message for good; ending the subprocess", "reason", "fenced", "error", err)
-			s.mu.Lock()
-			s.quietReason = "fenced"
-			s.mu.Unlock()
-			return false
-		}
+		return s.sendFailed(err)
+	}
+	return true
+}
+
+// sendFailed logs why the outbox did not store a message and reports
+// whether the subprocess's output is still worth reading. A session that
+// ended (DELETE, eviction, a tombstone that expired) or a generation that
+// a newer owner fenced takes no more messages: the subprocess ends, and
+// the calls it leaves in flight are not failed into the refusing outbox.
+// A session that ended is no fault (a DELETE racing a slow answer ends
+// that way); a fenced generation is, in a process that thought it owned
+// the session.
+func (s *proc) sendFailed(err error) bool {
+	var reason replay.Reason
+	switch {
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		reason = replay.ReasonSessionNotFound
+		s.logger.Info("the session ended: dropping the subprocess's message and ending the subprocess",
+			"reason", reason, "error", err)
+	case errors.Is(err, store.ErrFenced):
+		reason = replay.ReasonFenced
+		s.logger.Warn("a newer generation owns the session: dropping the subprocess's message and ending the subprocess",
+			"reason", reason, "error", err)
+	default:
 		if s.ctx.Err() == nil {
 			s.logger.Warn("an outbound message was not stored", "reason", "store_error", "error", err)
 		}
+		return true
 	}
-	return true
+	s.mu.Lock()
+	if s.quietReason == "" {
+		s.quietReason = string(reason)
+	}
+	s.mu.Unlock()
+	return false
 }
 
 // soleCallLocked returns the ID of the client call in flight when exactly

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,6 +35,17 @@ const roleEnv = "TIDEMARK_STDIO_TEST_ROLE"
 // that are not JSON-RPC ("this line is not JSON-RPC: i of N") to stdout
 // before serving.
 const garbageEnv = "TIDEMARK_STDIO_TEST_GARBAGE"
+
+// lateInitEnv, set for the server, makes it write "initialize received"
+// to stderr when initialize comes, answer it only once its stdin has
+// ended, and end itself lateInitExit after that: a slowly starting server
+// that answers the initialize in flight when its session closes its stdin,
+// before it exits.
+const lateInitEnv = "TIDEMARK_STDIO_TEST_LATE_INIT"
+
+// lateInitExit is how long the server of lateInitEnv goes on after its
+// stdin ended: time to write its answer.
+const lateInitExit = time.Second
 
 // stderrEnv, set to a number N for the server, makes it write N lines
 // ("stderr line i of N") to stderr before serving.
@@ -69,6 +82,26 @@ type whoami struct {
 	Env  []string `json:"env"` // sorted
 }
 
+// lateEOF reads r; at the end of r it closes ended, and reports the end
+// only delay after it came.
+type lateEOF struct {
+	r     *os.File
+	ended chan struct{}
+	once  sync.Once
+	delay time.Duration
+}
+
+func (l *lateEOF) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		l.once.Do(func() { close(l.ended) })
+		time.Sleep(l.delay)
+	}
+	return n, err
+}
+
+func (l *lateEOF) Close() error { return l.r.Close() }
+
 // runSpew writes "spew 1", "spew 2", ... to stdout, one per line, until a
 // write fails; it never reads its stdin.
 func runSpew() int {
@@ -95,6 +128,8 @@ func runTestServer(stubborn bool) int {
 	if stubborn {
 		signal.Ignore(syscall.SIGTERM)
 	}
+	lateInit := os.Getenv(lateInitEnv) != ""
+	stdin := &lateEOF{r: os.Stdin, ended: make(chan struct{}), delay: lateInitExit}
 	var mu sync.Mutex
 	var seen observed
 	server := mcp.NewServer(&mcp.Implementation{Name: "stdio-testserver", Version: "1.0.0"}, &mcp.ServerOptions{
@@ -112,6 +147,10 @@ func runTestServer(stubborn bool) int {
 			}
 			if b, err := json.Marshal(req.GetParams()); err == nil {
 				json.Unmarshal(b, &p)
+			}
+			if lateInit && method == "initialize" {
+				fmt.Fprintln(os.Stderr, "initialize received")
+				<-stdin.ended
 			}
 			mu.Lock()
 			switch method {
@@ -209,7 +248,11 @@ func runTestServer(stubborn bool) int {
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://watched", Text: "w"}}}, nil
 		})
 
-	err := server.Run(context.Background(), &mcp.StdioTransport{})
+	var t mcp.Transport = &mcp.StdioTransport{}
+	if lateInit {
+		t = &mcp.IOTransport{Reader: stdin, Writer: os.Stdout}
+	}
+	err := server.Run(context.Background(), t)
 	if stubborn {
 		time.Sleep(time.Hour)
 	}
