@@ -1,5 +1,8 @@
 package stdio
 
+// This file holds the limits on logging a subprocess's lines: stdout lines
+// that are not JSON-RPC, and stderr lines.
+
 import (
 	"log/slog"
 	"sync"

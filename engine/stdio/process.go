@@ -1,5 +1,9 @@
 package stdio
 
+// This file holds the operating-system calls the end of a subprocess
+// makes: waiting for its exit without reaping it, signalling its process
+// group, draining its pipes.
+
 import (
 	"errors"
 	"os"

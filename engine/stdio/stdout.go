@@ -1,0 +1,120 @@
+package stdio
+
+// This file holds the reading of a subprocess's stdout: one JSON-RPC
+// message per line (MCP 2025-11-25, basic/transports, "stdio"), each
+// related to its client call by the router and sent to the outbox.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// readLoop reads the subprocess's stdout, one JSON-RPC message per line,
+// and routes each message.
+func (s *proc) readLoop(done chan<- struct{}) {
+	defer close(done)
+	sc := bufio.NewScanner(s.stdout)
+	sc.Buffer(make([]byte, 0, 64<<10), s.e.opts.MaxMessageBytes)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		msg, err := jsonrpc.DecodeMessage(line)
+		if err != nil {
+			// MCP 2025-11-25, stdio: the server MUST NOT write anything to
+			// stdout that is not a valid MCP message. Skip it.
+			if full, total := s.invalid.next(); full {
+				s.logger.Warn("subprocess wrote a line to stdout that is not a JSON-RPC message; dropped",
+					"reason", reasonInvalidMessage, "error", err, "line", clip(line, invalidClip), "dropped_total", total)
+			}
+			continue
+		}
+		if !s.route(msg) {
+			return
+		}
+	}
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		s.logger.Error("subprocess wrote a message longer than the limit; ending it",
+			"reason", "message_too_large", "limit_bytes", s.e.opts.MaxMessageBytes)
+	case err != nil && !errors.Is(err, os.ErrClosed):
+		s.logger.Warn("reading subprocess stdout failed", "reason", "read_error", "error", err)
+	}
+}
+
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// route relates an outbound message to the client call it belongs to and
+// sends it to the outbox; a response to one of the engine's own calls goes
+// to that call instead. It reports false when the session must stop
+// reading: the outbox refused the message for good (fenced or ended).
+func (s *proc) route(msg jsonrpc.Message) bool {
+	s.mu.Lock()
+	if s.failReason != "" {
+		// The subprocess is being stopped for a failure; the calls it left
+		// in flight get that failure, not a late answer.
+		s.mu.Unlock()
+		return true
+	}
+	if m, ok := msg.(*jsonrpc.Response); ok {
+		if ch, ok := s.internal[m.ID]; ok {
+			delete(s.internal, m.ID)
+			s.mu.Unlock()
+			ch <- m
+			return true
+		}
+		s.initializeAnsweredLocked(m.ID)
+	}
+	msg, related := s.routes.fromServer(msg)
+	s.mu.Unlock()
+	if err := s.out.Send(s.ctx, msg, related); err != nil {
+		return s.sendFailed(err)
+	}
+	return true
+}
+
+// sendFailed logs why the outbox did not store a message and reports
+// whether the subprocess's output is still worth reading. A session that
+// ended (DELETE, eviction, a tombstone that expired) or a generation that
+// a newer owner fenced takes no more messages: the subprocess ends, and
+// the calls it leaves in flight are not failed into the refusing outbox.
+// A session that ended is no fault (a DELETE racing a slow answer ends
+// that way); a fenced generation is, in a process that thought it owned
+// the session.
+func (s *proc) sendFailed(err error) bool {
+	var reason replay.Reason
+	switch {
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		reason = replay.ReasonSessionNotFound
+		s.logger.Info("the session ended: dropping the subprocess's message and ending the subprocess",
+			"reason", reason, "error", err)
+	case errors.Is(err, store.ErrFenced):
+		reason = replay.ReasonFenced
+		s.logger.Warn("a newer generation owns the session: dropping the subprocess's message and ending the subprocess",
+			"reason", reason, "error", err)
+	default:
+		if s.ctx.Err() == nil {
+			s.logger.Warn("an outbound message was not stored", "reason", "store_error", "error", err)
+		}
+		return true
+	}
+	s.mu.Lock()
+	if s.quietReason == "" {
+		s.quietReason = string(reason)
+	}
+	s.mu.Unlock()
+	return false
+}
