@@ -29,6 +29,27 @@ var ErrCapacity = errors.New("engine: at capacity")
 // ErrClosed is returned by Session.Deliver after the session ended.
 var ErrClosed = errors.New("engine: session closed")
 
+// Errors of Outbox.Send; test with errors.Is. An Outbox wraps one of them
+// with the error that explains it.
+var (
+	// ErrSessionEnded: the session ended (DELETE, idle or capacity
+	// eviction, superseded), or the store no longer knows it: the message
+	// was not stored and no later one of this generation will be. The
+	// engine session should end. It is no fault: a session may end while
+	// its engine still produces messages.
+	ErrSessionEnded = errors.New("engine: session ended")
+	// ErrFenced: a newer generation of the session is owned elsewhere (a
+	// takeover, DESIGN.md "Generations"): the message was not stored and no
+	// later one of this generation will be. The engine session should end.
+	ErrFenced = errors.New("engine: generation fenced by a newer one")
+	// ErrUnavailable: the store could not take the message now (connection
+	// lost, disk full); it was not stored, or whether it was is unknown.
+	// Later messages may be stored (retry); the Outbox's owner decides
+	// whether the generation goes on (Tidemark's session layer ends it, so
+	// that a client sees 409 rather than a gap).
+	ErrUnavailable = errors.New("engine: store unavailable")
+)
+
 // Engine starts the live state of sessions.
 type Engine interface {
 	// Start begins generation info.Generation of session info.Token. When
@@ -68,9 +89,11 @@ type Outbox interface {
 	// to (responses: their own ID); the zero ID means none. Send returns
 	// once msg is in the session's event log: a stream with no connection
 	// attached is not an error (the client can resume it). An error means
-	// msg was not stored: the generation was fenced by a newer owner
-	// (store.ErrFenced), the session ended (store.ErrEnded), or the store is
-	// unavailable; the engine session should end on the first two.
+	// msg was not stored. It wraps ErrSessionEnded when the session ended
+	// and ErrFenced when a newer generation owns it: this generation is
+	// over and the engine session should end. It wraps ErrUnavailable when
+	// the store cannot take messages now. Other errors (msg cannot be
+	// encoded, ctx ended) wrap none of them.
 	Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error
 }
 

@@ -472,15 +472,39 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 		// Store the state before the response that acknowledges it.
 		if err := l.saveState(ctx, *stateChange); err != nil {
 			l.abandonIfUnavailable(err)
-			return err
+			return outboxError(err)
 		}
 	}
 	if err := l.append(ctx, &ev); err != nil {
 		l.abandonIfUnavailable(err)
-		return err
+		return outboxError(err)
 	}
 	return nil
 }
+
+// outboxError wraps err, a store error of Send, with the engine.Outbox
+// error it means; its text stays err's.
+func outboxError(err error) error {
+	var kind error
+	switch {
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		kind = engine.ErrSessionEnded
+	case errors.Is(err, store.ErrFenced):
+		kind = engine.ErrFenced
+	case errors.Is(err, store.ErrUnavailable):
+		kind = engine.ErrUnavailable
+	default:
+		return err
+	}
+	return sendError{kind: kind, err: err}
+}
+
+// sendError is an error of Send: err, from the store, and the
+// engine.Outbox error it means.
+type sendError struct{ kind, err error }
+
+func (e sendError) Error() string   { return e.err.Error() }
+func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // abandonIfUnavailable ends this generation in this process after an
 // outbound message could not be stored because the store was unavailable.

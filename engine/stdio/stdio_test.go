@@ -725,7 +725,7 @@ func TestFencedOutboxEndsSession(t *testing.T) {
 	s, out := startSession(t, e, 1, nil, nil)
 	initialize(t, s, out)
 	out.mu.Lock()
-	out.refuse = &store.FencedError{Op: "append", Token: "TESTTOKENABCDEFGHIJKLMNOPQ", Have: 1, Want: 2}
+	out.refuse = fmt.Errorf("append session TESTTOKE… gen 1: %w (gen 2)", engine.ErrFenced)
 	out.mu.Unlock()
 	deliver(t, s, toolCall(t, 3, "whoami", map[string]any{}, nil))
 	select {

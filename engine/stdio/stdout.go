@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/replay"
-	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // readLoop reads the subprocess's stdout, one JSON-RPC message per line,
@@ -88,8 +88,8 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 
 // sendFailed logs why the outbox did not store a message and reports
 // whether the subprocess's output is still worth reading. A session that
-// ended (DELETE, eviction, a tombstone that expired) or a generation that
-// a newer owner fenced takes no more messages: the subprocess ends, and
+// ended (engine.ErrSessionEnded) or a generation that a newer owner fenced
+// (engine.ErrFenced) takes no more messages: the subprocess ends, and
 // the calls it leaves in flight are not failed into the refusing outbox.
 // A session that ended is no fault (a DELETE racing a slow answer ends
 // that way); a fenced generation is, in a process that thought it owned
@@ -97,11 +97,11 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 func (s *proc) sendFailed(err error) bool {
 	var reason replay.Reason
 	switch {
-	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, engine.ErrSessionEnded):
 		reason = replay.ReasonSessionNotFound
 		s.logger.Info("the session ended: dropping the subprocess's message and ending the subprocess",
 			"reason", reason, "error", err)
-	case errors.Is(err, store.ErrFenced):
+	case errors.Is(err, engine.ErrFenced):
 		reason = replay.ReasonFenced
 		s.logger.Warn("a newer generation owns the session: dropping the subprocess's message and ending the subprocess",
 			"reason", reason, "error", err)
