@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // Sentinel errors. Backends wrap them with the values that explain the
@@ -71,13 +73,8 @@ func (e *FencedError) Error() string {
 func (e *FencedError) Unwrap() error { return ErrFenced }
 
 // Prefix returns the first 8 bytes of a session token, the form in which
-// tokens appear in logs and errors (never the whole token).
-func Prefix(token string) string {
-	if len(token) > 8 {
-		return token[:8] + "…"
-	}
-	return token
-}
+// tokens appear in logs and errors (never the whole token): redact.Token.
+func Prefix(token string) string { return redact.Token(token) }
 
 // EndReason says why a session ended.
 type EndReason string

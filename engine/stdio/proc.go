@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
-	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // proc is one subprocess: one generation of one session.
@@ -108,7 +108,7 @@ func (e *Engine) startProcess() (*exec.Cmd, pipes, error) {
 func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 	logger := info.Logger
 	if logger == nil {
-		logger = e.opts.Logger.With("session", store.Prefix(info.Token), "generation", info.Generation)
+		logger = e.opts.Logger.With("session", redact.Token(info.Token), "generation", info.Generation)
 	}
 	started := time.Now()
 	cmd, p, err := e.startProcess()
@@ -153,5 +153,5 @@ func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 func (s *proc) Done() <-chan struct{} { return s.done }
 
 func (s *proc) closedErr() error {
-	return fmt.Errorf("stdio: session %s gen %d: subprocess %d ending: %w", store.Prefix(s.token), s.gen, s.pid, engine.ErrClosed)
+	return fmt.Errorf("stdio: session %s gen %d: subprocess %d ending: %w", redact.Token(s.token), s.gen, s.pid, engine.ErrClosed)
 }

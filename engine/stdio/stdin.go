@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
-	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // Deliver implements engine.Session: it writes msg to the subprocess's
@@ -25,7 +25,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	switch msg.(type) {
 	case *jsonrpc.Request, *jsonrpc.Response:
 	default:
-		return fmt.Errorf("stdio: session %s gen %d: unknown message type %T", store.Prefix(s.token), s.gen, msg)
+		return fmt.Errorf("stdio: session %s gen %d: unknown message type %T", redact.Token(s.token), s.gen, msg)
 	}
 	s.mu.Lock()
 	if s.ended {
@@ -60,7 +60,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 func (s *proc) write(ctx context.Context, msg jsonrpc.Message) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
-		return fmt.Errorf("stdio: session %s gen %d: encode: %w", store.Prefix(s.token), s.gen, err)
+		return fmt.Errorf("stdio: session %s gen %d: encode: %w", redact.Token(s.token), s.gen, err)
 	}
 	// The stdio transport delimits messages by newlines, which JSON
 	// encoding never leaves inside a message.
@@ -74,7 +74,7 @@ func (s *proc) write(ctx context.Context, msg jsonrpc.Message) error {
 		return s.closedErr()
 	case <-ctx.Done():
 		return fmt.Errorf("stdio: session %s gen %d: subprocess %d not reading its input: %w",
-			store.Prefix(s.token), s.gen, s.pid, ctx.Err())
+			redact.Token(s.token), s.gen, s.pid, ctx.Err())
 	}
 }
 

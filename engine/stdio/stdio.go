@@ -45,7 +45,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
-	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // Defaults of Options.
@@ -223,12 +223,12 @@ func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox)
 	switch {
 	case e.closed:
 		e.mu.Unlock()
-		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", store.Prefix(info.Token), info.Generation, ErrClosed)
+		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", redact.Token(info.Token), info.Generation, ErrClosed)
 	case e.opts.MaxProcesses > 0 && e.running >= e.opts.MaxProcesses:
 		n := e.running
 		e.mu.Unlock()
 		return nil, fmt.Errorf("stdio: start session %s gen %d: %w: %d subprocesses running (limit %d)",
-			store.Prefix(info.Token), info.Generation, engine.ErrCapacity, n, e.opts.MaxProcesses)
+			redact.Token(info.Token), info.Generation, engine.ErrCapacity, n, e.opts.MaxProcesses)
 	}
 	e.running++
 	e.mu.Unlock()
@@ -236,12 +236,12 @@ func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox)
 	s, err := e.spawn(info, out)
 	if err != nil {
 		e.release(nil)
-		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", store.Prefix(info.Token), info.Generation, err)
+		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", redact.Token(info.Token), info.Generation, err)
 	}
 	if info.State != nil {
 		if err := s.restore(ctx, info.State); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("stdio: restore session %s gen %d: %w", store.Prefix(info.Token), info.Generation, err)
+			return nil, fmt.Errorf("stdio: restore session %s gen %d: %w", redact.Token(info.Token), info.Generation, err)
 		}
 	}
 	return s, nil

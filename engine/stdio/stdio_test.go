@@ -20,8 +20,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
-	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // wait bounds every wait for a message in these tests.
@@ -113,7 +113,7 @@ func startSession(t *testing.T, e *Engine, gen uint64, st *engine.State, logs *t
 	out := newOutbox()
 	info := engine.Info{Token: "TESTTOKENABCDEFGHIJKLMNOPQ", Generation: gen, State: st}
 	if logs != nil {
-		info.Logger = slog.New(slog.NewTextHandler(logs, nil)).With("session", store.Prefix(info.Token), "generation", gen)
+		info.Logger = slog.New(slog.NewTextHandler(logs, nil)).With("session", redact.Token(info.Token), "generation", gen)
 	}
 	s, err := e.Start(t.Context(), info, out)
 	if err != nil {
