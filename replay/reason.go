@@ -197,11 +197,17 @@ const (
 	ReasonStdinClosed Reason = "stdin_closed"
 	// ReasonReadError: reading the subprocess's stdout failed.
 	ReasonReadError Reason = "read_error"
-	// ReasonUnknownResponse: the subprocess answered an ID nobody asked.
+	// ReasonUnknownResponse: the client answered a server-to-client
+	// request that is not in flight (answered already, cancelled, or of
+	// another generation); the answer is dropped.
 	ReasonUnknownResponse Reason = "unknown_response"
 	// ReasonProtocolVersionChanged: a re-created subprocess negotiated
 	// another protocol version than the session's.
 	ReasonProtocolVersionChanged Reason = "protocol_version_changed"
+	// ReasonClosed: the subprocess ended because its session closed it
+	// (the session ended, was evicted, or Tidemark shut down); the calls
+	// it left in flight are not failed.
+	ReasonClosed Reason = "closed"
 )
 
 // Store and process conditions (log reasons).

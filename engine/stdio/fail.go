@@ -10,18 +10,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
-
-// ReasonServerExited is error.data.reason of the JSON-RPC error that
-// answers a request whose subprocess exited before answering it; the same
-// string is the reason of the log line.
-const ReasonServerExited = "server_exited"
-
-// ReasonInitializeTimeout is error.data.reason of the JSON-RPC error that
-// answers the client's initialize (and any other call in flight) when the
-// subprocess did not answer initialize within Options.InitializeTimeout and
-// was stopped; the same string is the reason of the log lines.
-const ReasonInitializeTimeout = "initialize_timeout"
 
 // failTimeout bounds how long the end of a subprocess spends storing the
 // error responses of the requests it left unanswered.
@@ -29,11 +20,11 @@ const failTimeout = 10 * time.Second
 
 // ending is what supervise knows of a subprocess that ended.
 type ending struct {
-	quiet       string       // why no call in flight is failed; "" if they are
-	failReason  string       // error.data.reason of the failed calls; "": ReasonServerExited
-	initPending bool         // the client's initialize is unanswered
-	pending     []jsonrpc.ID // the client calls in flight, sorted
-	status      string       // how the process exited
+	quiet       replay.Reason // why no call in flight is failed; "" if they are
+	failReason  replay.Reason // error.data.reason of the failed calls; "": replay.ReasonServerExited
+	initPending bool          // the client's initialize is unanswered
+	pending     []jsonrpc.ID  // the client calls in flight, sorted
+	status      string        // how the process exited
 }
 
 // report logs the end of a subprocess and fails the calls it left in
@@ -42,7 +33,7 @@ func (s *proc) report(end ending) {
 	switch {
 	case end.quiet != "":
 		s.logger.Info("subprocess ended", "pid", s.pid, "status", end.status, "reason", end.quiet)
-	case end.failReason == ReasonInitializeTimeout:
+	case end.failReason == replay.ReasonInitializeTimeout:
 		s.logger.Warn("subprocess ended; the calls it left in flight, its initialize among them, fail", "pid", s.pid,
 			"status", end.status, "reason", end.failReason, "calls_failed", len(end.pending))
 		s.fail(end.pending, end.failReason, fmt.Sprintf("the MCP server process of this session did not answer initialize within %v "+
@@ -52,13 +43,13 @@ func (s *proc) report(end ending) {
 		// failed initialize: no later request re-creates it, so the
 		// message promises no next generation.
 		s.logger.Warn("subprocess exited before answering initialize; the session did not begin", "pid", s.pid,
-			"status", end.status, "reason", ReasonServerExited, "calls_failed", len(end.pending))
-		s.fail(end.pending, ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering "+
+			"status", end.status, "reason", replay.ReasonServerExited, "calls_failed", len(end.pending))
+		s.fail(end.pending, replay.ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering "+
 			"initialize; the session did not begin: initialize a new one", end.status))
 	default:
 		s.logger.Warn("subprocess exited; the next request re-creates the session", "pid", s.pid, "status", end.status,
-			"reason", ReasonServerExited, "calls_failed", len(end.pending))
-		s.fail(end.pending, ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering; "+
+			"reason", replay.ReasonServerExited, "calls_failed", len(end.pending))
+		s.fail(end.pending, replay.ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering; "+
 			"the session's next request starts a new one at generation %d", end.status, s.gen+1))
 	}
 }
@@ -66,7 +57,7 @@ func (s *proc) report(end ending) {
 // fail answers each call in pending with a JSON-RPC internal error with
 // message and error.data {"generation": ..., "reason": reason}, so its
 // stream ends.
-func (s *proc) fail(pending []jsonrpc.ID, reason, message string) {
+func (s *proc) fail(pending []jsonrpc.ID, reason replay.Reason, message string) {
 	data, _ := json.Marshal(map[string]any{"reason": reason, "generation": s.gen})
 	ctx, cancel := context.WithTimeout(context.Background(), failTimeout)
 	defer cancel()
@@ -78,7 +69,7 @@ func (s *proc) fail(pending []jsonrpc.ID, reason, message string) {
 		}}
 		if err := s.out.Send(ctx, resp, id); err != nil {
 			s.logger.Warn("could not store the error response of a call left in flight", "id", id.Raw(),
-				"reason", "store_error", "error", err)
+				"reason", replay.ReasonStoreError, "error", err)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // initializeSentLocked arms the initialize timeout for the client's
@@ -35,7 +37,7 @@ func (s *proc) initializeAnsweredLocked(id jsonrpc.ID) {
 // initializeTimedOut ends the subprocess when the client's initialize, id,
 // is still unanswered after d (Options.InitializeTimeout): it kills the
 // process group, as a failed write to stdin does, and supervise then fails
-// the calls in flight with ReasonInitializeTimeout.
+// the calls in flight with replay.ReasonInitializeTimeout.
 func (s *proc) initializeTimedOut(id jsonrpc.ID, d time.Duration) {
 	s.mu.Lock()
 	if s.ended || s.initialize != id {
@@ -43,7 +45,7 @@ func (s *proc) initializeTimedOut(id jsonrpc.ID, d time.Duration) {
 		return // answered, or ending anyway
 	}
 	s.ended = true
-	s.failReason = ReasonInitializeTimeout
+	s.failReason = replay.ReasonInitializeTimeout
 	s.initialize = jsonrpc.ID{}
 	s.initTimer = nil
 	s.mu.Unlock()
@@ -51,7 +53,7 @@ func (s *proc) initializeTimedOut(id jsonrpc.ID, d time.Duration) {
 		"Check that the command is an MCP server speaking stdio (one JSON-RPC message per line on stdout, logs on stderr: "+
 		"see its stderr lines above), or, if it only starts slowly, raise the initialize timeout "+
 		"(tidemark serve --stdio-init-timeout, Options.InitializeTimeout)",
-		"pid", s.pid, "reason", ReasonInitializeTimeout, "timeout", d, "invalid_lines_dropped", s.invalid.seen())
+		"pid", s.pid, "reason", replay.ReasonInitializeTimeout, "timeout", d, "invalid_lines_dropped", s.invalid.seen())
 	signalGroup(s.pid, syscall.SIGKILL)
 }
 

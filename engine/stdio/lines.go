@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // The two kinds of subprocess lines whose logging is limited: stdout lines
@@ -16,9 +18,6 @@ import (
 // `sh -c 'yes >&2'`) costs a handful of log lines, not one per line
 // (regression: 495,739 log lines, 140 MB, in 5 s).
 const (
-	reasonInvalidMessage = "invalid_message"
-	reasonStderrFlood    = "stderr_flood"
-
 	// invalidInFull is how many invalid stdout lines of one subprocess
 	// are logged in full, over its whole life; the rest are counted.
 	invalidInFull = 5
@@ -42,7 +41,7 @@ type lineLimiter struct {
 	full     int
 	window   time.Duration
 	every    time.Duration
-	reason   string
+	reason   replay.Reason
 	countMsg string // the periodic count line
 	endMsg   string // the count line at stop
 	// countKey and totalKey name the attributes of the count lines: the
@@ -59,7 +58,7 @@ type lineLimiter struct {
 }
 
 func newInvalidLimiter(logger *slog.Logger, every time.Duration) *lineLimiter {
-	return &lineLimiter{logger: logger, full: invalidInFull, every: every, reason: reasonInvalidMessage,
+	return &lineLimiter{logger: logger, full: invalidInFull, every: every, reason: replay.ReasonInvalidMessage,
 		countKey: "dropped", totalKey: "dropped_total",
 		countMsg: "subprocess keeps writing lines to stdout that are not JSON-RPC messages; dropped them " +
 			"(the first ones are logged in full, the rest counted here)",
@@ -67,7 +66,7 @@ func newInvalidLimiter(logger *slog.Logger, every time.Duration) *lineLimiter {
 }
 
 func newStderrLimiter(logger *slog.Logger) *lineLimiter {
-	return &lineLimiter{logger: logger, full: stderrLinesPerSecond, window: time.Second, every: time.Second, reason: reasonStderrFlood,
+	return &lineLimiter{logger: logger, full: stderrLinesPerSecond, window: time.Second, every: time.Second, reason: replay.ReasonStderrFlood,
 		countKey: "suppressed", totalKey: "lines_total",
 		countMsg: "subprocess stderr: lines not logged (more than 100 in a second)",
 		endMsg:   "subprocess stderr ended: lines not logged (more than 100 in a second)"}

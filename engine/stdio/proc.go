@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // proc is one subprocess: one generation of one session.
@@ -45,8 +46,8 @@ type proc struct {
 
 	mu          sync.Mutex
 	ended       bool                                  // deliveries refused: the subprocess is ending
-	quietReason string                                // why the end fails no call in flight; "" if it must
-	failReason  string                                // error.data.reason of the calls the end fails; "": ReasonServerExited
+	quietReason replay.Reason                         // why the end fails no call in flight; "" if it must
+	failReason  replay.Reason                         // error.data.reason of the calls the end fails; "": replay.ReasonServerExited
 	routes      *router                               // relates messages to the client calls in flight
 	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	initialize  jsonrpc.ID                            // the client's initialize call while unanswered

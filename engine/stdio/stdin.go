@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // Deliver implements engine.Session: it writes msg to the subprocess's
@@ -43,7 +44,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	s.mu.Unlock()
 	if !ok {
 		s.logger.Warn("dropping a response to no server-to-client request in flight", "id", msg.(*jsonrpc.Response).ID.Raw(),
-			"reason", "unknown_response")
+			"reason", replay.ReasonUnknownResponse)
 		return nil
 	}
 	err := s.write(ctx, fwd)
@@ -90,7 +91,7 @@ func (s *proc) writeLoop() {
 					// A server that stops reading its input cannot serve the
 					// session: end it, the next request re-creates it.
 					s.logger.Warn("writing to subprocess stdin failed; killing its process group",
-						"pid", s.pid, "reason", "stdin_closed", "error", err)
+						"pid", s.pid, "reason", replay.ReasonStdinClosed, "error", err)
 					signalGroup(s.pid, syscall.SIGKILL)
 				}
 				return

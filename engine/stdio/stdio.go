@@ -9,7 +9,8 @@
 // request re-creates it as a new subprocess at generation+1, to which the
 // engine replays the stored initialize parameters, notifications/initialized,
 // the log level and the resource subscriptions. Requests in flight when a
-// subprocess dies fail with a JSON-RPC error on their streams.
+// subprocess dies fail with a JSON-RPC error on their streams whose reason
+// is replay.ReasonServerExited.
 //
 // Outbound messages are related to inbound requests by JSON-RPC ID
 // (responses) and progressToken (notifications/progress); logging messages
@@ -26,11 +27,12 @@
 // group, so no grandchild outlives it; the environment is explicit (PATH and
 // HOME of Tidemark's own environment, then Options.Env). A subprocess that
 // does not answer the client's initialize within Options.InitializeTimeout
-// is stopped, and the initialize fails with reason "initialize_timeout"
-// (ReasonInitializeTimeout), so a command that is no MCP server cannot hold
-// the client's POST open. Lines on stdout that are not JSON-RPC messages
-// are dropped; the first 5 of each subprocess are logged in full, the rest
-// counted in at most one log line per 10 seconds and one when it ends.
+// is stopped, and the initialize fails with reason
+// replay.ReasonInitializeTimeout, so a command that is no MCP server
+// cannot hold the client's POST open. Lines on stdout that are not
+// JSON-RPC messages are dropped; the first 5 of each subprocess are logged
+// in full, the rest counted in at most one log line per 10 seconds and
+// one when it ends.
 package stdio
 
 import (
@@ -104,7 +106,7 @@ type Options struct {
 	// subprocess that has not answered by then is stopped as a crashed one
 	// is (SIGKILL to its process group), and the initialize, like any
 	// other call it left in flight, gets a JSON-RPC internal error whose
-	// error.data.reason is ReasonInitializeTimeout. Default (zero)
+	// error.data.reason is replay.ReasonInitializeTimeout. Default (zero)
 	// DefaultInitializeTimeout, 30 seconds; negative: no limit. The
 	// replayed initialize of a re-created session is bounded by
 	// StartTimeout instead.

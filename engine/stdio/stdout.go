@@ -33,7 +33,7 @@ func (s *proc) readLoop(done chan<- struct{}) {
 			// stdout that is not a valid MCP message. Skip it.
 			if full, total := s.invalid.next(); full {
 				s.logger.Warn("subprocess wrote a line to stdout that is not a JSON-RPC message; dropped",
-					"reason", reasonInvalidMessage, "error", err, "line", clip(line, invalidClip), "dropped_total", total)
+					"reason", replay.ReasonInvalidMessage, "error", err, "line", clip(line, invalidClip), "dropped_total", total)
 			}
 			continue
 		}
@@ -44,9 +44,9 @@ func (s *proc) readLoop(done chan<- struct{}) {
 	switch err := sc.Err(); {
 	case errors.Is(err, bufio.ErrTooLong):
 		s.logger.Error("subprocess wrote a message longer than the limit; ending it",
-			"reason", "message_too_large", "limit_bytes", s.e.opts.MaxMessageBytes)
+			"reason", replay.ReasonMessageTooLarge, "limit_bytes", s.e.opts.MaxMessageBytes)
 	case err != nil && !errors.Is(err, os.ErrClosed):
-		s.logger.Warn("reading subprocess stdout failed", "reason", "read_error", "error", err)
+		s.logger.Warn("reading subprocess stdout failed", "reason", replay.ReasonReadError, "error", err)
 	}
 }
 
@@ -107,13 +107,13 @@ func (s *proc) sendFailed(err error) bool {
 			"reason", reason, "error", err)
 	default:
 		if s.ctx.Err() == nil {
-			s.logger.Warn("an outbound message was not stored", "reason", "store_error", "error", err)
+			s.logger.Warn("an outbound message was not stored", "reason", replay.ReasonStoreError, "error", err)
 		}
 		return true
 	}
 	s.mu.Lock()
 	if s.quietReason == "" {
-		s.quietReason = string(reason)
+		s.quietReason = reason
 	}
 	s.mu.Unlock()
 	return false

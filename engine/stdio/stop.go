@@ -8,6 +8,8 @@ package stdio
 import (
 	"syscall"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // Close implements engine.Session: it closes the subprocess's stdin (MCP
@@ -22,7 +24,7 @@ func (s *proc) Close() error {
 		s.mu.Lock()
 		s.ended = true
 		if s.quietReason == "" {
-			s.quietReason = "closed"
+			s.quietReason = replay.ReasonClosed
 		}
 		s.mu.Unlock()
 		close(s.stopping)
@@ -36,14 +38,14 @@ func (s *proc) Close() error {
 		case <-t.C:
 		}
 		s.logger.Warn("subprocess still running after its stdin was closed; sending SIGTERM to its process group",
-			"pid", s.pid, "reason", "stop_timeout", "grace", s.e.opts.StopGrace)
+			"pid", s.pid, "reason", replay.ReasonStopTimeout, "grace", s.e.opts.StopGrace)
 		signalGroup(s.pid, syscall.SIGTERM)
 		t.Reset(s.e.opts.StopGrace)
 		select {
 		case <-s.done:
 		case <-t.C:
 			s.logger.Warn("subprocess still running after SIGTERM; sending SIGKILL to its process group",
-				"pid", s.pid, "reason", "stop_timeout")
+				"pid", s.pid, "reason", replay.ReasonStopTimeout)
 			signalGroup(s.pid, syscall.SIGKILL)
 		}
 	})
