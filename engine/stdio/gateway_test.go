@@ -663,8 +663,6 @@ func postInitialize(t *testing.T, ctx context.Context, c *mcptest.Client) (*http
 // session's token then answers 404 session_not_found as after any failed
 // initialize, the process group is gone, and the log holds one timeout
 // line and, for yes, exactly 5 dropped lines in full and one count.
-// (Regression: the POST stayed open with keep-alive comments forever, and
-// yes logged one line per line: 140 MB in 5 s.)
 func TestGatewayInitializeTimeout(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -760,10 +758,8 @@ func TestGatewayInitializeTimeout(t *testing.T) {
 // TestInitializeFailingAfterClientLeft: the client reads the initialize
 // POST's headers (its session token) and leaves before the answer; the
 // initialize then fails (the silent server's 500ms timeout). The session
-// still ends as after any failed initialize: its token answers 404.
-// (Regression, found by a helper: the failed-initialize check ran when the
-// handler returned, before the answer, and the session outlived it until
-// its idle TTL, its next request re-creating it at generation 2.)
+// still ends as after any failed initialize: its token answers 404, and no
+// later request re-creates it at generation 2.
 func TestInitializeFailingAfterClientLeft(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {

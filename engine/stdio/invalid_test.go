@@ -95,8 +95,7 @@ func describeAll[T fmt.Stringer](ls []T) []string {
 // TestInvalidStdoutLinesRateLimited: a server that writes 1000 lines that
 // are not JSON-RPC before serving gets 5 of them logged in full and the
 // other 995 counted in one line when it ends, and serves the session
-// meanwhile. (Regression: each such line was one WARN line; `sh -c yes`
-// wrote 495k of them, 140 MB, in 5 s.)
+// meanwhile.
 func TestInvalidStdoutLinesRateLimited(t *testing.T) {
 	logs := &testenv.LogBuffer{}
 	e := testEngine(t, nil, Options{Env: []string{garbageEnv + "=1000"}})
@@ -215,8 +214,6 @@ func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 // TestStderrRateLimited: a server that writes 5,000 stderr lines before
 // serving gets at most 100 of them logged per second, every other one
 // counted in a stderr_flood line, and serves the session meanwhile.
-// (Regression: every stderr line was one log line, so `sh -c 'yes >&2'`
-// flooded the log as stdout garbage did.)
 func TestStderrRateLimited(t *testing.T) {
 	const n = 5000
 	logs := &testenv.LogBuffer{}

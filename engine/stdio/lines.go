@@ -15,8 +15,7 @@ import (
 // that are not JSON-RPC messages (MCP 2025-11-25, stdio: the server MUST
 // NOT write anything else there), dropped; and stderr lines, the server's
 // own log. A server that writes either without end (`sh -c yes`,
-// `sh -c 'yes >&2'`) costs a handful of log lines, not one per line
-// (regression: 495,739 log lines, 140 MB, in 5 s).
+// `sh -c 'yes >&2'`) costs a handful of log lines, not one per line.
 const (
 	// invalidInFull is how many invalid stdout lines of one subprocess
 	// are logged in full, over its whole life; the rest are counted.

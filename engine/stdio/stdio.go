@@ -182,7 +182,8 @@ func buildEnv(getenv func(string) string, extra []string) ([]string, error) {
 		vals[k] = v
 	}
 	// The only variables of Tidemark's own environment a subprocess
-	// inherits; everything else is explicit (issue 7).
+	// inherits; everything else is explicit, so no secret of Tidemark's
+	// environment reaches a server that did not ask for it.
 	for _, k := range []string{"PATH", "HOME"} {
 		if v := getenv(k); v != "" {
 			set(k, v)

@@ -19,7 +19,6 @@ import (
 // as `sleep 100`): at the initialize timeout its process group is killed,
 // the initialize and the ping sent after it fail with reason
 // initialize_timeout, the session is over and the log says why once.
-// (Regression: the client's POST stayed open with keep-alives forever.)
 func TestInitializeTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	logs := &testenv.LogBuffer{}
