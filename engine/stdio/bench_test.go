@@ -1,5 +1,8 @@
 package stdio
 
+// Benchmarks of a subprocess's life (start, initialize, close; restore)
+// and of one call through the engine and back.
+
 import (
 	"encoding/json"
 	"log/slog"

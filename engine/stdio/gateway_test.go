@@ -1,7 +1,8 @@
 package stdio
 
-// Gateway tests: `tidemark serve --stdio` (built by testenv) in front of
-// real stdio MCP servers, spoken to over real HTTP on loopback.
+// Gateway tests: the engine behind Tidemark's HTTP handler, as `tidemark
+// serve --stdio` (built by testenv) or in process, in front of real stdio
+// MCP servers, spoken to over real HTTP on loopback.
 
 import (
 	"bytes"

@@ -1,5 +1,8 @@
 package stdio
 
+// Tests of the limits on logging what a subprocess writes besides its
+// messages: stdout lines that are not JSON-RPC, and stderr lines.
+
 import (
 	"encoding/json"
 	"errors"

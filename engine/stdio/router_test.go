@@ -1,5 +1,7 @@
 package stdio
 
+// The routing cases of testdata/router, run against the router alone.
+
 import (
 	"bytes"
 	"encoding/json"

@@ -1,5 +1,8 @@
 package stdio
 
+// Tests of the engine with this test binary as its stdio server and a
+// recording outbox, and the helpers the other tests of the package share.
+
 import (
 	"bytes"
 	"context"

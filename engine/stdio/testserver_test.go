@@ -1,5 +1,8 @@
 package stdio
 
+// The roles this test binary plays when it runs as a subprocess: the stdio
+// MCP server the tests put behind the engine, and misbehaving commands.
+
 import (
 	"bufio"
 	"context"

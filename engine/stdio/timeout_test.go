@@ -1,5 +1,8 @@
 package stdio
 
+// Tests of the bound on how long a subprocess may take to answer
+// initialize.
+
 import (
 	"encoding/json"
 	"errors"
