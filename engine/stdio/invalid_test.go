@@ -138,6 +138,9 @@ func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 	spawned := time.Now()
 	s, out := startSession(t, e, 1, nil, logs)
 	pgid := groupOf(t, e)
+	// The timeout counts from the initialize's delivery; the spew has
+	// started by then, however slowly the machine starts a process.
+	waitLog(t, logs, `line="spew 1"`)
 	start := time.Now()
 	deliver(t, s, &jsonrpc.Request{ID: id(t, 1), Method: "initialize", Params: json.RawMessage(initParams)})
 	m := out.next(t)
