@@ -25,12 +25,15 @@ npm_packages=(
 	@modelcontextprotocol/conformance@0.2.0-alpha.12 # official conformance suite: examples/everything
 	@modelcontextprotocol/sdk@1.32.2                 # official TypeScript SDK: interop/
 	@modelcontextprotocol/server-everything@2026.8.31 # reference stdio server behind gateway mode: engine/stdio
+	@modelcontextprotocol/inspector@2.12.0           # MCP Inspector, run as `mcp-inspector --cli`: interop/
+	mcp-remote@0.15.1                                # stdio-to-HTTP bridge for desktop hosts: interop/
 )
 
 # Debian packages, one line each, PACKAGE:COMMAND; PACKAGE is installed
 # with apt-get when COMMAND is not on PATH. Example: redis-server:redis-server
 apt_packages=(
 	redis-server:redis-server # fleet store tests: internal/redistest
+	curl:curl                 # README's curl walkthrough: interop/
 )
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
