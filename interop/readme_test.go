@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -252,4 +253,27 @@ func (s substitution) unknown(cmd string) []string {
 		}
 	}
 	return out
+}
+
+// TestProbeToolThatAsksTheClient backs README's advice on servers whose
+// tools ask the client: `tidemark probe --tool confirm` (the demo's
+// elicitation tool) against `tidemark serve` stops before any check with
+// exit 1, because the probe declares no elicitation capability and the
+// server's tool fails without asking.
+func TestProbeToolThatAsksTheClient(t *testing.T) {
+	t.Parallel()
+	bin := testenv.BuildTidemark(t)
+	server := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0")
+	url := testenv.ServeURL(t, server)
+	probe := testenv.StartProcess(t, bin, "probe", "--tool", "confirm", "--args", `{"question":"proceed?"}`, url)
+	waitExit(t, probe, clientBound)
+	var exit *exec.ExitError
+	if err := probe.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("probe exited with %v, want exit status 1", err)
+	}
+	for _, want := range []string{"the baseline call failed", "confirm needs a client that answers elicitation requests"} {
+		if !strings.Contains(probe.Output(), want) {
+			t.Errorf("probe output lacks %q:\n%s", want, probe.Output())
+		}
+	}
 }
