@@ -2,8 +2,10 @@ package interop
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -168,4 +170,18 @@ func boundedContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), clientBound)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestMain runs up to 8 tests of this package at once unless -parallel is
+// given: each spends its time waiting (on a client's start-up, a restart,
+// a 3 s watch), with a few seconds of CPU at most, so the default of one
+// test per CPU would make the package's run the sum of those waits.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		flag.Set("test.parallel", "8")
+	}
+	os.Exit(m.Run())
 }
