@@ -8,8 +8,8 @@ package replay
 // every layer takes its reasons from here and never writes the word again.
 //
 // A Reason never changes once released: clients and alerting rules match on
-// it. New reasons are added here, with the status they answer (if any) in
-// Reasons.
+// it. A new reason is added here with a doc comment that says what it
+// means and the HTTP status it answers, if any.
 type Reason string
 
 // String returns the reason's word.
