@@ -99,6 +99,29 @@ func TestGoSDKResumesCut(t *testing.T) {
 	checkAsked(t, b.relay, "2025-11-25")
 }
 
+// TestGoSDKResumesAfterPrimingCut: as TestGoSDKResumesCut, and the relay
+// also cuts the resumed stream right after its first event, the priming
+// event; the client resumes again with that event's id, delivers every
+// progress notification once, in order, then the result, and no event id
+// reaches it twice.
+func TestGoSDKResumesAfterPrimingCut(t *testing.T) {
+	t.Parallel()
+	b := startBackend(t, memoryStore)
+	b.relay.cutAt(cutAfter)
+	b.relay.cutResumedPriming()
+	ctx := boundedContext(t)
+	c := connectGoSDK(t, ctx, b.URL(), "2025-11-25")
+	text, err := c.call(ctx, "countdown", countdownArgs(steps))
+	if err != nil || text != countdownResult(steps) {
+		t.Fatalf("countdown: %q, %v; want %q", text, err, countdownResult(steps))
+	}
+	if err := c.cs.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	checkProgress(t, c.got(), steps)
+	checkResumedAfterPrimingCut(t, b.relay)
+}
+
 // TestGoSDKOn409: pinned to 2025-11-25, against `tidemark serve
 // --data-dir` killed and started again during a countdown. The client's
 // resume is refused with 409 generation_mismatch, which ends its whole

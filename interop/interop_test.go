@@ -79,6 +79,32 @@ func checkResumedOnce(t *testing.T, r *relay) {
 	}
 }
 
+// checkResumedAfterPrimingCut asserts that the relay cut the stream twice,
+// after progress cutAfter and after the first event of its resume, and
+// that the client resumed it twice, each time with GET and the id of the
+// last event it received as Last-Event-ID, answered 200: the second time
+// with the resumed stream's priming event, whose id is new. No event id
+// reached the client twice (MCP 2025-11-25: an event id is unique across
+// all streams of a session).
+func checkResumedAfterPrimingCut(t *testing.T, r *relay) {
+	t.Helper()
+	cursor, priming := r.cut(), r.primingCutAfter()
+	if !r.didCut() || cursor == "" || priming == "" {
+		t.Fatalf("the relay cut after %q and after %q, want a progress event and a resumed stream's first event", cursor, priming)
+	}
+	if priming == cursor {
+		t.Errorf("the resumed stream's priming event repeats the cursor %s", cursor)
+	}
+	resumes := where(r.recorded(), isResume)
+	if len(resumes) != 2 || resumes[0].LastEventID != cursor || resumes[1].LastEventID != priming ||
+		resumes[0].Status != 200 || resumes[1].Status != 200 {
+		t.Errorf("resumes %v, want GET with Last-Event-ID %s, then %s, both answered 200", resumes, cursor, priming)
+	}
+	if rep := r.repeatedIDs(); len(rep) > 0 {
+		t.Errorf("event ids that reached the client more than once: %v", rep)
+	}
+}
+
 // checkAsked asserts that every initialize asked for protocol version,
 // and that no request used the sessionless era (MCP-Protocol-Version
 // 2026-07-28 or later).

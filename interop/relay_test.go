@@ -39,6 +39,11 @@ type relay struct {
 	cutAfter  int           // cut the stream that forwards progress number cutAfter; 0: none
 	cutDone   bool          // the relay cut a stream
 	cutCursor string        // the SSE id of the event the cut came after, if it had one
+	// cutPriming: once a stream is cut, also cut the next resumed stream
+	// right after its first event; primingCut is that event's id.
+	cutPriming bool
+	primingCut string
+	ids        map[string]int // SSE event ids forwarded, all streams, and how often
 }
 
 // exchange is one HTTP request the client made and the answer it got.
@@ -61,7 +66,7 @@ type exchange struct {
 // setTarget.
 func newRelay(t *testing.T) *relay {
 	t.Helper()
-	r := &relay{start: time.Now(), up: make(chan struct{}), progCh: make(chan struct{})}
+	r := &relay{start: time.Now(), up: make(chan struct{}), progCh: make(chan struct{}), ids: map[string]int{}}
 	transport := &http.Transport{}
 	r.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -130,6 +135,37 @@ func (r *relay) cutAt(n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cutAfter = n
+}
+
+// cutResumedPriming arranges for the first stream resumed after the cut
+// that cutAt arranged to be cut too, right after its first event (a
+// priming event).
+func (r *relay) cutResumedPriming() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cutPriming = true
+}
+
+// primingCutAfter returns the SSE id of the event the relay cut a resumed
+// stream after (cutResumedPriming), "" when it cut none.
+func (r *relay) primingCutAfter() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.primingCut
+}
+
+// repeatedIDs returns the SSE event ids the relay forwarded more than
+// once, over all streams, with how often.
+func (r *relay) repeatedIDs() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range r.ids {
+		if n > 1 {
+			out[id] = n
+		}
+	}
+	return out
 }
 
 // didCut reports whether the relay cut a stream.
@@ -323,6 +359,7 @@ type recorder struct {
 	status  int
 	refusal bytes.Buffer // body of a non-2xx answer
 	pending []byte       // SSE bytes after the last complete event
+	events  int          // complete SSE events seen
 	cut     bool
 }
 
@@ -378,10 +415,8 @@ func (rc *recorder) scan(p []byte) int {
 		end := start + i + 2
 		event := buf[start:end]
 		start = end
-		if !bytes.Contains(event, []byte(`"method":"notifications/progress"`)) {
-			continue
-		}
-		if rc.relay.noteProgress(event) {
+		rc.events++
+		if rc.relay.noteEvent(rc.e, rc.events == 1, event) {
 			rc.cut = true
 			rc.pending = nil
 			return end - prefix
@@ -389,6 +424,29 @@ func (rc *recorder) scan(p []byte) int {
 	}
 	rc.pending = bytes.Clone(buf[start:])
 	return len(p)
+}
+
+// noteEvent counts the id of one forwarded SSE event of exchange e (first:
+// the first event of its response) and reports whether the stream is to be
+// cut right after it: after the cutAfter-th progress notification, or
+// after the first event of the first resume that follows that cut
+// (cutResumedPriming).
+func (r *relay) noteEvent(e exchange, first bool, event []byte) bool {
+	ev, err := sse.NewReader(bytes.NewReader(event), 0).Next()
+	r.mu.Lock()
+	if err == nil && ev.ID != "" {
+		r.ids[ev.ID]++
+	}
+	if r.cutPriming && r.cutDone && r.primingCut == "" && first && isResume(e) && err == nil {
+		r.primingCut = ev.ID
+		r.mu.Unlock()
+		return true
+	}
+	r.mu.Unlock()
+	if !bytes.Contains(event, []byte(`"method":"notifications/progress"`)) {
+		return false
+	}
+	return r.noteProgress(event)
 }
 
 // noteProgress counts one forwarded progress notification and reports

@@ -131,6 +131,30 @@ func TestTypeScriptSDKResumesCut(t *testing.T) {
 	checkAsked(t, b.relay, "2025-11-25")
 }
 
+// TestTypeScriptSDKResumesAfterPrimingCut: as TestTypeScriptSDKResumesCut,
+// and the relay also cuts the resumed stream right after its first event,
+// the priming event. The SDK keeps the last event id per connection and
+// resumes again with that event's id: it still reports every progress
+// notification once, in order, then the result, and no event id reaches it
+// twice.
+func TestTypeScriptSDKResumesAfterPrimingCut(t *testing.T) {
+	testenv.NeedNode(t)
+	t.Parallel()
+	b := startBackend(t, memoryStore)
+	b.relay.cutAt(cutAfter)
+	b.relay.cutResumedPriming()
+	p := startTS(t, b.URL(),
+		tsStep{Connect: true},
+		tsStep{Call: "countdown", Args: countdownArgs(steps), Progress: true, Timeout: 10_000})
+	got := waitTS(t, p, clientBound)
+	call := got[1]
+	checkProgress(t, call.progress, steps)
+	if call.end == nil || call.end.Result == nil || *call.end.Result != countdownResult(steps) || call.end.IsError {
+		t.Errorf("call: got %+v, want result %q", call.end, countdownResult(steps))
+	}
+	checkResumedAfterPrimingCut(t, b.relay)
+}
+
 // TestTypeScriptSDKOn409: `tidemark serve --data-dir` is killed with
 // SIGKILL during a countdown and started again; the session continues at
 // generation 2. The SDK resumes the call's stream and its standalone GET

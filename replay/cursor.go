@@ -10,7 +10,7 @@ import (
 )
 
 // Bounds of the numbers a cursor can carry. They keep the longest cursor at
-// 59 bytes, inside the 64-byte budget of the cursor grammar.
+// 79 bytes, inside the 80-byte budget of the cursor grammar.
 const (
 	// MaxGeneration is the largest generation a cursor can name (10 decimal digits).
 	MaxGeneration = 1<<32 - 1
@@ -19,9 +19,12 @@ const (
 	MaxStream = 1<<63 - 1
 	// MaxSequence is the largest sequence a cursor can name (19 decimal digits).
 	MaxSequence = 1<<63 - 1
+	// MaxResume is the largest resume number a cursor can carry (19 decimal
+	// digits).
+	MaxResume = 1<<63 - 1
 	// MaxCursorLen is the longest Last-Event-ID value, in bytes, that Parse
 	// examines at all; longer values are malformed without further reading.
-	MaxCursorLen = 64
+	MaxCursorLen = 80
 	// TagLen is the length, in bytes, of a cursor's session tag.
 	TagLen = 8
 )
@@ -40,26 +43,41 @@ var ErrMalformed = errors.New("replay: malformed cursor")
 //
 // Its text form, produced by String and read by Parse, is
 //
-//	cursor     = tag "-" generation "-" stream "-" sequence
+//	cursor     = tag "-" generation "-" stream "-" sequence [ "-" resume ]
 //	tag        = 8 lowercase hexadecimal digits  ; Tag(session token)
 //	generation = number                          ; 1 .. MaxGeneration
 //	stream     = number                          ; 0 .. MaxStream, 0 = standalone GET stream,
 //	                                             ; else the sequence of the stream's opening event
 //	sequence   = number                          ; 1 .. MaxSequence
+//	resume     = number                          ; 1 .. MaxResume
 //	number     = "0" / %x31-39 *DIGIT            ; decimal, no sign, no leading zero
 //
-// for example `3f2a9c01-4-1180-1187`. Every byte is visible ASCII, so the
-// value survives HTTP header handling unchanged, and it is at most 59 bytes
-// long.
+// for example `3f2a9c01-4-1180-1187`, or `3f2a9c01-4-1180-1187-3` with a
+// resume part. Every byte is visible ASCII, so the value survives HTTP
+// header handling unchanged, and it is at most 79 bytes long.
 //
 // The tag ties a cursor to the session that issued it, so a cursor shown to
 // another session is recognised as malformed there instead of being compared
 // with that session's numbers.
+//
+// An event's own id has no resume part. The resume part is carried by the
+// priming event that opens a resumed stream: that event names the position
+// the client resumed from (the cursor it sent, without a resume part) and
+// adds a number no other priming event of the session generation carries.
+// Its id is therefore new, as MCP 2025-11-25 requires of every event id in
+// a session (basic/transports, "Resumability and Redelivery"), while a
+// client that resumes with it continues from exactly the same position:
+// the decision and the replay read only tag, generation, stream and
+// sequence.
 type Cursor struct {
 	Tag        string // TagLen lowercase hex digits; see Tag
 	Generation uint64 // generation the event was emitted in
 	Stream     uint64 // stream the event belongs to
 	Sequence   uint64 // session-wide event number within Generation
+	// Resume is 0 in an event's own id; in the id of a resumed stream's
+	// priming event it is a number (1 .. MaxResume) that makes the id
+	// unique, and the position is that of the cursor without it.
+	Resume uint64
 }
 
 // Tag returns the cursor tag of a session token: the first four bytes of the
@@ -72,11 +90,11 @@ func Tag(token string) string {
 // String formats c in the cursor grammar. It does not validate c; a Cursor
 // that Parse returned always formats back to the text it was parsed from.
 func (c Cursor) String() string {
-	return string(c.AppendText(make([]byte, 0, 64)))
+	return string(c.AppendText(make([]byte, 0, MaxCursorLen)))
 }
 
 // AppendText appends the text form of c to b and returns the extended slice.
-// It allocates nothing when b has room (59 bytes suffice).
+// It allocates nothing when b has room (79 bytes suffice).
 func (c Cursor) AppendText(b []byte) []byte {
 	b = append(b, c.Tag...)
 	b = append(b, '-')
@@ -84,20 +102,27 @@ func (c Cursor) AppendText(b []byte) []byte {
 	b = append(b, '-')
 	b = strconv.AppendUint(b, c.Stream, 10)
 	b = append(b, '-')
-	return strconv.AppendUint(b, c.Sequence, 10)
+	b = strconv.AppendUint(b, c.Sequence, 10)
+	if c.Resume != 0 {
+		b = append(b, '-')
+		b = strconv.AppendUint(b, c.Resume, 10)
+	}
+	return b
 }
 
 // Parse reads a cursor in the grammar documented on Cursor. It is strict: the
 // value must match the grammar exactly, with no surrounding space, and every
 // number must lie within its bound. The error wraps ErrMalformed and says
-// which part is wrong; it quotes at most the first 64 bytes of s.
+// which part is wrong; it quotes s only when s is at most MaxCursorLen bytes
+// long.
 func Parse(s string) (Cursor, error) {
 	if len(s) > MaxCursorLen {
 		return Cursor{}, fmt.Errorf("%w: %d bytes, longer than %d", ErrMalformed, len(s), MaxCursorLen)
 	}
 	tag, rest, ok1 := strings.Cut(s, "-")
 	gen, rest, ok2 := strings.Cut(rest, "-")
-	stream, seq, ok3 := strings.Cut(rest, "-")
+	stream, rest, ok3 := strings.Cut(rest, "-")
+	seq, resume, hasResume := strings.Cut(rest, "-")
 	if !ok1 || !ok2 || !ok3 {
 		return Cursor{}, fmt.Errorf("%w: %q: want tag-generation-stream-sequence", ErrMalformed, s)
 	}
@@ -114,6 +139,11 @@ func Parse(s string) (Cursor, error) {
 	}
 	if c.Sequence, err = number(seq, 1, MaxSequence); err != nil {
 		return Cursor{}, fmt.Errorf("%w: %q: sequence %v", ErrMalformed, s, err)
+	}
+	if hasResume {
+		if c.Resume, err = number(resume, 1, MaxResume); err != nil {
+			return Cursor{}, fmt.Errorf("%w: %q: resume %v", ErrMalformed, s, err)
+		}
 	}
 	return c, nil
 }

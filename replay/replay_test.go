@@ -45,7 +45,11 @@ func runParse(d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "%s: error: %v\n", line, err)
 			continue
 		}
-		fmt.Fprintf(&b, "%s: tag=%s generation=%d stream=%d sequence=%d\n", line, c.Tag, c.Generation, c.Stream, c.Sequence)
+		fmt.Fprintf(&b, "%s: tag=%s generation=%d stream=%d sequence=%d", line, c.Tag, c.Generation, c.Stream, c.Sequence)
+		if c.Resume != 0 {
+			fmt.Fprintf(&b, " resume=%d", c.Resume)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -144,8 +148,9 @@ func TestTag(t *testing.T) {
 	}
 }
 
-// TestRoundTrip is a property test: every cursor within bounds formats to at
-// most 59 visible ASCII bytes and parses back to itself.
+// TestRoundTrip is a property test: every cursor within bounds, with or
+// without a resume part, formats to at most 79 visible ASCII bytes and parses
+// back to itself.
 func TestRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	pick := func(max uint64, min uint64) uint64 {
@@ -165,8 +170,11 @@ func TestRoundTrip(t *testing.T) {
 			Stream:     pick(replay.MaxStream, 0),
 			Sequence:   pick(replay.MaxSequence, 1),
 		}
+		if i%2 == 1 {
+			c.Resume = pick(replay.MaxResume, 1)
+		}
 		s := c.String()
-		if len(s) > 59 {
+		if len(s) > 79 {
 			t.Fatalf("%+v formats to %d bytes: %q", c, len(s), s)
 		}
 		for j := 0; j < len(s); j++ {

@@ -261,7 +261,7 @@ func stillWorks(t *testing.T, ctx context.Context, s *mcptest.Session, id int64)
 		t.Fatal(err)
 	}
 	if primed {
-		wantPriming(t, got[0], evs[0].ID, time.Second)
+		wantResumePriming(t, got[0], evs[0].ID, time.Second)
 		got = got[1:]
 	}
 	if want := ids(evs[1:]); !equal(ids(got), want) {

@@ -203,8 +203,9 @@ func TestDecideGenerationMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{evs2[1].ID, evs2[2].ID, evs2[3].ID, evs2[4].ID}; !equal(ids(got), want) {
-		t.Fatalf("resumed ids = %v, want %v", ids(got), want)
+	wantResumePriming(t, got[0], evs2[1].ID, time.Second)
+	if want := []string{evs2[2].ID, evs2[3].ID, evs2[4].ID}; !equal(ids(got[1:]), want) {
+		t.Fatalf("resumed ids = %v, want a priming event then %v", ids(got), want)
 	}
 }
 
@@ -268,7 +269,7 @@ func TestDecideCursorCompacted(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("resume at the floor: %v, want priming and the response", got)
 	}
-	wantPriming(t, got[0], floor, time.Second)
+	wantResumePriming(t, got[0], floor, time.Second)
 	if got[1].ID != streams[1][1].ID || !got[1].IsResponseTo(mcptest.ID(3)) {
 		t.Fatalf("resume at the floor: %v, want the response to 3 as %s", got[1].Event, streams[1][1].ID)
 	}
@@ -378,9 +379,9 @@ func TestDecideReplay(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resume after event %d: %v", from, err)
 		}
-		// A priming event echoing the cursor, then exactly the events after
-		// it, byte for byte, then the end.
-		wantPriming(t, got[0], evs[from].ID, time.Second)
+		// A priming event naming the cursor's position, then exactly the
+		// events after it, byte for byte, then the end.
+		wantResumePriming(t, got[0], evs[from].ID, time.Second)
 		want := evs[from+1:]
 		if len(got)-1 != len(want) {
 			t.Fatalf("resume after event %d: got %v, want %v", from, ids(got[1:]), ids(want))
@@ -423,7 +424,7 @@ func TestDecideCursorAtHWM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPriming(t, first, prime.ID, time.Second)
+	wantResumePriming(t, first, prime.ID, time.Second)
 	// Live continuation: a server-wide notification reaches the resumed
 	// standalone stream.
 	mcp.AddTool(st.server, &mcp.Tool{Name: "late"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
@@ -461,7 +462,7 @@ func TestDecideCursorAtEndOfFinishedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPriming(t, first, last, time.Second)
+	wantResumePriming(t, first, last, time.Second)
 	wantEOF(t, rs)
 }
 

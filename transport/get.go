@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
@@ -10,6 +11,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
+
+// resumes numbers the priming events of resumed streams: the resume part of
+// their ids (replay.Cursor). One counter serves the whole process, and a
+// session generation is served by one process (its owner), so no two
+// priming events of one generation share a number.
+var resumes atomic.Uint64
 
 // serveGET opens the standalone stream, or resumes any stream of the
 // session after the cursor in Last-Event-ID, as the replay decision allows
@@ -125,10 +132,15 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 	// it: the resumed stream is the priming event alone, then the end.
 	s := stream{live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence, finished: at.End}
 	if primed {
-		// The priming event of a resumed stream repeats the client's cursor:
-		// if this connection breaks before the next event, the client
-		// resumes from the same place.
-		s.preamble = []byte("id: " + in.LastEventID + "\n")
+		// The priming event of a resumed stream names the client's position
+		// with a resume part no other priming event carries (replay.Cursor):
+		// its id is new, as every event id of a session must be, and a
+		// client whose connection breaks before the next event resumes with
+		// it from the same place.
+		c := d.Cursor
+		c.Resume = resumes.Add(1)
+		s.preamble = c.AppendText(append(make([]byte, 0, 128), "id: "...))
+		s.preamble = append(s.preamble, '\n')
 		if h.opts.Retry > 0 {
 			s.preamble = appendRetry(s.preamble, h.opts.Retry)
 		}

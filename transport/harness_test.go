@@ -218,6 +218,17 @@ func wantPriming(t *testing.T, e mcptest.Event, id string, retry time.Duration) 
 	}
 }
 
+// wantResumePriming checks that e is the priming event of a stream resumed
+// from cursor, with retry: its id names cursor's position with a resume
+// part, so it is an id the session never sent before (replay.Cursor).
+func wantResumePriming(t *testing.T, e mcptest.Event, cursor string, retry time.Duration) {
+	t.Helper()
+	wantPriming(t, e, "", retry)
+	if !e.ResumesFrom(cursor) {
+		t.Fatalf("resumed stream's priming id %q, want the position of %q with a new resume part", e.ID, cursor)
+	}
+}
+
 // wantEOF checks that the stream ends cleanly with no further event.
 func wantEOF(t *testing.T, s *mcptest.Stream) {
 	t.Helper()

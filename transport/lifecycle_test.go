@@ -297,7 +297,7 @@ func TestServerClosesStream(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("resumed stream: %v, want priming, progress, result", got)
 	}
-	wantPriming(t, got[0], closeEv.ID, time.Second)
+	wantResumePriming(t, got[0], closeEv.ID, time.Second)
 	if p := progressOf(t, got[1]); p.Token != "h" || p.Progress != 1 {
 		t.Fatalf("resumed progress %+v, want token h progress 1", p)
 	}
@@ -314,14 +314,18 @@ func TestPrimingAndHeaders(t *testing.T) {
 	const retry = 1500 * time.Millisecond
 	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{Retry: retry}}, nil)
 	s := st.initialize(t, ctx, "")
-	check := func(name string, stm *mcptest.Stream, id string) mcptest.Event {
+	check := func(name string, stm *mcptest.Stream, resumedFrom string) mcptest.Event {
 		t.Helper()
 		h := stm.Resp.Header
 		if h.Get("X-Accel-Buffering") != "no" || h.Get("Content-Type") != "text/event-stream" || h.Get("Cache-Control") != "no-cache, no-transform" {
 			t.Fatalf("%s headers: %v", name, h)
 		}
 		e := next(t, stm)
-		wantPriming(t, e, id, retry)
+		if resumedFrom != "" {
+			wantResumePriming(t, e, resumedFrom, retry)
+		} else {
+			wantPriming(t, e, "", retry)
+		}
 		return e
 	}
 	p, err := s.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 1}, "x"))

@@ -37,7 +37,7 @@ func TestOneReaderPerStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	wantPriming(t, next(t, a), onP[2].ID, time.Second)
+	wantResumePriming(t, next(t, a), onP[2].ID, time.Second)
 	wantEOF(t, p)
 	g.release("x", 1)
 	onA := []mcptest.Event{next(t, a)}
@@ -48,7 +48,7 @@ func TestOneReaderPerStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	wantPriming(t, next(t, b), onA[0].ID, time.Second)
+	wantResumePriming(t, next(t, b), onA[0].ID, time.Second)
 	wantEOF(t, a)
 	g.release("x", 3)
 	onB, err := b.Collect()
@@ -130,7 +130,7 @@ func TestResumeTakesOverStandaloneStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g3.Close()
-	wantPriming(t, next(t, g3), prime.ID, time.Second)
+	wantResumePriming(t, next(t, g3), prime.ID, time.Second)
 	wantEOF(t, g2)
 	// g3 replays what followed its cursor on the standalone stream: g2's
 	// priming event.

@@ -418,7 +418,7 @@ func TestRoundRobin(t *testing.T) {
 		}
 		evs, err := st.Collect()
 		st.Close()
-		if err != nil || len(evs) != n-4+2 || !evs[0].IsPriming() || evs[0].ID != at4 || !isResult(evs, 2, "finished") {
+		if err != nil || len(evs) != n-4+2 || !evs[0].ResumesFrom(at4) || !isResult(evs, 2, "finished") {
 			t.Fatalf("replay on %s from progress 4: %v, %d events, want priming + %d progress + result", f.r[i].id, err, len(evs), n-4)
 		}
 		for k, ev := range evs[1 : len(evs)-1] {

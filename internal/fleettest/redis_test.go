@@ -137,7 +137,7 @@ func TestRedisRestart(t *testing.T) {
 		}
 		evs, err := st.Collect()
 		st.Close()
-		if err != nil || len(evs) != 1+6+1 || evs[0].ID != at4 || !isResult(evs, 2, "countdown of 10 finished") {
+		if err != nil || len(evs) != 1+6+1 || !evs[0].ResumesFrom(at4) || !isResult(evs, 2, "countdown of 10 finished") {
 			t.Fatalf("replay of a on %s: %v, %d events, want priming + progress 5..10 + result", f.r[i].id, err, len(evs))
 		}
 		for k, ev := range evs[1:7] {

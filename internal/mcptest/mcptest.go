@@ -31,6 +31,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // DefaultProtocolVersion is the protocol version Initialize offers when
@@ -360,6 +361,26 @@ type Event struct {
 // IsPriming reports whether e is a priming event: an id and empty data
 // (MCP 2025-11-25, basic/transports).
 func (e Event) IsPriming() bool { return e.HasID && e.ID != "" && len(e.Data) == 0 }
+
+// ResumesFrom reports whether e is the priming event that Tidemark opens a
+// stream resumed from cursor with: its id names cursor's position with a
+// resume part (replay.Cursor), so it is an id the session never sent
+// before, and resuming with it continues from the same place.
+func (e Event) ResumesFrom(cursor string) bool {
+	if !e.IsPriming() {
+		return false
+	}
+	got, err := replay.Parse(e.ID)
+	if err != nil || got.Resume == 0 {
+		return false
+	}
+	want, err := replay.Parse(cursor)
+	if err != nil {
+		return false
+	}
+	want.Resume = got.Resume
+	return got == want
+}
 
 // Response returns e's message if it is a JSON-RPC response.
 func (e Event) Response() (*jsonrpc.Response, bool) {
