@@ -2,8 +2,14 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 )
+
+// errTakenOver is attach's error for a connection that a newer connection
+// took the stream from before it began to serve it.
+var errTakenOver = errors.New("transport: stream taken over by a newer connection")
 
 // streamKey names one stream of one session generation.
 type streamKey struct {
@@ -14,13 +20,20 @@ type streamKey struct {
 
 // connections enforces one reader per stream (DESIGN.md, "Delivery rules"):
 // a connection that attaches to a stream takes it over from the connection
-// serving it, which stops before the new one writes anything, so no event
-// is ever written to two connections. It also lets Shutdown wait for every
-// connection to end.
+// serving it, so no event is ever written to two connections:
+//   - the older connection writes nothing from the moment it is taken over
+//     (its sseWriter checks the attachment before every write, under the
+//     writer's lock, so only a write already under way completes);
+//   - the newer connection writes nothing until the older has stopped;
+//   - a connection taken over while it still waits for its own predecessor
+//     never serves at all: the newest connection wins.
+//
+// It also lets Shutdown wait for every connection to end.
 type connections struct {
 	mu       sync.Mutex
 	byStream map[streamKey]*attachment
 	active   sync.WaitGroup
+	waiting  atomic.Int64 // attach calls waiting for an older connection to stop
 }
 
 // attachment is one connection serving one stream.
@@ -36,7 +49,11 @@ func newConnections() *connections {
 
 // attach makes a new attachment the reader of key. If another connection
 // serves key, it is told to stop and attach waits until it has (its writes
-// are bounded by the write timeout), or until ctx is done.
+// are bounded by the write timeout). It fails with errTakenOver when a
+// newer connection took key over meanwhile, and with ctx's error when ctx
+// ends first; either way the attachment is detached once its predecessor
+// has stopped, so that a connection waiting for it never overlaps that
+// predecessor.
 func (c *connections) attach(ctx context.Context, key streamKey) (*attachment, error) {
 	a := &attachment{kicked: make(chan struct{}), done: make(chan struct{})}
 	c.mu.Lock()
@@ -44,14 +61,24 @@ func (c *connections) attach(ctx context.Context, key streamKey) (*attachment, e
 	c.byStream[key] = a
 	c.active.Add(1)
 	c.mu.Unlock()
-	if old != nil {
-		old.kick()
-		select {
-		case <-old.done:
-		case <-ctx.Done():
+	if old == nil {
+		return a, nil
+	}
+	old.kick()
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	select {
+	case <-old.done:
+	case <-ctx.Done():
+		go func() {
+			<-old.done
 			c.detach(key, a)
-			return nil, ctx.Err()
-		}
+		}()
+		return nil, ctx.Err()
+	}
+	if a.isKicked() {
+		c.detach(key, a)
+		return nil, errTakenOver
 	}
 	return a, nil
 }
@@ -68,6 +95,16 @@ func (c *connections) detach(key streamKey, a *attachment) {
 }
 
 func (a *attachment) kick() { a.kickOnce.Do(func() { close(a.kicked) }) }
+
+// isKicked reports whether a newer connection has taken a's stream over.
+func (a *attachment) isKicked() bool {
+	select {
+	case <-a.kicked:
+		return true
+	default:
+		return false
+	}
+}
 
 // wait blocks until every attachment is detached or ctx is done.
 func (c *connections) wait(ctx context.Context) {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +48,13 @@ type stack struct {
 // middleware). Everything is shut down when the test ends.
 func newStack(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler) *stack {
 	t.Helper()
+	return newStackOn(t, server, opts, wrap, nil)
+}
+
+// newStackOn is newStack with the listener's connections passed through
+// conn, when non-nil, as they are accepted.
+func newStackOn(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler, conn func(net.Conn)) *stack {
+	t.Helper()
 	if server == nil {
 		server = demo.NewServer()
 	}
@@ -68,7 +77,11 @@ func newStack(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap fun
 	if wrap != nil {
 		handler = wrap(h)
 	}
-	srv := httptest.NewServer(handler)
+	srv := httptest.NewUnstartedServer(handler)
+	if conn != nil {
+		srv.Listener = connHook{srv.Listener, conn}
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -80,6 +93,20 @@ func newStack(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap fun
 		}
 	})
 	return &stack{h: h, srv: srv, server: server, store: o.Store, client: &mcptest.Client{URL: srv.URL, HTTP: srv.Client()}}
+}
+
+// connHook is a net.Listener that passes each accepted connection to hook.
+type connHook struct {
+	net.Listener
+	hook func(net.Conn)
+}
+
+func (l connHook) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.hook(c)
+	}
+	return c, err
 }
 
 // clientWith returns a client of the stack that adds header to every
@@ -297,7 +324,8 @@ func ids(evs []mcptest.Event) []string {
 // gates backs the test-local tool "gated": a call {gate, n} sends one
 // progress notification each time the test releases a step of its gate,
 // then returns the text "<gate> done". It lets a test decide exactly when
-// each event is emitted.
+// each event is emitted. With pad, each notification carries a message of
+// pad bytes.
 type gates struct {
 	mu sync.Mutex
 	ch map[string]chan struct{}
@@ -307,6 +335,7 @@ type gates struct {
 type GatedArgs struct {
 	Gate string `json:"gate"`
 	N    int    `json:"n"`
+	Pad  int    `json:"pad,omitempty"`
 }
 
 // addGated adds the gated tool to server.
@@ -322,6 +351,7 @@ func addGated(server *mcp.Server) *gates {
 			}
 			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: float64(args.N),
+				Message: strings.Repeat("x", args.Pad),
 			})
 			if err != nil {
 				return nil, nil, err

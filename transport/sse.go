@@ -37,6 +37,9 @@ type sseWriter struct {
 	timeout time.Duration
 	tag     string
 	gen     uint64
+	// att is the connection's hold on its stream: once a newer connection
+	// has taken the stream over, every write is refused (errTakenOver).
+	att *attachment
 
 	unprimed bool // skip priming events (protocols before 2025-11-25)
 
@@ -46,8 +49,8 @@ type sseWriter struct {
 	lastWrite atomic.Int64 // unix nanoseconds
 }
 
-func newSSEWriter(w http.ResponseWriter, timeout time.Duration, tag string, gen uint64) *sseWriter {
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, tag: tag, gen: gen}
+func newSSEWriter(w http.ResponseWriter, timeout time.Duration, tag string, gen uint64, att *attachment) *sseWriter {
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, tag: tag, gen: gen, att: att}
 	sw.lastWrite.Store(time.Now().UnixNano())
 	return sw
 }
@@ -100,6 +103,9 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 	if sw.final {
 		return true, nil
 	}
+	if sw.att.isKicked() {
+		return true, errTakenOver
+	}
 	b := sw.buf[:0]
 	for i := range evs {
 		if sw.unprimed && evs[i].Kind == store.KindPriming {
@@ -130,6 +136,9 @@ func (sw *sseWriter) writeRaw(b []byte) error {
 	if sw.final {
 		return nil
 	}
+	if sw.att.isKicked() {
+		return errTakenOver
+	}
 	return sw.flushLocked(b)
 }
 
@@ -144,6 +153,9 @@ func (sw *sseWriter) writeFinal(b []byte) error {
 		return nil
 	}
 	sw.final = true
+	if sw.att.isKicked() {
+		return errTakenOver // the newer connection sends its own notice
+	}
 	return sw.flushLocked(b)
 }
 
@@ -210,7 +222,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 		}
 	}
 
-	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation())
+	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation(), att)
 	sw.unprimed = s.unprimed
 	w.WriteHeader(http.StatusOK)
 	// The headers go out with the preamble, or, when there is none and
@@ -245,6 +257,9 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) {
 			return
 		}
 		over, err := sw.writeEvents(evs)
+		if errors.Is(err, errTakenOver) {
+			return
+		}
 		if err != nil {
 			l.Logger().Info("stream write failed", "stream", s.stream, "reason", "client_gone", "error", err)
 			return
