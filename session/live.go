@@ -29,6 +29,23 @@ var (
 	ErrTooManyCalls = errors.New("session: too many calls in flight")
 )
 
+// CallLimitError is OpenStream's error when a request's calls would take a
+// session past Options.MaxCallsPerSession; errors.Is(err, ErrTooManyCalls)
+// holds for it. Sent > Limit means the request can never be accepted,
+// however many answers the client waits for.
+type CallLimitError struct {
+	InFlight int // calls already in flight on the session
+	Sent     int // calls the refused request carries
+	Limit    int // Options.MaxCallsPerSession
+}
+
+func (e *CallLimitError) Error() string {
+	return fmt.Sprintf("%v: %d in flight, %d more sent, at most %d", ErrTooManyCalls, e.InFlight, e.Sent, e.Limit)
+}
+
+// Unwrap returns ErrTooManyCalls.
+func (e *CallLimitError) Unwrap() error { return ErrTooManyCalls }
+
 // Live is one generation of a session whose live state this process holds.
 // It routes the engine's outbound messages to streams and appends them to
 // the event log (it is the engine's Outbox), and it records the session
@@ -255,15 +272,15 @@ func (l *Live) idleSince() time.Time {
 // stream's number (store.NewStream). It returns that number; the stream's
 // reader starts just before it. asJSON marks a stream answered as
 // application/json. It fails, registering nothing, with ErrDuplicateID if an
-// ID is already in flight, with ErrTooManyCalls if the session would have
-// more than Options.MaxCallsPerSession calls in flight, and with the
-// store's error if the append fails.
+// ID is already in flight, with a *CallLimitError (ErrTooManyCalls) if the
+// session would have more than Options.MaxCallsPerSession calls in flight,
+// and with the store's error if the append fails.
 func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
 	l.mu.Lock()
 	if limit := l.reg.opts.MaxCallsPerSession; len(l.calls)+len(calls) > limit {
 		inFlight := len(l.calls)
 		l.mu.Unlock()
-		return 0, fmt.Errorf("%w: %d in flight, %d more sent, at most %d", ErrTooManyCalls, inFlight, len(calls), limit)
+		return 0, &CallLimitError{InFlight: inFlight, Sent: len(calls), Limit: limit}
 	}
 	for i, c := range calls {
 		if _, ok := l.calls[c.ID]; ok {

@@ -203,6 +203,29 @@ func TestBadInput(t *testing.T) {
 			status: 400, reason: "invalid_request", code: -32600},
 		{name: "id that is an object", req: post([]byte(`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
 			status: 400, reason: "invalid_request", code: -32600},
+		{name: "id 2^64", req: post([]byte(`{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the id "18446744073709551616" is beyond ±2^53: send large ids as strings`)},
+		{name: "id -2^63-1", req: post([]byte(`{"jsonrpc":"2.0","id":-9223372036854775809,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the id "-9223372036854775809" is beyond ±2^53: send large ids as strings`)},
+		{name: "id 1e3", req: post([]byte(`{"jsonrpc":"2.0","id":1e3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the id "1e3" is not a string or an integer`)},
+
+		// Nesting (the go-sdk decoder takes at most 1000 levels; encoding/json 10000)
+		{name: "params nested 1001 levels deep", req: post(nested(999)), status: 400, reason: "parse_error", code: -32700,
+			check: wantMessage("the message nests arrays and objects 1001 levels deep; at most 1000 are accepted (the MCP SDK decoder's limit)")},
+
+		// A session ID that holds a live token is not that token, and the
+		// refusal names no part of it.
+		{name: "Mcp-Session-Id T,T", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Session-Id", s.Token+","+s.Token) }),
+			status: 404, reason: "session_not_found", code: -32001,
+			check: func(t *testing.T, se *mcptest.StatusError) {
+				if strings.Contains(string(se.RawBody), s.Token[:8]) {
+					t.Fatalf("refusal %s names the live token's prefix %s", se.RawBody, s.Token[:8])
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,6 +252,52 @@ func TestBadInput(t *testing.T) {
 			stillWorks(t, ctx, sess, callID)
 		})
 	}
+}
+
+// wantMessage returns a check that a refusal's error.message is msg.
+func wantMessage(msg string) func(*testing.T, *mcptest.StatusError) {
+	return func(t *testing.T, se *mcptest.StatusError) {
+		t.Helper()
+		if se.Body.Message != msg {
+			t.Fatalf("message %q, want %q", se.Body.Message, msg)
+		}
+	}
+}
+
+// nested returns a notification whose params nest depth arrays below
+// params: depth+2 levels in all, counting the message and params objects.
+func nested(depth int) []byte {
+	return []byte(`{"jsonrpc":"2.0","method":"notifications/tidemark/test","params":{"a":` +
+		strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}}`)
+}
+
+// TestNesting: a message nested exactly 1000 levels deep, the most the
+// go-sdk decoder takes, is accepted; deeper ones are refused with a message
+// that says so, also beyond the 10000 levels encoding/json takes.
+func TestNesting(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "")
+	for _, depth := range []int{1000, 1001, 10000, 10001} {
+		req, _ := s.NewRequest(ctx, http.MethodPost, nested(depth-2))
+		resp, err := st.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if depth == 1000 {
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("a notification nested 1000 levels deep: %s", mcptest.ReadStatusError(resp))
+			}
+			resp.Body.Close()
+			continue
+		}
+		se := refusalOf(t, resp, http.StatusBadRequest, "parse_error")
+		want := fmt.Sprintf("the message nests arrays and objects %d levels deep; at most 1000 are accepted (the MCP SDK decoder's limit)", depth)
+		if se.Body.Code != -32700 || se.Body.Message != want {
+			t.Fatalf("nested %d levels deep: code %d message %q, want -32700 %q", depth, se.Body.Code, se.Body.Message, want)
+		}
+	}
+	stillWorks(t, ctx, s, 2)
 }
 
 // stillWorks checks that a session serves a countdown call and that the

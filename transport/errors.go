@@ -28,6 +28,7 @@ const (
 	ReasonInvalidRequest     = "invalid_request"      // 400: JSON that is not a valid JSON-RPC message
 	ReasonBatchNotAllowed    = "batch_not_allowed"    // 400: a JSON array under 2025-06-18 or later
 	ReasonDuplicateID        = "duplicate_request_id" // 400: a request ID already in flight on the session
+	ReasonBatchTooLarge      = "batch_too_large"      // 400: a batch with more requests than a session may have in flight
 	ReasonOriginForbidden    = "origin_forbidden"     // 403: Origin not allowed
 	ReasonHostForbidden      = "host_forbidden"       // 403: non-localhost Host on a loopback listener
 	ReasonMethodNotAllowed   = "method_not_allowed"   // 405
@@ -65,6 +66,10 @@ type httpError struct {
 	// logged says the caller logged the refusal already, with more than
 	// write knows (the session and the cursor): write does not log it again.
 	logged bool
+	// cause is the error behind the refusal, for the log line only: layer
+	// errors name the session by its token prefix, which a refusal body
+	// never carries (the request may not hold that token).
+	cause error
 }
 
 func refuse(status int, reason, message string) *httpError {
@@ -134,7 +139,11 @@ func (e *httpError) write(w http.ResponseWriter, logger *slog.Logger) {
 		level = slog.LevelInfo
 	}
 	if !e.logged {
-		logger.Log(context.Background(), level, "request refused", "status", e.status, "reason", e.reason, "detail", e.message)
+		attrs := []any{"status", e.status, "reason", e.reason, "detail", e.message}
+		if e.cause != nil {
+			attrs = append(attrs, "error", e.cause)
+		}
+		logger.Log(context.Background(), level, "request refused", attrs...)
 	}
 }
 

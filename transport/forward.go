@@ -128,7 +128,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, token, userID 
 			return live, err
 		}
 		if by := r.Header.Get(ForwardedByHeader); by != "" {
-			h.refuseRetry(w, ReasonOwnerMoved, "session "+store.Prefix(token)+" is owned by another replica than the one "+
+			h.refuseRetry(w, ReasonOwnerMoved, "the session is owned by another replica than the one "+
 				quote(by)+" forwarded this request to; retry")
 			return nil, errServed
 		}
@@ -139,7 +139,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, token, userID 
 		if h.opts.Directory != nil {
 			target, err := h.opts.Directory.Lookup(ctx, re.Owner)
 			if errors.Is(err, store.ErrUnavailable) {
-				h.registryError(err, token).write(w, h.logger)
+				h.registryError(err).write(w, h.logger)
 				return nil, errServed
 			}
 			why = err
@@ -160,8 +160,8 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, token, userID 
 		if !now.Before(deadline) {
 			h.logger.Warn("owner unreachable", "session", store.Prefix(token), "generation", re.Generation,
 				"owner", re.Owner, "reason", ReasonOwnerUnreachable)
-			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns session "+
-				store.Prefix(token)+" cannot be reached and still holds its lease; retry")
+			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+				"cannot be reached and still holds its lease; retry")
 			return nil, errServed
 		}
 		t := time.NewTimer(min(ownerPoll, deadline.Sub(now)))
@@ -230,8 +230,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, token string, 
 				return // the client went away
 			}
 			logger.Warn("forwarding failed", "reason", ReasonOwnerUnreachable, "error", err)
-			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns session "+
-				store.Prefix(token)+" failed to answer: "+err.Error()+"; retry")
+			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+				"failed to answer: "+err.Error()+"; retry")
 		},
 	}
 	logger.Debug("forwarding request", "method", r.Method)

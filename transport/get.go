@@ -52,7 +52,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 		return
 	case err == nil:
 	case errors.Is(err, session.ErrForbidden):
-		h.registryError(err, token).write(w, h.logger)
+		h.registryError(err).write(w, h.logger)
 		return
 	case errors.Is(err, session.ErrNotFound):
 		status = replay.Unknown
@@ -63,7 +63,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 			status = replay.Superseded
 		}
 	default:
-		h.registryError(err, token).write(w, h.logger)
+		h.registryError(err).write(w, h.logger)
 		return
 	}
 	if version == "" && live != nil {
@@ -73,7 +73,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 
 	if !resuming {
 		if live == nil {
-			h.registryError(err, token).write(w, h.logger)
+			h.registryError(err).write(w, h.logger)
 			return
 		}
 		// The stream's starting point is taken in serve once this connection
@@ -166,11 +166,11 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	status, rec, err := h.reg.Status(ctx, token)
 	if err != nil {
-		h.registryError(err, token).write(w, h.logger)
+		h.registryError(err).write(w, h.logger)
 		return
 	}
 	if status != replay.Live {
-		h.registryError(session.ErrNotFound, token).write(w, h.logger)
+		h.registryError(session.ErrNotFound).write(w, h.logger)
 		return
 	}
 	userID := ""
@@ -178,11 +178,11 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		userID = ti.UserID
 	}
 	if rec.UserID != "" && rec.UserID != userID {
-		h.registryError(session.ErrForbidden, token).write(w, h.logger)
+		h.registryError(session.ErrForbidden).write(w, h.logger)
 		return
 	}
 	if err := h.reg.End(ctx, token, store.EndDeleted); err != nil && !errors.Is(err, store.ErrEnded) {
-		h.registryError(err, token).write(w, h.logger)
+		h.registryError(err).write(w, h.logger)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -132,6 +132,74 @@ func TestTooManyCalls(t *testing.T) {
 	}
 }
 
+// TestBatchOverCallLimit: a batch with more calls than a session may have
+// in flight at all can never be accepted, so it is refused 400
+// batch_too_large with no Retry-After and a message that says so, while a
+// batch that fits once answers arrive is still told to wait (429); neither
+// registers a call.
+func TestBatchOverCallLimit(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxCallsPerSession: 2}}, nil)
+	s := st.initialize(t, ctx, "2025-03-26")
+	echo := func(id int64) *jsonrpc.Request { return mcptest.ToolCall(id, "echo", map[string]any{"text": "x"}, nil) }
+	batch := func(calls ...*jsonrpc.Request) []byte {
+		var parts []string
+		for _, c := range calls {
+			b, err := mcptest.Encode(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, string(b))
+		}
+		return []byte("[" + strings.Join(parts, ",") + "]")
+	}
+	post := func(body []byte) *mcptest.StatusError {
+		t.Helper()
+		req, _ := s.NewRequest(ctx, http.MethodPost, body)
+		resp, err := st.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mcptest.ReadStatusError(resp)
+	}
+
+	se := post(batch(echo(1), echo(2), echo(3)))
+	checkRefusal(t, se, http.StatusBadRequest, "batch_too_large")
+	want := "a batch of 3 requests is more than the 2 a session may have in flight at once: it can never be accepted; send at most 2 requests per batch"
+	if se.Body.Message != want || se.Header.Get("Retry-After") != "" {
+		t.Fatalf("message %q, Retry-After %q; want %q and none", se.Body.Message, se.Header.Get("Retry-After"), want)
+	}
+
+	// 2025-03-26 streams have no priming event: the call is in flight once
+	// the response headers came.
+	open, err := s.Call(ctx, gatedCall(10, "g", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	se = post(batch(echo(1), echo(2)))
+	if se.Status != http.StatusTooManyRequests || se.Reason() != "too_many_calls" || se.Header.Get("Retry-After") != "1" ||
+		!strings.HasSuffix(se.Body.Message, "wait for answers before sending more requests on this session") {
+		t.Fatalf("a batch of 2 with 1 call in flight: HTTP %d %q Retry-After %q (%s), want 429 too_many_calls, Retry-After 1, told to wait",
+			se.Status, se.Reason(), se.Header.Get("Retry-After"), se.RawBody)
+	}
+	g.release("g", 1)
+	if _, err := open.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was registered: the same ids work in a batch that fits.
+	resp, err := s.Post(ctx, echo(1), echo(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := mcptest.ReadAnswer(resp)
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("a batch of 2 after the answer: %v, %d messages, want the 2 responses", err, len(msgs))
+	}
+}
+
 // TestCapacityEvictsOnlySessionsWithoutCalls: when MaxSessions are live, a
 // new session evicts the least recently used session that has no call in
 // flight, never one mid-call; when every session has a call in flight,

@@ -73,7 +73,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		var err error
 		live, err = h.reg.Create(ctx, userID)
 		if err != nil {
-			h.registryError(err, token).write(w, h.logger)
+			h.registryError(err).write(w, h.logger)
 			return
 		}
 		w.Header().Set("Mcp-Session-Id", live.Token())
@@ -102,7 +102,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			return // forwarded to the session's owner, or refused
 		}
 		if err != nil {
-			h.registryError(err, token).write(w, h.logger)
+			h.registryError(err).write(w, h.logger)
 			return
 		}
 		negotiated := live.ProtocolVersion()
@@ -148,7 +148,13 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 			return
 		}
 		herr := refuse(http.StatusBadRequest, ReasonDuplicateID, err.Error())
-		if errors.Is(err, session.ErrTooManyCalls) {
+		var limit *session.CallLimitError
+		switch {
+		case errors.As(err, &limit) && limit.Sent > limit.Limit:
+			herr = refuse(http.StatusBadRequest, ReasonBatchTooLarge, fmt.Sprintf(
+				"a batch of %d requests is more than the %d a session may have in flight at once: it can never be accepted; send at most %d requests per batch",
+				limit.Sent, limit.Limit, limit.Limit))
+		case errors.Is(err, session.ErrTooManyCalls):
 			herr = refuse(http.StatusTooManyRequests, ReasonTooManyCalls,
 				err.Error()+": wait for answers before sending more requests on this session")
 		}
@@ -294,11 +300,19 @@ func (h *Handler) decodeMessages(body []byte, version string) ([]jsonrpc.Message
 	if len(trimmed) == 0 {
 		return nil, false, parseErr("request body is empty")
 	}
+	batch := trimmed[0] == '['
+	limit := maxNesting
+	if batch {
+		limit++ // the batch's own array
+	}
+	if depth := nesting(trimmed); depth > limit {
+		return nil, false, parseErr(fmt.Sprintf(
+			"the message nests arrays and objects %d levels deep; at most %d are accepted (the MCP SDK decoder's limit)", depth-(limit-maxNesting), maxNesting))
+	}
 	if !json.Valid(trimmed) {
 		return nil, false, parseErr("request body is not valid JSON")
 	}
 	var raws []json.RawMessage
-	batch := trimmed[0] == '['
 	if batch {
 		if version >= V20250618 {
 			return nil, false, refuse(http.StatusBadRequest, ReasonBatchNotAllowed,
@@ -395,14 +409,56 @@ func checkID(raw json.RawMessage) error {
 	case id[0] == '"':
 		return nil
 	}
-	n, err := strconv.ParseInt(string(id), 10, 64)
-	if err != nil {
+	if !isInteger(id) {
 		return fmt.Errorf("the id %s is not a string or an integer", quote(string(id)))
 	}
-	if n > maxExactID || n < -maxExactID {
-		return fmt.Errorf("the id %d is beyond ±2^53: send large ids as strings", n)
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	if err != nil || n > maxExactID || n < -maxExactID {
+		return fmt.Errorf("the id %s is beyond ±2^53: send large ids as strings", quote(string(id)))
 	}
 	return nil
+}
+
+// isInteger reports whether b is a JSON number written as an integer: an
+// optional minus sign and digits, no fraction and no exponent.
+func isInteger(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("-"))
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxNesting is the deepest nesting of arrays and objects in one message
+// that the go-sdk's decoder (jsonrpc.DecodeMessage, v1.8.0) accepts.
+const maxNesting = 1000
+
+// nesting returns the deepest nesting of arrays and objects in b, not
+// counting brackets inside strings. b need not be valid JSON.
+func nesting(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			// Skip the string: to the next quote not escaped.
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+			deepest = max(deepest, depth)
+		case ']', '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // answerJSON waits for the responses of the stream's calls and writes them
@@ -424,7 +480,9 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 				refuse(http.StatusServiceUnavailable, ReasonUnavailable,
 					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again").write(w, h.logger)
 			case ctx.Err() == nil:
-				refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session ended before answering: "+err.Error()).write(w, h.logger)
+				e := refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session ended before answering: send the request again")
+				e.cause = err
+				e.write(w, h.logger)
 			}
 			return
 		}
@@ -450,18 +508,21 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 }
 
 // registryError maps a session.Registry error to a refusal.
-func (h *Handler) registryError(err error, token string) *httpError {
+func (h *Handler) registryError(err error) *httpError {
+	var e *httpError
 	switch {
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
-		return refuse(http.StatusNotFound, ReasonSessionNotFound,
-			"session "+store.Prefix(token)+" not found: send initialize to start a new session")
+		e = refuse(http.StatusNotFound, ReasonSessionNotFound,
+			"the session is unknown, ended or superseded: send initialize to start a new session")
 	case errors.Is(err, session.ErrForbidden):
-		return refuse(http.StatusForbidden, ReasonSessionForbidden, "the session belongs to another user")
+		e = refuse(http.StatusForbidden, ReasonSessionForbidden, "the session belongs to another user")
 	case errors.Is(err, engine.ErrCapacity):
-		return refuse(http.StatusServiceUnavailable, ReasonCapacity, err.Error()+"; retry later")
+		e = refuse(http.StatusServiceUnavailable, ReasonCapacity, "no room for another session or server process: retry later")
 	default:
-		return refuse(http.StatusServiceUnavailable, ReasonUnavailable, err.Error()+"; retry later")
+		e = refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session's store or server cannot take the request now: retry later")
 	}
+	e.cause = err
+	return e
 }
 
 // deliverError maps a failure to hand a message to the session, or to
@@ -474,10 +535,10 @@ func (h *Handler) deliverError(live *session.Live, err error) *httpError {
 	case errors.Is(err, store.ErrFenced):
 		// Another replica took the session over; the next attempt reaches it.
 		live.Logger().Warn("delivery failed", "reason", ReasonOwnerMoved, "error", err)
-		e := refuse(http.StatusServiceUnavailable, ReasonOwnerMoved, err.Error()+"; retry the request")
+		e := refuse(http.StatusServiceUnavailable, ReasonOwnerMoved, "another replica took the session over: retry the request")
 		e.retryAfter = retryAfterSeconds
 		return e
 	}
 	live.Logger().Warn("delivery failed", "reason", ReasonUnavailable, "error", err)
-	return refuse(http.StatusServiceUnavailable, ReasonUnavailable, err.Error()+"; retry the request")
+	return refuse(http.StatusServiceUnavailable, ReasonUnavailable, "the session's store or server cannot take the request now: retry the request")
 }
