@@ -1,3 +1,6 @@
+// cursor.go holds the cursor: the SSE event id that names one event of a
+// session by generation, stream and sequence, and its text grammar.
+
 package replay
 
 import (

@@ -1,3 +1,6 @@
+// decide.go holds the replay decision (DESIGN.md, "The replay decision"):
+// its input, its outcomes with their statuses and reasons, and Decide.
+
 package replay
 
 import (
@@ -118,21 +121,14 @@ func (o Outcome) Reason() Reason {
 	}
 }
 
-// HTTPStatus returns the HTTP status code of o: 200 for Replay, 400, 404 or
-// 409 for the refusals, as DESIGN.md's table states. NeedEvent has none (0).
+// HTTPStatus returns the HTTP status code of o: 200 for Replay, and for a
+// refusal its reason's status from the catalogue (400, 404 or 409, as
+// DESIGN.md's table states). NeedEvent has none (0).
 func (o Outcome) HTTPStatus() int {
-	switch o {
-	case Replay:
+	if o == Replay {
 		return http.StatusOK
-	case SessionRequired, CursorMalformed, CursorAhead:
-		return http.StatusBadRequest
-	case SessionNotFound:
-		return http.StatusNotFound
-	case GenerationMismatch, CursorCompacted:
-		return http.StatusConflict
-	default:
-		return 0
 	}
+	return o.Reason().Status()
 }
 
 // Decision is the result of Decide.

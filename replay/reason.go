@@ -1,4 +1,13 @@
+// reason.go holds the catalogue of reasons: every word that says why a
+// request was refused or a stream, generation or session ended, and the
+// HTTP status of each refusal.
+
 package replay
+
+import (
+	"net/http"
+	"sort"
+)
 
 // Reason is a stable, machine-readable word that says why Tidemark refused a
 // request, ended a stream, a generation or a session, or logged a fault. The
@@ -9,11 +18,67 @@ package replay
 //
 // A Reason never changes once released: clients and alerting rules match on
 // it. A new reason is added here with a doc comment that says what it
-// means and the HTTP status it answers, if any.
+// means and the HTTP status it answers, if any; a reason a request can be
+// refused with also gets that status in statuses (Reason.Status).
 type Reason string
 
 // String returns the reason's word.
 func (r Reason) String() string { return string(r) }
+
+// Status returns the HTTP status of a request refused for r (README,
+// "Refusals" and "The replay decision"), or 0 when r is never a refusal
+// (an outcome, why a stream, generation or session ended, or a log
+// reason).
+func (r Reason) Status() int { return statuses[r] }
+
+// Refusals returns every reason a request can be refused with, ordered by
+// status, then by word.
+func Refusals() []Reason {
+	rs := make([]Reason, 0, len(statuses))
+	for r := range statuses {
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		if si, sj := statuses[rs[i]], statuses[rs[j]]; si != sj {
+			return si < sj
+		}
+		return rs[i] < rs[j]
+	})
+	return rs
+}
+
+// statuses is the HTTP status of each refusal reason; see each reason's
+// doc comment.
+var statuses = map[Reason]int{
+	ReasonSessionRequired:    http.StatusBadRequest,
+	ReasonSessionNotFound:    http.StatusNotFound,
+	ReasonCursorMalformed:    http.StatusBadRequest,
+	ReasonGenerationMismatch: http.StatusConflict,
+	ReasonCursorCompacted:    http.StatusConflict,
+	ReasonCursorAhead:        http.StatusBadRequest,
+	ReasonSessionIDInvalid:   http.StatusBadRequest,
+	ReasonSessionForbidden:   http.StatusForbidden,
+	ReasonProtocolVersion:    http.StatusBadRequest,
+	ReasonContentType:        http.StatusUnsupportedMediaType,
+	ReasonNotAcceptable:      http.StatusNotAcceptable,
+	ReasonBodyTooLarge:       http.StatusRequestEntityTooLarge,
+	ReasonBodyTimeout:        http.StatusRequestTimeout,
+	ReasonTooManyCalls:       http.StatusTooManyRequests,
+	ReasonParseError:         http.StatusBadRequest,
+	ReasonInvalidRequest:     http.StatusBadRequest,
+	ReasonBatchNotAllowed:    http.StatusBadRequest,
+	ReasonDuplicateRequestID: http.StatusBadRequest,
+	ReasonBatchTooLarge:      http.StatusBadRequest,
+	ReasonOriginForbidden:    http.StatusForbidden,
+	ReasonHostForbidden:      http.StatusForbidden,
+	ReasonMethodNotAllowed:   http.StatusMethodNotAllowed,
+	ReasonPathNotFound:       http.StatusNotFound,
+	ReasonLastEventIDOnPost:  http.StatusBadRequest,
+	ReasonUnavailable:        http.StatusServiceUnavailable,
+	ReasonCapacity:           http.StatusServiceUnavailable,
+	ReasonOwnerMoved:         http.StatusServiceUnavailable,
+	ReasonOwnerUnreachable:   http.StatusServiceUnavailable,
+}
 
 // Outcomes of the replay decision (DESIGN.md, "The replay decision").
 const (
