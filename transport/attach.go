@@ -1,3 +1,7 @@
+// attach.go holds the rule of one reader per stream (DESIGN.md, "Delivery
+// rules"): which connection serves each stream, and the takeover of a
+// stream by a newer connection.
+
 package transport
 
 import (
@@ -97,14 +101,7 @@ func (c *connections) detach(key streamKey, a *attachment) {
 func (a *attachment) kick() { a.kickOnce.Do(func() { close(a.kicked) }) }
 
 // isKicked reports whether a newer connection has taken a's stream over.
-func (a *attachment) isKicked() bool {
-	select {
-	case <-a.kicked:
-		return true
-	default:
-		return false
-	}
-}
+func (a *attachment) isKicked() bool { return isClosed(a.kicked) }
 
 // wait blocks until every attachment is detached or ctx is done.
 func (c *connections) wait(ctx context.Context) {

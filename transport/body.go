@@ -1,12 +1,49 @@
+// body.go holds the reading of a POST body within its limits: the size
+// (Options.MaxBodyBytes, checked against Content-Length before anything
+// reads the body, then while reading) and the time (Options.BodyTimeout).
+
 package transport
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
+
+// bodyTooLarge refuses a POST whose Content-Length exceeds MaxBodyBytes,
+// from the headers alone: nothing that follows (the era check of a POST
+// without a version header reads the body) waits for a body it would
+// refuse anyway.
+func (h *Handler) bodyTooLarge(r *http.Request) *refusal {
+	if r.ContentLength <= h.opts.MaxBodyBytes {
+		return nil
+	}
+	return refuse(replay.ReasonBodyTooLarge,
+		fmt.Sprintf("request body of %d bytes (Content-Length) exceeds %d bytes", r.ContentLength, h.opts.MaxBodyBytes))
+}
+
+// readBody reads a POST body: 413 body_too_large beyond MaxBodyBytes, 408
+// body_timeout when it does not arrive within BodyTimeout, 400 parse_error
+// when it ends before its Content-Length.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *refusal) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err == nil {
+		return body, nil
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, refuse(replay.ReasonBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+	case isBodyTimeout(err):
+		return nil, refuse(replay.ReasonBodyTimeout, fmt.Sprintf("the request body did not arrive within %v", h.opts.BodyTimeout))
+	}
+	return nil, refuse(replay.ReasonParseError, "reading the body failed: "+err.Error()+": send the whole body as its Content-Length says")
+}
 
 // timedBody bounds the reading of a request body by a deadline on the
 // connection, which starts at the first Read and is lifted once the body
@@ -63,10 +100,8 @@ func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceede
 // read to its end lifts the mark. A refusal made before the body is read
 // then closes the connection instead of keeping it: net/http keeps a
 // connection only after discarding what is left of the body, and it waits
-// for that body, with no deadline, before it sends the response.
-// Regression: a POST with Content-Length 1000 and no body to an unknown
-// session, or to another path, was refused in the log and never answered
-// (TestRefusalBeforeBodyIsSentAtOnce).
+// for that body, with no deadline, before it sends the response (a POST
+// with Content-Length 1000 and no body would otherwise never be answered).
 func closeUntilBodyRead(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")

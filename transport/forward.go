@@ -1,3 +1,22 @@
+// forward.go holds fleet mode's forwarding (DESIGN.md, "Fleet mode").
+// Every request for a session is served by the replica that owns the
+// session's live state, so that the session's engine runs, and its SSE
+// streams are read, in one process, where the one-reader-per-stream rule
+// (attach.go) holds as in a single process. A replica that receives a request for a session another
+// replica owns (session.ErrRemote) forwards the HTTP request to the owner
+// and streams the answer back. Forwarding costs less than a per-session
+// inbox stream in Redis (store/redis/forward_bench_test.go measures both):
+// one HTTP hop on a kept-alive connection against an inbox write, a
+// blocking read on the owner and a wake-up of the receiving replica; and
+// it carries the SSE response as it is.
+//
+// When the owner cannot be reached (connection refused, dial timeout, no
+// directory entry: it died), the replica (resolve, lookup.go) checks the
+// record again every ownerPoll until the owner's lease lapses, then takes the session over
+// (generation+1) and serves the request itself. Nothing is acknowledged
+// meanwhile. The wait is bounded by the lease expiry first seen plus
+// ownerGrace, and by the request's context.
+
 package transport
 
 import (
@@ -13,28 +32,10 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
-
-// Fleet mode (DESIGN.md, "Fleet mode"): every request for a session is
-// served by the replica that owns the session's live state, so that the
-// session's engine runs, and its SSE streams are read, in one process,
-// where the one-reader-per-stream rule (attach.go) holds as in a single
-// process. A replica that receives a request for a session another
-// replica owns (session.ErrRemote) forwards the HTTP request to the owner
-// and streams the answer back. Forwarding was measured against a
-// per-session inbox stream in Redis (store/redis/forward_bench_test.go):
-// one HTTP hop on a kept-alive connection costs less than an inbox write,
-// a blocking read on the owner and a wake-up of the receiving replica, and
-// it carries the SSE response as it is.
-//
-// When the owner cannot be reached (connection refused, dial timeout, no
-// directory entry: it died), the replica checks the record again every
-// ownerPoll until the owner's lease lapses, then takes the session over
-// (generation+1) and serves the request itself. Nothing is acknowledged
-// meanwhile. The wait is bounded by the lease expiry first seen plus
-// ownerGrace, and by the request's context.
 
 // ForwardedByHeader is set on a forwarded request to the ID of the replica
 // that forwarded it. A request that carries it and finds that the session
@@ -60,8 +61,6 @@ const (
 	// the whole response). An owner that accepts connections but does not
 	// answer (paused, overloaded) is given up on after it.
 	forwardHeaderTimeout = 10 * time.Second
-	// retryAfterSeconds is the Retry-After value of the fleet refusals.
-	retryAfterSeconds = 1
 )
 
 // Directory finds the URL at which a replica serves MCP, so that requests
@@ -74,10 +73,6 @@ type Directory interface {
 	// error means the replica is not known (treated as unreachable).
 	Lookup(ctx context.Context, replica string) (string, error)
 }
-
-// errServed is resolve's signal that the response has been written: the
-// request was forwarded or refused.
-var errServed = errors.New("transport: request served")
 
 // dialError marks an error in connecting to an owner, before any byte of
 // the request was sent: the owner is unreachable, and the request can be
@@ -109,83 +104,20 @@ func newForwardTransport(jsonResponse bool) *http.Transport {
 	return t
 }
 
-// resolve returns the live session of token for a request by userID, as
-// Registry.Get does, except that a session another replica owns is served
-// here: the request is forwarded to the owner, or, when the owner cannot
-// be reached, served locally after its lease lapsed and the session was
-// taken over, or refused. It then returns errServed. body is the POST
-// body already read (nil for GET). Other errors are Get's, for the caller
-// to map.
-func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, token, userID string, body []byte) (*session.Live, error) {
-	ctx := r.Context()
-	var seen *session.RemoteError // the owner and lease the wait is about
-	var deadline time.Time
-	waiting := false // the wait has been logged
-	for {
-		live, err := h.reg.Get(ctx, token, userID)
-		var re *session.RemoteError
-		if !errors.As(err, &re) {
-			return live, err
-		}
-		if by := r.Header.Get(ForwardedByHeader); by != "" {
-			h.refuseRetry(w, ReasonOwnerMoved, "the session is owned by another replica than the one "+
-				quote(by)+" forwarded this request to; retry")
-			return nil, errServed
-		}
-		if seen == nil || seen.Owner != re.Owner || seen.Generation != re.Generation {
-			seen, deadline = re, re.LeaseUntil.Add(ownerGrace)
-		}
-		why := errors.New("no replica directory")
-		if h.opts.Directory != nil {
-			target, err := h.opts.Directory.Lookup(ctx, re.Owner)
-			if errors.Is(err, store.ErrUnavailable) {
-				h.registryError(err).write(w, h.logger)
-				return nil, errServed
-			}
-			why = err
-			if err == nil {
-				if why = h.forward(w, r, token, re, target, body); why == nil {
-					return nil, errServed
-				}
-			}
-		}
-		// The owner cannot be reached; it may have died, and then its lease
-		// lapses soon. Nothing has been acknowledged.
-		if !waiting {
-			waiting = true
-			h.logger.Info("owner unreachable; waiting for its lease to lapse", "session", store.Prefix(token),
-				"generation", re.Generation, "owner", re.Owner, "lease_until", re.LeaseUntil, "reason", ReasonOwnerUnreachable, "error", why)
-		}
-		now := time.Now()
-		if !now.Before(deadline) {
-			h.logger.Warn("owner unreachable", "session", store.Prefix(token), "generation", re.Generation,
-				"owner", re.Owner, "reason", ReasonOwnerUnreachable)
-			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
-				"cannot be reached and still holds its lease; retry")
-			return nil, errServed
-		}
-		t := time.NewTimer(min(ownerPoll, deadline.Sub(now)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
 // forward sends r, with body as its body when non-nil, to the owner's
 // endpoint target and streams the answer back (SSE flushed as it comes).
-// It returns why, having written nothing, when the owner could not be
-// connected to; then the caller waits for the owner's lease to lapse.
-// Otherwise it returns nil: the request was answered, by the owner or
-// with 503 owner_unreachable for a failure after it was sent (the owner
-// may have seen it: the client decides whether to retry); a failure after
-// the answer began cuts the response (the client resumes).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, token string, re *session.RemoteError, target string, body []byte) error {
+// It returns the error why, having written nothing, when the owner could
+// not be connected to; then the caller waits for the owner's lease to
+// lapse. It returns a refusal, having written nothing, for a failure after the
+// request was sent (503 owner_unreachable: the owner may have seen it, and
+// the client decides whether to retry) or at shutdown (503 unavailable).
+// Otherwise the request was answered: by the owner, or cut by a failure
+// after the answer began (the client resumes), or not at all because the
+// client went away.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.RemoteError, target string, body []byte) (*refusal, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("owner %q announced the unusable URL %s", re.Owner, quote(target))
+		return nil, fmt.Errorf("owner %q announced the unusable URL %s", re.Owner, quote(target))
 	}
 	// Shutdown ends forwarded streams too, and waits for them.
 	h.conns.active.Add(1)
@@ -195,8 +127,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, token string, 
 	stop := context.AfterFunc(h.shutdownCtx, cancel)
 	defer stop()
 
-	logger := h.logger.With("session", store.Prefix(token), "generation", re.Generation, "owner", re.Owner)
+	logger := h.logger.With("session", store.Prefix(re.Token), "generation", re.Generation, "owner", re.Owner)
 	var unreachable error
+	var ref *refusal
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
@@ -216,32 +149,24 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, token string, 
 		Transport:     h.fwd,
 		FlushInterval: -1, // SSE: every event reaches the client as it comes
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		// Called before anything is written to w.
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
 			var de *dialError
-			if errors.As(err, &de) {
+			switch {
+			case errors.As(err, &de):
 				unreachable = err
-				return
+			case h.shuttingDown():
+				ref = refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
+			case ctx.Err() != nil:
+				// The client went away.
+			default:
+				logger.Warn("forwarding failed", "reason", replay.ReasonOwnerUnreachable, "error", err)
+				ref = refuse(replay.ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+					"failed to answer: "+err.Error()+"; retry")
 			}
-			if h.shuttingDown() {
-				refuse(http.StatusServiceUnavailable, ReasonUnavailable, "server is shutting down; retry against another replica or later").write(w, h.logger)
-				return
-			}
-			if ctx.Err() != nil {
-				return // the client went away
-			}
-			logger.Warn("forwarding failed", "reason", ReasonOwnerUnreachable, "error", err)
-			h.refuseRetry(w, ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
-				"failed to answer: "+err.Error()+"; retry")
 		},
 	}
 	logger.Debug("forwarding request", "method", r.Method)
 	proxy.ServeHTTP(w, r.WithContext(ctx))
-	return unreachable
-}
-
-// refuseRetry writes a 503 refusal with Retry-After: 1.
-func (h *Handler) refuseRetry(w http.ResponseWriter, reason, message string) {
-	e := refuse(http.StatusServiceUnavailable, reason, message)
-	e.retryAfter = retryAfterSeconds
-	e.write(w, h.logger)
+	return ref, unreachable
 }

@@ -1,3 +1,7 @@
+// forward_test.go tests fleet mode's forwarding between two replicas that
+// share one store: to the owner, the loop guard, an owner gone and an owner
+// unreachable.
+
 package transport_test
 
 import (
@@ -11,6 +15,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
@@ -114,7 +119,7 @@ func TestForwardToOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Resume(ctx, evs[2].ID)
-	wantRefusal(t, err, http.StatusNotFound, transport.ReasonSessionNotFound)
+	wantRefusal(t, err, http.StatusNotFound, replay.ReasonSessionNotFound.String())
 }
 
 // TestForwardLoopGuard: a forwarded request that reaches a replica that
@@ -129,7 +134,7 @@ func TestForwardLoopGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := refusalOf(t, resp, http.StatusServiceUnavailable, transport.ReasonOwnerMoved)
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, replay.ReasonOwnerMoved.String())
 	if ra := se.Header.Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After = %q, want 1", ra)
 	}
@@ -177,7 +182,7 @@ func TestForwardOwnerUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := refusalOf(t, resp, http.StatusServiceUnavailable, transport.ReasonOwnerUnreachable)
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, replay.ReasonOwnerUnreachable.String())
 	if took := time.Since(start); took < time.Second || took > lease+2*time.Second {
 		t.Fatalf("refused after %v, want between 1s and %v", took, lease+2*time.Second)
 	}
@@ -187,7 +192,7 @@ func TestForwardOwnerUnreachable(t *testing.T) {
 
 	p.dir.set("a", "unavailable")
 	_, err = onB.Resume(ctx, "x")
-	if se, ok := mcptest.AsStatusError(err); !ok || se.Status != http.StatusServiceUnavailable || se.Reason() != transport.ReasonUnavailable {
+	if se, ok := mcptest.AsStatusError(err); !ok || se.Status != http.StatusServiceUnavailable || se.Reason() != replay.ReasonUnavailable.String() {
 		t.Fatalf("with the directory unavailable: %v, want 503 unavailable", err)
 	}
 }

@@ -3,101 +3,29 @@
 // of JSON-RPC messages answered as SSE or JSON, the standalone GET stream,
 // resumption with Last-Event-ID decided by package replay, DELETE, and the
 // HTTP-level rules (protocol version, Origin, Host, media types, body
-// limit). Every refusal is a precise status with a JSON-RPC error body that
-// carries a stable reason (errors.go). Requests of the sessionless era
-// (MCP-Protocol-Version 2026-07-28 or later) go to Options.Sessionless.
+// limit). Requests of the sessionless era (MCP-Protocol-Version 2026-07-28
+// or later) go to Options.Sessionless.
+//
+// A request is a pipeline read top to bottom: ServeHTTP runs the checks
+// every request shares and hands it to the one function of its kind
+// (servePOST in post.go, serveGET in get.go, serveResume in resume.go,
+// serveDELETE in delete.go, serveSessionless in sessionless.go). Each runs
+// its checks in the order its doc comment lists and returns a refusal, a
+// status with a JSON-RPC error body whose reason comes from the catalogue
+// in replay/reason.go, which ServeHTTP alone writes (refusal.go).
 package transport
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 )
-
-// Protocol versions of the stateful era that the handler serves, and the
-// first version of the sessionless era.
-const (
-	V20241105    = "2024-11-05" // negotiated by the go-sdk when a client asks for it; served as 2025-03-26
-	V20250326    = "2025-03-26"
-	V20250618    = "2025-06-18"
-	V20251125    = "2025-11-25"
-	VSessionless = "2026-07-28"
-)
-
-// Defaults of Options.
-const (
-	DefaultMaxBodyBytes = 4 << 20
-	DefaultBodyTimeout  = 30 * time.Second
-	DefaultKeepAlive    = 15 * time.Second
-	DefaultWriteTimeout = 30 * time.Second
-	DefaultRetry        = time.Second
-	// MaxSessionIDLen is the longest Mcp-Session-Id accepted, in bytes;
-	// Tidemark's own tokens are 26 bytes.
-	MaxSessionIDLen = 128
-)
-
-// Options configures a Handler. The zero value serves with the defaults.
-type Options struct {
-	// JSONResponse answers POSTs that carry requests with one
-	// application/json body instead of an SSE stream (MCP 2025-11-25,
-	// "Sending Messages to the Server"). Messages related to those requests
-	// then go to the standalone GET stream. Default false: SSE.
-	JSONResponse bool
-	// Retry is the reconnection delay sent as the SSE `retry` field in
-	// priming events and when the server closes a stream. Default 1 second;
-	// negative: no retry field.
-	Retry time.Duration
-	// KeepAlive is the idle time after which an SSE stream gets a comment
-	// line, so proxies and clients keep it open. Default 15 seconds;
-	// negative: never.
-	KeepAlive time.Duration
-	// WriteTimeout bounds each write of events to a connection; a client
-	// that does not read for this long loses the connection (it resumes).
-	// Default 30 seconds.
-	WriteTimeout time.Duration
-	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
-	// bodies get 413. Default 4 MiB.
-	MaxBodyBytes int64
-	// BodyTimeout bounds reading a POST body; a client that sends it slower
-	// gets 408 body_timeout (a slow body must not hold a connection and a
-	// goroutine for ever). Default 30 seconds.
-	BodyTimeout time.Duration
-	// AllowedOrigins lists Origin values (scheme://host[:port]) accepted
-	// besides the request's own host. A request with any other Origin gets
-	// 403 (MCP 2025-11-25, "Security Warning": servers MUST validate
-	// Origin). "*" accepts every origin.
-	AllowedOrigins []string
-	// DisableLocalhostProtection turns off the DNS-rebinding check that
-	// answers 403 to a request reaching a loopback listener with a Host
-	// that is not localhost or a loopback address.
-	DisableLocalhostProtection bool
-	// Sessionless serves requests of the sessionless era (MCP-Protocol-Version
-	// 2026-07-28 or later, or a POST whose params carry
-	// _meta["io.modelcontextprotocol/protocolVersion"]). Nil: such requests
-	// get 400 protocol_version.
-	Sessionless http.Handler
-	// Logger receives structured lines with session token prefix,
-	// generation, stream and reason. Default slog.Default().
-	Logger *slog.Logger
-	// Directory locates the replica that owns a session held by another
-	// replica of a fleet (session.ErrRemote), so that requests for it are
-	// forwarded there (forward.go); the forwarded request carries
-	// ForwardedByHeader with this replica's ID, the registry's Owner.
-	// Default nil: single-process mode; should the registry still report a
-	// remote owner, the request waits for that owner's lease to lapse and
-	// is then served here.
-	Directory Directory
-}
 
 // Handler serves MCP Streamable HTTP over a session.Registry.
 type Handler struct {
@@ -119,24 +47,7 @@ type Handler struct {
 
 // New returns a Handler serving the sessions of reg.
 func New(reg *session.Registry, opts Options) *Handler {
-	if opts.Retry == 0 {
-		opts.Retry = DefaultRetry
-	}
-	if opts.KeepAlive == 0 {
-		opts.KeepAlive = DefaultKeepAlive
-	}
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
-	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = DefaultBodyTimeout
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts = opts.withDefaults()
 	h := &Handler{
 		reg: reg, opts: opts, logger: opts.Logger,
 		conns:    newConnections(),
@@ -146,6 +57,74 @@ func New(reg *session.Registry, opts Options) *Handler {
 	}
 	h.shutdownCtx, h.stopAll = context.WithCancel(context.Background())
 	return h
+}
+
+// ServeHTTP implements http.Handler: it routes the request and writes the
+// refusal it earns, if any. This is the one place a refusal is written.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	closeUntilBodyRead(w, r)
+	if ref := h.route(w, r); ref != nil {
+		ref.write(w, h.logger)
+	}
+}
+
+// route runs the checks every request shares, in this order, and hands the
+// request to the function of its kind, returning that function's refusal:
+//  1. Host, then Origin (403 host_forbidden, origin_forbidden; security.go);
+//  2. a POST's Content-Length over MaxBodyBytes (413 body_too_large), before
+//     anything reads the body;
+//  3. the era: a sessionless request goes to serveSessionless
+//     (sessionless.go), whatever its other headers say;
+//  4. MCP-Protocol-Version (400 protocol_version);
+//  5. shutdown (503 unavailable);
+//  6. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
+//     any other answers 405 method_not_allowed.
+func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
+	if ref := h.checkOriginAndHost(r); ref != nil {
+		return ref
+	}
+	if r.Method == http.MethodPost {
+		if ref := h.bodyTooLarge(r); ref != nil {
+			return ref
+		}
+		bodyWithTimeout(w, r, h.opts.BodyTimeout)
+	}
+	version, versionRef := protocolVersion(r)
+	if h.isSessionless(r, version, versionRef) {
+		return h.serveSessionless(w, r, version)
+	}
+	if versionRef != nil {
+		return versionRef
+	}
+	if h.shuttingDown() {
+		return refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
+	}
+	switch r.Method {
+	case http.MethodPost:
+		return h.servePOST(w, r, version)
+	case http.MethodGet:
+		if cursors, resuming := lastEventID(r); resuming {
+			return h.serveResume(w, r, version, cursors)
+		}
+		return h.serveGET(w, r, version)
+	case http.MethodDelete:
+		return h.serveDELETE(w, r)
+	}
+	return refuse(replay.ReasonMethodNotAllowed, "method "+r.Method+" is not allowed; use GET, POST or DELETE")
+}
+
+// PathNotFound returns a handler for every path of a server but its MCP
+// endpoint: 404 with a JSON-RPC error body (reason path_not_found, code
+// -32600) that names the endpoint, so a client with a wrong URL learns
+// where to go instead of getting net/http's plain-text 404.
+func PathNotFound(endpoint string, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closeUntilBodyRead(w, r) // the body is never read here
+		refuse(replay.ReasonPathNotFound, "no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint).write(w, logger)
+	})
 }
 
 // drainPoll is how often Drain looks for calls still in flight.
@@ -166,7 +145,7 @@ func (h *Handler) Drain(ctx context.Context) error {
 		// Logged once new calls are refused: a line a supervisor (or a
 		// test) can wait for.
 		if n := h.reg.CallsInFlight(); n > 0 {
-			h.logger.Info("draining", "reason", "shutdown", "calls", n)
+			h.logger.Info("draining", "reason", replay.ReasonShutdown, "calls", n)
 		}
 	})
 	t := time.NewTicker(drainPoll)
@@ -178,21 +157,14 @@ func (h *Handler) Drain(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			h.logger.Warn("drain incomplete: calls still in flight", "reason", "shutdown", "calls", n)
+			h.logger.Warn("drain incomplete: calls still in flight", "reason", replay.ReasonShutdown, "calls", n)
 			return fmt.Errorf("transport: drain: %d calls still in flight: %w", n, ctx.Err())
 		case <-t.C:
 		}
 	}
 }
 
-func (h *Handler) isDraining() bool {
-	select {
-	case <-h.draining:
-		return true
-	default:
-		return false
-	}
-}
+func (h *Handler) isDraining() bool { return isClosed(h.draining) }
 
 // Shutdown makes every open SSE stream send a final retry field and close,
 // so clients reconnect (to this process after a restart, or to another
@@ -207,215 +179,14 @@ func (h *Handler) Shutdown(ctx context.Context) {
 	h.fwd.CloseIdleConnections()
 }
 
-func (h *Handler) shuttingDown() bool {
+func (h *Handler) shuttingDown() bool { return isClosed(h.shutdown) }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-h.shutdown:
+	case <-ch:
 		return true
 	default:
 		return false
 	}
 }
-
-// ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	closeUntilBodyRead(w, r)
-	if herr := h.checkOriginAndHost(r); herr != nil {
-		herr.write(w, h.logger)
-		return
-	}
-	if r.Method == http.MethodPost {
-		if r.ContentLength > h.opts.MaxBodyBytes {
-			// Refused from the headers, before anything reads the body
-			// (initialize's era check would wait for it; regression:
-			// TestContentLengthOverLimitRefusedAtOnce).
-			refuse(http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
-				fmt.Sprintf("request body of %d bytes (Content-Length) exceeds %d bytes", r.ContentLength, h.opts.MaxBodyBytes)).write(w, h.logger)
-			return
-		}
-		bodyWithTimeout(w, r, h.opts.BodyTimeout)
-	}
-	version, herr := protocolVersion(r)
-	// A POST that carries the sessionless era's per-request version belongs
-	// to that era whatever its header says; its handler judges the version.
-	sessionless := version >= VSessionless ||
-		((version == "" || herr != nil) && r.Method == http.MethodPost && h.sessionlessBody(r))
-	if herr != nil && !sessionless {
-		herr.write(w, h.logger)
-		return
-	}
-	if sessionless {
-		if h.opts.Sessionless == nil {
-			refuse(http.StatusBadRequest, ReasonProtocolVersion,
-				"protocol version "+version+" (sessionless era) is not served here").write(w, h.logger)
-			return
-		}
-		h.opts.Sessionless.ServeHTTP(w, r)
-		return
-	}
-	if h.shuttingDown() {
-		refuse(http.StatusServiceUnavailable, ReasonUnavailable, "server is shutting down; retry against another replica or later").write(w, h.logger)
-		return
-	}
-	switch r.Method {
-	case http.MethodPost:
-		h.servePOST(w, r, version)
-	case http.MethodGet:
-		h.serveGET(w, r, version)
-	case http.MethodDelete:
-		h.serveDELETE(w, r)
-	default:
-		refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "method "+r.Method+" is not allowed; use GET, POST or DELETE").write(w, h.logger)
-	}
-}
-
-// protocolVersion returns the MCP-Protocol-Version header ("" when absent),
-// or a refusal when it is repeated or names a version of the stateful era
-// that is not served (MCP 2025-11-25, "Protocol Version Header": 400).
-func protocolVersion(r *http.Request) (string, *httpError) {
-	vals := r.Header.Values("Mcp-Protocol-Version")
-	switch {
-	case len(vals) == 0:
-		return "", nil
-	case len(vals) > 1:
-		return "", refuse(http.StatusBadRequest, ReasonProtocolVersion, "MCP-Protocol-Version header is repeated")
-	}
-	v := vals[0]
-	if !isDate(v) {
-		return "", refuse(http.StatusBadRequest, ReasonProtocolVersion, "MCP-Protocol-Version "+quote(v)+" is not a YYYY-MM-DD version")
-	}
-	switch {
-	case v == V20241105 || v == V20250326 || v == V20250618 || v == V20251125 || v >= VSessionless:
-		return v, nil
-	}
-	return "", refuse(http.StatusBadRequest, ReasonProtocolVersion,
-		"unsupported MCP-Protocol-Version "+quote(v)+"; supported: 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28")
-}
-
-func isDate(v string) bool {
-	if len(v) != 10 || v[4] != '-' || v[7] != '-' {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if i != 4 && i != 7 && (v[i] < '0' || v[i] > '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// sessionlessBody reports whether a POST body's params carry the
-// sessionless era's per-request protocol version, restoring the body for the
-// next reader. A body it cannot read or parse is left to the stateful path,
-// which refuses it precisely.
-func (h *Handler) sessionlessBody(r *http.Request) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBodyBytes+1))
-	// The body is put back for its handler to read again, with the read
-	// error, if any, after the bytes that came: a truncated or stalled body
-	// must fail there too, not pass as a shorter message.
-	rest := r.Body
-	if err != nil {
-		rest = io.NopCloser(errReader{err})
-	}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
-	if err != nil || !bytes.Contains(body, []byte("io.modelcontextprotocol/protocolVersion")) {
-		return false
-	}
-	var msg struct {
-		Params struct {
-			Meta map[string]json.RawMessage `json:"_meta"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &msg) != nil {
-		return false
-	}
-	_, ok := msg.Params.Meta["io.modelcontextprotocol/protocolVersion"]
-	return ok
-}
-
-// sessionID returns the Mcp-Session-Id header ("" when absent), or a
-// refusal when it is repeated, too long or not visible ASCII (MCP
-// 2025-11-25, "Session Management": 0x21 to 0x7E).
-func sessionID(r *http.Request) (string, *httpError) {
-	vals := r.Header.Values("Mcp-Session-Id")
-	if len(vals) == 0 {
-		return "", nil
-	}
-	if len(vals) > 1 {
-		return "", refuse(http.StatusBadRequest, ReasonSessionIDInvalid, "Mcp-Session-Id header is repeated")
-	}
-	v := vals[0]
-	if len(v) > MaxSessionIDLen {
-		return "", refuse(http.StatusBadRequest, ReasonSessionIDInvalid, "Mcp-Session-Id is longer than 128 bytes")
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x21 || v[i] > 0x7e {
-			return "", refuse(http.StatusBadRequest, ReasonSessionIDInvalid, "Mcp-Session-Id has a byte outside visible ASCII")
-		}
-	}
-	return v, nil
-}
-
-// accepts reports whether the Accept header admits mediaType (exactly, by
-// its type wildcard, or by */*).
-func accepts(r *http.Request, mediaType string) bool {
-	major, _, _ := strings.Cut(mediaType, "/")
-	// The most specific matching range decides (RFC 9110 §12.5.1): the
-	// type itself, then type/*, then */*; a quality of 0 refuses.
-	best, ok := 0, false
-	for _, v := range r.Header.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			mt, params, _ := strings.Cut(part, ";")
-			mt = strings.ToLower(strings.TrimSpace(mt))
-			rank := 0
-			switch mt {
-			case mediaType:
-				rank = 3
-			case major + "/*":
-				rank = 2
-			case "*/*":
-				rank = 1
-			}
-			if rank > best {
-				best, ok = rank, !refused(params)
-			}
-		}
-	}
-	return ok
-}
-
-// refused reports whether an Accept entry's parameters give it the quality
-// 0, which marks its media type as not acceptable (RFC 9110 §12.4.2).
-func refused(params string) bool {
-	for p := range strings.SplitSeq(params, ";") {
-		k, v, _ := strings.Cut(p, "=")
-		if strings.EqualFold(strings.TrimSpace(k), "q") {
-			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return err == nil && q == 0
-		}
-	}
-	return false
-}
-
-// quote bounds and quotes a client-supplied value for an error message.
-func quote(s string) string {
-	b, _ := json.Marshal(clip(s))
-	return string(b)
-}
-
-// clip shortens a client-supplied value to 64 bytes for a log attribute;
-// the log handler quotes and escapes it as its format needs (regression: a
-// cursor logged through quote came out twice quoted, cursor="\"…\"").
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
-
-// errReader fails every Read with err.
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }

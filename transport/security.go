@@ -1,3 +1,6 @@
+// security.go holds the DNS-rebinding defences every request passes first:
+// the Host of a request on a loopback listener, and its Origin.
+
 package transport
 
 import (
@@ -6,6 +9,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // checkOriginAndHost applies the two DNS-rebinding defences (MCP
@@ -15,12 +20,11 @@ import (
 //     in Host, else 403 host_forbidden;
 //   - a request with an Origin header must come from the request's own host
 //     or an allowed origin, else 403 origin_forbidden.
-func (h *Handler) checkOriginAndHost(r *http.Request) *httpError {
+func (h *Handler) checkOriginAndHost(r *http.Request) *refusal {
 	if !h.opts.DisableLocalhostProtection {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
 			if isLoopback(addr.String()) && !isLoopback(r.Host) {
-				return refuse(http.StatusForbidden, ReasonHostForbidden,
-					"Host "+quote(r.Host)+" is not a loopback name on a loopback listener (DNS rebinding protection)")
+				return refuse(replay.ReasonHostForbidden, "Host "+quote(r.Host)+" is not a loopback name on a loopback listener (DNS rebinding protection)")
 			}
 		}
 	}
@@ -29,10 +33,10 @@ func (h *Handler) checkOriginAndHost(r *http.Request) *httpError {
 		return nil
 	}
 	if len(origins) > 1 {
-		return refuse(http.StatusForbidden, ReasonOriginForbidden, "Origin header is repeated")
+		return refuse(replay.ReasonOriginForbidden, "Origin header is repeated")
 	}
 	if !h.originAllowed(origins[0], r.Host) {
-		return refuse(http.StatusForbidden, ReasonOriginForbidden, "Origin "+quote(origins[0])+" is not allowed")
+		return refuse(replay.ReasonOriginForbidden, "Origin "+quote(origins[0])+" is not allowed")
 	}
 	return nil
 }

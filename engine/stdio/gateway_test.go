@@ -518,7 +518,7 @@ func TestGatewayMaxProcesses(t *testing.T) {
 	s := initSession(t, c)
 	_, err := c.Initialize(t.Context(), "")
 	var se *mcptest.StatusError
-	if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Reason() != transport.ReasonCapacity {
+	if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Reason() != replay.ReasonCapacity.String() {
 		t.Fatalf("second initialize: %v, want 503 with reason capacity", err)
 	}
 	if err := s.Delete(t.Context()); err != nil {
@@ -558,7 +558,7 @@ func TestGatewayIdleEviction(t *testing.T) {
 	waitGroupGone(t, "after idle eviction", who.Pgid)
 	_, err := s.Call(t.Context(), mcptest.ToolCall(5, "whoami", map[string]any{}, nil))
 	var se *mcptest.StatusError
-	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != transport.ReasonSessionNotFound {
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != replay.ReasonSessionNotFound.String() {
 		t.Errorf("call on the idle-evicted session: %v, want 404 session_not_found", err)
 	}
 }
@@ -714,7 +714,7 @@ func TestGatewayInitializeTimeout(t *testing.T) {
 			for {
 				_, err := s.Call(t.Context(), mcptest.MustCall(2, "ping", nil))
 				var se *mcptest.StatusError
-				if errors.As(err, &se) && se.Status == http.StatusNotFound && se.Reason() == transport.ReasonSessionNotFound {
+				if errors.As(err, &se) && se.Status == http.StatusNotFound && se.Reason() == replay.ReasonSessionNotFound.String() {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -777,7 +777,7 @@ func TestInitializeFailingAfterClientLeft(t *testing.T) {
 	s := c.SessionFor(token, "2025-11-25")
 	_, err = s.Call(t.Context(), mcptest.MustCall(2, "ping", nil))
 	var se *mcptest.StatusError
-	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != transport.ReasonSessionNotFound {
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Reason() != replay.ReasonSessionNotFound.String() {
 		t.Fatalf("ping on the session whose initialize failed: %v, want 404 session_not_found", err)
 	}
 	if n := strings.Count(srv.Output(), `msg="subprocess started"`); n != 1 {

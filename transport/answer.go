@@ -1,0 +1,165 @@
+// answer.go holds the answer to a POST that carries calls: the stream its
+// calls are answered on, the delivery of its messages to the session, and
+// the answer itself, an SSE stream or one application/json body (MCP
+// 2025-11-25, "Sending Messages to the Server").
+
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// answer opens the stream of p's calls, delivers p's messages to live's
+// session and answers: as an SSE stream, or as one application/json body
+// when Options.JSONResponse is set. The SSE stream opens with a priming
+// event (SEP-1699) under 2025-11-25 and later only; earlier clients see the
+// stream's messages.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.Live, p post, req engine.Request, version string) *refusal {
+	ctx := r.Context()
+	asJSON := h.opts.JSONResponse
+	primed := !asJSON && version >= V20251125
+	streamID, ref := h.openStream(ctx, live, p.calls, asJSON, primed)
+	if ref != nil {
+		return ref
+	}
+	req.CloseStream = func(retry time.Duration) {
+		if retry <= 0 {
+			retry = h.opts.Retry
+		}
+		live.CloseStream(context.WithoutCancel(ctx), streamID, retry)
+	}
+	if ref := h.deliver(ctx, live, p, streamID, req); ref != nil {
+		return ref
+	}
+	if p.initialize != nil {
+		// Once the answer is written: a session whose initialize failed
+		// never began.
+		defer h.endIfInitializeFails(ctx, live)
+	}
+	// The stream's number is the sequence of its opening event; its reader
+	// starts just before it.
+	after := streamID - 1
+	if asJSON {
+		return h.answerJSON(ctx, w, live, streamID, after, p.batch)
+	}
+	return h.serve(ctx, w, stream{live: live, stream: streamID, after: after, unprimed: !primed})
+}
+
+// openStream opens the stream of calls on live's session and returns its
+// number. Refusals: 400 batch_too_large for more calls than a session may
+// have in flight at all, 429 too_many_calls when answers must come first,
+// 400 duplicate_request_id, and the delivery's 404 or 503 when the stream's
+// opening event cannot be stored. A refusal about one call carries its id.
+func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*jsonrpc.Request, asJSON, primed bool) (uint64, *refusal) {
+	retry := time.Duration(0)
+	if primed {
+		retry = max(h.opts.Retry, 0)
+	}
+	streamID, err := live.OpenStream(ctx, calls, asJSON, retry)
+	if err == nil {
+		return streamID, nil
+	}
+	var ref *refusal
+	var limit *session.CallLimitError
+	switch {
+	case errors.As(err, &limit) && limit.Sent > limit.Limit:
+		ref = refuse(replay.ReasonBatchTooLarge, fmt.Sprintf(
+			"a batch of %d requests is more than the %d a session may have in flight at once: it can never be accepted; send at most %d requests per batch",
+			limit.Sent, limit.Limit, limit.Limit))
+	case errors.Is(err, session.ErrTooManyCalls):
+		ref = refuse(replay.ReasonTooManyCalls, err.Error()+": wait for answers before sending more requests on this session")
+	case errors.Is(err, session.ErrDuplicateID):
+		ref = refuse(replay.ReasonDuplicateRequestID, err.Error())
+	default:
+		return 0, deliveryRefusal(live, err)
+	}
+	if len(calls) == 1 {
+		ref.id = calls[0].ID
+	}
+	return 0, ref
+}
+
+// deliver hands p's messages to live's session. When one fails, the calls
+// not handed over will never be answered: their ids are freed, so the
+// client can send them again as it is told to, and a session whose
+// initialize never reached the server is ended (it never began).
+func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, streamID uint64, req engine.Request) *refusal {
+	for i, m := range p.msgs {
+		err := live.Deliver(ctx, m, req)
+		if err == nil {
+			continue
+		}
+		var undelivered []*jsonrpc.Request
+		for _, m := range p.msgs[i:] {
+			if r, ok := m.(*jsonrpc.Request); ok && r.IsCall() {
+				undelivered = append(undelivered, r)
+			}
+		}
+		live.ReleaseCalls(ctx, streamID, undelivered)
+		if p.initialize != nil {
+			h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
+		}
+		return deliveryRefusal(live, err)
+	}
+	return nil
+}
+
+// answerJSON waits for the responses of the stream's calls and writes them
+// as one application/json body: an object, or an array for a batch. A JSON
+// answer cannot be resumed, so when the server shuts down, or the session
+// ends, before the calls are answered, it is refused with 503 unavailable
+// instead of a connection cut without a body.
+func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool) *refusal {
+	rd := live.Reader(streamID, after)
+	var out []json.RawMessage
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.shutdownCtx, cancel)
+	defer stop()
+	for done := false; !done; {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			switch {
+			case h.shuttingDown():
+				return refuse(replay.ReasonUnavailable,
+					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again")
+			case ctx.Err() == nil:
+				ref := refuse(replay.ReasonUnavailable, "the session ended before answering: send the request again")
+				ref.cause = err
+				return ref
+			}
+			return nil // the client went away
+		}
+		for _, e := range evs {
+			if e.Kind == store.KindMessage {
+				out = append(out, e.Data)
+			}
+			if e.End {
+				done = true
+				break
+			}
+		}
+	}
+	var body []byte
+	if len(out) == 1 && !batch {
+		body = out[0]
+	} else {
+		body, _ = json.Marshal(out)
+	}
+	w.Header().Set("Content-Type", mediaJSON)
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+	return nil
+}

@@ -1,0 +1,196 @@
+// decode.go holds the decoding of a POST body into JSON-RPC messages
+// (JSON-RPC 2.0; MCP 2025-11-25, basic): the nesting limit, the batch
+// rules, the shape of each message and the rules for its id.
+
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// maxNesting is the deepest nesting of arrays and objects in one message
+// that the go-sdk's decoder (jsonrpc.DecodeMessage, v1.8.0) accepts.
+const maxNesting = 1000
+
+// maxExactID is the largest integer id magnitude that survives decoding as
+// a JSON number into a float64 (2^53): the go-sdk decodes ids that way, and
+// an id it rounds would come back to the client as another id.
+const maxExactID = 1 << 53
+
+// decodeMessages decodes a POST body: one JSON-RPC message, or a non-empty
+// array of them when the protocol version allows batches (2025-03-26,
+// which is also the version assumed when the header is absent). It reports
+// whether the body was a batch. Refusals, in this order: 400 parse_error
+// for an empty body, one nested deeper than maxNesting, or one that is not
+// JSON; 400 batch_not_allowed; 400 invalid_request for an empty batch, a
+// message that is not JSON-RPC 2.0, or an id MCP forbids.
+func decodeMessages(body []byte, version string) ([]jsonrpc.Message, bool, *refusal) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, false, refuse(replay.ReasonParseError, "request body is empty")
+	}
+	batch := trimmed[0] == '['
+	limit := maxNesting
+	if batch {
+		limit++ // the batch's own array
+	}
+	if depth := nesting(trimmed); depth > limit {
+		return nil, false, refuse(replay.ReasonParseError, fmt.Sprintf(
+			"the message nests arrays and objects %d levels deep; at most %d are accepted (the MCP SDK decoder's limit)", depth-(limit-maxNesting), maxNesting))
+	}
+	if !json.Valid(trimmed) {
+		return nil, false, refuse(replay.ReasonParseError, "request body is not valid JSON")
+	}
+	raws := []json.RawMessage{trimmed}
+	if batch {
+		if version >= V20250618 {
+			return nil, false, refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version)
+		}
+		if err := json.Unmarshal(trimmed, &raws); err != nil || len(raws) == 0 {
+			return nil, false, refuse(replay.ReasonInvalidRequest, "a batch must be a non-empty array of messages")
+		}
+	}
+	msgs := make([]jsonrpc.Message, 0, len(raws))
+	for _, raw := range raws {
+		m, ref := decodeMessage(raw)
+		if ref != nil {
+			return nil, false, ref
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, batch, nil
+}
+
+// decodeMessage decodes one JSON-RPC message and checks its shape and id
+// (400 invalid_request).
+func decodeMessage(raw json.RawMessage) (jsonrpc.Message, *refusal) {
+	m, err := jsonrpc.DecodeMessage(raw)
+	if err != nil {
+		return nil, refuse(replay.ReasonInvalidRequest, "not a JSON-RPC 2.0 message: "+err.Error())
+	}
+	var id jsonrpc.ID
+	switch m := m.(type) {
+	case *jsonrpc.Request:
+		if m.Method == "" {
+			return nil, refuse(replay.ReasonInvalidRequest, "a request must have a method")
+		}
+		id = m.ID
+	case *jsonrpc.Response:
+		if !m.ID.IsValid() || (m.Result == nil && m.Error == nil) {
+			return nil, refuse(replay.ReasonInvalidRequest, "a response must have an id and a result or an error")
+		}
+		id = m.ID
+	}
+	if !idSurvived(raw, id) {
+		if err := checkID(raw); err != nil {
+			return nil, refuse(replay.ReasonInvalidRequest, err.Error())
+		}
+	}
+	return m, nil
+}
+
+// nesting returns the deepest nesting of arrays and objects in b, not
+// counting brackets inside strings. b need not be valid JSON.
+func nesting(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			// Skip the string: to the next quote not escaped.
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+			deepest = max(deepest, depth)
+		case ']', '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// idSurvived reports, without decoding raw again, whether id (as the
+// go-sdk decoded it) is plainly the id the client sent: a string, an
+// integer within ±2^53 that appears as `"id":N` in raw, the only "id" in
+// it, or no id where raw has no "id" at all. Anything else (white space
+// around the colon, an exponent, a fraction, null, an "id" inside params)
+// goes to checkID, which decodes the id exactly.
+func idSurvived(raw []byte, id jsonrpc.ID) bool {
+	switch v := id.Raw().(type) {
+	case string:
+		return true
+	case int64:
+		if v > maxExactID || v < -maxExactID {
+			return false
+		}
+		var buf [32]byte
+		key := strconv.AppendInt(append(buf[:0], `"id":`...), v, 10)
+		i := bytes.Index(raw, key)
+		if i < 0 || i+len(key) >= len(raw) || bytes.Count(raw, []byte(`"id"`)) != 1 {
+			return false // absent, or maybe not the top-level key
+		}
+		switch raw[i+len(key)] {
+		case ',', '}', ' ', '\t', '\r', '\n':
+			return true
+		}
+		return false
+	case nil:
+		return !bytes.Contains(raw, []byte(`"id"`))
+	}
+	return false
+}
+
+// checkID refuses the ids MCP forbids or the decoder would alter: MCP
+// 2025-11-25 (basic, "Requests") requires a string or integer id that is
+// not null; a fractional number, or an integer beyond ±2^53, would be
+// answered under a different id.
+func checkID(raw json.RawMessage) error {
+	var env struct {
+		ID json.RawMessage `json:"id"` // "null" when null, empty when absent
+	}
+	if json.Unmarshal(raw, &env) != nil {
+		return nil // not an object: the decoder judges it
+	}
+	id := bytes.TrimSpace(env.ID)
+	switch {
+	case len(id) == 0:
+		return nil // no id: a notification
+	case string(id) == "null":
+		return fmt.Errorf("the id is null: MCP requires a string or an integer id")
+	case id[0] == '"':
+		return nil
+	}
+	if !isInteger(id) {
+		return fmt.Errorf("the id %s is not a string or an integer", quote(string(id)))
+	}
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	if err != nil || n > maxExactID || n < -maxExactID {
+		return fmt.Errorf("the id %s is beyond ±2^53: send large ids as strings", quote(string(id)))
+	}
+	return nil
+}
+
+// isInteger reports whether b is a JSON number written as an integer: an
+// optional minus sign and digits, no fraction and no exponent.
+func isInteger(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("-"))
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

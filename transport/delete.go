@@ -1,0 +1,44 @@
+// delete.go holds the DELETE request kind: the client ends its session
+// (MCP 2025-11-25, "Session Management"), whose token then answers 404.
+
+package transport
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// serveDELETE ends the session and answers 204. Its checks run in this
+// order: Mcp-Session-Id well formed (400 session_id_invalid) and present
+// (400 session_required), the session live as the registry knows it
+// (Registry.Status, which starts nothing: 404 session_not_found, or 503
+// when the store cannot say), and bound to this user, if to any (403
+// session_forbidden).
+func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) *refusal {
+	token, ref := sessionID(r)
+	if ref != nil {
+		return ref
+	}
+	if token == "" {
+		return refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required on DELETE")
+	}
+	ctx := r.Context()
+	status, rec, err := h.reg.Status(ctx, token)
+	switch {
+	case err != nil:
+		return lookupRefusal(err)
+	case status != replay.Live:
+		return lookupRefusal(session.ErrNotFound)
+	case rec.UserID != "" && rec.UserID != userID(r):
+		return lookupRefusal(session.ErrForbidden)
+	}
+	if err := h.reg.End(ctx, token, store.EndDeleted); err != nil && !errors.Is(err, store.ErrEnded) {
+		return lookupRefusal(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

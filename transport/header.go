@@ -1,0 +1,187 @@
+// header.go holds the parsing of the request headers MCP Streamable HTTP
+// defines (MCP 2025-11-25, basic/transports): MCP-Protocol-Version,
+// Mcp-Session-Id, Last-Event-ID, Accept, and the media type and encoding of
+// a POST body. Each parser returns the header's value, or the refusal the
+// header earns.
+
+package transport
+
+import (
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// Protocol versions of the stateful era that the handler serves, and the
+// first version of the sessionless era.
+const (
+	V20241105    = "2024-11-05" // negotiated by the go-sdk when a client asks for it; served as 2025-03-26
+	V20250326    = "2025-03-26"
+	V20250618    = "2025-06-18"
+	V20251125    = "2025-11-25"
+	VSessionless = "2026-07-28"
+)
+
+// MaxSessionIDLen is the longest Mcp-Session-Id accepted, in bytes;
+// Tidemark's own tokens are 26 bytes.
+const MaxSessionIDLen = 128
+
+// Media types of MCP Streamable HTTP.
+const (
+	mediaJSON = "application/json"
+	mediaSSE  = "text/event-stream"
+)
+
+// protocolVersion returns the MCP-Protocol-Version header ("" when absent),
+// or a refusal when it is repeated or names a version of the stateful era
+// that is not served (MCP 2025-11-25, "Protocol Version Header": 400).
+func protocolVersion(r *http.Request) (string, *refusal) {
+	vals := r.Header.Values("Mcp-Protocol-Version")
+	switch {
+	case len(vals) == 0:
+		return "", nil
+	case len(vals) > 1:
+		return "", refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version header is repeated")
+	}
+	v := vals[0]
+	if !isDate(v) {
+		return "", refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version "+quote(v)+" is not a YYYY-MM-DD version")
+	}
+	switch {
+	case v == V20241105 || v == V20250326 || v == V20250618 || v == V20251125 || v >= VSessionless:
+		return v, nil
+	}
+	return "", refuse(replay.ReasonProtocolVersion,
+		"unsupported MCP-Protocol-Version "+quote(v)+"; supported: 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28")
+}
+
+func isDate(v string) bool {
+	if len(v) != 10 || v[4] != '-' || v[7] != '-' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if i != 4 && i != 7 && (v[i] < '0' || v[i] > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionID returns the Mcp-Session-Id header ("" when absent), or a
+// refusal when it is repeated, too long or not visible ASCII (MCP
+// 2025-11-25, "Session Management": 0x21 to 0x7E).
+func sessionID(r *http.Request) (string, *refusal) {
+	vals := r.Header.Values("Mcp-Session-Id")
+	if len(vals) == 0 {
+		return "", nil
+	}
+	if len(vals) > 1 {
+		return "", refuse(replay.ReasonSessionIDInvalid, "Mcp-Session-Id header is repeated")
+	}
+	v := vals[0]
+	if len(v) > MaxSessionIDLen {
+		return "", refuse(replay.ReasonSessionIDInvalid, "Mcp-Session-Id is longer than 128 bytes")
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return "", refuse(replay.ReasonSessionIDInvalid, "Mcp-Session-Id has a byte outside visible ASCII")
+		}
+	}
+	return v, nil
+}
+
+// lastEventID returns the values of the Last-Event-ID header, and whether
+// the request carries the header at all (a GET that does is a resume).
+func lastEventID(r *http.Request) ([]string, bool) {
+	vals, ok := r.Header["Last-Event-Id"]
+	return vals, ok
+}
+
+// postHeaders applies the header rules of a POST, in this order:
+// Content-Type must be application/json (415 content_type), Accept must
+// admit application/json and text/event-stream (406 not_acceptable), the
+// body must not be content-encoded (415 content_type), and Last-Event-ID
+// belongs on GET only (400 last_event_id_on_post).
+func postHeaders(r *http.Request) *refusal {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != mediaJSON {
+		return refuse(replay.ReasonContentType, "Content-Type must be application/json, not "+quote(r.Header.Get("Content-Type")))
+	}
+	if !accepts(r, mediaJSON) || !accepts(r, mediaSSE) {
+		return refuse(replay.ReasonNotAcceptable, "Accept must list both application/json and text/event-stream")
+	}
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for ce := range strings.SplitSeq(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return refuse(replay.ReasonContentType, "Content-Encoding "+quote(ce)+" is not accepted: send the JSON body uncompressed")
+			}
+		}
+	}
+	if len(r.Header.Values("Last-Event-ID")) > 0 {
+		return refuse(replay.ReasonLastEventIDOnPost, "Last-Event-ID is only meaningful on GET: resume a stream with GET")
+	}
+	return nil
+}
+
+// getHeaders applies the header rules of a GET, plain or resuming, in this
+// order, and returns the session token: Accept admits text/event-stream
+// (406 not_acceptable), Mcp-Session-Id is well formed (400
+// session_id_invalid) and present (400 session_required: row 1 of the
+// replay decision).
+func getHeaders(r *http.Request) (string, *refusal) {
+	if !accepts(r, mediaSSE) {
+		return "", refuse(replay.ReasonNotAcceptable, "GET must accept text/event-stream")
+	}
+	token, ref := sessionID(r)
+	if ref != nil {
+		return "", ref
+	}
+	if token == "" {
+		return "", refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required on GET")
+	}
+	return token, nil
+}
+
+// accepts reports whether the Accept header admits mediaType (exactly, by
+// its type wildcard, or by */*).
+func accepts(r *http.Request, mediaType string) bool {
+	major, _, _ := strings.Cut(mediaType, "/")
+	// The most specific matching range decides (RFC 9110 §12.5.1): the
+	// type itself, then type/*, then */*; a quality of 0 refuses.
+	best, ok := 0, false
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, params, _ := strings.Cut(part, ";")
+			mt = strings.ToLower(strings.TrimSpace(mt))
+			rank := 0
+			switch mt {
+			case mediaType:
+				rank = 3
+			case major + "/*":
+				rank = 2
+			case "*/*":
+				rank = 1
+			}
+			if rank > best {
+				best, ok = rank, !refused(params)
+			}
+		}
+	}
+	return ok
+}
+
+// refused reports whether an Accept entry's parameters give it the quality
+// 0, which marks its media type as not acceptable (RFC 9110 §12.4.2).
+func refused(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && q == 0
+		}
+	}
+	return false
+}

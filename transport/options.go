@@ -1,0 +1,94 @@
+// options.go holds the Handler's options and their defaults.
+
+package transport
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes = 4 << 20
+	DefaultBodyTimeout  = 30 * time.Second
+	DefaultKeepAlive    = 15 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultRetry        = time.Second
+)
+
+// Options configures a Handler. The zero value serves with the defaults.
+type Options struct {
+	// JSONResponse answers POSTs that carry requests with one
+	// application/json body instead of an SSE stream (MCP 2025-11-25,
+	// "Sending Messages to the Server"). Messages related to those requests
+	// then go to the standalone GET stream. Default false: SSE.
+	JSONResponse bool
+	// Retry is the reconnection delay sent as the SSE `retry` field in
+	// priming events and when the server closes a stream. Default 1 second;
+	// negative: no retry field.
+	Retry time.Duration
+	// KeepAlive is the idle time after which an SSE stream gets a comment
+	// line, so proxies and clients keep it open. Default 15 seconds;
+	// negative: never.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each write of events to a connection; a client
+	// that does not read for this long loses the connection (it resumes).
+	// Default 30 seconds.
+	WriteTimeout time.Duration
+	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
+	// bodies get 413. Default 4 MiB.
+	MaxBodyBytes int64
+	// BodyTimeout bounds reading a POST body; a client that sends it slower
+	// gets 408 body_timeout (a slow body must not hold a connection and a
+	// goroutine for ever). Default 30 seconds.
+	BodyTimeout time.Duration
+	// AllowedOrigins lists Origin values (scheme://host[:port]) accepted
+	// besides the request's own host. A request with any other Origin gets
+	// 403 (MCP 2025-11-25, "Security Warning": servers MUST validate
+	// Origin). "*" accepts every origin.
+	AllowedOrigins []string
+	// DisableLocalhostProtection turns off the DNS-rebinding check that
+	// answers 403 to a request reaching a loopback listener with a Host
+	// that is not localhost or a loopback address.
+	DisableLocalhostProtection bool
+	// Sessionless serves requests of the sessionless era (MCP-Protocol-Version
+	// 2026-07-28 or later, or a POST whose params carry
+	// _meta["io.modelcontextprotocol/protocolVersion"]). Nil: such requests
+	// get 400 protocol_version.
+	Sessionless http.Handler
+	// Logger receives structured lines with session token prefix,
+	// generation, stream and reason. Default slog.Default().
+	Logger *slog.Logger
+	// Directory locates the replica that owns a session held by another
+	// replica of a fleet (session.ErrRemote), so that requests for it are
+	// forwarded there (forward.go); the forwarded request carries
+	// ForwardedByHeader with this replica's ID, the registry's Owner.
+	// Default nil: single-process mode; should the registry still report a
+	// remote owner, the request waits for that owner's lease to lapse and
+	// is then served here.
+	Directory Directory
+}
+
+// withDefaults returns opts with every zero field set to its default.
+func (opts Options) withDefaults() Options {
+	if opts.Retry == 0 {
+		opts.Retry = DefaultRetry
+	}
+	if opts.KeepAlive == 0 {
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return opts
+}

@@ -1,0 +1,192 @@
+// refusal.go holds the refusal: the value a check returns when a request
+// cannot be served, its JSON-RPC error body, the one function that writes
+// it, and the refusals that errors of the session layer call for.
+
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// JSON-RPC error codes used in refusal bodies: the JSON-RPC 2.0 codes, and
+// -32001 "session not found" as the TypeScript SDK uses it.
+const (
+	codeParseError      = -32700
+	codeInvalidRequest  = -32600
+	codeSessionNotFound = -32001
+	codeServerError     = -32000
+)
+
+// retryAfterSeconds is the Retry-After value, in seconds, of every 429 and
+// 503 refusal (RFC 9110, section 10.2.3).
+const retryAfterSeconds = 1
+
+// A refusal is why a request is not served: an HTTP status with a JSON-RPC
+// error body whose error.data.reason is a word of the catalogue
+// (replay/reason.go), which also gives the status.
+type refusal struct {
+	reason  replay.Reason
+	message string         // what went wrong and what to do next
+	data    map[string]any // fields of error.data besides reason
+	id      jsonrpc.ID     // the request's id when known; null otherwise
+	// logged says the caller logged the refusal already, with more than
+	// write knows (the session and the cursor): write does not log it again.
+	logged bool
+	// cause is the error behind the refusal, for the log line only: layer
+	// errors name the session by its token prefix, which a refusal body
+	// never carries (the request may not hold that token).
+	cause error
+}
+
+// refuse returns a refusal for reason, with message as the error body's
+// message.
+func refuse(reason replay.Reason, message string) *refusal {
+	return &refusal{reason: reason, message: message}
+}
+
+// Error makes a refusal an error, so that the session lookup can return it
+// among the registry's errors (lookupRefusal).
+func (ref *refusal) Error() string { return ref.reason.String() + ": " + ref.message }
+
+// code returns the JSON-RPC error code of the refusal's body.
+func (ref *refusal) code() int {
+	switch ref.reason {
+	case replay.ReasonParseError:
+		return codeParseError
+	case replay.ReasonSessionNotFound:
+		return codeSessionNotFound
+	}
+	switch ref.reason.Status() {
+	case http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return codeServerError
+	}
+	return codeInvalidRequest
+}
+
+type errorBody struct {
+	JSONRPC string      `json:"jsonrpc"`
+	ID      any         `json:"id"`
+	Error   errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+}
+
+// write sends the refusal as the response and logs it: at WARN for 5xx, at
+// INFO for 409, at DEBUG for a client's other mistakes, which are routine
+// and cheap to cause in bulk.
+func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
+	status := ref.reason.Status()
+	data := map[string]any{"reason": ref.reason}
+	for k, v := range ref.data {
+		data[k] = v
+	}
+	// JSON-RPC 2.0 §5: the id is null when the request's id is unknown, which
+	// jsonrpc.EncodeMessage would omit instead; hence this envelope.
+	body, err := json.Marshal(errorBody{
+		JSONRPC: "2.0",
+		ID:      ref.id.Raw(),
+		Error:   errorObject{Code: ref.code(), Message: ref.message, Data: data},
+	})
+	if err != nil {
+		http.Error(w, ref.message, status)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	switch status {
+	case http.StatusMethodNotAllowed:
+		h.Set("Allow", "GET, POST, DELETE")
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+	if ref.logged {
+		return
+	}
+	level := slog.LevelDebug
+	switch {
+	case status >= 500:
+		level = slog.LevelWarn
+	case status == http.StatusConflict:
+		level = slog.LevelInfo
+	}
+	attrs := []any{"status", status, "reason", ref.reason, "detail", ref.message}
+	if ref.cause != nil {
+		attrs = append(attrs, "error", ref.cause)
+	}
+	logger.Log(context.Background(), level, "request refused", attrs...)
+}
+
+// lookupRefusal returns the refusal that an error of the session lookup
+// (resolve, Registry.Create, Registry.Status) calls for; nil for errServed,
+// whose request was answered already.
+func lookupRefusal(err error) *refusal {
+	var ref *refusal
+	switch {
+	case errors.Is(err, errServed):
+		return nil
+	case errors.As(err, &ref):
+		return ref
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
+		ref = refuse(replay.ReasonSessionNotFound, "the session is unknown, ended or superseded: send initialize to start a new session")
+	case errors.Is(err, session.ErrForbidden):
+		ref = refuse(replay.ReasonSessionForbidden, "the session belongs to another user")
+	case errors.Is(err, engine.ErrCapacity):
+		ref = refuse(replay.ReasonCapacity, "no room for another session or server process: retry later")
+	default:
+		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry later")
+	}
+	ref.cause = err
+	return ref
+}
+
+// deliveryRefusal returns the refusal for a failure to hand a message to
+// live's session, or to store what answering it needs (an opening event, a
+// state change, the bounds a resume is decided on), and logs the failure
+// with the session's attributes and the error.
+func deliveryRefusal(live *session.Live, err error) *refusal {
+	var ref *refusal
+	switch {
+	case errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound):
+		ref = refuse(replay.ReasonSessionNotFound, "the session ended: send initialize to start a new session")
+	case errors.Is(err, store.ErrFenced):
+		// Another replica took the session over; the next attempt reaches it.
+		ref = refuse(replay.ReasonOwnerMoved, "another replica took the session over: retry the request")
+	default:
+		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry the request")
+	}
+	live.Logger().Warn("delivery failed", "reason", ref.reason, "error", err)
+	return ref
+}
+
+// quote bounds and quotes a client-supplied value for an error message.
+func quote(s string) string {
+	b, _ := json.Marshal(clip(s))
+	return string(b)
+}
+
+// clip shortens a client-supplied value to 64 bytes for a log attribute;
+// the log handler quotes and escapes it as its format needs.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,160 @@
+// resume.go holds the resume request kind: a GET with Last-Event-ID, which
+// continues any stream of the session after the cursor, as the replay
+// decision allows (DESIGN.md, "The replay decision"; MCP 2025-11-25,
+// "Resumability and Redelivery").
+
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// resumes numbers the priming events of resumed streams: the resume part of
+// their ids (replay.Cursor). One counter serves the whole process, and a
+// session generation is served by one process (its owner), so no two
+// priming events of one generation share a number.
+var resumes atomic.Uint64
+
+// serveResume resumes the stream the cursor in Last-Event-ID names;
+// cursors are the header's values (lastEventID). Its checks run in the
+// order of the decision table: getHeaders' (406, 400 session_id_invalid,
+// then row 1, 400 session_required), then rows 2 to 7 as replay.Decide
+// applies them to the session the lookup found (404 session_not_found, 400
+// cursor_malformed, 409 generation_mismatch, 409 cursor_compacted, 400
+// cursor_ahead, 400 cursor_malformed), with the lookup's own refusals
+// (403, 503) in row 2's place. The lookup re-creates
+// the session's live state at generation+1 when no live process holds it,
+// so the decision compares the cursor with the generation that serves now;
+// a session another replica owns is decided and served there.
+func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version string, cursors []string) *refusal {
+	token, ref := getHeaders(r)
+	if ref != nil {
+		return ref
+	}
+	live, err := h.resolve(w, r, token, nil)
+	in, ref := h.replayInput(r, token, cursors, live, err)
+	if in == nil {
+		return ref // refused, or served by the session's owner
+	}
+	d, at, ref := h.decide(r, token, live, in, len(cursors) > 1)
+	if ref != nil {
+		return ref
+	}
+	if d.Outcome != replay.Replay {
+		return resumeRefusal(live, d, in.LastEventID)
+	}
+	if version == "" {
+		version = live.ProtocolVersion()
+	}
+	// A cursor naming the last event of a finished stream has nothing after
+	// it: the resumed stream is the priming event alone, then the end.
+	s := stream{live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence, finished: at.End}
+	if version >= V20251125 {
+		s.preamble = h.resumePriming(d.Cursor)
+	}
+	live.Logger().Info("stream resumed", "stream", d.Cursor.Stream, "cursor", in.LastEventID)
+	return h.serve(r.Context(), w, s)
+}
+
+// replayInput returns what the decision reads: the cursor, the one value of
+// the Last-Event-ID header (none when it is repeated), and the session as the lookup found it (live, with
+// its generation and bounds) or as the registry knows the token when the
+// lookup did not find it. It returns no input when the request was refused
+// for another reason, or forwarded to the session's owner (no refusal).
+func (h *Handler) replayInput(r *http.Request, token string, cursors []string, live *session.Live, err error) (*replay.Input, *refusal) {
+	in := &replay.Input{HasSessionID: true}
+	if len(cursors) == 1 {
+		in.LastEventID = cursors[0]
+	}
+	if err != nil {
+		status, ref := h.status(r.Context(), token, err)
+		if ref != nil || errors.Is(err, errServed) {
+			return nil, ref
+		}
+		in.Session = replay.Session{Status: status}
+		return in, nil
+	}
+	b, err := h.reg.Log().Bounds(r.Context(), token)
+	if err != nil {
+		return nil, deliveryRefusal(live, err)
+	}
+	// Should the session be re-created between the lookup and Bounds, the
+	// reader of the replay finds the new generation and closes.
+	in.Session = replay.Session{Status: replay.Live, Tag: live.Tag(), Generation: live.Generation(), Floor: b.Floor, HWM: b.HWM}
+	return in, nil
+}
+
+// status returns what row 2 of the decision reads of a token whose lookup
+// failed with err: the registry's decision (Registry.Status) for a token it
+// does not hold live, which is unknown, evicted or superseded. An error
+// that says nothing of the token (another user's session, the store, a
+// forwarded request) gets the lookup's answer instead.
+func (h *Handler) status(ctx context.Context, token string, err error) (replay.Status, *refusal) {
+	if !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrEnded) {
+		return replay.Unknown, lookupRefusal(err)
+	}
+	st, _, err := h.reg.Status(ctx, token)
+	if err != nil {
+		return replay.Unknown, lookupRefusal(err)
+	}
+	return st, nil
+}
+
+// decide applies the replay decision to in, the input of r, looking up the
+// event at the cursor's sequence when the decision asks for it
+// (replay.NeedEvent), and returns the decision and that event. repeated
+// says the Last-Event-ID header was repeated, which the refusal says.
+func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *replay.Input, repeated bool) (replay.Decision, store.Event, *refusal) {
+	d := replay.Decide(*in)
+	if repeated && d.Outcome == replay.CursorMalformed {
+		d.Detail = "the Last-Event-ID header is repeated: send one cursor"
+	}
+	var at store.Event
+	if d.Outcome == replay.NeedEvent {
+		ev, found, err := h.reg.Log().At(r.Context(), token, d.Cursor.Sequence)
+		if err != nil {
+			return d, at, deliveryRefusal(live, err)
+		}
+		at = ev
+		in.At = &replay.EventAt{Found: found, Stream: ev.Stream}
+		d = replay.Decide(*in)
+	}
+	return d, at, nil
+}
+
+// resumeRefusal returns the refusal of decision d, whose error.data carries
+// the values that explain it (replay.Decision.Data). A session found live
+// logs it with the session's attributes and the cursor; write then does not
+// log it again.
+func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusal {
+	ref := refuse(d.Outcome.Reason(), d.Message())
+	ref.data = d.Data()
+	if live != nil {
+		live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(cursor), "status", d.Outcome.HTTPStatus())
+		ref.logged = true
+	}
+	return ref
+}
+
+// resumePriming returns the priming event a stream resumed at cursor c opens
+// with (SEP-1699), with the retry field when configured. Its id names c's
+// position with a resume part no other priming event carries
+// (replay.Cursor): the id is new, as every event id of a session must be,
+// and a client whose connection breaks before the next event resumes with
+// it from the same place.
+func (h *Handler) resumePriming(c replay.Cursor) []byte {
+	c.Resume = resumes.Add(1)
+	b := c.AppendText(append(make([]byte, 0, 128), "id: "...))
+	b = append(b, '\n')
+	if h.opts.Retry > 0 {
+		b = appendRetry(b, h.opts.Retry)
+	}
+	return append(b, "data:\n\n"...)
+}

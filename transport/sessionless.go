@@ -1,0 +1,76 @@
+// sessionless.go holds the sessionless request kind: requests of the era
+// that starts with MCP-Protocol-Version 2026-07-28, which Options.Sessionless
+// serves (DESIGN.md, "Eras"), and how a request is found to belong to it.
+
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// metaProtocolVersion is the params._meta key that carries a sessionless
+// request's protocol version.
+const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+
+// isSessionless reports whether r belongs to the sessionless era: its
+// MCP-Protocol-Version header names 2026-07-28 or later, or it is a POST
+// whose header is absent or refused (versionRef) and whose params carry
+// the era's per-request version; that POST's handler judges the version.
+func (h *Handler) isSessionless(r *http.Request, version string, versionRef *refusal) bool {
+	if version >= VSessionless {
+		return true
+	}
+	return (version == "" || versionRef != nil) && r.Method == http.MethodPost && h.sessionlessBody(r)
+}
+
+// serveSessionless hands r to Options.Sessionless; without one, r is
+// refused 400 protocol_version.
+func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, version string) *refusal {
+	if h.opts.Sessionless == nil {
+		return refuse(replay.ReasonProtocolVersion, "protocol version "+version+" (sessionless era) is not served here")
+	}
+	h.opts.Sessionless.ServeHTTP(w, r)
+	return nil
+}
+
+// sessionlessBody reports whether a POST body's params carry the
+// sessionless era's per-request protocol version, restoring the body for the
+// next reader. A body it cannot read or parse is left to the stateful path,
+// which refuses it precisely.
+func (h *Handler) sessionlessBody(r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBodyBytes+1))
+	// The body is put back for its handler to read again, with the read
+	// error, if any, after the bytes that came: a truncated or stalled body
+	// must fail there too, not pass as a shorter message.
+	rest := r.Body
+	if err != nil {
+		rest = io.NopCloser(errReader{err})
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
+	if err != nil || !bytes.Contains(body, []byte(metaProtocolVersion)) {
+		return false
+	}
+	var msg struct {
+		Params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil {
+		return false
+	}
+	_, ok := msg.Params.Meta[metaProtocolVersion]
+	return ok
+}
+
+// errReader fails every Read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

@@ -1,0 +1,198 @@
+// stream.go holds the serving of one stream on one connection: the reader
+// that tails the stream's events from the log (replay, then live), the
+// connection's hold on the stream (attach.go), keep-alives, and the ends
+// of a stream: its last event, a takeover, the end of its generation, and
+// shutdown.
+
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// deadEngineGrace is how long a stream stays open after the engine session
+// of its generation ended, for the answers the engine still appends.
+const deadEngineGrace = time.Second
+
+// stream is one connection serving one stream of one session generation.
+type stream struct {
+	live   *session.Live
+	stream uint64
+	after  uint64 // the reader starts after this sequence
+	// preamble is written before the first event: headers are sent with
+	// it. For a resumed stream it is the priming event that names the
+	// client's cursor under a new id (resumePriming).
+	preamble []byte
+	// unprimed: the client's protocol predates priming events (2025-11-25),
+	// so the stream's opening event is not sent.
+	unprimed bool
+	// finished: the stream already ended at or before after; only the
+	// preamble is written.
+	finished bool
+	// fresh: a new standalone stream; after is set by serve, once the
+	// connection holds the stream (see start).
+	fresh bool
+}
+
+// serve tails the stream and writes its events until the stream is over,
+// the client goes away, a newer connection takes the stream over, the
+// session or its generation ends, or the server shuts down. It sets the
+// headers of an SSE response first. It returns a refusal
+// only when a new standalone stream cannot be started (its priming event
+// cannot be stored), before anything is written. A connection taken over
+// before it could serve writes nothing: the client sees a stream that
+// ends at once.
+func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *refusal {
+	setSSEHeaders(w.Header())
+	l := s.live
+	key := streamKey{token: l.Token(), gen: l.Generation(), stream: s.stream}
+	att, err := h.conns.attach(ctx, key)
+	if err != nil {
+		return nil
+	}
+	defer h.conns.detach(key, att)
+	defer l.Attach()()
+	if s.fresh {
+		if s.after, err = h.start(ctx, l, s); err != nil {
+			return deliveryRefusal(l, err)
+		}
+	}
+
+	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation(), att)
+	sw.unprimed = s.unprimed
+	w.WriteHeader(http.StatusOK)
+	// The headers go out with the preamble, or, when there is none and
+	// the stream's opening event (priming) is in the log already, with
+	// the first events: the reader returns that event at once, so a flush
+	// of the headers alone would only cost a write system call. A stream
+	// without priming may wait long for its first event: its headers are
+	// flushed now.
+	if len(s.preamble) > 0 || s.unprimed || s.finished {
+		if err := sw.writeRaw(s.preamble); err != nil || s.finished {
+			return nil
+		}
+	}
+
+	var helpers sync.WaitGroup
+	defer helpers.Wait() // runs after cancel: no write after serve returns
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	helpers.Add(1)
+	go func() {
+		defer helpers.Done()
+		h.watchStream(ctx, cancel, sw, att, l)
+	}()
+
+	rd := l.Reader(s.stream, s.after)
+	for {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.Logger().Info("stream closed", "stream", s.stream, "reason", streamEndReason(err), "position", rd.Position())
+			}
+			return nil
+		}
+		over, err := sw.writeEvents(evs)
+		if err != nil && !errors.Is(err, errTakenOver) {
+			l.Logger().Info("stream write failed", "stream", s.stream, "reason", replay.ReasonClientGone, "error", err)
+		}
+		if err != nil || over {
+			return nil
+		}
+	}
+}
+
+// start returns the position a new standalone stream's reader starts
+// after: just before its priming event, appended now (2025-11-25 and
+// later), or else the high-water mark. It runs once the connection holds
+// the stream, so the connection it took over has stopped writing and no
+// event after this position can reach both.
+func (h *Handler) start(ctx context.Context, l *session.Live, s stream) (uint64, error) {
+	if !s.unprimed {
+		seq, err := l.Prime(ctx, s.stream, max(h.opts.Retry, 0))
+		if err != nil {
+			return 0, err
+		}
+		return seq - 1, nil
+	}
+	b, err := h.reg.Log().Bounds(ctx, l.Token())
+	if err != nil {
+		return 0, err
+	}
+	return b.HWM, nil
+}
+
+// watchStream ends a connection's context when a newer connection takes its
+// stream over, when the session's live state ends, or at shutdown (after a
+// final retry field); meanwhile it writes keep-alive comments.
+func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw *sseWriter, att *attachment, l *session.Live) {
+	engineDone := l.Done()
+	var grace <-chan time.Time
+	var tick <-chan time.Time
+	if h.opts.KeepAlive > 0 {
+		t := time.NewTicker(h.opts.KeepAlive / 2)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-att.kicked:
+			cancel()
+			return
+		case <-engineDone:
+			// The engine's live state ended; an engine may still append the
+			// answers it owes (the stdio engine fails the calls its dead
+			// subprocess left in flight). Let the stream deliver them, then
+			// close it: nothing else will come for this generation.
+			engineDone = nil
+			t := time.NewTimer(deadEngineGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			cancel()
+			return
+		case <-h.shutdown:
+			var b []byte
+			if h.opts.Retry > 0 {
+				b = appendRetry(b, h.opts.Retry)
+				b = append(b, '\n')
+			}
+			sw.writeFinal(b)
+			cancel()
+			return
+		case <-tick:
+			if sw.idleFor() >= h.opts.KeepAlive {
+				if sw.writeRaw([]byte(": keep-alive\n\n")) != nil {
+					cancel()
+					return
+				}
+				l.Touch()
+			}
+		}
+	}
+}
+
+// streamEndReason names why a reader stopped, for logs.
+func streamEndReason(err error) replay.Reason {
+	switch {
+	case errors.Is(err, eventlog.ErrCompacted):
+		return replay.ReasonCursorCompacted
+	case errors.Is(err, eventlog.ErrGenerationChanged):
+		return replay.ReasonGenerationMismatch
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		return replay.ReasonSessionNotFound
+	default:
+		return replay.ReasonStoreError
+	}
+}
