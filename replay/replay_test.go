@@ -1,3 +1,7 @@
+// replay_test.go runs the decision table and the cursor grammar from
+// testdata, and tests the cursor codec's bounds, round trip and hostile
+// input.
+
 package replay_test
 
 import (
@@ -250,8 +254,7 @@ func BenchmarkDecide(b *testing.B) {
 // TestGenerationMismatchMessage: a cursor of an older generation is told
 // the state was re-created; one of a generation above the live one (never
 // issued: forged, or from a store that lost data) is told no such
-// generation was issued (regression: it was told the state was re-created,
-// found by a tester).
+// generation was issued, not that the state was re-created.
 func TestGenerationMismatchMessage(t *testing.T) {
 	tag := replay.Tag("token")
 	for _, tc := range []struct {

@@ -1,3 +1,6 @@
+// auth_test.go tests the binding of a session to the user who created it,
+// behind the go-sdk's bearer-token middleware.
+
 package transport_test
 
 import (

@@ -1,3 +1,6 @@
+// badinput_test.go sends hostile and malformed requests and checks that
+// each gets its exact refusal and leaves the session working.
+
 package transport_test
 
 import (

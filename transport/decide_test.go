@@ -1,3 +1,6 @@
+// decide_test.go walks the replay decision table of DESIGN.md row by row
+// through the real stack over HTTP.
+
 package transport_test
 
 import (

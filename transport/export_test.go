@@ -1,3 +1,6 @@
+// export_test.go exports to the package's tests what they observe of the
+// Handler's internals.
+
 package transport
 
 // TakeoverWaiters returns how many connections are waiting for an older

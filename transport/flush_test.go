@@ -1,3 +1,6 @@
+// flush_test.go tests when a stream's headers and first events reach the
+// client.
+
 package transport_test
 
 import (

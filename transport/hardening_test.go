@@ -1,3 +1,7 @@
+// hardening_test.go tests the limits that keep a server up under misuse:
+// body size and time, calls per session, capacity, retention, draining and
+// shutdown, and refusals made before a body arrives.
+
 package transport_test
 
 import (
@@ -408,9 +412,8 @@ func TestIDsAnsweredAsSent(t *testing.T) {
 
 // TestTruncatedBody: a body that ends before its Content-Length (the client
 // closes its side) is refused 400 parse_error (-32700) and nothing of it
-// runs, with or without MCP-Protocol-Version (regression: without the
-// header the bytes that came were delivered as a shorter message, and its
-// id stayed in flight).
+// runs, with or without MCP-Protocol-Version: the bytes that came are not
+// delivered as a shorter message, and no id stays in flight.
 func TestTruncatedBody(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
@@ -452,8 +455,8 @@ func TestTruncatedBody(t *testing.T) {
 
 // TestVersion20241105: the go-sdk negotiates 2024-11-05 when a client asks
 // for it; that session's requests carrying that version in
-// MCP-Protocol-Version are served like 2025-03-26 (regression: they were
-// refused 400 protocol_version after a successful initialize).
+// MCP-Protocol-Version are served like 2025-03-26, not refused 400
+// protocol_version after a successful initialize.
 func TestVersion20241105(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
@@ -466,8 +469,8 @@ func TestVersion20241105(t *testing.T) {
 
 // TestIdleEvictionFollowsShortTTL: with a short idle TTL and no sweep
 // interval set, an idle session is evicted within about a quarter of the
-// TTL after it expires (regression: the sweep ran every 10 seconds
-// whatever the TTL, so a 2 s TTL let sessions live for up to 12 s).
+// TTL after it expires, not at the default sweep interval of 10 seconds,
+// which would let a 2 s TTL keep sessions for up to 12 s.
 func TestIdleEvictionFollowsShortTTL(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{IdleTTL: 400 * time.Millisecond}}, nil)
@@ -482,8 +485,8 @@ func TestIdleEvictionFollowsShortTTL(t *testing.T) {
 
 // TestDrainLetsCallsFinish: Drain refuses new calls with 503 and
 // Retry-After, still accepts notifications, and returns once the calls in
-// flight have answered on their streams (regression: shutdown closed every
-// stream at once, and a restart then lost the calls that were running).
+// flight have answered on their streams, so that a restart after it loses
+// no call that was running.
 func TestDrainLetsCallsFinish(t *testing.T) {
 	ctx := testContext(t)
 	server := demo.NewServer()

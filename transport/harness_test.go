@@ -1,3 +1,6 @@
+// harness_test.go holds what the package's tests share: the real stack on
+// a loopback listener, the gated tool, and checks of events and refusals.
+
 package transport_test
 
 import (

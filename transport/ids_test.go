@@ -1,3 +1,6 @@
+// ids_test.go tests that a session never sends an event id twice, across
+// resumes, while every id a client holds resumes it exactly.
+
 package transport_test
 
 import (

@@ -1,3 +1,7 @@
+// lifecycle_test.go tests a session's life over HTTP: DELETE, idle and
+// capacity eviction, JSON answers, batches, server-initiated close,
+// priming, keep-alives and shutdown.
+
 package transport_test
 
 import (

@@ -1,3 +1,6 @@
+// reader_test.go tests one reader per stream: a resume takes a stream over
+// from the connection serving it.
+
 package transport_test
 
 import (

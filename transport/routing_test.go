@@ -1,3 +1,6 @@
+// routing_test.go tests that messages reach the stream of the request they
+// relate to while many calls run at once.
+
 package transport_test
 
 import (

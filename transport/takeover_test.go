@@ -1,3 +1,6 @@
+// takeover_test.go tests takeovers while the connection serving a stream
+// is stuck in a write: only the newest connection writes.
+
 package transport_test
 
 import (
