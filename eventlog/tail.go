@@ -3,6 +3,7 @@ package eventlog
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -48,6 +49,19 @@ func (r *Reader) Position() uint64 { return r.pos }
 // had not read; ErrGenerationChanged when the session was re-created; the
 // store's error when the session ended; ctx.Err() when ctx is done.
 func (r *Reader) Next(ctx context.Context) ([]store.Event, error) {
+	return r.next(ctx, math.MaxUint64)
+}
+
+// NextUpTo is Next for a stream that must end at a known point of the log
+// (a server shutting down delivers what its log already holds): once the
+// Reader has examined every event up to sequence limit and found none of
+// its stream, it returns no events and no error instead of waiting for
+// more.
+func (r *Reader) NextUpTo(ctx context.Context, limit uint64) ([]store.Event, error) {
+	return r.next(ctx, limit)
+}
+
+func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) {
 	st := r.log.st
 	for {
 		var evs []store.Event
@@ -85,6 +99,9 @@ func (r *Reader) Next(ctx context.Context) ([]store.Event, error) {
 		}
 		if len(evs) > 0 {
 			continue // only other streams' events: keep scanning
+		}
+		if r.pos >= limit {
+			return nil, nil
 		}
 		if err := st.Wait(ctx, r.token, r.pos); err != nil {
 			if ctx.Err() != nil {

@@ -409,3 +409,39 @@ func next(t *testing.T, s *mcptest.Stream) mcptest.Event {
 	}
 	return e
 }
+
+// stallWatch wraps every response of a server and reports, once, that a
+// write has been under way for stalled: the client is not reading and the
+// connection's buffers are full, so the write cannot complete until it
+// does.
+type stallWatch struct {
+	stalled  time.Duration
+	once     sync.Once
+	detected chan struct{}
+}
+
+func (sw *stallWatch) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&watchedWriter{ResponseWriter: w, sw: sw}, r)
+	})
+}
+
+type watchedWriter struct {
+	http.ResponseWriter
+	sw *stallWatch
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// write deadlines).
+func (w *watchedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	t := time.AfterFunc(w.sw.stalled, func() { w.sw.once.Do(func() { close(w.sw.detected) }) })
+	defer t.Stop()
+	return w.ResponseWriter.Write(p)
+}
+
+// smallSendBuffer gives an accepted connection a 16 KiB send buffer (no
+// autotuning), so that a server's writes stall soon when its client stops
+// reading.
+func smallSendBuffer(c net.Conn) { c.(*net.TCPConn).SetWriteBuffer(16 << 10) }

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -436,6 +437,58 @@ func TestShutdown(t *testing.T) {
 	_, err = s.Get(ctx)
 	wantRefusal(t, err, http.StatusServiceUnavailable, "unavailable")
 	g.release("s", 2) // let the handler finish
+}
+
+// TestShutdownDeliversWhatTheLogHolds: a call answered before Shutdown
+// whose stream has not written the answer yet (its client reads slowly)
+// still gets it: at shutdown a stream first writes the events the log
+// holds, and a stream that is over then needs no retry field.
+func TestShutdownDeliversWhatTheLogHolds(t *testing.T) {
+	const (
+		pad     = 32 << 10 // bytes of message per progress notification
+		stuckAt = 12       // 384 KiB of notifications: more than the connection's buffers hold
+		n       = stuckAt + 1
+	)
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	watch := &stallWatch{stalled: 500 * time.Millisecond, detected: make(chan struct{})}
+	st := newStackOn(t, server, &tidemark.Options{Retention: eventlog.Options{MaxBytes: -1}}, watch.wrap, smallSendBuffer)
+	s := st.initialize(t, ctx, "")
+	post, err := s.Call(ctx, mcptest.ToolCall(2, "gated", GatedArgs{Gate: "g", N: n, Pad: pad}, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer post.Close()
+	first := parseCursor(t, next(t, post).ID).Sequence
+	g.release("g", stuckAt)
+	select {
+	case <-watch.detected:
+	case <-ctx.Done():
+		t.Fatal("the stream's writes never stalled")
+	}
+	// The call is answered (the log holds its last notification and its
+	// response) while the stream's writes stall.
+	g.release("g", 1)
+	waitFor(t, ctx, "the response in the log", func() bool { return st.bounds(t, s.Token).HWM == first+n+1 })
+	if err := st.h.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		st.h.Shutdown(sctx)
+	}()
+	evs, err := post.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != n+1 || !evs[n].IsResponseTo(mcptest.ID(2)) {
+		t.Fatalf("after Shutdown the stream delivered %d events ending with %v; want the %d notifications and the response", len(evs), evs[len(evs)-1].Event, n)
+	}
+	<-done
 }
 
 // TestDeleteWithCallInFlight: DELETE ends a session whose tool call waits

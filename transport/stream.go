@@ -2,7 +2,7 @@
 // that tails the stream's events from the log (replay, then live), the
 // connection's hold on the stream (attach.go), keep-alives, and the ends
 // of a stream: its last event, a takeover, the end of its generation, and
-// shutdown.
+// shutdown, which first delivers what the log holds.
 
 package transport
 
@@ -96,7 +96,10 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	for {
 		evs, err := rd.Next(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case h.shuttingDown():
+				h.endAtShutdown(l, rd, sw)
+			case ctx.Err() == nil:
 				l.Logger().Info("stream closed", "stream", s.stream, "reason", streamEndReason(err), "position", rd.Position())
 			}
 			return nil
@@ -131,9 +134,38 @@ func (h *Handler) start(ctx context.Context, l *session.Live, s stream) (uint64,
 	return b.HWM, nil
 }
 
+// endAtShutdown ends a stream when the server shuts down: it writes the
+// stream's events the log holds already (the answers of the calls Drain
+// let finish, which may be appended but not yet written), then, unless
+// the stream is over, a final retry field that tells the client to
+// reconnect (to this process after a restart, or to another replica). It
+// takes at most the write timeout.
+func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWriter) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
+	defer cancel()
+	if b, err := h.reg.Log().Bounds(ctx, l.Token()); err == nil {
+		for {
+			evs, err := rd.NextUpTo(ctx, b.HWM)
+			if err != nil || len(evs) == 0 {
+				break
+			}
+			if over, err := sw.writeEvents(evs); over || err != nil {
+				return
+			}
+		}
+	}
+	var b []byte
+	if h.opts.Retry > 0 {
+		b = appendRetry(b, h.opts.Retry)
+		b = append(b, '\n')
+	}
+	sw.writeFinal(b)
+}
+
 // watchStream ends a connection's context when a newer connection takes its
-// stream over, when the session's live state ends, or at shutdown (after a
-// final retry field); meanwhile it writes keep-alive comments.
+// stream over, when the session's live state ends, or at shutdown (the
+// stream then ends with endAtShutdown); meanwhile it writes keep-alive
+// comments.
 func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw *sseWriter, att *attachment, l *session.Live) {
 	engineDone := l.Done()
 	var grace <-chan time.Time
@@ -163,12 +195,6 @@ func (h *Handler) watchStream(ctx context.Context, cancel context.CancelFunc, sw
 			cancel()
 			return
 		case <-h.shutdown:
-			var b []byte
-			if h.opts.Retry > 0 {
-				b = appendRetry(b, h.opts.Retry)
-				b = append(b, '\n')
-			}
-			sw.writeFinal(b)
 			cancel()
 			return
 		case <-tick:

@@ -6,9 +6,6 @@ package transport_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,37 +14,6 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 )
-
-// stallWatch wraps every response of a server and reports, once, that a
-// write has been under way for stalled: the client is not reading and the
-// connection's buffers are full, so the write cannot complete until it
-// does.
-type stallWatch struct {
-	stalled  time.Duration
-	once     sync.Once
-	detected chan struct{}
-}
-
-func (sw *stallWatch) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(&watchedWriter{ResponseWriter: w, sw: sw}, r)
-	})
-}
-
-type watchedWriter struct {
-	http.ResponseWriter
-	sw *stallWatch
-}
-
-// Unwrap lets http.ResponseController reach the connection (flushes and
-// write deadlines).
-func (w *watchedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *watchedWriter) Write(p []byte) (int, error) {
-	t := time.AfterFunc(w.sw.stalled, func() { w.sw.once.Do(func() { close(w.sw.detected) }) })
-	defer t.Stop()
-	return w.ResponseWriter.Write(p)
-}
 
 // TestTakeoverChainWhileOlderIsStuck: the connection serving a stream is
 // stuck in a write (its client stopped reading; a half-open connection
@@ -81,9 +47,7 @@ func takeoverChain(t *testing.T, k int) {
 	server := demo.NewServer()
 	g := addGated(server)
 	watch := &stallWatch{stalled: 500 * time.Millisecond, detected: make(chan struct{})}
-	// A small send buffer (no autotuning) makes the write stall soon.
-	smallBuffer := func(c net.Conn) { c.(*net.TCPConn).SetWriteBuffer(16 << 10) }
-	st := newStackOn(t, server, &tidemark.Options{Retention: eventlog.Options{MaxBytes: -1}}, watch.wrap, smallBuffer)
+	st := newStackOn(t, server, &tidemark.Options{Retention: eventlog.Options{MaxBytes: -1}}, watch.wrap, smallSendBuffer)
 	s := st.initialize(t, ctx, "")
 
 	// The original connection reads its priming event, then nothing: its
