@@ -77,6 +77,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/tidemark-mcp/tidemark/internal/agequeue"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -130,13 +131,16 @@ type Options struct {
 	// trickle in, at that price on each write.
 	CommitWindow time.Duration
 	// MaxBytes bounds the event bytes (store.Event.Size) retained across
-	// all sessions, the bulk of the data directory. Over it, the session
-	// holding the oldest retained event loses the older half of its events
-	// (its replay floor rises, as with eventlog's memory budget), until the
-	// total fits. The directory on disk holds these bytes compressed, plus
-	// records and tombstones (about 1 KiB per session), the write-ahead log
-	// (Pebble keeps up to three 4 MiB log files for reuse: about 16 MiB)
-	// and deleted data that compaction has not yet reclaimed. Default 1 GiB; negative: no bound.
+	// all sessions, the bulk of the data directory. Over it, the oldest
+	// events of the store go first (their sessions' replay floors rise,
+	// as with eventlog's budget), until the total is MaxBytes less a
+	// sixteenth, except each session's newest event: when the newest events
+	// alone exceed MaxBytes, the directory stays over it until sessions end
+	// (see enforceBound). The directory on disk holds these bytes
+	// compressed, plus records and tombstones (about 1 KiB per session), the
+	// write-ahead log (Pebble keeps up to three 4 MiB log files for reuse:
+	// about 16 MiB) and deleted data that compaction has not yet
+	// reclaimed. Default 1 GiB; negative: no bound.
 	MaxBytes int64
 	// MinFreeBytes is the free space (bytes) the store keeps on the data
 	// directory's file system: a write that adds data fails with
@@ -189,6 +193,7 @@ type Store struct {
 
 	total  atomic.Int64 // retained event bytes across sessions
 	groups atomic.Int64 // group commits (fsyncs) so far, for tests
+	bound  bound        // the sessions MaxBytes trims first, and its reports
 
 	sweepStop chan struct{}
 	sweepDone chan struct{}
@@ -200,6 +205,7 @@ var _ store.Store = (*Store)(nil)
 // bounds of its log, exactly as last committed (Trim raises floor first).
 type sess struct {
 	token string
+	age   *agequeue.Item[*sess] // in Store.bound.q while it holds 2 events or more
 	// wmu serializes the writes of the session, held from the fencing check
 	// to the end of the commit.
 	wmu sync.Mutex
@@ -212,6 +218,14 @@ type sess struct {
 	oldest time.Time
 	ended  error         // non-nil once End committed
 	notify chan struct{} // closed and replaced when waiters must look again
+}
+
+// newSess returns the image of the session whose record is rec, with an
+// empty log at floor.
+func newSess(rec store.Record, floor uint64) *sess {
+	ss := &sess{token: rec.Token, rec: rec, floor: floor, notify: make(chan struct{})}
+	ss.age = agequeue.NewItem(ss)
+	return ss
 }
 
 func (ss *sess) boundsLocked() store.Bounds {

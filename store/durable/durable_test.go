@@ -21,6 +21,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 
 	"go.uber.org/goleak"
 
@@ -407,8 +408,8 @@ type nopClose struct{ store.Store }
 
 func (nopClose) Close() error { return nil }
 
-// TestMaxBytes: over the bound, the session with the oldest retained event
-// loses the older half of its events, until the total fits.
+// TestMaxBytes: over the bound, the oldest events go first, until the
+// total is the bound less a sixteenth.
 func TestMaxBytes(t *testing.T) {
 	s := open(t, t.TempDir(), durable.Options{MaxBytes: 100 * 1000, Logger: quiet()})
 	defer s.Close()
@@ -423,15 +424,66 @@ func TestMaxBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// 116,000 bytes against 100,000 - 6,250: the oldest 192 events go
+	// (22,272 bytes, the fewest that free 22,250), all of "old".
 	old, _ := s.Bounds(ctx, "old")
-	if old.Floor != 251 || old.Events != 250 || b.Floor != 1 || b.Events != 500 {
-		t.Fatalf("after 116,000 bytes against a bound of 100,000: old %+v new %+v; want old floor 251 (half gone), new untouched", old, b)
+	if old.Floor != 193 || old.Events != 308 || b.Floor != 1 || b.Events != 500 {
+		t.Fatalf("after 116,000 bytes against a bound of 100,000: old %+v new %+v; want old floor 193, new untouched", old, b)
 	}
 	if size := events(1, t0)[0].Size(); size != 116 {
 		t.Fatalf("test event of %d bytes, want 116", size)
 	}
-	if u := s.Usage(); u.RetainedBytes != 750*116 {
-		t.Fatalf("retained %d bytes, want %d", u.RetainedBytes, 750*116)
+	if u := s.Usage(); u.RetainedBytes != 808*116 {
+		t.Fatalf("retained %d bytes, want %d", u.RetainedBytes, 808*116)
+	}
+}
+
+// TestMaxBytesKeepsTheNewestEvent: the directory bound never trims a
+// session's newest event, so a caught-up client can still cite it, even
+// when the newest events alone exceed the bound (the input of issue 17:
+// with --data-dir, 2,000 sessions, then 270 calls echoing 4 MiB each; a
+// resume with the newest cursor must answer 200, not 409 cursor_compacted
+// with floor = HWM+1). Here: 30 sessions of one
+// 116-byte event against a bound of 1,000 bytes. An append in that state
+// costs its own fsync and no other, and the condition is logged once, not
+// once per append.
+func TestMaxBytesKeepsTheNewestEvent(t *testing.T) {
+	var logs testenv.LogBuffer
+	s := open(t, t.TempDir(), durable.Options{MaxBytes: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer s.Close()
+	t0 := time.Now()
+	for i := range 30 {
+		tok := fmt.Sprintf("s%02d", i)
+		s.Create(ctx, rec(tok, "p", t0))
+		if _, err := s.Append(ctx, tok, 1, events(1, t0.Add(time.Duration(i)*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		b, err := s.Bounds(ctx, fmt.Sprintf("s%02d", i))
+		if err != nil || b.Floor != 1 || b.HWM != 1 || b.Events != 1 {
+			t.Fatalf("session s%02d = %+v, %v; want its newest event kept (floor 1, HWM 1)", i, b, err)
+		}
+	}
+	if u := s.Usage(); u.RetainedBytes != 30*116 {
+		t.Fatalf("retained %d bytes, want %d", u.RetainedBytes, 30*116)
+	}
+	// Ten more appends over the bound: one fsync each, their own.
+	s.Create(ctx, rec("more", "p", t0))
+	before := s.Groups()
+	for i := range 10 {
+		if _, err := s.Append(ctx, "more", 1, events(1, t0.Add(time.Hour+time.Duration(i)*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := s.Bounds(ctx, "more"); b.Floor != 10 || b.HWM != 10 {
+		t.Fatalf("session more = %+v, want its older events trimmed and its newest kept (floor 10, HWM 10)", b)
+	}
+	if n := s.Groups() - before; n > 10+9 {
+		t.Fatalf("10 appends over the bound took %d group commits, want at most 19 (each append's own, and one trim per append at most)", n)
+	}
+	if n := strings.Count(logs.String(), "over its bound"); n != 1 {
+		t.Fatalf("%d log lines say the directory is over its bound, want 1 (once per change of condition):\n%s", n, logs.String())
 	}
 }
 

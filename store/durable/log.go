@@ -63,12 +63,15 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		out = ss.boundsLocked()
 		ss.mu.Unlock()
 		s.total.Add(added)
+		if m.hwm <= m.floor { // it held at most one event: it may now be trimmed
+			s.requeue(ss)
+		}
 		return nil
 	})
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	if s.opts.MaxBytes > 0 && s.total.Load() > s.opts.MaxBytes {
+	if s.needsTrim(s.total.Load()) {
 		s.enforceBound(ctx)
 		if b, err := s.Bounds(ctx, token); err == nil {
 			out = b
@@ -227,38 +230,50 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 // trim raises ss's floor to floor (at most HWM+1); the caller holds ss.wmu
 // and s.rw shared, and has checked the generation.
 func (s *Store) trim(ss *sess, floor uint64) (store.Bounds, error) {
+	return s.cut(ss, func(seq uint64, _ []byte) bool { return seq < floor })
+}
+
+// cut removes ss's events from its floor up while more, given each event's
+// sequence and stored value in turn, returns true; the event at which it
+// returns false becomes the floor. The floor rises in memory before the
+// events are deleted, so no Read returns events below it meanwhile; if the
+// deletion fails, the events stay on disk until a later Trim, Claim or End.
+// The caller holds ss.wmu and s.rw shared.
+func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bounds, error) {
 	token := ss.token
 	ss.mu.Lock()
 	m := ss.metaLocked()
 	ss.mu.Unlock()
-	floor = min(floor, m.hwm+1)
-	if floor <= m.floor {
+	if m.hwm < m.floor {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		return ss.boundsLocked(), nil
 	}
-	// Sum the sizes of the events that go, and find the new oldest.
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(token, m.floor), UpperBound: eventKey(token, floor+1)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(token, m.floor), UpperBound: eventKey(token, m.hwm+1)})
 	if err != nil {
 		return store.Bounds{}, fmt.Errorf("durable store: trim session %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
 	}
 	var removed int64
 	n := m
-	n.floor = floor
-	n.oldest = time.Time{}
+	n.floor, n.oldest = m.hwm+1, time.Time{}
 	for it.First(); it.Valid(); it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
 			return store.Bounds{}, fmt.Errorf("durable store: trim session %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
 		}
-		if seqOf(it.Key()) == floor {
-			n.oldest = eventTime(v)
+		if seq := seqOf(it.Key()); !more(seq, v) {
+			n.floor, n.oldest = seq, eventTime(v)
 			break
 		}
 		removed += eventSize(v)
 	}
 	it.Close()
+	if n.floor <= m.floor {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.boundsLocked(), nil
+	}
 	n.bytes -= removed
 	ss.mu.Lock()
 	ss.floor, ss.bytes, ss.oldest = n.floor, n.bytes, n.oldest
@@ -266,12 +281,13 @@ func (s *Store) trim(ss *sess, floor uint64) (store.Bounds, error) {
 	out := ss.boundsLocked()
 	ss.mu.Unlock()
 	s.total.Add(-removed)
+	s.requeue(ss)
 
 	b := s.db.NewBatch()
-	b.DeleteRange(eventKey(token, m.floor), eventKey(token, floor), nil)
+	b.DeleteRange(eventKey(token, m.floor), eventKey(token, n.floor), nil)
 	b.Set(tokenKey(kindMeta, token), encodeMeta(n), nil)
 	if err := s.commit(b, false); err != nil {
-		return store.Bounds{}, fmt.Errorf("durable store: trim session %s to %d: %w", store.Prefix(token), floor, err)
+		return store.Bounds{}, fmt.Errorf("durable store: trim session %s to %d: %w", store.Prefix(token), n.floor, err)
 	}
 	return out, nil
 }

@@ -242,7 +242,7 @@ func (s *Store) load() error {
 			recs.Close()
 			return err
 		}
-		s.sessions[token] = &sess{token: token, rec: rec, notify: make(chan struct{})}
+		s.sessions[token] = newSess(rec, 0)
 	}
 	if err := recs.Close(); err != nil {
 		return err
@@ -260,6 +260,7 @@ func (s *Store) load() error {
 		}
 		ss.floor, ss.hwm, ss.bytes, ss.oldest = m.floor, m.hwm, m.bytes, m.oldest
 		total += m.bytes
+		s.requeue(ss)
 		// The last event must be there: a missing one means lost data.
 		if m.hwm >= m.floor {
 			v, closer, err := s.db.Get(eventKey(token, m.hwm))

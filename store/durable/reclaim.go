@@ -15,58 +15,6 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// enforceBound trims, while the retained bytes exceed MaxBytes, the older
-// half of the events of the session holding the oldest retained event (the
-// rule of eventlog's memory budget). It gives up after 64 rounds; the next
-// Append tries again.
-func (s *Store) enforceBound(ctx context.Context) {
-	for range 64 {
-		if s.total.Load() <= s.opts.MaxBytes {
-			return
-		}
-		victim := s.oldestSession()
-		if victim == nil {
-			return
-		}
-		err := s.write("trim", victim.token, func(ss *sess) error {
-			ss.mu.Lock()
-			b := ss.boundsLocked()
-			ss.mu.Unlock()
-			if b.Events == 0 {
-				return nil
-			}
-			nb, err := s.trim(ss, b.Floor+uint64(max(1, b.Events/2)))
-			if err == nil {
-				s.logger.Info("data directory over its bound: trimmed the oldest events",
-					"session", store.Prefix(ss.token), "generation", b.Generation, "floor", nb.Floor,
-					"reason", "max_bytes", "retained_bytes", s.total.Load(), "max_bytes", s.opts.MaxBytes)
-			}
-			return err
-		})
-		if err != nil {
-			s.logger.Warn("trimming for the data directory bound failed", "session", store.Prefix(victim.token), "error", err)
-			return
-		}
-	}
-}
-
-// oldestSession returns the session with the oldest retained event, or nil.
-func (s *Store) oldestSession() *sess {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var victim *sess
-	var oldest time.Time
-	for _, ss := range s.sessions {
-		ss.mu.Lock()
-		o, n := ss.oldest, ss.bytes
-		ss.mu.Unlock()
-		if n > 0 && (victim == nil || o.Before(oldest)) {
-			victim, oldest = ss, o
-		}
-	}
-	return victim
-}
-
 // sweeper runs Sweep every SweepInterval until Close.
 func (s *Store) sweeper() {
 	defer close(s.sweepDone)

@@ -73,7 +73,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		return fmt.Errorf("durable store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
 	rec.State = clone(rec.State)
-	ss := &sess{token: rec.Token, rec: rec, floor: 1, notify: make(chan struct{})}
+	ss := newSess(rec, 1)
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
 	s.sessions[rec.Token] = ss
@@ -196,6 +196,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		ss.wakeLocked()
 		ss.mu.Unlock()
 		s.total.Add(-oldBytes)
+		s.requeue(ss)
 		s.noteOwner(owner)
 		out = rec
 		out.State = clone(rec.State)
@@ -275,6 +276,7 @@ func (s *Store) end(ss *sess, reason store.EndReason, until time.Time) error {
 	ss.wakeLocked()
 	ss.mu.Unlock()
 	s.total.Add(-bytes)
+	s.requeue(ss)
 	return nil
 }
 
