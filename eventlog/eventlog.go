@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/internal/agequeue"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -39,9 +40,12 @@ type Options struct {
 	// Default 1 hour.
 	MaxAge time.Duration
 	// Budget is the most bytes retained across all sessions this process
-	// appended to; over it, the session holding the oldest event loses half
-	// of its events, repeatedly. Default 512 MiB. Meant for stores that
-	// live in this process's memory; disable it (-1) for shared stores.
+	// appended to. Over it, the oldest retained events of the process go
+	// first, until the total is Budget less a sixteenth: trimmed from their
+	// session, except a session's newest event, which is kept, so that the
+	// newest events alone may exceed the budget. Default 512 MiB. Meant for
+	// stores that live in this process's memory; disable it (-1) for
+	// shared stores.
 	Budget int64
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
@@ -62,24 +66,19 @@ var ErrGenerationChanged = errors.New("eventlog: session generation changed")
 // Appends to different sessions share nothing here but an atomic add to
 // the process-wide total: each session's usage has its own lock, found
 // without a lock in a sync.Map (written once per session, read on every
-// append), and the budget is only searched for a victim, under budgetMu,
-// once the total is over it.
+// append); the budget's queue of sessions by age is written when a session
+// first retains an event, and otherwise only once the total is over the
+// budget (budget.go).
 type Log struct {
 	st   store.Log
 	opts Options
 
-	usage    sync.Map     // session token → *usage, for the budget and Sweep
-	total    atomic.Int64 // sum of the usages' bytes
-	budgetMu sync.Mutex   // one budget enforcement at a time
-}
+	usage sync.Map     // session token → *usage, for the budget and Sweep
+	total atomic.Int64 // sum of the usages' bytes
 
-// usage is what one session's log retains, as of its latest append.
-type usage struct {
-	mu     sync.Mutex
-	gone   bool // Forget removed it from Log.usage: account through a new one
-	bytes  int64
-	events int // events retained; a session down to 1 has nothing to age
-	oldest time.Time
+	enforcing sync.Mutex             // one budget enforcement at a time
+	ageMu     sync.Mutex             // guards byAge
+	byAge     agequeue.Queue[*usage] // sessions retaining events, by their oldest
 }
 
 // New returns a Log over st.
@@ -190,96 +189,6 @@ func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now ti
 	}
 }
 
-// account records b as what token's log retains.
-func (l *Log) account(token string, b store.Bounds) {
-	for {
-		v, ok := l.usage.Load(token)
-		if !ok {
-			v, _ = l.usage.LoadOrStore(token, &usage{})
-		}
-		u := v.(*usage)
-		u.mu.Lock()
-		if u.gone {
-			u.mu.Unlock()
-			continue // forgotten meanwhile: its bytes left the total with it
-		}
-		l.total.Add(b.Bytes - u.bytes)
-		u.bytes, u.events, u.oldest = b.Bytes, b.Events, b.Oldest
-		u.mu.Unlock()
-		return
-	}
-}
-
-// Forget drops the accounting of a session that ended or was re-created; the
-// next append accounts for it again.
-func (l *Log) Forget(token string) {
-	v, ok := l.usage.LoadAndDelete(token)
-	if !ok {
-		return
-	}
-	u := v.(*usage)
-	u.mu.Lock()
-	u.gone = true
-	l.total.Add(-u.bytes)
-	u.bytes = 0
-	u.mu.Unlock()
-}
-
-// enforceBudget trims the session with the oldest retained event, by half,
-// until the process-wide budget holds. It never trims a session's newest
-// event (see retain), so a budget smaller than the sessions' newest events
-// is exceeded rather than their answers lost. Under the budget it costs one
-// atomic load.
-func (l *Log) enforceBudget(ctx context.Context) {
-	if l.opts.Budget < 0 || l.total.Load() <= l.opts.Budget {
-		return
-	}
-	l.budgetMu.Lock()
-	defer l.budgetMu.Unlock()
-	var spared map[string]struct{} // sessions down to their newest event
-	for range 64 {
-		if l.total.Load() <= l.opts.Budget {
-			return
-		}
-		victim, oldest := "", time.Time{}
-		l.usage.Range(func(k, v any) bool {
-			if _, ok := spared[k.(string)]; ok {
-				return true
-			}
-			u := v.(*usage)
-			u.mu.Lock()
-			bytes, old := u.bytes, u.oldest
-			u.mu.Unlock()
-			if bytes > 0 && (victim == "" || old.Before(oldest)) {
-				victim, oldest = k.(string), old
-			}
-			return true
-		})
-		if victim == "" {
-			return
-		}
-		b, err := l.st.Bounds(ctx, victim)
-		if err != nil {
-			l.Forget(victim)
-			continue
-		}
-		floor := min(b.Floor+uint64(max(1, b.Events/2)), b.HWM)
-		if floor <= b.Floor {
-			// Only the newest event is left: it stays.
-			if spared == nil {
-				spared = make(map[string]struct{})
-			}
-			spared[victim] = struct{}{}
-			l.account(victim, b)
-			continue
-		}
-		if nb, err := l.st.Trim(ctx, victim, b.Generation, floor); err == nil {
-			b = nb
-		}
-		l.account(victim, b)
-	}
-}
-
 // Sweep applies the age limit to every session this Log accounts for, so
 // that quiet sessions release old events too. Call it periodically.
 func (l *Log) Sweep(ctx context.Context) {
@@ -307,11 +216,6 @@ func (l *Log) Sweep(ctx context.Context) {
 		}
 		l.account(tok, l.retain(ctx, tok, b, now))
 	}
-}
-
-// Usage returns the bytes this Log accounts for across all sessions.
-func (l *Log) Usage() int64 {
-	return l.total.Load()
 }
 
 // Bounds returns the session's bounds from the store.

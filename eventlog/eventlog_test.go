@@ -234,11 +234,12 @@ func TestBudgetTrimsTheOldestSession(t *testing.T) {
 	if bn.Events != 5 {
 		t.Fatalf("the newer session lost events: %+v", bn)
 	}
-	if bo.Events != 3 || bo.Floor != 4 {
-		t.Fatalf("the older session = %+v, want half of its 6 events trimmed (floor 4)", bo)
+	// 1,100 bytes against 1,000 - 62: its two oldest events go.
+	if bo.Events != 4 || bo.Floor != 3 {
+		t.Fatalf("the older session = %+v, want its 2 oldest events trimmed (floor 3)", bo)
 	}
-	if log.Usage() != 800 {
-		t.Fatalf("Usage = %d, want 800", log.Usage())
+	if log.Usage() != 900 {
+		t.Fatalf("Usage = %d, want 900", log.Usage())
 	}
 }
 
