@@ -214,3 +214,45 @@ func BenchmarkCompaction1M(b *testing.B) {
 		b.ReportMetric(compactTime.Seconds(), "compaction-s")
 	}
 }
+
+// BenchmarkReadNearLargeEvents measures a read of a session's few small
+// events when other sessions' large events (1 MiB answers) sit next to them
+// in key order on disk, as the tail of a live stream reads after clients
+// echoed large texts (issue 17: a countdown of 5,000 steps after 270
+// echoes of 4 MiB).
+func BenchmarkReadNearLargeEvents(b *testing.B) {
+	ctx := context.Background()
+	s, err := durable.Open(b.TempDir(), durable.Options{SweepInterval: -1, MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	large := make([]byte, 1<<20)
+	for i := range large {
+		large[i] = byte('a' + i*7%26)
+	}
+	for i := range 64 {
+		tok := fmt.Sprintf("big-%04d", i)
+		createSession(b, s, tok)
+		if _, err := s.Append(ctx, tok, 1, []store.Event{{Stream: 1, Kind: store.KindMessage, Data: large, Time: time.Now()}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const tok = "big-003x" // between big-0039 and big-0040
+	createSession(b, s, tok)
+	for i := range 10 {
+		if _, err := s.Append(ctx, tok, 1, []store.Event{{Stream: 1, Kind: store.KindMessage, Data: progress(i), Time: time.Now()}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Compact(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		evs, _, err := s.Read(ctx, tok, 5, 256)
+		if err != nil || len(evs) != 5 {
+			b.Fatalf("read %d events, %v; want 5", len(evs), err)
+		}
+	}
+}

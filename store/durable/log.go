@@ -154,6 +154,11 @@ func (s *Store) readRange(token string, start uint64, want int) ([]store.Event, 
 		}
 		evs = append(evs, e)
 		next++
+		if len(evs) == want {
+			// Stepping on would load the block after the last event
+			// read, which may hold another session's large event.
+			break
+		}
 	}
 	if err := it.Close(); err != nil {
 		return nil, fmt.Errorf("durable store: read session %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
@@ -262,11 +267,15 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 			it.Close()
 			return store.Bounds{}, fmt.Errorf("durable store: trim session %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
 		}
-		if seq := seqOf(it.Key()); !more(seq, v) {
+		seq := seqOf(it.Key())
+		if !more(seq, v) {
 			n.floor, n.oldest = seq, eventTime(v)
 			break
 		}
 		removed += eventSize(v)
+		if seq == m.hwm {
+			break // as readRange: not a step past the session's events
+		}
 	}
 	it.Close()
 	if n.floor <= m.floor {

@@ -111,13 +111,20 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 	fsys, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
 		logger.Warn("disk slow", "file", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	})
-	db, err := pebble.Open(dir, &pebble.Options{
+	popts := &pebble.Options{
 		FS:                 fsys,
 		Lock:               lock,
 		ErrorIfNotExists:   !fresh,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
-	})
+	}
+	// A table block ends before any entry that would take it past its 4
+	// KiB target (Pebble's default lets a block that is under 90 % of it
+	// take one more): a large event then gets a block of its own, so a read
+	// of the small events next to it does not decompress it (levels below
+	// L0 inherit the setting).
+	popts.Levels[0].BlockSizeThreshold = 1
+	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		fsCloser.Close()
 		return nil, openErr(dir, "open", err)
