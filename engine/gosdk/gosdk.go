@@ -79,7 +79,7 @@ func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox)
 		out:      out,
 		in:       make(chan jsonrpc.Message, 16),
 		done:     make(chan struct{}),
-		extras:   make(map[jsonrpc.ID]*mcp.RequestExtra),
+		calls:    make(map[jsonrpc.ID]call),
 		restores: make(map[jsonrpc.ID]chan error),
 	}
 	var opts *mcp.ServerSessionOptions
@@ -168,8 +168,14 @@ type conn struct {
 	done      chan struct{}
 
 	mu       sync.Mutex
-	extras   map[jsonrpc.ID]*mcp.RequestExtra // inbound calls in flight
-	restores map[jsonrpc.ID]chan error        // replayed subscriptions awaiting their response
+	calls    map[jsonrpc.ID]call       // inbound calls in flight
+	restores map[jsonrpc.ID]chan error // replayed subscriptions awaiting their response
+}
+
+// call is an inbound call in flight: the request and the extra it carries.
+type call struct {
+	req   *jsonrpc.Request
+	extra *mcp.RequestExtra
 }
 
 // deliver gives msg to the SDK, with a fresh RequestExtra for a request.
@@ -191,12 +197,12 @@ func (c *conn) deliver(ctx context.Context, msg jsonrpc.Message, req engine.Requ
 		r.Extra = extra
 		if r.IsCall() {
 			c.mu.Lock()
-			c.extras[r.ID] = extra
+			c.calls[r.ID] = call{req: r, extra: extra}
 			c.mu.Unlock()
 			c.engine.related.Store(extra, r.ID)
 			undo = func() {
 				c.mu.Lock()
-				delete(c.extras, r.ID)
+				delete(c.calls, r.ID)
 				c.mu.Unlock()
 				c.engine.related.Delete(extra)
 			}
@@ -243,9 +249,16 @@ func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 			ch <- resp.Error
 			return nil
 		}
-		if extra, ok := c.extras[resp.ID]; ok {
-			delete(c.extras, resp.ID)
-			c.engine.related.Delete(extra)
+		if cl, ok := c.calls[resp.ID]; ok {
+			delete(c.calls, resp.ID)
+			c.engine.related.Delete(cl.extra)
+			// The SDK keeps a reference to the request it handled last
+			// (go-sdk v1.8.0, jsonrpc2 Connection.handleAsync reslices its
+			// queue without clearing the slot) until the session's next
+			// request: without this, an idle session would hold its last
+			// request's params, up to the body limit, for its lifetime.
+			// The handler has returned; nothing reads them again.
+			cl.req.Params = nil
 		}
 		c.mu.Unlock()
 	} else if id, ok := ctx.Value(relatedKey{}).(jsonrpc.ID); ok {
@@ -259,9 +272,9 @@ func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.mu.Lock()
-		for id, extra := range c.extras {
-			c.engine.related.Delete(extra)
-			delete(c.extras, id)
+		for id, cl := range c.calls {
+			c.engine.related.Delete(cl.extra)
+			delete(c.calls, id)
 		}
 		c.mu.Unlock()
 	})
