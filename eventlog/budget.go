@@ -6,6 +6,7 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -18,14 +19,31 @@ type usage struct {
 	token string
 	age   *agequeue.Item[*usage] // guarded by Log.ageMu
 
-	mu     sync.Mutex
-	gone   bool   // Forget removed it from Log.usage: account through a new one
-	out    bool   // not in Log.byAge: the next account that finds events puts it there
-	spared uint64 // the HWM at which its newest event was kept over the budget
-	bytes  int64
-	events int // events retained; a session down to 1 has nothing to age
-	hwm    uint64
-	oldest time.Time
+	mu      sync.Mutex
+	gone    bool   // Forget removed it from Log.usage: account through a new one
+	evicted bool   // handed to the evict function; its bytes left the total
+	out     bool   // not in Log.byAge: the next account that finds events puts it there
+	spared  uint64 // with no evict function, the HWM at which its newest event was kept over the budget
+	bytes   int64
+	events  int // events retained; a session down to 1 has nothing to age
+	hwm     uint64
+	oldest  time.Time
+}
+
+// SetEvict gives the Log the function that evicts a session whose newest
+// event no longer fits in the budget (see Options.Budget). The Log stops
+// counting the session's events, then calls evict from the Append that
+// went over the budget, which may be another session's, while other
+// appends over the budget wait for it: evict must return at once, without
+// waiting for the session's calls, and the session must then end and be
+// forgotten (Forget); session.Registry ends it on a goroutine of its own.
+// A nil evict keeps such sessions. Set it before the first Append.
+func (l *Log) SetEvict(evict func(token string)) {
+	if evict == nil {
+		l.evict.Store(nil)
+		return
+	}
+	l.evict.Store(&evict)
 }
 
 // account records b as what token's log retains, and queues the session
@@ -43,6 +61,10 @@ func (l *Log) account(token string, b store.Bounds) {
 		if u.gone {
 			u.mu.Unlock()
 			continue // forgotten meanwhile: its bytes left the total with it
+		}
+		if u.evicted {
+			u.mu.Unlock()
+			return // its session is ending; its bytes left the total
 		}
 		l.total.Add(b.Bytes - u.bytes)
 		u.bytes, u.events, u.hwm, u.oldest = b.Bytes, b.Events, b.HWM, b.Oldest
@@ -64,6 +86,7 @@ func (l *Log) account(token string, b store.Bounds) {
 // Forget drops the accounting of a session that ended or was re-created; the
 // next append accounts for it again.
 func (l *Log) Forget(token string) {
+	l.forgets.Add(1)
 	v, ok := l.usage.LoadAndDelete(token)
 	if !ok {
 		return
@@ -79,6 +102,15 @@ func (l *Log) Forget(token string) {
 	l.ageMu.Unlock()
 }
 
+// recheck forgets token again if its session ended: an Append that saw a
+// Forget run meanwhile may have accounted, after it, for a session that
+// ended between its store write and its accounting.
+func (l *Log) recheck(ctx context.Context, token string) {
+	if _, err := l.st.Bounds(ctx, token); errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound) {
+		l.Forget(token)
+	}
+}
+
 // Usage returns the bytes this Log accounts for across all sessions.
 func (l *Log) Usage() int64 {
 	return l.total.Load()
@@ -89,9 +121,9 @@ func (l *Log) Usage() int64 {
 // per many appends, not on each), the oldest events of the process first:
 // the session holding the oldest event loses its oldest events, never its
 // newest, until the bytes are freed or another session holds the oldest
-// event; a session whose newest event is the oldest left is kept until its
-// next append (see Options.Budget). Under the budget it costs one atomic load; over it,
-// O(log sessions) per session trimmed plus the events removed.
+// event; a session whose newest event is the oldest left is evicted (see
+// Options.Budget). Under the budget it costs one atomic load; over it,
+// O(log sessions) per session trimmed or evicted plus the events removed.
 func (l *Log) enforceBudget(ctx context.Context) {
 	if l.opts.Budget < 0 || l.total.Load() <= l.opts.Budget {
 		return
@@ -131,7 +163,7 @@ func (l *Log) oldestUsage() (u *usage, next time.Time, hasNext bool) {
 		}
 		u := it.Value
 		u.mu.Lock()
-		drop := u.gone || u.events == 0
+		drop := u.gone || u.evicted || u.events == 0
 		if drop && !u.gone {
 			u.out = true
 		}
@@ -208,17 +240,27 @@ func (l *Log) requeue(u *usage) {
 }
 
 // dropNewest takes out of the budget a session down to its newest event,
-// which is the oldest event left: it is kept, outside the queue, until its
-// next append.
+// which is the oldest event left: it is evicted, or, with no evict
+// function, kept until its next append.
 func (l *Log) dropNewest(u *usage) {
+	evict := l.evict.Load()
 	u.mu.Lock()
-	if u.gone {
+	if u.gone || u.evicted {
 		u.mu.Unlock()
 		return
 	}
-	u.spared, u.out = u.hwm, true
+	if evict != nil {
+		u.evicted = true
+		l.total.Add(-u.bytes)
+		u.bytes = 0
+	} else {
+		u.spared, u.out = u.hwm, true
+	}
 	u.mu.Unlock()
 	l.ageMu.Lock()
 	l.byAge.Remove(u.age)
 	l.ageMu.Unlock()
+	if evict != nil {
+		(*evict)(u.token)
+	}
 }

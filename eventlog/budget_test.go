@@ -1,9 +1,14 @@
 package eventlog_test
 
+// Tests of the process budget: its cost over the budget, the order in
+// which events and sessions go, and its accounting under concurrency.
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,9 +45,9 @@ func (c *countingLog) Bounds(ctx context.Context, token string) (store.Bounds, e
 // store calls whatever the number of sessions, not a look at every session
 // (the input of issue 17: --retention-budget 1048576, 3,000 sessions, a
 // countdown of 5,000 steps). Here 1,000 sessions each hold one 264-byte event
-// (their newest, never trimmed) against a budget of 200,000 bytes: 100
-// appends to another session ask the store at most 3 times each (its
-// bounds, its oldest events, the trim).
+// (their newest, never trimmed) against a budget of 200,000 bytes, with no
+// evict function: 100 appends to another session ask the store at most 3
+// times each (its bounds, its oldest events, the trim).
 func TestBudgetCostsNoScanOfSessions(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New(memory.Options{})
@@ -79,5 +84,130 @@ func TestBudgetCostsNoScanOfSessions(t *testing.T) {
 	}
 	if got, want := log.Usage(), int64(1001*264); got != want {
 		t.Fatalf("Usage = %d, want %d (every session's newest event)", got, want)
+	}
+}
+
+// TestBudgetEvictsTheLeastRecent: with an evict function, a session whose
+// newest event is the oldest event left over the budget is evicted, the
+// least recent first, so the total stays within the budget even when the
+// newest events alone exceed it (issue 17: 150 sessions each holding one 4
+// MiB answer, budget 512 MiB). Ten sessions of one 100-byte event each,
+// budget 600: each time
+// the total passes 600, the oldest go until it is at most 600 - 37.
+func TestBudgetEvictsTheLeastRecent(t *testing.T) {
+	ctx := context.Background()
+	var tokens []string
+	for i := range 10 {
+		tokens = append(tokens, fmt.Sprintf("s%d", i))
+	}
+	st, log, clk := setup(t, eventlog.Options{Budget: 600}, tokens...)
+	var evicted []string
+	log.SetEvict(func(tok string) {
+		evicted = append(evicted, tok)
+		st.End(ctx, tok, store.EndCapacity, time.Now().Add(time.Hour))
+		log.Forget(tok)
+	})
+	for _, tok := range tokens {
+		if err := log.Append(ctx, tok, 1, msg(1, "012345678901234567890123456789012345")); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		if log.Usage() > 600 {
+			t.Fatalf("after appending to %s: Usage %d, over the budget of 600", tok, log.Usage())
+		}
+	}
+	if fmt.Sprint(evicted) != "[s0 s1 s2 s3]" {
+		t.Fatalf("evicted %v, want [s0 s1 s2 s3] (the least recent first)", evicted)
+	}
+	if log.Usage() != 600 {
+		t.Fatalf("Usage = %d, want 600", log.Usage())
+	}
+	if b, err := st.Bounds(ctx, "s4"); err != nil || b.Events != 1 {
+		t.Fatalf("s4 = %+v, %v; want its event kept", b, err)
+	}
+}
+
+// TestBudgetOldestFirst: over the budget the oldest event of the process
+// goes first, whichever session holds it: a session down to its newest
+// event is evicted before a busier session loses newer events, and two
+// sessions whose events interleave in time lose them in time order.
+func TestBudgetOldestFirst(t *testing.T) {
+	ctx := context.Background()
+	st, log, clk := setup(t, eventlog.Options{Budget: 550}, "quiet", "a", "b", "c")
+	var evicted []string
+	log.SetEvict(func(tok string) {
+		evicted = append(evicted, tok)
+		st.End(ctx, tok, store.EndCapacity, time.Now().Add(time.Hour))
+		log.Forget(tok)
+	})
+	ev := msg(1, "012345678901234567890123456789012345") // 100 bytes
+	log.Append(ctx, "quiet", 1, ev)
+	for range 3 {
+		clk.Advance(time.Second)
+		log.Append(ctx, "a", 1, ev)
+		clk.Advance(time.Second)
+		log.Append(ctx, "b", 1, ev)
+	}
+	// 700 bytes: "quiet" (the oldest, alone in its session) and then "a"'s
+	// first event went, leaving 500.
+	if fmt.Sprint(evicted) != "[quiet]" {
+		t.Fatalf("evicted %v, want [quiet]", evicted)
+	}
+	a, _ := st.Bounds(ctx, "a")
+	b, _ := st.Bounds(ctx, "b")
+	if a.Floor != 2 || b.Floor != 1 || log.Usage() != 500 {
+		t.Fatalf("a %+v, b %+v, Usage %d; want a floor 2, b floor 1, 500 bytes", a, b, log.Usage())
+	}
+	clk.Advance(time.Second)
+	log.Append(ctx, "c", 1, ev)
+	// 600 bytes: the oldest event left is b's first.
+	a, _ = st.Bounds(ctx, "a")
+	b, _ = st.Bounds(ctx, "b")
+	if a.Floor != 2 || b.Floor != 2 || log.Usage() != 500 {
+		t.Fatalf("a %+v, b %+v, Usage %d; want both at floor 2, 500 bytes", a, b, log.Usage())
+	}
+}
+
+// TestBudgetUnderConcurrency appends from several goroutines to sessions
+// whose events exceed a small budget, evicting as session.Registry does
+// (on a goroutine of its own): once all is quiet, the total is within the
+// budget and exactly what the sessions left retain.
+func TestBudgetUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	var tokens []string
+	for i := range 64 {
+		tokens = append(tokens, fmt.Sprintf("s%02d", i))
+	}
+	st, log, _ := setup(t, eventlog.Options{Budget: 20_000, MaxEvents: 50}, tokens...)
+	var ending sync.WaitGroup
+	log.SetEvict(func(tok string) {
+		ending.Go(func() {
+			st.End(ctx, tok, store.EndCapacity, time.Now().Add(time.Hour))
+			log.Forget(tok)
+		})
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				tok := tokens[(g*8+i)%len(tokens)]
+				err := log.Append(ctx, tok, 1, msg(1, "0123456789012345678901234567890123456789"))
+				if err != nil && !errors.Is(err, store.ErrEnded) {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ending.Wait()
+	var want int64
+	for _, tok := range tokens {
+		if b, err := st.Bounds(ctx, tok); err == nil {
+			want += b.Bytes
+		}
+	}
+	if got := log.Usage(); got != want || got > 20_000 {
+		t.Fatalf("Usage = %d, want %d (what the live sessions retain), at most 20,000", got, want)
 	}
 }

@@ -42,10 +42,12 @@ type Options struct {
 	// Budget is the most bytes retained across all sessions this process
 	// appended to. Over it, the oldest retained events of the process go
 	// first, until the total is Budget less a sixteenth: trimmed from their
-	// session, except a session's newest event, which is kept, so that the
-	// newest events alone may exceed the budget. Default 512 MiB. Meant for
-	// stores that live in this process's memory; disable it (-1) for
-	// shared stores.
+	// session, except a session's newest event; a session whose newest
+	// event is the oldest one left is evicted through the function given
+	// to SetEvict (session.Registry ends it, reason retention_budget), or,
+	// with none, kept, and the budget exceeded by the newest events.
+	// Default 512 MiB. Meant for stores that live in this process's
+	// memory; disable it (-1) for shared stores.
 	Budget int64
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
@@ -73,12 +75,14 @@ type Log struct {
 	st   store.Log
 	opts Options
 
-	usage sync.Map     // session token → *usage, for the budget and Sweep
-	total atomic.Int64 // sum of the usages' bytes
+	usage   sync.Map      // session token → *usage, for the budget and Sweep
+	total   atomic.Int64  // sum of the usages' bytes
+	forgets atomic.Uint64 // Forget calls so far (see recheck)
 
-	enforcing sync.Mutex             // one budget enforcement at a time
-	ageMu     sync.Mutex             // guards byAge
-	byAge     agequeue.Queue[*usage] // sessions retaining events, by their oldest
+	evict     atomic.Pointer[func(token string)] // see SetEvict
+	enforcing sync.Mutex                         // one budget enforcement at a time
+	ageMu     sync.Mutex                         // guards byAge
+	byAge     agequeue.Queue[*usage]             // sessions retaining events, by their oldest
 }
 
 // New returns a Log over st.
@@ -114,12 +118,16 @@ func (l *Log) Append(ctx context.Context, token string, gen uint64, evs ...store
 	for i := range evs {
 		evs[i].Time = now
 	}
+	forgets := l.forgets.Load()
 	b, err := l.st.Append(ctx, token, gen, evs)
 	if err != nil {
 		return fmt.Errorf("eventlog: append session %s gen %d: %w", store.Prefix(token), gen, err)
 	}
 	b = l.retain(ctx, token, b, now)
 	l.account(token, b)
+	if l.forgets.Load() != forgets {
+		l.recheck(ctx, token)
+	}
 	l.enforceBudget(ctx)
 	return nil
 }

@@ -215,6 +215,11 @@ const (
 	// ReasonInitializeFailed: initialize was answered with an error, so the
 	// session never began (MCP 2025-11-25, lifecycle).
 	ReasonInitializeFailed Reason = "initialize_failed"
+	// ReasonRetentionBudget: evicted because the events all sessions retain
+	// exceeded the process's retention budget (--retention-budget) and this
+	// session's newest event, which trimming never removes, was the oldest
+	// event left.
+	ReasonRetentionBudget Reason = "retention_budget"
 )
 
 // Why a session's live state was re-created at a new generation, or a

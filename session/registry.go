@@ -155,11 +155,22 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	if opts.Lease > 0 && opts.RenewInterval <= 0 {
 		opts.RenewInterval = opts.Lease / DefaultRenewDivisor
 	}
-	return &Registry{
+	r := &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
 		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
 	}
+	log.SetEvict(r.evictOverBudget)
+	return r
+}
+
+// evictOverBudget is the event log's evict function (eventlog.Log.SetEvict):
+// it ends token's session, reason retention_budget, when its newest event
+// no longer fits in the retention budget. The session ends on a goroutine
+// of its own: the append that called it may be one of that session's
+// handlers, whose return closing the session waits for.
+func (r *Registry) evictOverBudget(token string) {
+	r.closing.Go(func() { r.End(context.Background(), token, store.EndRetentionBudget) })
 }
 
 // Owner returns the identity this registry writes into records it owns.

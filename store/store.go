@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // Sentinel errors. Backends wrap them with the values that explain the
@@ -94,6 +95,10 @@ const (
 	// error, so the session never began (MCP 2025-11-25, lifecycle: the
 	// initialization phase must succeed first).
 	EndInitializeFailed EndReason = "initialize_failed"
+	// EndRetentionBudget: evicted because its newest event was the oldest
+	// event left when the events of all sessions exceeded the process's
+	// retention budget (eventlog.Options.Budget).
+	EndRetentionBudget = EndReason(replay.ReasonRetentionBudget)
 )
 
 // Record is the stored part of a session.
