@@ -65,7 +65,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.retentionEvents, "retention-events", eventlog.DefaultMaxEvents, "most events retained per session (events; -1: no limit)")
 	fs.Int64Var(&c.retentionBytes, "retention-bytes", eventlog.DefaultMaxBytes, "most bytes retained per session (bytes; -1: no limit)")
 	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained, except each session's newest (duration; -1s: no limit)")
-	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes retained across all sessions of this process (bytes; -1: no limit)")
+	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes of events retained across all sessions of this process, newest events included: over it the oldest go first, and a session whose newest event is the oldest left is evicted; also sets the memory limit, twice this plus 768 MiB (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
 	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
 	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session; more answer 429 too_many_calls (requests)")
@@ -83,7 +83,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 		c.env = append(c.env, kv)
 		return nil
 	})
-	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
 	fleetFlags(fs, &c.fleet)
 	stateFlags(fs, &c.state)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
@@ -203,6 +203,7 @@ func serve(args []string, stderr io.Writer) int {
 		storeAttrs = []any{"store", "redis", "replica", c.fleet.replicaID}
 		c.budget = -1 // Redis is not this process's memory
 	}
+	storeAttrs = append(storeAttrs, "memory_limit", setMemoryLimit(c.budget, st == nil))
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		if st != nil {

@@ -45,22 +45,39 @@ func BuildTidemark(t testing.TB) string {
 // build fails.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return buildOnce(t, pkg, raceEnabled)
+}
+
+// BuildNoRace is Build without the race detector, whatever this test
+// binary was built with: for tests that measure the memory of the process
+// they start, which the race detector multiplies.
+func BuildNoRace(t testing.TB, pkg string) string {
+	t.Helper()
+	return buildOnce(t, pkg, false)
+}
+
+func buildOnce(t testing.TB, pkg string, race bool) string {
+	t.Helper()
+	key := pkg
+	if race != raceEnabled {
+		key += " (no race)"
+	}
 	builds.Lock()
-	b, ok := builds.m[pkg]
+	b, ok := builds.m[key]
 	if !ok {
 		b = &build{}
-		builds.m[pkg] = b
+		builds.m[key] = b
 	}
 	builds.Unlock()
 	root, cache := ModuleRoot(t), Cache(t) // outside once: they may t.Fatal
-	b.once.Do(func() { b.path, b.err = compile(root, cache, pkg) })
+	b.once.Do(func() { b.path, b.err = compile(root, cache, pkg, race) })
 	if b.err != nil {
 		t.Fatalf("testenv: build %s: %v", pkg, b.err)
 	}
 	return b.path
 }
 
-func compile(root, cache, pkg string) (string, error) {
+func compile(root, cache, pkg string, race bool) (string, error) {
 	binDir := filepath.Join(cache, "bin")
 	sweep(binDir)
 	dir := filepath.Join(binDir, "test-"+strconv.Itoa(os.Getpid()))
@@ -69,8 +86,11 @@ func compile(root, cache, pkg string) (string, error) {
 	}
 	out := filepath.Join(dir, path.Base(pkg))
 	args := []string{"build", "-o", out}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
+	} else if raceEnabled {
+		out += "-norace"
+		args[2] = out
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root

@@ -1,0 +1,223 @@
+package main
+
+// The memory bound of tidemark serve under sessions that each echo an
+// answer of megabytes, measured on the real binary.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// TestMemoryBoundUnderLargeAnswers is the attack of issue 17 (defect 5):
+// 150 sessions each echo 4 MiB, against the default 512 MiB retention
+// budget with the memory store, and with --data-dir. The process's peak
+// RSS (VmHWM, read from
+// /proc) stays under the memory limit its "serving" line states, the bound
+// README documents. With the memory store the answers do not all fit in
+// the budget: the least recent sessions are evicted and answer 404
+// session_not_found; every other session, and with --data-dir every
+// session, resumes with its newest cursor (200).
+func TestMemoryBoundUnderLargeAnswers(t *testing.T) {
+	bin := testenv.BuildNoRace(t, "./cmd/tidemark")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		evict bool
+	}{
+		{"store=memory", nil, true},
+		{"store=durable", []string{"--data-dir", t.TempDir()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testenv.StartProcess(t, bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+			url := testenv.ServeURL(t, p)
+			limit, err := strconv.ParseInt(p.WaitFor(t, `msg=serving .*memory_limit=(\d+)`, 5*time.Second)[1], 10, 64)
+			if err != nil || limit <= 0 {
+				t.Fatalf("serving line states memory_limit %d (%v), want a positive limit", limit, err)
+			}
+			sessions := echoLarge(t, url, 150, 4)
+			peak := peakRSS(t, p.Pid())
+			if peak >= limit {
+				t.Errorf("peak RSS %d MiB after 150 echoes of 4 MiB, want under the memory limit of %d MiB", peak>>20, limit>>20)
+			}
+			statuses := resumeNewest(t, url, sessions)
+			evicted, resumed := statuses[http.StatusNotFound], statuses[http.StatusOK]
+			if evicted+resumed != len(sessions) {
+				t.Fatalf("resumes with the newest cursor: %v, want only 200 and 404", statuses)
+			}
+			// 150 answers of 4 MiB against 512 MiB: at most 128 fit.
+			if tc.evict && (evicted < 150-128 || resumed == 0) {
+				t.Fatalf("resumes with the newest cursor: %d answered 404, %d 200; want at least 22 sessions evicted and the rest resumed", evicted, resumed)
+			}
+			if !tc.evict && evicted != 0 {
+				t.Fatalf("resumes with the newest cursor: %d answered 404, want none (the data directory keeps every session)", evicted)
+			}
+			t.Logf("peak RSS %d MiB (limit %d MiB); %d sessions evicted, %d resumed", peak>>20, limit>>20, evicted, resumed)
+		})
+	}
+}
+
+// largeSession is a session that echoed a large text: its token and the
+// newest event id it received.
+type largeSession struct {
+	token, newest string
+}
+
+// echoLarge starts n sessions at url, conc at a time, each of which calls
+// echo with a text of nearly 4 MiB (the largest body the server takes).
+func echoLarge(t *testing.T, url string, n, conc int) []largeSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	text := strings.Repeat("x", 4<<20-256)
+	out := make([]largeSession, n)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for i := range work {
+				s, err := echoOnce(ctx, url, text)
+				if err != nil {
+					t.Errorf("session %d: %v", i, err)
+					continue
+				}
+				out[i] = s
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return out
+}
+
+// echoOnce initializes a session and has it echo text.
+func echoOnce(ctx context.Context, url, text string) (largeSession, error) {
+	c := &mcptest.Client{URL: url}
+	init := mcptest.MustCall(1, "initialize", map[string]any{
+		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "memory-test", "version": "1"},
+	})
+	resp, body, err := postRaw(ctx, c, "", init)
+	if err != nil {
+		return largeSession{}, fmt.Errorf("initialize: %w", err)
+	}
+	s := largeSession{token: resp.Header.Get("Mcp-Session-Id")}
+	ss := c.SessionFor(s.token, "2025-11-25")
+	r, err := ss.Post(ctx, mcptest.MustNotify("notifications/initialized", nil))
+	if err != nil {
+		return largeSession{}, err
+	}
+	r.Body.Close()
+	if _, body, err = postRaw(ctx, c, s.token, mcptest.ToolCall(2, "echo", map[string]any{"text": text}, nil)); err != nil {
+		return largeSession{}, fmt.Errorf("echo: %w", err)
+	}
+	if s.newest = lastEventID(body); s.newest == "" {
+		return largeSession{}, fmt.Errorf("echo answer of %d bytes has no event id", len(body))
+	}
+	return s, nil
+}
+
+// postRaw POSTs msg (on the session token, unless empty) and reads the
+// whole SSE answer without decoding it, as a large answer is cheapest read.
+func postRaw(ctx context.Context, c *mcptest.Client, token string, msg jsonrpc.Message) (*http.Response, []byte, error) {
+	body, err := mcptest.Encode(msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := c.NewRequest(ctx, http.MethodPost, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Mcp-Session-Id", token)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, mcptest.ReadStatusError(resp)
+	}
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// lastEventID returns the id of the last event of an SSE body.
+func lastEventID(body []byte) string {
+	i := bytes.LastIndex(body, []byte("\nid: "))
+	if i < 0 {
+		if !bytes.HasPrefix(body, []byte("id: ")) {
+			return ""
+		}
+		i = -1
+	}
+	line := body[i+len("\nid: "):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	return string(line)
+}
+
+// resumeNewest resumes every session's stream with its newest cursor and
+// counts the answers by status; a 404 must say session_not_found.
+func resumeNewest(t *testing.T, url string, sessions []largeSession) map[int]int {
+	t.Helper()
+	c := &mcptest.Client{URL: url}
+	statuses := map[int]int{}
+	for _, s := range sessions {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := c.SessionFor(s.token, "2025-11-25").Resume(ctx, s.newest)
+		switch se, ok := mcptest.AsStatusError(err); {
+		case err == nil:
+			st.Close()
+			statuses[http.StatusOK]++
+		case ok && se.Status == http.StatusNotFound && se.Reason() == string(replay.ReasonSessionNotFound):
+			statuses[http.StatusNotFound]++
+		case ok:
+			statuses[se.Status]++
+		default:
+			t.Fatalf("resume session %s: %v", s.token[:8], err)
+		}
+		cancel()
+	}
+	return statuses
+}
+
+// peakRSS returns the peak resident set size (bytes) of process pid, its
+// VmHWM.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("read the server's memory: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^VmHWM:\s+(\d+) kB$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no VmHWM in /proc/%d/status:\n%s", pid, b)
+	}
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return kb << 10
+}
