@@ -65,7 +65,7 @@ const (
 
 // Directory finds the URL at which a replica serves MCP, so that requests
 // for the sessions it owns can be forwarded to it. store/redis implements
-// it (redisstore.Store.Lookup, with replicas announcing themselves).
+// it (store/redis.Store.Lookup, with replicas announcing themselves).
 type Directory interface {
 	// Lookup returns the MCP endpoint URL of replica, e.g.
 	// "http://10.0.0.7:8080/mcp". An error wrapping store.ErrUnavailable

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // Fleet mode (`tidemark serve --redis URL`): session records and event logs
@@ -65,11 +65,11 @@ func (c *fleetConfig) check(dataDir string) error {
 
 // openRedis connects to --redis and reports how Redis persists data. An
 // unreachable Redis is an error that names the URL and what to do.
-func (c *fleetConfig) openRedis(logger *slog.Logger) (*redisstore.Store, error) {
+func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	// go-redis reports each failed dial on its own logger (stderr); the
 	// store's errors already say it, in this process's log format.
-	redis.SetLogger(redisLog{logger})
-	st, err := redisstore.New(context.Background(), redisstore.Options{URL: c.redisURL})
+	goredis.SetLogger(redisLog{logger})
+	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL})
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%v): start redis-server there, or point --redis at a running one", c.redisURL, err)
@@ -133,7 +133,7 @@ func defaultReplicaID() string {
 // TTL for the entry to go, then gives up: two live processes with one ID
 // would take each other's sessions at every request (regression, found by
 // a tester: TestDuplicateReplicaIDRefused).
-func (c *fleetConfig) announceFirst(st *redisstore.Store, url string, logger *slog.Logger) error {
+func (c *fleetConfig) announceFirst(st *redis.Store, url string, logger *slog.Logger) error {
 	deadline := time.Now().Add(2 * c.leaseTTL)
 	warned := false
 	for {
@@ -141,7 +141,7 @@ func (c *fleetConfig) announceFirst(st *redisstore.Store, url string, logger *sl
 		switch {
 		case err == nil:
 			return nil
-		case !errors.Is(err, redisstore.ErrReplicaTaken):
+		case !errors.Is(err, redis.ErrReplicaTaken):
 			return fmt.Errorf("--redis %s: %w", c.redisURL, err)
 		case time.Now().After(deadline):
 			return fmt.Errorf("--replica-id %s is announced by another live process at %s (it kept its entry for %v): give each replica a unique --replica-id",
@@ -158,7 +158,7 @@ func (c *fleetConfig) announceFirst(st *redisstore.Store, url string, logger *sl
 // announce records this replica in the directory every renew interval
 // (with the lease TTL as the entry's TTL) until ctx is done, then removes
 // the entry so that nobody forwards to a replica that stopped.
-func (c *fleetConfig) announce(ctx context.Context, st *redisstore.Store, url string, logger *slog.Logger) {
+func (c *fleetConfig) announce(ctx context.Context, st *redis.Store, url string, logger *slog.Logger) {
 	t := time.NewTicker(c.leaseRenew)
 	defer t.Stop()
 	failing := false

@@ -22,7 +22,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/durable"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -193,7 +193,7 @@ func serve(args []string, stderr io.Writer) int {
 		// its data directory (durable.Options.MaxBytes) instead.
 		c.budget = -1
 	}
-	var fleet *redisstore.Store // nil unless --redis
+	var fleet *redis.Store // nil unless --redis
 	if c.fleet.redisURL != "" {
 		if fleet, err = c.fleet.openRedis(logger); err != nil {
 			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)

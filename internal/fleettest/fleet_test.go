@@ -26,7 +26,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // Lease timings of the test fleets: short, so that takeovers happen within
@@ -72,7 +72,7 @@ type fleet struct {
 	redis *redistest.Server
 	extra []string // more serve flags
 	r     []*replica
-	st    *redisstore.Store // the test's own view of Redis
+	st    *redis.Store // the test's own view of Redis
 }
 
 // newFleet starts redis-server and n replicas with IDs r0 … r(n-1),
@@ -83,7 +83,7 @@ func newFleet(t *testing.T, n int, ropts redistest.Options, extra ...string) *fl
 	for i := range n {
 		f.r = append(f.r, f.start(fmt.Sprintf("r%d", i)))
 	}
-	st, err := redisstore.New(context.Background(), redisstore.Options{URL: f.redis.URL()})
+	st, err := redis.New(context.Background(), redis.Options{URL: f.redis.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func (f *fleet) start(id string) *replica {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	p.WaitFor(f.t, `msg=serving url=\S+ store=redis replica=`+id+` advertise=`+regexp.QuoteMeta(endpoint), 5*time.Second)
+	p.WaitFor(f.t, `msg=serving url=\S+ store=redis replica=`+id+` .*advertise=`+regexp.QuoteMeta(endpoint), 5*time.Second)
 	r := &replica{id: id, proc: p, url: endpoint, cut: &cutter{}}
 	r.proxy, err = faultproxy.New(u.Host, r.cut.filter)
 	if err != nil {

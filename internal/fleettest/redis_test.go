@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
@@ -226,7 +226,7 @@ func TestServeRedisRefused(t *testing.T) {
 
 	// A Redis with RDB snapshots on: served, with a warning.
 	srv := redistest.Start(t, redistest.Options{})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
 	if err := rdb.ConfigSet(context.Background(), "save", "3600 1").Err(); err != nil {
 		t.Fatal(err)

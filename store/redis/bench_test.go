@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 // Benchmarks of the Redis store against the memory store, in one run:
 //
@@ -24,7 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 var payload = []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":42,"total":100,"message":"` + strings.Repeat("x", 200-104) + `"}}`)
@@ -34,20 +34,20 @@ var payload = []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params
 // same one.
 type backend struct {
 	name string
-	open func(b *testing.B, opts redisstore.Options) store.Store
+	open func(b *testing.B, opts redis.Options) store.Store
 }
 
 func backends(b *testing.B) []backend {
 	plain := redistest.Start(b, redistest.Options{})
 	aof := redistest.Start(b, redistest.Options{AppendOnly: true})
-	onRedis := func(srv *redistest.Server) func(b *testing.B, opts redisstore.Options) store.Store {
-		return func(b *testing.B, opts redisstore.Options) store.Store {
+	onRedis := func(srv *redistest.Server) func(b *testing.B, opts redis.Options) store.Store {
+		return func(b *testing.B, opts redis.Options) store.Store {
 			return open(b, srv, opts)
 		}
 	}
 	mem := memory.New(memory.Options{})
 	return []backend{
-		{"memory", func(*testing.B, redisstore.Options) store.Store { return mem }},
+		{"memory", func(*testing.B, redis.Options) store.Store { return mem }},
 		{"redis", onRedis(plain)},
 		{"redis-aof", onRedis(aof)},
 	}
@@ -81,7 +81,7 @@ func BenchmarkAppendOneSession(b *testing.B) {
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
-			s := be.open(b, redisstore.Options{})
+			s := be.open(b, redis.Options{})
 			tok := session(b, s)
 			b.ResetTimer()
 			for b.Loop() {
@@ -101,7 +101,7 @@ func BenchmarkAppend64Sessions(b *testing.B) {
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
-			s := be.open(b, redisstore.Options{PoolSize: 64})
+			s := be.open(b, redis.Options{PoolSize: 64})
 			toks := make([]string, 64)
 			for i := range toks {
 				toks[i] = session(b, s)
@@ -140,7 +140,7 @@ func BenchmarkRead10k(b *testing.B) {
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
-			s := be.open(b, redisstore.Options{})
+			s := be.open(b, redis.Options{})
 			tok := session(b, s)
 			for range 100 {
 				evs := make([]store.Event, 100)
@@ -171,8 +171,8 @@ func BenchmarkWaitWake(b *testing.B) {
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
-			reader := be.open(b, redisstore.Options{})
-			writer := be.open(b, redisstore.Options{})
+			reader := be.open(b, redis.Options{})
+			writer := be.open(b, redis.Options{})
 			tok := session(b, writer)
 			var latency time.Duration
 			b.ResetTimer()
@@ -207,7 +207,7 @@ func BenchmarkTakeover(b *testing.B) {
 	ctx := context.Background()
 	for _, be := range backends(b) {
 		b.Run(be.name, func(b *testing.B) {
-			s := be.open(b, redisstore.Options{})
+			s := be.open(b, redis.Options{})
 			tok := session(b, s)
 			evs := make([]store.Event, 100)
 			for i := range b.N {

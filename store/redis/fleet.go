@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -82,7 +82,7 @@ func (s *Store) Withdraw(ctx context.Context, id string) error {
 func (s *Store) Lookup(ctx context.Context, id string) (string, error) {
 	url, err := s.rdb.Get(ctx, s.replicaKey(id)).Result()
 	switch {
-	case errors.Is(err, redis.Nil):
+	case errors.Is(err, goredis.Nil):
 		return "", fmt.Errorf("redis store: lookup replica %q: %w", id, ErrNoReplica)
 	case err != nil:
 		return "", fmt.Errorf("redis store: lookup replica %q: %w: %w", id, store.ErrUnavailable, err)
@@ -116,8 +116,8 @@ func (s *Store) renewBatch(ctx context.Context, owner, lease string, tokens []st
 		todo[i] = i
 	}
 	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
-		cmds := make([]*redis.Cmd, len(todo))
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds := make([]*goredis.Cmd, len(todo))
+		_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for j, i := range todo {
 				cmds[j] = s.scripts.renew.EvalSha(ctx, p, s.keys(tokens[i]).all(),
 					strconv.FormatUint(gens[i], 10), owner, lease)
@@ -129,7 +129,7 @@ func (s *Store) renewBatch(ctx context.Context, owner, lease string, tokens []st
 		for j, i := range todo {
 			reply, err := cmds[j].Slice()
 			switch {
-			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+			case err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
 				again = append(again, i)
 			case err != nil:
 				errs[i] = fail(ctx, "renew", tokens[i], err)

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // TestDirectory: a replica's announcement is visible to another Store on
@@ -19,11 +19,11 @@ import (
 func TestDirectory(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
-	a := open(t, srv, redisstore.Options{})
-	b := open(t, srv, redisstore.Options{})
+	a := open(t, srv, redis.Options{})
+	b := open(t, srv, redis.Options{})
 	ctx := context.Background()
 
-	if _, err := b.Lookup(ctx, "r1"); !errors.Is(err, redisstore.ErrNoReplica) {
+	if _, err := b.Lookup(ctx, "r1"); !errors.Is(err, redis.ErrNoReplica) {
 		t.Fatalf("Lookup before Announce: %v, want ErrNoReplica", err)
 	}
 	if err := a.Announce(ctx, "r1", "http://127.0.0.1:1001/mcp", 300*time.Millisecond); err != nil {
@@ -42,18 +42,18 @@ func TestDirectory(t *testing.T) {
 		t.Fatalf("PTTL of r1's entry = %v, want (0, 300ms]", ttl)
 	}
 	time.Sleep(400 * time.Millisecond)
-	if _, err := b.Lookup(ctx, "r1"); !errors.Is(err, redisstore.ErrNoReplica) {
+	if _, err := b.Lookup(ctx, "r1"); !errors.Is(err, redis.ErrNoReplica) {
 		t.Fatalf("Lookup after the TTL: %v, want ErrNoReplica", err)
 	}
 	if err := a.Withdraw(ctx, "r2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Lookup(ctx, "r2"); !errors.Is(err, redisstore.ErrNoReplica) {
+	if _, err := b.Lookup(ctx, "r2"); !errors.Is(err, redis.ErrNoReplica) {
 		t.Fatalf("Lookup after Withdraw: %v, want ErrNoReplica", err)
 	}
 
 	srv.Kill()
-	if _, err := b.Lookup(ctx, "r2"); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, redisstore.ErrNoReplica) {
+	if _, err := b.Lookup(ctx, "r2"); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, redis.ErrNoReplica) {
 		t.Fatalf("Lookup with Redis down: %v, want ErrUnavailable only", err)
 	}
 	if err := a.Announce(ctx, "r1", "x", time.Second); !errors.Is(err, store.ErrUnavailable) {
@@ -67,7 +67,7 @@ func TestDirectory(t *testing.T) {
 func TestRenewMany(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
-	s := open(t, srv, redisstore.Options{})
+	s := open(t, srv, redis.Options{})
 	ctx := context.Background()
 
 	// 2500 sessions: more than two pipeline batches.
@@ -148,8 +148,8 @@ func TestRenewMany(t *testing.T) {
 func TestAnnounceFirst(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
-	a := open(t, srv, redisstore.Options{})
-	b := open(t, srv, redisstore.Options{})
+	a := open(t, srv, redis.Options{})
+	b := open(t, srv, redis.Options{})
 	ctx := context.Background()
 	const urlA, urlB = "http://127.0.0.1:1001/mcp", "http://127.0.0.1:1002/mcp"
 
@@ -160,7 +160,7 @@ func TestAnnounceFirst(t *testing.T) {
 		t.Fatalf("AnnounceFirst with the entry's own URL = %q, %v; want it taken again", holder, err)
 	}
 	holder, err := b.AnnounceFirst(ctx, "r1", urlB, time.Minute)
-	if !errors.Is(err, redisstore.ErrReplicaTaken) || holder != urlA {
+	if !errors.Is(err, redis.ErrReplicaTaken) || holder != urlA {
 		t.Fatalf("AnnounceFirst over another URL = %q, %v; want %q and ErrReplicaTaken", holder, err, urlA)
 	}
 	if got, _ := b.Lookup(ctx, "r1"); got != urlA {

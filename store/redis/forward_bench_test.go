@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 // BenchmarkForward measures the two ways fleet mode can bring a request
 // for a session to the replica that owns it (DESIGN.md, "Fleet mode"), on
@@ -26,11 +26,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 var request = []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from another replica"}}}`)
@@ -41,8 +41,8 @@ func BenchmarkForward(b *testing.B) {
 	ctx := context.Background()
 
 	b.Run("inbox", func(b *testing.B) {
-		owner := open(b, srv, redisstore.Options{})
-		front := open(b, srv, redisstore.Options{})
+		owner := open(b, srv, redis.Options{})
+		front := open(b, srv, redis.Options{})
 		tok := session(b, owner)
 		inbox := "bench:{" + tok + "}:inbox"
 		rdb := client(b, srv)  // the front replica's connection
@@ -53,8 +53,8 @@ func BenchmarkForward(b *testing.B) {
 			defer close(done)
 			last := "$"
 			for octx.Err() == nil {
-				res, err := ordb.XRead(octx, &redis.XReadArgs{Streams: []string{inbox, last}, Block: 100 * time.Millisecond}).Result()
-				if errors.Is(err, redis.Nil) {
+				res, err := ordb.XRead(octx, &goredis.XReadArgs{Streams: []string{inbox, last}, Block: 100 * time.Millisecond}).Result()
+				if errors.Is(err, goredis.Nil) {
 					continue
 				}
 				if err != nil {
@@ -73,7 +73,7 @@ func BenchmarkForward(b *testing.B) {
 		var hwm uint64
 		b.ResetTimer()
 		for b.Loop() {
-			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: inbox, MaxLen: 1000, Approx: true, Values: []any{"msg", request}}).Err(); err != nil {
+			if err := rdb.XAdd(ctx, &goredis.XAddArgs{Stream: inbox, MaxLen: 1000, Approx: true, Values: []any{"msg", request}}).Err(); err != nil {
 				b.Fatal(err)
 			}
 			if err := front.Wait(ctx, tok, hwm); err != nil {
@@ -91,7 +91,7 @@ func BenchmarkForward(b *testing.B) {
 	})
 
 	b.Run("http", func(b *testing.B) {
-		owner := open(b, srv, redisstore.Options{})
+		owner := open(b, srv, redis.Options{})
 		tok := session(b, owner)
 		h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := io.ReadAll(r.Body); err != nil {

@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 // Key layout. Every key of one session shares the hash tag {TOKEN}, so a
 // Lua script that touches all of them runs on one shard of a Redis Cluster

@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -52,11 +52,11 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 // MULTI/EXEC, so they describe the same moment.
 func (s *Store) Read(ctx context.Context, token string, after uint64, max int) ([]store.Event, store.Bounds, error) {
 	k := s.keys(token)
-	var h *redis.SliceCmd
-	var tomb *redis.StringCmd
-	var xr *redis.XMessageSliceCmd
+	var h *goredis.SliceCmd
+	var tomb *goredis.StringCmd
+	var xr *goredis.XMessageSliceCmd
 	want := max > 0 && after < math.MaxUint64
-	if err := s.tx(ctx, "read", token, func(p redis.Pipeliner) {
+	if err := s.tx(ctx, "read", token, func(p goredis.Pipeliner) {
 		h = p.HMGet(ctx, k.rec, boundsFields[:]...)
 		tomb = p.Get(ctx, k.tomb)
 		if want {
@@ -104,9 +104,9 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 // Bounds implements store.Log.
 func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) {
 	k := s.keys(token)
-	var h *redis.SliceCmd
-	var tomb *redis.StringCmd
-	if err := s.tx(ctx, "bounds", token, func(p redis.Pipeliner) {
+	var h *goredis.SliceCmd
+	var tomb *goredis.StringCmd
+	if err := s.tx(ctx, "bounds", token, func(p goredis.Pipeliner) {
 		h = p.HMGet(ctx, k.rec, boundsFields[:]...)
 		tomb = p.Get(ctx, k.tomb)
 	}); err != nil {
@@ -138,7 +138,7 @@ func decBounds(v []any) store.Bounds {
 }
 
 // decEvent builds an Event from a log entry (keys.go).
-func decEvent(m redis.XMessage) store.Event {
+func decEvent(m goredis.XMessage) store.Event {
 	ms, _, _ := strings.Cut(m.ID, "-")
 	get := func(f string) string { return str(m.Values[f]) }
 	return store.Event{

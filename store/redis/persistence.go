@@ -1,11 +1,11 @@
-package redisstore
+package redis
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -49,15 +49,15 @@ func (p Persistence) String() string {
 // services often do).
 func (s *Store) Persistence(ctx context.Context) (Persistence, error) {
 	// One parameter per CONFIG GET: several in one call need Redis 7.
-	var cmds [3]*redis.MapStringStringCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var cmds [3]*goredis.MapStringStringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, name := range []string{"appendonly", "appendfsync", "save"} {
 			cmds[i] = p.ConfigGet(ctx, name)
 		}
 		return nil
 	})
 	if err != nil {
-		var reply redis.Error
+		var reply goredis.Error
 		if errors.As(err, &reply) {
 			return Persistence{}, fmt.Errorf("redis store: config get: %w", err)
 		}

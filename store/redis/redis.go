@@ -1,4 +1,4 @@
-// Package redisstore is Tidemark's fleet store: session records, tombstones
+// Package redis is Tidemark's fleet store: session records, tombstones
 // and event logs in Redis (github.com/redis/go-redis/v9), shared by every
 // replica of a fleet, so that any replica can serve, replay and tail any
 // session (DESIGN.md, "Fleet mode"). It implements store.Store.
@@ -61,7 +61,7 @@
 // before its reply arrived: the call reports ErrUnavailable although the
 // write happened (as every networked store must); the events it stored
 // still have correct, unique sequences.
-package redisstore
+package redis
 
 import (
 	"context"
@@ -72,7 +72,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tidemark-mcp/tidemark/store"
@@ -151,8 +151,8 @@ type Options struct {
 // number of Stores (in any number of processes) may share one Redis: they
 // see one another's writes, and fencing holds across them.
 type Store struct {
-	rdb      *redis.Client // ordinary commands
-	wdb      *redis.Client // blocking reads of Wait (MaxWaits connections)
+	rdb      *goredis.Client // ordinary commands
+	wdb      *goredis.Client // blocking reads of Wait (MaxWaits connections)
 	prefix   string
 	now      func() time.Time
 	timeout  time.Duration
@@ -182,7 +182,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.URL == "" {
 		return nil, errors.New("redis store: Options.URL is empty")
 	}
-	ro, err := redis.ParseURL(opts.URL)
+	ro, err := goredis.ParseURL(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: URL %q: %w", opts.URL, err)
 	}
@@ -218,7 +218,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		poolSize = 10 * runtime.GOMAXPROCS(0)
 	}
 
-	base := func(ro *redis.Options) {
+	base := func(ro *goredis.Options) {
 		ro.ClientName = "tidemark"
 		// Resending a script whose reply was lost could apply it twice.
 		ro.MaxRetries = -1
@@ -240,7 +240,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	// Transactions (MULTI/EXEC reads) share the ordinary pool, so PoolSize
 	// is the whole count of ordinary connections.
 	mo.PipelinePoolSize = -1
-	s.rdb = redis.NewClient(&mo)
+	s.rdb = goredis.NewClient(&mo)
 
 	wo := *ro
 	base(&wo)
@@ -250,7 +250,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	wo.PoolSize = s.maxWaits
 	wo.MaxActiveConns = s.maxWaits
 	wo.PipelinePoolSize = -1
-	s.wdb = redis.NewClient(&wo)
+	s.wdb = goredis.NewClient(&wo)
 
 	s.closing, s.close = context.WithCancel(context.Background())
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -293,7 +293,7 @@ func fail(ctx context.Context, op, token string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), ctx.Err())
 	}
-	if errors.Is(err, redis.ErrClosed) {
+	if errors.Is(err, goredis.ErrClosed) {
 		return fmt.Errorf("redis store: %s session %s: %w: store closed", op, store.Prefix(token), store.ErrUnavailable)
 	}
 	return fmt.Errorf("redis store: %s session %s: %w: %w", op, store.Prefix(token), store.ErrUnavailable, err)
@@ -323,7 +323,7 @@ func status(op, token string, gen uint64, reply []any) ([]any, error) {
 
 // missing returns the error for a token without a record: an *EndedError
 // when the tombstone (GET tomb) holds a reason, else ErrNotFound.
-func missing(op, token string, tomb *redis.StringCmd) error {
+func missing(op, token string, tomb *goredis.StringCmd) error {
 	if reason, err := tomb.Result(); err == nil {
 		return &store.EndedError{Token: token, Reason: store.EndReason(reason)}
 	}
@@ -331,7 +331,7 @@ func missing(op, token string, tomb *redis.StringCmd) error {
 }
 
 // run runs a script with the session's keys and decodes its status.
-func (s *Store) run(ctx context.Context, sc *redis.Script, op, token string, gen uint64, args ...any) ([]any, error) {
+func (s *Store) run(ctx context.Context, sc *goredis.Script, op, token string, gen uint64, args ...any) ([]any, error) {
 	reply, err := sc.Run(ctx, s.rdb, s.keys(token).all(), args...).Slice()
 	if err != nil {
 		return nil, fail(ctx, op, token, err)
@@ -340,13 +340,13 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, op, token string, gen
 }
 
 // tx runs fn's commands in one MULTI/EXEC. A GET that found no key
-// (redis.Nil) is not a failure: callers read it from the command.
-func (s *Store) tx(ctx context.Context, op, token string, fn func(redis.Pipeliner)) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+// (goredis.Nil) is not a failure: callers read it from the command.
+func (s *Store) tx(ctx context.Context, op, token string, fn func(goredis.Pipeliner)) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		fn(p)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !errors.Is(err, goredis.Nil) {
 		return fail(ctx, op, token, err)
 	}
 	return nil

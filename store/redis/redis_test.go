@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -11,23 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // open returns a Store on srv, closed at the end of the test.
-func open(t testing.TB, srv *redistest.Server, opts redisstore.Options) *redisstore.Store {
+func open(t testing.TB, srv *redistest.Server, opts redis.Options) *redis.Store {
 	t.Helper()
 	opts.URL = srv.URL()
-	s, err := redisstore.New(context.Background(), opts)
+	s, err := redis.New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("New(%s): %v", srv.URL(), err)
 	}
@@ -36,9 +36,9 @@ func open(t testing.TB, srv *redistest.Server, opts redisstore.Options) *redisst
 }
 
 // client returns a plain go-redis client on srv, for looking at keys.
-func client(t testing.TB, srv *redistest.Server) *redis.Client {
+func client(t testing.TB, srv *redistest.Server) *goredis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -67,7 +67,7 @@ func TestContract(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := redisstore.New(context.Background(), redisstore.Options{URL: srv.URL(), Prefix: fmt.Sprintf("contract%d:", n.Add(1))})
+		s, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Prefix: fmt.Sprintf("contract%d:", n.Add(1))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,8 +82,8 @@ func TestPrefix(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	a := open(t, srv, redisstore.Options{Prefix: "fleet-a:"})
-	b := open(t, srv, redisstore.Options{})
+	a := open(t, srv, redis.Options{Prefix: "fleet-a:"})
+	b := open(t, srv, redis.Options{})
 	create(t, a, "tok")
 	if _, err := a.Append(ctx, "tok", 1, msgs("x", "y")); err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestTombstoneTTL(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{})
+	s := open(t, srv, redis.Options{})
 	create(t, s, "tok")
 	if err := s.End(ctx, "tok", store.EndIdle, time.Now().Add(300*time.Millisecond)); err != nil {
 		t.Fatal(err)
@@ -148,8 +148,8 @@ func TestFencingTwoClients(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	a := open(t, srv, redisstore.Options{})
-	b := open(t, srv, redisstore.Options{})
+	a := open(t, srv, redis.Options{})
+	b := open(t, srv, redis.Options{})
 	create(t, a, "tok")
 
 	const writers = 4
@@ -238,7 +238,7 @@ func TestFencingTwoClients(t *testing.T) {
 
 	// Two stores racing to claim generation 2: exactly one wins.
 	results := make(chan error, 2)
-	for i, s := range []*redisstore.Store{a, b} {
+	for i, s := range []*redis.Store{a, b} {
 		go func() {
 			_, err := s.Claim(ctx, "tok", fmt.Sprintf("r%d", i), 2, time.Time{})
 			results <- err
@@ -265,7 +265,7 @@ func TestLeaseFields(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{})
+	s := open(t, srv, redis.Options{})
 	lease := time.Date(2026, 12, 1, 8, 30, 15, 123456789, time.UTC)
 	rec := store.Record{Token: "tok", Generation: 1, Owner: "replica-a", LeaseUntil: lease, UserID: "alice", State: []byte(`{"v":1}`), Created: epoch}
 	if err := s.Create(ctx, rec); err != nil {
@@ -303,18 +303,18 @@ func TestPersistence(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		aof  bool
-		want redisstore.Persistence
+		want redis.Persistence
 	}{
-		{false, redisstore.Persistence{AppendOnly: false, Fsync: "everysec", Snapshots: ""}},
-		{true, redisstore.Persistence{AppendOnly: true, Fsync: "always", Snapshots: ""}},
+		{false, redis.Persistence{AppendOnly: false, Fsync: "everysec", Snapshots: ""}},
+		{true, redis.Persistence{AppendOnly: true, Fsync: "always", Snapshots: ""}},
 	} {
-		s := open(t, redistest.Start(t, redistest.Options{AppendOnly: tc.aof}), redisstore.Options{})
+		s := open(t, redistest.Start(t, redistest.Options{AppendOnly: tc.aof}), redis.Options{})
 		got, err := s.Persistence(ctx)
 		if err != nil || got != tc.want || !got.Safe() {
 			t.Fatalf("Persistence (AppendOnly %v) = %+v (safe %v), %v; want %+v, safe", tc.aof, got, got.Safe(), err, tc.want)
 		}
 	}
-	for _, p := range []redisstore.Persistence{{AppendOnly: true, Fsync: "everysec"}, {Snapshots: "3600 1"}} {
+	for _, p := range []redis.Persistence{{AppendOnly: true, Fsync: "everysec"}, {Snapshots: "3600 1"}} {
 		if p.Safe() {
 			t.Fatalf("%v reported safe", p)
 		}

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 // BenchmarkRenew measures one round of lease renewals for 10,000 sessions
 // (what a replica holding that many sessions does every --lease-renew):
@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 func BenchmarkRenew(b *testing.B) {
@@ -23,7 +23,7 @@ func BenchmarkRenew(b *testing.B) {
 	const n = 10000
 	for _, aof := range []bool{false, true} {
 		srv := redistest.Start(b, redistest.Options{AppendOnly: aof})
-		s := open(b, srv, redisstore.Options{})
+		s := open(b, srv, redis.Options{})
 		ctx := context.Background()
 		tokens := make([]string, n)
 		gens := make([]uint64, n)

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // recover polls Get until Redis answers again, failing after 15 s.
@@ -62,7 +62,7 @@ func TestRestartKeepsSessions(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{Timeout: time.Second})
+	s := open(t, srv, redis.Options{Timeout: time.Second})
 
 	// a: events, some trimmed.
 	create(t, s, "a")
@@ -120,7 +120,7 @@ func TestRestartKeepsSessions(t *testing.T) {
 		t.Fatalf("append of gen 1 to b after restart = %v, want ErrFenced", err)
 	}
 	// A Store opened after the restart (a replica starting) sees the same.
-	s2 := open(t, srv, redisstore.Options{})
+	s2 := open(t, srv, redis.Options{})
 	if got := look(t, s2, "b"); !reflect.DeepEqual(got, before["b"]) {
 		t.Fatalf("session b through a new store:\n got %+v\nwant %+v", got, before["b"])
 	}
@@ -141,7 +141,7 @@ func TestAppendAcrossKill(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{Timeout: time.Second})
+	s := open(t, srv, redis.Options{Timeout: time.Second})
 	create(t, s, "tok")
 
 	acked := map[string]uint64{} // data → seq
@@ -224,7 +224,7 @@ func TestRedisDown(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{Timeout: time.Second})
+	s := open(t, srv, redis.Options{Timeout: time.Second})
 	create(t, s, "tok")
 	if _, err := s.Append(ctx, "tok", 1, msgs("a", "b")); err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestRedisDown(t *testing.T) {
 			t.Fatalf("%s with Redis down took %v, want under 3s (Timeout 1s)", name, d)
 		}
 	}
-	if _, err := redisstore.New(ctx, redisstore.Options{URL: srv.URL(), Timeout: time.Second}); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := redis.New(ctx, redis.Options{URL: srv.URL(), Timeout: time.Second}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("New with Redis down = %v, want ErrUnavailable", err)
 	}
 

@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import "github.com/redis/go-redis/v9"
 

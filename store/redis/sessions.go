@@ -1,11 +1,11 @@
-package redisstore
+package redis
 
 import (
 	"context"
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -22,9 +22,9 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 // Get implements store.Sessions.
 func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 	k := s.keys(token)
-	var h *redis.MapStringStringCmd
-	var tomb *redis.StringCmd
-	if err := s.tx(ctx, "get", token, func(p redis.Pipeliner) {
+	var h *goredis.MapStringStringCmd
+	var tomb *goredis.StringCmd
+	if err := s.tx(ctx, "get", token, func(p goredis.Pipeliner) {
 		h = p.HGetAll(ctx, k.rec)
 		tomb = p.Get(ctx, k.tomb)
 	}); err != nil {

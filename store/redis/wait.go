@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -19,7 +19,7 @@ const unblockRetry = 5 * time.Millisecond
 // waitConn is a connection reserved for blocking reads, with the id Redis
 // gave it (CLIENT ID), which CLIENT UNBLOCK names.
 type waitConn struct {
-	conn *redis.Conn
+	conn *goredis.Conn
 	id   int64
 }
 
@@ -90,10 +90,10 @@ func (s *Store) waitErr(ctx context.Context, token string, err error) error {
 // snapshot reads the session's bounds and the newest wake entry's ID ("0-0"
 // when the wake stream is empty) in one transaction.
 func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error) {
-	var h *redis.SliceCmd
-	var tomb *redis.StringCmd
-	var wake *redis.XMessageSliceCmd
-	if err := s.tx(ctx, "wait", token, func(p redis.Pipeliner) {
+	var h *goredis.SliceCmd
+	var tomb *goredis.StringCmd
+	var wake *goredis.XMessageSliceCmd
+	if err := s.tx(ctx, "wait", token, func(p goredis.Pipeliner) {
 		h = p.HMGet(ctx, k.rec, "gen", "floor", "hwm")
 		tomb = p.Get(ctx, k.tomb)
 		wake = p.XRevRangeN(ctx, k.wake, "+", "-", 1)
@@ -142,7 +142,7 @@ func (s *Store) block(ctx context.Context, k keys, token string, after uint64, w
 		s.putWaitConn(wc, false)
 		// Idle connections may all have died with a Redis restart; drop
 		// them and try once more on a fresh one before reporting failure.
-		var reply redis.Error // an error reply from Redis, as opposed to a failed connection
+		var reply goredis.Error // an error reply from Redis, as opposed to a failed connection
 		if reused && attempt == 0 && !errors.As(err, &reply) {
 			s.dropIdle()
 			continue
@@ -175,7 +175,7 @@ func (s *Store) xread(ctx context.Context, wc *waitConn, k keys, after uint64, w
 			}
 		}
 	})
-	streams, err := wc.conn.XRead(context.WithoutCancel(ctx), &redis.XReadArgs{
+	streams, err := wc.conn.XRead(context.WithoutCancel(ctx), &goredis.XReadArgs{
 		Streams: []string{k.log, k.wake, strconv.FormatUint(after, 10) + "-0", wake},
 		Count:   1,
 		Block:   s.blockFor,
@@ -184,7 +184,7 @@ func (s *Store) xread(ctx context.Context, wc *waitConn, k keys, after uint64, w
 	if !stop() {
 		<-unblocked // the connection must not be reused while CLIENT UNBLOCK may still name it
 	}
-	if errors.Is(err, redis.Nil) {
+	if errors.Is(err, goredis.Nil) {
 		return false, nil
 	}
 	for _, st := range streams {

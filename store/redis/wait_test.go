@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // waitAsync starts s.Wait(after) and returns the channel of its result.
@@ -50,8 +50,8 @@ func TestWaitAcrossStores(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	reader := open(t, srv, redisstore.Options{})
-	writer := open(t, srv, redisstore.Options{})
+	reader := open(t, srv, redis.Options{})
+	writer := open(t, srv, redis.Options{})
 	create(t, writer, "tok")
 	if _, err := writer.Append(ctx, "tok", 1, msgs("a", "b", "c")); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestWaitAcrossStores(t *testing.T) {
 func TestWaitCancel(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
-	s := open(t, srv, redisstore.Options{WaitBlock: time.Minute, MaxWaits: 1})
+	s := open(t, srv, redis.Options{WaitBlock: time.Minute, MaxWaits: 1})
 	create(t, s, "tok")
 	for i := range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -152,7 +152,7 @@ func TestWaitBeyondMaxWaits(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{MaxWaits: 1, PollInterval: 20 * time.Millisecond})
+	s := open(t, srv, redis.Options{MaxWaits: 1, PollInterval: 20 * time.Millisecond})
 	create(t, s, "tok")
 	first := waitAsync(ctx, s, "tok", 0)
 	second := waitAsync(ctx, s, "tok", 0)
@@ -171,7 +171,7 @@ func TestWaitBlockExpires(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := open(t, srv, redisstore.Options{WaitBlock: 50 * time.Millisecond})
+	s := open(t, srv, redis.Options{WaitBlock: 50 * time.Millisecond})
 	create(t, s, "tok")
 	done := waitAsync(ctx, s, "tok", 0)
 	mustStayBlocked(t, "several WaitBlock periods", done, 300*time.Millisecond)
@@ -187,7 +187,7 @@ func TestCloseReleasesWait(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s, err := redisstore.New(ctx, redisstore.Options{URL: srv.URL()})
+	s, err := redis.New(ctx, redis.Options{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +222,8 @@ func TestWaitEndsWithSession(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	reader := open(t, srv, redisstore.Options{})
-	writer := open(t, srv, redisstore.Options{})
+	reader := open(t, srv, redis.Options{})
+	writer := open(t, srv, redis.Options{})
 	for i := range 100 {
 		tok := fmt.Sprintf("tok%d", i)
 		create(t, writer, tok)
