@@ -54,10 +54,10 @@ type trimCount struct {
 // two events or more, and takes it out otherwise. The caller holds ss.wmu,
 // so that the bounds it reads are the ones it leaves behind.
 func (s *Store) requeue(ss *sess) {
-	ss.mu.Lock()
-	b := ss.boundsLocked()
-	ended := ss.ended != nil
-	ss.mu.Unlock()
+	ss.Lock()
+	b := ss.BoundsLocked()
+	ended := ss.Ended != nil
+	ss.Unlock()
 	s.bound.mu.Lock()
 	if b.Events >= 2 && !ended {
 		s.bound.q.Set(ss.age, b.Oldest)
@@ -139,9 +139,9 @@ func (s *Store) needsTrim(total int64) bool {
 // event is later than next (another session then holds the oldest event).
 // The caller holds ss.wmu and s.rw shared.
 func (s *Store) trimOldest(ss *sess, need int64, next time.Time, hasNext bool) (trimCount, error) {
-	ss.mu.Lock()
-	hwm := ss.hwm
-	ss.mu.Unlock()
+	ss.Lock()
+	hwm := ss.HWM
+	ss.Unlock()
 	var c trimCount
 	_, err := s.cut(ss, func(seq uint64, v []byte) bool {
 		if seq >= hwm || (c.events > 0 && (c.bytes >= need || (hasNext && eventTime(v).After(next)))) {

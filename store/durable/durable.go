@@ -79,6 +79,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/agequeue"
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/image"
 )
 
 // Defaults of Options.
@@ -201,47 +202,25 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// sess is the in-memory image of one live session: its record and the
-// bounds of its log, exactly as last committed (Trim raises floor first).
+// sess is one live session: its image (record and log bounds) exactly as
+// last committed (Trim raises the floor first), and its write lock.
 type sess struct {
+	image.Image
 	token string
 	age   *agequeue.Item[*sess] // in Store.bound.q while it holds 2 events or more
 	// wmu serializes the writes of the session, held from the fencing check
 	// to the end of the commit.
 	wmu sync.Mutex
-
-	mu     sync.Mutex
-	rec    store.Record
-	floor  uint64
-	hwm    uint64
-	bytes  int64
-	oldest time.Time
-	ended  error         // non-nil once End committed
-	notify chan struct{} // closed and replaced when waiters must look again
 }
 
-// newSess returns the image of the session whose record is rec, with an
-// empty log at floor.
+// newSess returns the session whose record is rec, with an empty log at
+// floor.
 func newSess(rec store.Record, floor uint64) *sess {
-	ss := &sess{token: rec.Token, rec: rec, floor: floor, notify: make(chan struct{})}
+	ss := &sess{Image: image.Image{Rec: rec, Floor: floor}, token: rec.Token}
 	ss.age = agequeue.NewItem(ss)
 	return ss
 }
 
-func (ss *sess) boundsLocked() store.Bounds {
-	b := store.Bounds{Generation: ss.rec.Generation, Floor: ss.floor, HWM: ss.hwm, Bytes: ss.bytes, Oldest: ss.oldest}
-	if ss.hwm >= ss.floor {
-		b.Events = int(ss.hwm - ss.floor + 1)
-	}
-	return b
-}
-
 func (ss *sess) metaLocked() meta {
-	return meta{floor: ss.floor, hwm: ss.hwm, bytes: ss.bytes, oldest: ss.oldest}
-}
-
-// wakeLocked wakes every Wait on the session.
-func (ss *sess) wakeLocked() {
-	close(ss.notify)
-	ss.notify = make(chan struct{})
+	return meta{floor: ss.Floor, hwm: ss.HWM, bytes: ss.Bytes, oldest: ss.Oldest}
 }

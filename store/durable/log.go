@@ -20,13 +20,13 @@ import (
 func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
 	var out store.Bounds
 	err := s.fenced("append", token, gen, func(ss *sess) error {
-		ss.mu.Lock()
+		ss.Lock()
 		m := ss.metaLocked()
-		ss.mu.Unlock()
+		ss.Unlock()
 		if len(evs) == 0 {
-			ss.mu.Lock()
-			out = ss.boundsLocked()
-			ss.mu.Unlock()
+			ss.Lock()
+			out = ss.BoundsLocked()
+			ss.Unlock()
 			return nil
 		}
 		// Sequences are set in a copy: the caller's slice changes only
@@ -57,11 +57,11 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		for i := range evs {
 			evs[i].Seq, evs[i].Generation, evs[i].Stream = stamped[i].Seq, gen, stamped[i].Stream
 		}
-		ss.mu.Lock()
-		ss.hwm, ss.bytes, ss.oldest = n.hwm, n.bytes, n.oldest
-		ss.wakeLocked()
-		out = ss.boundsLocked()
-		ss.mu.Unlock()
+		ss.Lock()
+		ss.HWM, ss.Bytes, ss.Oldest = n.hwm, n.bytes, n.oldest
+		ss.WakeLocked()
+		out = ss.BoundsLocked()
+		ss.Unlock()
 		s.total.Add(added)
 		if m.hwm <= m.floor { // it held at most one event: it may now be trimmed
 			s.requeue(ss)
@@ -91,13 +91,13 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 		return nil, store.Bounds{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		ss.mu.Lock()
-		if ss.ended != nil {
-			ss.mu.Unlock()
-			return nil, store.Bounds{}, ss.ended
+		ss.Lock()
+		if ss.Ended != nil {
+			ss.Unlock()
+			return nil, store.Bounds{}, ss.Ended
 		}
-		b := ss.boundsLocked()
-		ss.mu.Unlock()
+		b := ss.BoundsLocked()
+		ss.Unlock()
 		start := max1(after+1, b.Floor)
 		if max <= 0 || start > b.HWM {
 			return nil, b, nil
@@ -186,37 +186,7 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	if ss.ended != nil {
-		ss.mu.Unlock()
-		return ss.ended
-	}
-	if ss.hwm > after || ss.floor > after+1 {
-		ss.mu.Unlock()
-		return nil
-	}
-	ch, gen := ss.notify, ss.rec.Generation
-	ss.mu.Unlock()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.closing:
-			return s.unavailable("wait")
-		case <-ch:
-		}
-		ss.mu.Lock()
-		switch {
-		case ss.ended != nil:
-			ss.mu.Unlock()
-			return ss.ended
-		case ss.hwm > after || ss.floor > after+1 || ss.rec.Generation != gen:
-			ss.mu.Unlock()
-			return nil
-		}
-		ch = ss.notify
-		ss.mu.Unlock()
-	}
+	return ss.Wait(ctx, after, s.closing, func() error { return s.unavailable("wait") })
 }
 
 // Trim implements store.Log. The floor rises in memory before the events
@@ -246,13 +216,13 @@ func (s *Store) trim(ss *sess, floor uint64) (store.Bounds, error) {
 // The caller holds ss.wmu and s.rw shared.
 func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bounds, error) {
 	token := ss.token
-	ss.mu.Lock()
+	ss.Lock()
 	m := ss.metaLocked()
-	ss.mu.Unlock()
+	ss.Unlock()
 	if m.hwm < m.floor {
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		return ss.boundsLocked(), nil
+		ss.Lock()
+		defer ss.Unlock()
+		return ss.BoundsLocked(), nil
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(token, m.floor), UpperBound: eventKey(token, m.hwm+1)})
 	if err != nil {
@@ -279,16 +249,16 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 	}
 	it.Close()
 	if n.floor <= m.floor {
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		return ss.boundsLocked(), nil
+		ss.Lock()
+		defer ss.Unlock()
+		return ss.BoundsLocked(), nil
 	}
 	n.bytes -= removed
-	ss.mu.Lock()
-	ss.floor, ss.bytes, ss.oldest = n.floor, n.bytes, n.oldest
-	ss.wakeLocked()
-	out := ss.boundsLocked()
-	ss.mu.Unlock()
+	ss.Lock()
+	ss.Floor, ss.Bytes, ss.Oldest = n.floor, n.bytes, n.oldest
+	ss.WakeLocked()
+	out := ss.BoundsLocked()
+	ss.Unlock()
 	s.total.Add(-removed)
 	s.requeue(ss)
 
@@ -311,10 +281,5 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Bounds{}, ss.ended
-	}
-	return ss.boundsLocked(), nil
+	return ss.Bounds()
 }

@@ -265,7 +265,7 @@ func (s *Store) load() error {
 		if err != nil {
 			return fmt.Errorf("session %s: %w", store.Prefix(token), err)
 		}
-		ss.floor, ss.hwm, ss.bytes, ss.oldest = m.floor, m.hwm, m.bytes, m.oldest
+		ss.Floor, ss.HWM, ss.Bytes, ss.Oldest = m.floor, m.hwm, m.bytes, m.oldest
 		total += m.bytes
 		s.requeue(ss)
 		// The last event must be there: a missing one means lost data.

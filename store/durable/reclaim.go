@@ -48,17 +48,17 @@ func (s *Store) Sweep(ctx context.Context) error {
 		var idle []*sess
 		s.mu.Lock()
 		for _, ss := range s.sessions {
-			ss.mu.Lock()
-			if !s.owners[ss.rec.Owner] && ss.rec.LastSeen.Before(cutoff) {
+			ss.Lock()
+			if !s.owners[ss.Rec.Owner] && ss.Rec.LastSeen.Before(cutoff) {
 				idle = append(idle, ss)
 			}
-			ss.mu.Unlock()
+			ss.Unlock()
 		}
 		s.mu.Unlock()
 		for _, ss := range idle {
 			err := s.write("end", ss.token, func(ss *sess) error {
 				// Checked again under the write lock: a Claim may have won.
-				if s.isOwner(ss.rec.Owner) || !ss.rec.LastSeen.Before(cutoff) {
+				if s.isOwner(ss.Rec.Owner) || !ss.Rec.LastSeen.Before(cutoff) {
 					return nil
 				}
 				return s.end(ss, store.EndIdle, now.Add(s.opts.TombstoneTTL))

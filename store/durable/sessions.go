@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/image"
 )
 
 // lookup returns the live session of token, or the error Get reports for
@@ -72,7 +73,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		}
 		return fmt.Errorf("durable store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
-	rec.State = clone(rec.State)
+	rec.State = image.Clone(rec.State)
 	ss := newSess(rec, 1)
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
@@ -86,9 +87,9 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		s.mu.Lock()
 		delete(s.sessions, rec.Token)
 		s.mu.Unlock()
-		ss.mu.Lock()
-		ss.ended = fmt.Errorf("durable store: session %s: %w", store.Prefix(rec.Token), store.ErrNotFound)
-		ss.mu.Unlock()
+		ss.Lock()
+		ss.Ended = fmt.Errorf("durable store: session %s: %w", store.Prefix(rec.Token), store.ErrNotFound)
+		ss.Unlock()
 		return fmt.Errorf("durable store: create %s: %w", store.Prefix(rec.Token), err)
 	}
 	s.noteOwner(rec.Owner)
@@ -113,14 +114,7 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 	if err != nil {
 		return store.Record{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Record{}, ss.ended
-	}
-	rec := ss.rec
-	rec.State = clone(rec.State)
-	return rec, nil
+	return ss.Record()
 }
 
 // write runs f for token's session under its write lock, after checking
@@ -136,9 +130,9 @@ func (s *Store) write(op, token string, f func(ss *sess) error) error {
 	}
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
+	ss.Lock()
+	ended := ss.Ended
+	ss.Unlock()
 	if ended != nil {
 		return ended
 	}
@@ -150,7 +144,7 @@ func (s *Store) write(op, token string, f func(ss *sess) error) error {
 // holds until f's commit.
 func (s *Store) fenced(op, token string, gen uint64, f func(ss *sess) error) error {
 	return s.write(op, token, func(ss *sess) error {
-		if cur := ss.rec.Generation; cur != gen {
+		if cur := ss.Rec.Generation; cur != gen {
 			return &store.FencedError{Token: token, Op: op, Have: gen, Want: cur}
 		}
 		return f(ss)
@@ -164,9 +158,9 @@ func (s *Store) putRecord(ss *sess, rec store.Record, grows bool) error {
 	if err := s.commit(b, grows); err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	ss.rec = rec
-	ss.mu.Unlock()
+	ss.Lock()
+	ss.Rec = rec
+	ss.Unlock()
 	return nil
 }
 
@@ -175,13 +169,13 @@ func (s *Store) putRecord(ss *sess, rec store.Record, grows bool) error {
 func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
 	var out store.Record
 	err := s.fenced("claim", token, from, func(ss *sess) error {
-		rec := ss.rec
+		rec := ss.Rec
 		rec.Generation = from + 1
 		rec.Owner = owner
 		rec.LeaseUntil = leaseUntil
-		ss.mu.Lock()
-		hwm, oldBytes := ss.hwm, ss.bytes
-		ss.mu.Unlock()
+		ss.Lock()
+		hwm, oldBytes := ss.HWM, ss.Bytes
+		ss.Unlock()
 		m := meta{floor: hwm + 1, hwm: hwm}
 		b := s.db.NewBatch()
 		b.Set(tokenKey(kindRecord, token), encodeRecord(rec), nil)
@@ -190,16 +184,14 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		if err := s.commit(b, false); err != nil {
 			return fmt.Errorf("durable store: claim %s gen %d: %w", store.Prefix(token), from, err)
 		}
-		ss.mu.Lock()
-		ss.rec = rec
-		ss.floor, ss.bytes, ss.oldest = m.floor, 0, time.Time{}
-		ss.wakeLocked()
-		ss.mu.Unlock()
+		ss.Lock()
+		ss.ClaimLocked(rec)
+		ss.Unlock()
 		s.total.Add(-oldBytes)
 		s.requeue(ss)
 		s.noteOwner(owner)
 		out = rec
-		out.State = clone(rec.State)
+		out.State = image.Clone(rec.State)
 		return nil
 	})
 	return out, err
@@ -208,10 +200,10 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 // Renew implements store.Sessions.
 func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error {
 	return s.fenced("renew", token, gen, func(ss *sess) error {
-		if ss.rec.Owner != owner {
-			return &store.FencedError{Token: token, Op: "renew", Have: gen, Want: ss.rec.Generation}
+		if ss.Rec.Owner != owner {
+			return &store.FencedError{Token: token, Op: "renew", Have: gen, Want: ss.Rec.Generation}
 		}
-		rec := ss.rec
+		rec := ss.Rec
 		rec.LeaseUntil = leaseUntil
 		return s.putRecord(ss, rec, false)
 	})
@@ -220,8 +212,8 @@ func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leas
 // SaveState implements store.Sessions.
 func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state []byte) error {
 	return s.fenced("save state", token, gen, func(ss *sess) error {
-		rec := ss.rec
-		rec.State = clone(state)
+		rec := ss.Rec
+		rec.State = image.Clone(state)
 		return s.putRecord(ss, rec, true)
 	})
 }
@@ -229,10 +221,10 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 // Touch implements store.Sessions.
 func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
 	return s.write("touch", token, func(ss *sess) error {
-		if !at.After(ss.rec.LastSeen) {
+		if !at.After(ss.Rec.LastSeen) {
 			return nil
 		}
-		rec := ss.rec
+		rec := ss.Rec
 		rec.LastSeen = at
 		return s.putRecord(ss, rec, false)
 	})
@@ -269,20 +261,11 @@ func (s *Store) end(ss *sess, reason store.EndReason, until time.Time) error {
 		delete(s.sessions, token)
 	}
 	s.mu.Unlock()
-	ss.mu.Lock()
-	ss.ended = &store.EndedError{Token: token, Reason: reason}
-	bytes := ss.bytes
-	ss.bytes = 0
-	ss.wakeLocked()
-	ss.mu.Unlock()
+	ss.Lock()
+	bytes := ss.Bytes
+	ss.EndLocked(reason)
+	ss.Unlock()
 	s.total.Add(-bytes)
 	s.requeue(ss)
 	return nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

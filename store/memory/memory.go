@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/image"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -37,17 +38,11 @@ type tomb struct {
 	until  time.Time
 }
 
+// session is a live session: its image, and the events its log retains,
+// Seq contiguous from the image's Floor.
 type session struct {
-	mu     sync.Mutex
-	rec    store.Record
-	events events // retained events, Seq contiguous from floor
-	floor  uint64
-	hwm    uint64
-	bytes  int64
-	ended  error // non-nil once End removed the session
-	// notify is closed and cleared when waiters must look again; nil while
-	// nobody waits, so that an append with no waiter allocates nothing.
-	notify chan struct{}
+	image.Image
+	events events
 }
 
 // New returns an empty Store.
@@ -95,8 +90,8 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 	if _, ok := s.tombs[rec.Token]; ok {
 		return fmt.Errorf("memory store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
-	rec.State = clone(rec.State)
-	s.sessions[rec.Token] = &session{rec: rec, floor: 1}
+	rec.State = image.Clone(rec.State)
+	s.sessions[rec.Token] = &session{Image: image.Image{Rec: rec, Floor: 1}}
 	return nil
 }
 
@@ -106,14 +101,7 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 	if err != nil {
 		return store.Record{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Record{}, ss.ended
-	}
-	rec := ss.rec
-	rec.State = clone(rec.State)
-	return rec, nil
+	return ss.Record()
 }
 
 // Claim implements store.Sessions.
@@ -122,34 +110,25 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 	if err != nil {
 		return store.Record{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Record{}, ss.ended
+	ss.Lock()
+	defer ss.Unlock()
+	if err := ss.CheckLocked("claim", from); err != nil {
+		return store.Record{}, err
 	}
-	if ss.rec.Generation != from {
-		return store.Record{}, &store.FencedError{Token: token, Op: "claim", Have: from, Want: ss.rec.Generation}
-	}
-	ss.rec.Generation = from + 1
-	ss.rec.Owner = owner
-	ss.rec.LeaseUntil = leaseUntil
-	// Events of older generations can never be replayed again.
+	rec := ss.Rec
+	rec.Generation, rec.Owner, rec.LeaseUntil = from+1, owner, leaseUntil
+	ss.ClaimLocked(rec)
 	ss.events = events{}
-	ss.bytes = 0
-	ss.floor = ss.hwm + 1
-	ss.wakeLocked()
-	rec := ss.rec
-	rec.State = clone(rec.State)
-	return rec, nil
+	return ss.RecordLocked()
 }
 
 // Renew implements store.Sessions.
 func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error {
 	return s.fenced(token, "renew", gen, func(ss *session) error {
-		if ss.rec.Owner != owner {
-			return &store.FencedError{Token: token, Op: "renew", Have: gen, Want: ss.rec.Generation}
+		if ss.Rec.Owner != owner {
+			return &store.FencedError{Token: token, Op: "renew", Have: gen, Want: ss.Rec.Generation}
 		}
-		ss.rec.LeaseUntil = leaseUntil
+		ss.Rec.LeaseUntil = leaseUntil
 		return nil
 	})
 }
@@ -157,7 +136,7 @@ func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leas
 // SaveState implements store.Sessions.
 func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state []byte) error {
 	return s.fenced(token, "save state", gen, func(ss *session) error {
-		ss.rec.State = clone(state)
+		ss.Rec.State = image.Clone(state)
 		return nil
 	})
 }
@@ -168,13 +147,10 @@ func (s *Store) fenced(token, op string, gen uint64, f func(*session) error) err
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return ss.ended
-	}
-	if ss.rec.Generation != gen {
-		return &store.FencedError{Token: token, Op: op, Have: gen, Want: ss.rec.Generation}
+	ss.Lock()
+	defer ss.Unlock()
+	if err := ss.CheckLocked(op, gen); err != nil {
+		return err
 	}
 	return f(ss)
 }
@@ -185,13 +161,13 @@ func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return ss.ended
+	ss.Lock()
+	defer ss.Unlock()
+	if ss.Ended != nil {
+		return ss.Ended
 	}
-	if at.After(ss.rec.LastSeen) {
-		ss.rec.LastSeen = at
+	if at.After(ss.Rec.LastSeen) {
+		ss.Rec.LastSeen = at
 	}
 	return nil
 }
@@ -222,12 +198,10 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, u
 	}
 	s.mu.Unlock()
 
-	ss.mu.Lock()
-	ss.ended = &store.EndedError{Token: token, Reason: reason}
+	ss.Lock()
+	ss.EndLocked(reason)
 	ss.events = events{}
-	ss.bytes = 0
-	ss.wakeLocked()
-	ss.mu.Unlock()
+	ss.Unlock()
 	return nil
 }
 
@@ -237,26 +211,26 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Bounds{}, ss.ended
+	ss.Lock()
+	defer ss.Unlock()
+	if err := ss.CheckLocked("append", gen); err != nil {
+		return store.Bounds{}, err
 	}
-	if ss.rec.Generation != gen {
-		return store.Bounds{}, &store.FencedError{Token: token, Op: "append", Have: gen, Want: ss.rec.Generation}
+	if len(evs) > 0 && ss.events.n == 0 {
+		ss.Oldest = evs[0].Time
 	}
 	for i := range evs {
-		ss.hwm++
-		evs[i].Seq = ss.hwm
+		ss.HWM++
+		evs[i].Seq = ss.HWM
 		evs[i].Generation = gen
 		if evs[i].Stream == store.NewStream {
-			evs[i].Stream = ss.hwm
+			evs[i].Stream = ss.HWM
 		}
-		ss.bytes += evs[i].Size()
+		ss.Bytes += evs[i].Size()
 	}
 	ss.events.push(evs)
-	ss.wakeLocked()
-	return ss.boundsLocked(), nil
+	ss.WakeLocked()
+	return ss.BoundsLocked(), nil
 }
 
 // Read implements store.Log.
@@ -273,15 +247,15 @@ func (s *Store) ReadAppend(ctx context.Context, token string, after uint64, max 
 	if err != nil {
 		return dst, store.Bounds{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return dst, store.Bounds{}, ss.ended
+	ss.Lock()
+	defer ss.Unlock()
+	if ss.Ended != nil {
+		return dst, store.Bounds{}, ss.Ended
 	}
-	b := ss.boundsLocked()
+	b := ss.BoundsLocked()
 	start := 0
-	if after >= ss.floor {
-		start = int(min(after-ss.floor+1, uint64(ss.events.n)))
+	if after >= ss.Floor {
+		start = int(min(after-ss.Floor+1, uint64(ss.events.n)))
 	}
 	if start >= ss.events.n || max <= 0 {
 		return dst, b, nil
@@ -298,36 +272,7 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	if ss.ended != nil {
-		ss.mu.Unlock()
-		return ss.ended
-	}
-	if ss.hwm > after || ss.floor > after+1 {
-		ss.mu.Unlock()
-		return nil
-	}
-	ch := ss.waitChanLocked()
-	gen := ss.rec.Generation
-	ss.mu.Unlock()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-		}
-		ss.mu.Lock()
-		switch {
-		case ss.ended != nil:
-			ss.mu.Unlock()
-			return ss.ended
-		case ss.hwm > after || ss.floor > after+1 || ss.rec.Generation != gen:
-			ss.mu.Unlock()
-			return nil
-		}
-		ch = ss.waitChanLocked()
-		ss.mu.Unlock()
-	}
+	return ss.Wait(ctx, after, nil, nil)
 }
 
 // Trim implements store.Log.
@@ -336,22 +281,23 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Bounds{}, ss.ended
+	ss.Lock()
+	defer ss.Unlock()
+	if err := ss.CheckLocked("trim", gen); err != nil {
+		return store.Bounds{}, err
 	}
-	if ss.rec.Generation != gen {
-		return store.Bounds{}, &store.FencedError{Token: token, Op: "trim", Have: gen, Want: ss.rec.Generation}
+	floor = min(floor, ss.HWM+1)
+	if floor <= ss.Floor {
+		return ss.BoundsLocked(), nil
 	}
-	floor = min(floor, ss.hwm+1)
-	if floor <= ss.floor {
-		return ss.boundsLocked(), nil
+	ss.Bytes -= ss.events.trim(int(floor - ss.Floor))
+	ss.Floor = floor
+	ss.Oldest = time.Time{}
+	if e := ss.events.oldest(); e != nil {
+		ss.Oldest = e.Time
 	}
-	ss.bytes -= ss.events.trim(int(floor - ss.floor))
-	ss.floor = floor
-	ss.wakeLocked()
-	return ss.boundsLocked(), nil
+	ss.WakeLocked()
+	return ss.BoundsLocked(), nil
 }
 
 // Bounds implements store.Log.
@@ -360,12 +306,7 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return store.Bounds{}, ss.ended
-	}
-	return ss.boundsLocked(), nil
+	return ss.Bounds()
 }
 
 // Close implements store.Store: later calls fail with ErrUnavailable.
@@ -374,41 +315,4 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	return nil
-}
-
-func (ss *session) boundsLocked() store.Bounds {
-	b := store.Bounds{
-		Generation: ss.rec.Generation,
-		Floor:      ss.floor,
-		HWM:        ss.hwm,
-		Events:     ss.events.n,
-		Bytes:      ss.bytes,
-	}
-	if e := ss.events.oldest(); e != nil {
-		b.Oldest = e.Time
-	}
-	return b
-}
-
-// wakeLocked wakes every Wait on the session.
-func (ss *session) wakeLocked() {
-	if ss.notify != nil {
-		close(ss.notify)
-		ss.notify = nil
-	}
-}
-
-// waitChanLocked returns the channel wakeLocked closes next.
-func (ss *session) waitChanLocked() chan struct{} {
-	if ss.notify == nil {
-		ss.notify = make(chan struct{})
-	}
-	return ss.notify
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }
