@@ -163,9 +163,8 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 // for it (a response trimmed on arrival would leave its call unanswered),
 // and a client that has seen everything cites the newest event's cursor,
 // which must stay answerable (200, nothing to replay) however long the
-// session was quiet. Regression: a call silent for longer than MaxAge, or a
-// GET stream whose priming event was the newest, answered a caught-up
-// client 409 cursor_compacted (TestAgeKeepsTheNewestEvent).
+// session has been quiet: a call silent for longer than MaxAge, or a GET
+// stream whose priming event is the newest (TestAgeKeepsTheNewestEvent).
 func (l *Log) cutPoint(ctx context.Context, token string, b store.Bounds, now time.Time) uint64 {
 	excess := int64(0)
 	if l.opts.MaxBytes > 0 && b.Bytes > l.opts.MaxBytes {

@@ -124,8 +124,8 @@ func TestRetentionByBytes(t *testing.T) {
 
 // TestRetentionKeepsTheNewestEvent: an event larger than MaxBytes is
 // retained until the next one arrives, so the reader waiting for it gets
-// it (regression: the byte limit trimmed a large response on arrival and
-// its call was never answered).
+// it: a large response trimmed on arrival would leave its call
+// unanswered.
 func TestRetentionKeepsTheNewestEvent(t *testing.T) {
 	ctx := context.Background()
 	st, log, _ := setup(t, eventlog.Options{MaxBytes: 250}, "s")
@@ -191,11 +191,10 @@ func TestRetentionByAge(t *testing.T) {
 }
 
 // TestAgeKeepsTheNewestEvent: age never removes a session's newest event, so
-// a client that has seen everything can still cite it. The failing input
-// (found by a tester): --retention-age 2s, a countdown whose priming event
-// was the newest, a resume 3 s later with that cursor answered 409
-// cursor_compacted (floor 4 above the cursor 3 = HWM) although nothing was
-// missed.
+// a client that has seen everything can still cite it. The input:
+// --retention-age 2s, a countdown whose priming event is the newest, a
+// resume 3 s later with that cursor, which must answer 200 (floor 3 =
+// cursor = HWM), not 409 cursor_compacted: nothing was missed.
 func TestAgeKeepsTheNewestEvent(t *testing.T) {
 	ctx := context.Background()
 	st, log, clk := setup(t, eventlog.Options{MaxAge: 2 * time.Second}, "s")

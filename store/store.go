@@ -80,21 +80,22 @@ func Prefix(token string) string { return redact.Token(token) }
 // EndReason says why a session ended.
 type EndReason string
 
+// The reasons are words of the catalogue in package replay (reason.go).
 const (
 	// EndDeleted: the client sent DELETE.
-	EndDeleted EndReason = "deleted"
+	EndDeleted = EndReason(replay.ReasonDeleted)
 	// EndIdle: no request for the idle TTL.
-	EndIdle EndReason = "idle"
+	EndIdle = EndReason(replay.ReasonIdle)
 	// EndCapacity: evicted, least recently used, to make room for a new session.
-	EndCapacity EndReason = "capacity"
+	EndCapacity = EndReason(replay.ReasonCapacity)
 	// EndSuperseded: replaced by a newer session.
-	EndSuperseded EndReason = "superseded"
+	EndSuperseded = EndReason(replay.ReasonSuperseded)
 	// EndShutdown: the server shut down with a store that does not outlive it.
-	EndShutdown EndReason = "shutdown"
+	EndShutdown = EndReason(replay.ReasonShutdown)
 	// EndInitializeFailed: the session's initialize was answered with an
 	// error, so the session never began (MCP 2025-11-25, lifecycle: the
 	// initialization phase must succeed first).
-	EndInitializeFailed EndReason = "initialize_failed"
+	EndInitializeFailed = EndReason(replay.ReasonInitializeFailed)
 	// EndRetentionBudget: evicted because its newest event was the oldest
 	// event left when the events of all sessions exceeded the process's
 	// retention budget (eventlog.Options.Budget).

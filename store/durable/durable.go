@@ -8,18 +8,14 @@
 // # Why Pebble
 //
 // Chosen by measurement against bbolt and SQLite (modernc.org/sqlite) on the
-// store's own workload, on a 2-core development machine; the program is in
-// the enginecmp directory next to this file (a module of its own, so the
-// other engines stay out of Tidemark's dependencies). Over four runs Pebble
-// matched or led on group-committed durable appends with 8 writers
-// (14,000-23,000/s; bbolt 11,000-12,000; SQLite 7,000-17,000) and led
-// clearly with 64 (95,000-100,000/s, 2.6 to 7 times the others); it deletes
-// a range of events in one constant-time operation (3-5 ms for 180,000
-// events where bbolt took 2.4-4.5 s and SQLite 150-420 ms, both deleting
-// row by row); and it reclaims the space online, to the smallest directory
-// (2.0 MiB against 15-16 MiB, its blocks being compressed), where bbolt
-// never shrinks its file while it is open. Replaying 10,000 events took
-// 2-3 ms on Pebble and bbolt, 7-15 ms on SQLite.
+// store's own workload: group-committed durable appends with 8 and 64
+// writers, deleting a range of events, reclaiming the space of deleted
+// events online, and replaying 10,000 events. The program is in the
+// enginecmp directory next to this file (a module of its own, so the other
+// engines stay out of Tidemark's dependencies); its figures are in
+// BENCHMARKS.md ("Choice of the embedded engine"). Pebble deletes a range
+// in one operation where the others delete row by row, and it shrinks its
+// files while open, where bbolt never does.
 //
 // # Durability and group commit
 //
@@ -126,10 +122,10 @@ type Options struct {
 	// of a group arrives, for more writes to share the group's fsync.
 	// Default 0: no waiting; writes that arrive while an fsync is in flight
 	// share the next one, which already groups concurrent sessions. Latency
-	// cost: every write waits for one fsync (about 0.3 ms at the median on
-	// the development machine's disk, see the benchmarks) plus up to
-	// CommitWindow; a positive window lowers the fsync rate when writes
-	// trickle in, at that price on each write.
+	// cost: every write waits for one fsync of the disk (BENCHMARKS.md has
+	// the figures of one machine) plus up to CommitWindow; a positive
+	// window lowers the fsync rate when writes trickle in, at that price on
+	// each write.
 	CommitWindow time.Duration
 	// MaxBytes bounds the event bytes (store.Event.Size) retained across
 	// all sessions, the bulk of the data directory. Over it, the oldest

@@ -159,8 +159,8 @@ func TestSecondOpenRefused(t *testing.T) {
 
 // TestBadDirectory: a newer format, damaged files and foreign directories
 // are refused with the sentinel, the directory's name and advice, and are
-// left as they were, lock file included (regression: a foreign directory
-// kept the LOCK file the refused Open made).
+// left as they were, lock file included: a foreign directory keeps no LOCK
+// file of the refused Open.
 func TestBadDirectory(t *testing.T) {
 	populated := func(t *testing.T) string {
 		dir := t.TempDir()

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -74,8 +75,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		lock.Close()
 		// A refused directory is left as it was: the lock file this Open
-		// made goes, unless a store was laid out (regression: a foreign
-		// directory kept a stray LOCK, TestBadDirectory).
+		// made goes, unless a store was laid out (TestBadDirectory).
 		if _, ferr := os.Stat(filepath.Join(dir, formatFile)); !hadLock && errors.Is(ferr, fs.ErrNotExist) {
 			os.Remove(lockPath)
 		}
@@ -328,7 +328,7 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg, "source", "pebble", "reason", "fatal")
+	p.l.Error(msg, "source", "pebble", "reason", replay.ReasonFatal)
 	panic("durable store: " + msg)
 }
 

@@ -95,9 +95,9 @@ func TestTrimReleasesData(t *testing.T) {
 	}
 }
 
-// TestReadFarAfter is a regression test: Read with an after so far above the
-// floor that after-floor+1 overflowed int sliced out of range and panicked;
-// it returns nothing and the bounds, as for any after at or above the HWM.
+// TestReadFarAfter: Read with an after so far above the floor that
+// after-floor+1 overflows int returns nothing and the bounds, as for any
+// after at or above the HWM, and does not slice out of range.
 func TestReadFarAfter(t *testing.T) {
 	ctx := context.Background()
 	s := New(Options{})
