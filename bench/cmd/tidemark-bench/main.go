@@ -16,7 +16,14 @@
 //	(d) RSS per idle session with 10,000 sessions, and how many standalone
 //	    SSE streams can be open at once (at most 10,000 tried);
 //	(e) reconnect storm: 5,000 sessions resume at once; time until all are
-//	    answered, and how many answers were not the exact expected replay.
+//	    answered, and how many answers were not the exact expected replay;
+//	(f) a countdown of 5,000 steps while 0, 3,000 and 6,000 idle sessions
+//	    keep `tidemark serve --retention-budget 1048576` over its budget;
+//	(g) peak RSS when 150 sessions each echo 4 MiB, with the memory store
+//	    and with --data-dir, and how many resume with their newest cursor.
+//
+// (f) and (g) run against `tidemark serve` rows only (tidemark and its
+// --baseline) and only when named: --workloads f,g.
 //
 // Usage, from the bench directory:
 //
@@ -89,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, finishes in under 60 s; writes no file unless --out is given")
 	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
 	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, gosdk, mcpgo, ts, ceiling, variant names, or all")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e", "comma-separated workloads to run")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e", "comma-separated workloads to run: a to e, and f and g (Tidemark's memory bounds, tidemark rows only), which run only when named")
 	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
 	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")
 	fs.StringVar(&o.node, "node", "", "Node.js 22 executable for the TypeScript peer (default: $BENCH_NODE, then scripts/deps.sh's install under $TIDEMARK_CACHE or the repository's .cache, then PATH)")
@@ -343,6 +350,20 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 		if err != nil {
 			r.notes = append(r.notes, "(e) "+err.Error())
 			progress("%-14s (e) %v", spec.name, err)
+		}
+	}
+	if wl["f"] && servesRetention(spec) {
+		var err error
+		if r.f, err = runF(ctx, spec, cfg.retention, work, progress); err != nil {
+			r.notes = append(r.notes, "(f) "+err.Error())
+			progress("%-14s (f) %v", spec.name, err)
+		}
+	}
+	if wl["g"] && servesRetention(spec) {
+		var err error
+		if r.g, err = runG(ctx, spec, cfg.retention, work, progress); err != nil {
+			r.notes = append(r.notes, "(g) "+err.Error())
+			progress("%-14s (g) %v", spec.name, err)
 		}
 	}
 	return nil

@@ -24,6 +24,8 @@ type row struct {
 	hasD    bool
 	e       resultE
 	hasE    bool
+	f       []resultF // (f), one per number of idle sessions
+	g       []resultG // (g), one per store
 	failure string
 	notes   []string
 }
@@ -89,6 +91,8 @@ func (r *report) markdown() string {
 	r.tableC(&b)
 	r.tableD(&b)
 	r.tableE(&b)
+	r.tableF(&b)
+	r.tableG(&b)
 	r.ratios(&b)
 	r.goals(&b)
 	r.beforeAfter(&b)

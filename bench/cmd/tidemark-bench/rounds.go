@@ -28,12 +28,18 @@ func mergeRounds(rounds []*row) *row {
 		if r.failure != "" && out.failure == "" {
 			out.failure = r.failure
 		}
+		// (g) takes minutes: the last round that ran it counts.
+		if len(r.g) > 0 {
+			out.g = r.g
+		}
 		for _, n := range r.notes {
 			if !slices.Contains(out.notes, n) {
 				out.notes = append(out.notes, n)
 			}
 		}
 	}
+
+	out.f = mergeF(rounds)
 
 	// (a): per concurrency level, over the rounds that measured it.
 	levels := 0
@@ -163,4 +169,23 @@ func median[T any](xs []T, f func(T) float64) float64 {
 
 func medianDuration[T any](xs []T, f func(T) time.Duration) time.Duration {
 	return time.Duration(median(xs, func(x T) float64 { return float64(f(x)) }))
+}
+
+// mergeF returns, for each number of idle sessions of (f), the point of
+// the round whose countdown took the median time.
+func mergeF(rounds []*row) []resultF {
+	var out []resultF
+	for i := 0; ; i++ {
+		var pts []resultF
+		for _, r := range rounds {
+			if i < len(r.f) {
+				pts = append(pts, r.f[i])
+			}
+		}
+		if len(pts) == 0 {
+			return out
+		}
+		slices.SortFunc(pts, func(a, b resultF) int { return cmp.Compare(a.countdown, b.countdown) })
+		out = append(out, pts[len(pts)/2])
+	}
 }

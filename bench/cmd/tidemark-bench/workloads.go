@@ -36,6 +36,8 @@ type config struct {
 
 	parallel int // concurrent requests while preparing sessions
 
+	retention retentionConfig // (f) and (g)
+
 	// idle ends a resumed stream that sent nothing for this long: the
 	// replay is over (servers may keep a resumed stream open).
 	idle time.Duration
@@ -49,6 +51,7 @@ func fullConfig() config {
 		dSessions: 10000, dStreamCap: 10000,
 		eSessions: 5000,
 		parallel:  32, idle: 3 * time.Second,
+		retention: fullRetention(),
 	}
 }
 
@@ -61,6 +64,7 @@ func quickConfig() config {
 		dSessions: 300, dStreamCap: 300,
 		eSessions: 200,
 		parallel:  32, idle: time.Second,
+		retention: quickRetention(),
 	}
 }
 
