@@ -284,6 +284,34 @@ const (
 	ReasonClosed Reason = "closed"
 )
 
+// Gateway (upstream engine) faults: how the faults of an upstream
+// Streamable HTTP server reach the client (tidemark serve --upstream;
+// README, "Gateway to a Streamable HTTP server").
+const (
+	// ReasonUpstreamSessionLost: the upstream answered 404 to its session
+	// ID (it restarted, or ended the session): the generation ends, the
+	// calls it left in flight fail with this reason, and the session's
+	// next request opens a new upstream session at generation+1.
+	ReasonUpstreamSessionLost Reason = "upstream_session_lost"
+	// ReasonUpstreamStreamCut: a call's upstream response stream ended
+	// before its answer and could not be resumed (the upstream gave its
+	// events no IDs, or refused the resume); the call fails with it.
+	ReasonUpstreamStreamCut Reason = "upstream_stream_cut"
+	// ReasonUpstreamUnreachable: 503 with Retry-After, the upstream cannot
+	// be reached (connection refused, DNS, connect timeout); also the error
+	// of a call whose cut stream could not be resumed because the upstream
+	// stayed unreachable.
+	ReasonUpstreamUnreachable Reason = "upstream_unreachable"
+	// ReasonUpstreamError: the upstream answered a call with an HTTP error,
+	// or with a body that holds no JSON-RPC answer to it; the call fails
+	// with it (error.data.status holds the HTTP status).
+	ReasonUpstreamError Reason = "upstream_error"
+	// ReasonCancelled: the client cancelled the call (notifications/
+	// cancelled) and the upstream ended its stream without answering; this
+	// answer closes the call's stream.
+	ReasonCancelled Reason = "cancelled"
+)
+
 // Store and process conditions (log reasons).
 const (
 	// ReasonMaxBytes: a store over its own documented size bound trims the
