@@ -26,6 +26,12 @@ import (
 // another session now; the transport answers 503.
 var ErrCapacity = errors.New("engine: at capacity")
 
+// ErrUnreachable is wrapped by Start's or Deliver's error when the server
+// the engine fronts (a gateway's upstream) cannot be reached now, so the
+// message was not handed over; the transport answers 503 with Retry-After
+// and reason upstream_unreachable, and the client sends it again later.
+var ErrUnreachable = errors.New("engine: server unreachable")
+
 // ErrClosed is returned by Session.Deliver after the session ended.
 var ErrClosed = errors.New("engine: session closed")
 

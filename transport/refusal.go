@@ -150,6 +150,8 @@ func lookupRefusal(err error) *refusal {
 		ref = refuse(replay.ReasonSessionForbidden, "the session belongs to another user")
 	case errors.Is(err, engine.ErrCapacity):
 		ref = refuse(replay.ReasonCapacity, "no room for another session or server process: retry later")
+	case errors.Is(err, engine.ErrUnreachable):
+		ref = refuse(replay.ReasonUpstreamUnreachable, "the server this gateway fronts cannot be reached now: retry later")
 	default:
 		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry later")
 	}
@@ -169,6 +171,8 @@ func deliveryRefusal(live *session.Live, err error) *refusal {
 	case errors.Is(err, store.ErrFenced):
 		// Another replica took the session over; the next attempt reaches it.
 		ref = refuse(replay.ReasonOwnerMoved, "another replica took the session over: retry the request")
+	case errors.Is(err, engine.ErrUnreachable):
+		ref = refuse(replay.ReasonUpstreamUnreachable, "the server this gateway fronts cannot be reached now: retry the request")
 	default:
 		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry the request")
 	}

@@ -9,7 +9,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"sort"
@@ -23,6 +25,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/engine/upstream"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
@@ -80,6 +83,7 @@ const (
 	drainingServer = "draining" // draining: takes no new call
 	fullServer     = "full"     // one session at most, which has a call in flight
 	fleetServer    = "fleet"    // replica b of a fleet whose replica a owns session "remote" and cannot be reached
+	gatewayServer  = "gateway"  // the upstream gateway engine in front of an address nothing listens on
 )
 
 func newRefusalFixture(t *testing.T, ctx context.Context) *refusalFixture {
@@ -89,6 +93,7 @@ func newRefusalFixture(t *testing.T, ctx context.Context) *refusalFixture {
 	fx.startDraining(t, ctx)
 	fx.startFull(t, ctx)
 	fx.startFleet(t, ctx)
+	fx.startGateway(t)
 	return fx
 }
 
@@ -229,6 +234,24 @@ func (fx *refusalFixture) startFleet(t *testing.T, ctx context.Context) {
 	fx.servers[fleetServer] = &refusalServer{st: p.b, client: p.b.client}
 	fx.sessions["remote"] = &refusalSession{server: fleetServer, s: p.b.client.SessionFor(s.Token, s.ProtocolVersion)}
 	fx.values["token:remote"] = s.Token
+}
+
+func (fx *refusalFixture) startGateway(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	eng, err := upstream.New(upstream.Options{URL: deadURL(t), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := tidemark.NewEngineHandler(eng, &tidemark.Options{
+		Transport: transport.Options{Logger: quiet}, Sessions: session.Options{Logger: quiet},
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+		h.Close()
+	})
+	fx.servers[gatewayServer] = &refusalServer{client: &mcptest.Client{URL: srv.URL, HTTP: srv.Client()}}
 }
 
 // defaultBody is the body of a POST case that gives none: one tools/call.
