@@ -5,7 +5,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -181,7 +180,7 @@ func (c *conn) readJSON(cl *call, resp *http.Response) {
 	}
 	var msgs []jsonrpc.Message
 	if err == nil {
-		msgs, err = decodeAnswer(body)
+		msgs, err = wire.DecodeAnswer(body)
 	}
 	if err != nil {
 		// A JSON answer cannot be resumed.
@@ -195,31 +194,6 @@ func (c *conn) readJSON(cl *call, resp *http.Response) {
 	}
 	c.failCall(cl, &CallError{Method: cl.method, ID: cl.id, Session: sessionID(cl.sess), Err: ErrStreamLost,
 		Cause: fmt.Errorf("JSON answer of %d messages without the response", len(msgs))})
-}
-
-// decodeAnswer decodes a JSON body: one message, or an array of them.
-func decodeAnswer(body []byte) ([]jsonrpc.Message, error) {
-	body = bytes.TrimSpace(body)
-	if len(body) > 0 && body[0] == '[' {
-		var raws []json.RawMessage
-		if err := json.Unmarshal(body, &raws); err != nil {
-			return nil, err
-		}
-		msgs := make([]jsonrpc.Message, 0, len(raws))
-		for _, r := range raws {
-			m, err := jsonrpc.DecodeMessage(r)
-			if err != nil {
-				return nil, err
-			}
-			msgs = append(msgs, m)
-		}
-		return msgs, nil
-	}
-	m, err := jsonrpc.DecodeMessage(body)
-	if err != nil {
-		return nil, err
-	}
-	return []jsonrpc.Message{m}, nil
 }
 
 // sendOneWay POSTs a notification or a response, which the server answers

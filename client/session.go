@@ -234,7 +234,7 @@ func (c *conn) readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := decodeAnswer(body)
+	msgs, err := wire.DecodeAnswer(body)
 	if err != nil {
 		return nil, err
 	}

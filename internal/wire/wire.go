@@ -1,11 +1,11 @@
 // Package wire holds the HTTP details of MCP Streamable HTTP (MCP
 // 2025-11-25, basic/transports) that every client of a server needs in the
 // same form: the header names, the media types, the headers a request
-// carries, the JSON-RPC error body of a refusal, and draining an answer so
-// that its connection can be reused.
+// carries, the JSON-RPC error body of a refusal, the messages of a JSON
+// answer, and draining an answer so that its connection can be reused.
 //
-// Tidemark's client (package client) and the probe (internal/probe) both
-// use it. It holds no rule about sessions, streams or resumption, so the
+// Tidemark's client (package client), the probe (internal/probe) and the
+// upstream gateway engine (engine/upstream) use it. It holds no rule about sessions, streams or resumption, so the
 // probe, which judges servers by its own reading of the specification,
 // shares with the client only how requests and refusals look on the wire.
 package wire
@@ -111,6 +111,35 @@ func MediaType(resp *http.Response) string {
 func Drain(resp *http.Response) {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, MaxRefusalBody))
 	resp.Body.Close()
+}
+
+// DecodeAnswer decodes the body of an application/json answer (MCP
+// 2025-11-25, "Sending Messages to the Server"): one JSON-RPC message, or
+// an array of them (the answer to a batch). Each message is decoded by the
+// go-sdk's jsonrpc.DecodeMessage; the error is the first one's that fails,
+// or the array's.
+func DecodeAnswer(body []byte) ([]jsonrpc.Message, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, err
+		}
+		msgs := make([]jsonrpc.Message, 0, len(raws))
+		for _, r := range raws {
+			m, err := jsonrpc.DecodeMessage(r)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		}
+		return msgs, nil
+	}
+	m, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil, err
+	}
+	return []jsonrpc.Message{m}, nil
 }
 
 // Refusal is an HTTP error answer as a client reads it. Servers that follow

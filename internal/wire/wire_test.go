@@ -166,3 +166,30 @@ func TestRefusalString(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeAnswer: a JSON answer is one message or an array of them, in
+// order; anything else is an error.
+func TestDecodeAnswer(t *testing.T) {
+	msgs, err := DecodeAnswer([]byte(` {"jsonrpc":"2.0","id":1,"result":{}} `))
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("one message: %v, %v", msgs, err)
+	}
+	if r, ok := msgs[0].(*jsonrpc.Response); !ok || r.ID.Raw() != int64(1) {
+		t.Errorf("one message decoded as %#v, want the response to id 1", msgs[0])
+	}
+	msgs, err = DecodeAnswer([]byte(`[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"notifications/message","params":{}}]`))
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("an array: %v, %v", msgs, err)
+	}
+	if r, ok := msgs[0].(*jsonrpc.Response); !ok || r.ID.Raw() != "a" {
+		t.Errorf("first of the array %#v, want the response to id a", msgs[0])
+	}
+	if n, ok := msgs[1].(*jsonrpc.Request); !ok || n.Method != "notifications/message" {
+		t.Errorf("second of the array %#v, want notifications/message", msgs[1])
+	}
+	for _, bad := range []string{``, `[1]`, `{"id":1}`, `[{"jsonrpc":"2.0","id":1,"result":{}},`} {
+		if msgs, err := DecodeAnswer([]byte(bad)); err == nil {
+			t.Errorf("DecodeAnswer(%q) = %v, want an error", bad, msgs)
+		}
+	}
+}
