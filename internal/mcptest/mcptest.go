@@ -50,6 +50,9 @@ type Client struct {
 	HTTP *http.Client
 	// Header is added to every request, e.g. Authorization. Nil: nothing.
 	Header http.Header
+	// Capabilities are the client capabilities Initialize declares, e.g.
+	// elicitation for a server that asks the client. Nil: none.
+	Capabilities *mcp.ClientCapabilities
 }
 
 // NewRequest returns a request to c.URL carrying the headers a conforming
@@ -102,10 +105,14 @@ func (c *Client) Initialize(ctx context.Context, version string) (*Session, erro
 	if version == "" {
 		version = DefaultProtocolVersion
 	}
+	caps := c.Capabilities
+	if caps == nil {
+		caps = &mcp.ClientCapabilities{}
+	}
 	init := MustCall(1, "initialize", &mcp.InitializeParams{
 		ProtocolVersion: version,
 		ClientInfo:      &mcp.Implementation{Name: "mcptest", Version: "1.0.0"},
-		Capabilities:    &mcp.ClientCapabilities{},
+		Capabilities:    caps,
 	})
 	body, err := jsonrpc.EncodeMessage(init)
 	if err != nil {
