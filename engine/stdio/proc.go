@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/engine/routing"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -48,7 +49,7 @@ type proc struct {
 	ended       bool                                  // deliveries refused: the subprocess is ending
 	quietReason replay.Reason                         // why the end fails no call in flight; "" if it must
 	failReason  replay.Reason                         // error.data.reason of the calls the end fails; "": replay.ReasonServerExited
-	routes      *router                               // relates messages to the client calls in flight
+	routes      *routing.Router                       // relates messages to the client calls in flight
 	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	initialize  jsonrpc.ID                            // the client's initialize call while unanswered
 	initTimer   *time.Timer                           // ends the subprocess if initialize stays unanswered
@@ -128,7 +129,7 @@ func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 		cancel:   cancel,
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
-		routes:   newRouter(info.Generation),
+		routes:   routing.New(info.Generation),
 		internal: make(map[jsonrpc.ID]chan *jsonrpc.Response),
 	}
 	e.mu.Lock()

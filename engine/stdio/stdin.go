@@ -33,7 +33,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 		s.mu.Unlock()
 		return s.closedErr()
 	}
-	fwd, ok := s.routes.fromClient(msg)
+	fwd, ok := s.routes.FromClient(msg)
 	var call jsonrpc.ID
 	if r, isReq := msg.(*jsonrpc.Request); isReq && r.IsCall() {
 		call = r.ID
@@ -50,7 +50,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	err := s.write(ctx, fwd)
 	if err != nil && call.IsValid() {
 		s.mu.Lock()
-		s.routes.forget(call)
+		s.routes.Forget(call)
 		s.initializeUnsentLocked(call)
 		s.mu.Unlock()
 	}

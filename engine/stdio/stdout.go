@@ -78,7 +78,7 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 		}
 		s.initializeAnsweredLocked(m.ID)
 	}
-	msg, related := s.routes.fromServer(msg)
+	msg, related := s.routes.FromServer(msg, jsonrpc.ID{})
 	s.mu.Unlock()
 	if err := s.out.Send(s.ctx, msg, related); err != nil {
 		return s.sendFailed(err)

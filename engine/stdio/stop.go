@@ -89,7 +89,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 		quiet:       s.quietReason,
 		failReason:  s.failReason,
 		initPending: s.initialize.IsValid(),
-		pending:     s.routes.endAll(),
+		pending:     s.routes.EndAll(),
 		status:      "exit status 0",
 	}
 	s.mu.Unlock()

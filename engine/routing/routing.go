@@ -1,9 +1,9 @@
-package stdio
-
-// This file holds the routing of one subprocess's messages: which client
-// call each message the subprocess writes relates to, and the IDs of the
-// requests it sends the client. It is pure (no I/O, no lock, no clock);
-// testdata/router lists its rules as cases.
+// Package routing holds the routing of the messages of one engine session
+// (one session generation) of Tidemark's gateways, the stdio engine and
+// the upstream engine: which client call each message the server sends
+// relates to, and the IDs of the requests it sends the client. It is pure
+// (no I/O, no lock, no clock); testdata/router lists its rules as cases.
+package routing
 
 import (
 	"cmp"
@@ -14,13 +14,19 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
-// router relates the messages of one subprocess (one session generation)
-// to the client calls they belong to (DESIGN.md, "Engines"):
+// Router relates the messages of one server session (a subprocess, or an
+// upstream session: one session generation) to the client calls they
+// belong to (DESIGN.md, "Engines"):
 //
 //   - A client call (a request with an ID) is in flight from when it is
-//     delivered until the subprocess answers it, the client cancels it
-//     (notifications/cancelled), or its delivery fails (forget).
+//     delivered until the server answers it, the client cancels it
+//     (notifications/cancelled), or its delivery fails (Forget).
 //   - A response relates to its own ID, in flight or not.
+//   - A message that came on a stream of a client call's own (via: the
+//     answer to the HTTP request that carried that call) relates to that
+//     call, whatever it is; the rules below are for messages that came on
+//     no call's stream (a subprocess's stdout, an upstream's standalone
+//     stream).
 //   - notifications/progress relates to the call in flight whose request
 //     carried its progressToken (params._meta.progressToken; MCP
 //     2025-11-25, utilities/progress), else to none.
@@ -29,33 +35,35 @@ import (
 //     says which call they belong to. With none or several, they relate to
 //     none (the standalone stream). Other notifications relate to none.
 //   - A server-to-client request gets the ID "tidemark-<generation>-<n>",
-//     n counting from 1: a new subprocess numbers its requests from the
-//     start again, and the client must never see an ID of the session
-//     twice. The client's response is mapped back to the subprocess's ID;
-//     a response to no such request in flight is dropped. A request whose
-//     subprocess ID is still in flight replaces the older one.
-//   - notifications/cancelled from the subprocess names one of its own
+//     n counting from 1: a new server session numbers its requests from
+//     the start again, and the client must never see an ID of the session
+//     twice. The client's response is mapped back to the server's ID; a
+//     response to no such request in flight is dropped. A request whose
+//     server ID is still in flight replaces the older one.
+//   - notifications/cancelled from the server names one of its own
 //     requests: it is renamed to the ID the client knows and relates to
 //     what that request related to, which is then no longer in flight.
 //
-// A router is not safe for concurrent use; proc guards it with its mutex.
-type router struct {
+// A Router is not safe for concurrent use; its engine session guards it
+// with a mutex.
+type Router struct {
 	gen      uint64                    // the generation, part of server request IDs
 	calls    map[jsonrpc.ID]jsonrpc.ID // client call in flight → its progressToken (or zero)
 	progress map[jsonrpc.ID]jsonrpc.ID // progressToken → the client call that carries it
 	outCalls map[jsonrpc.ID]serverCall // session-unique ID → server-to-client request in flight
-	outIDs   map[jsonrpc.ID]jsonrpc.ID // the subprocess's ID → session-unique ID
+	outIDs   map[jsonrpc.ID]jsonrpc.ID // the server's ID → session-unique ID
 	nextOut  uint64                    // last n used in a session-unique ID
 }
 
 // serverCall is a server-to-client request in flight.
 type serverCall struct {
-	orig    jsonrpc.ID // the ID the subprocess gave it
+	orig    jsonrpc.ID // the ID the server gave it
 	related jsonrpc.ID // the client call it was related to, or zero
 }
 
-func newRouter(gen uint64) *router {
-	return &router{
+// New returns the Router of generation gen of a session.
+func New(gen uint64) *Router {
+	return &Router{
 		gen:      gen,
 		calls:    make(map[jsonrpc.ID]jsonrpc.ID),
 		progress: make(map[jsonrpc.ID]jsonrpc.ID),
@@ -64,10 +72,12 @@ func newRouter(gen uint64) *router {
 	}
 }
 
-// fromClient records what a message from the client changes and returns
-// the message to write to the subprocess. ok is false for a response to no
-// server-to-client request in flight: it is dropped.
-func (r *router) fromClient(msg jsonrpc.Message) (out jsonrpc.Message, ok bool) {
+// FromClient records what a message from the client changes and returns
+// the message to send the server: a call is in flight from now on, a
+// notifications/cancelled ends the call it names, and a response to a
+// server-to-client request gets the server's ID back. ok is false for a
+// response to no server-to-client request in flight: it is dropped.
+func (r *Router) FromClient(msg jsonrpc.Message) (out jsonrpc.Message, ok bool) {
 	switch m := msg.(type) {
 	case *jsonrpc.Request:
 		switch {
@@ -79,8 +89,8 @@ func (r *router) fromClient(msg jsonrpc.Message) (out jsonrpc.Message, ok bool) 
 			}
 		case m.Method == "notifications/cancelled":
 			// Its response, should one come, still relates by its ID.
-			if id, ok := requestID(m.Params); ok {
-				r.forget(id)
+			if id, ok := RequestID(m.Params); ok {
+				r.Forget(id)
 			}
 		}
 		return m, true
@@ -98,9 +108,9 @@ func (r *router) fromClient(msg jsonrpc.Message) (out jsonrpc.Message, ok bool) 
 	return msg, true
 }
 
-// forget ends client call id, whose delivery failed or which the client
-// cancelled: it no longer counts as in flight.
-func (r *router) forget(id jsonrpc.ID) {
+// Forget ends client call id, whose delivery failed or which the client
+// cancelled or the server answered: it no longer counts as in flight.
+func (r *Router) Forget(id jsonrpc.ID) {
 	if tok, ok := r.calls[id]; ok {
 		delete(r.calls, id)
 		if tok.IsValid() && r.progress[tok] == id {
@@ -109,34 +119,44 @@ func (r *router) forget(id jsonrpc.ID) {
 	}
 }
 
-// fromServer returns a message from the subprocess as the client sees it,
-// and the client call it relates to (the zero ID: none).
-func (r *router) fromServer(msg jsonrpc.Message) (out jsonrpc.Message, related jsonrpc.ID) {
+// FromServer returns a message from the server as the client sees it, and
+// the client call it relates to (the zero ID: none). via is the client
+// call whose stream carried the message (the zero ID: none, or not known,
+// as on a subprocess's stdout); a message on a call's stream relates to
+// that call.
+func (r *Router) FromServer(msg jsonrpc.Message, via jsonrpc.ID) (out jsonrpc.Message, related jsonrpc.ID) {
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
-		r.forget(m.ID)
+		r.Forget(m.ID)
 		return m, m.ID
 	case *jsonrpc.Request:
 		switch {
 		case m.IsCall():
-			return r.serverRequest(m)
+			if !via.IsValid() {
+				via = r.soleCall()
+			}
+			return r.serverRequest(m, via)
+		case m.Method == "notifications/cancelled":
+			if out, related, ok := r.serverCancel(m); ok {
+				return out, related
+			}
+			return msg, via
+		case via.IsValid():
+			return msg, via
 		case m.Method == "notifications/progress":
 			if tok := progressToken(m.Params, false); tok.IsValid() {
 				related = r.progress[tok]
 			}
 		case m.Method == "notifications/message":
 			related = r.soleCall()
-		case m.Method == "notifications/cancelled":
-			return r.serverCancel(m)
 		}
 	}
 	return msg, related
 }
 
 // serverRequest renames a server-to-client request to a session-unique ID
-// and relates it to the sole call in flight.
-func (r *router) serverRequest(m *jsonrpc.Request) (jsonrpc.Message, jsonrpc.ID) {
-	related := r.soleCall()
+// and relates it to related.
+func (r *Router) serverRequest(m *jsonrpc.Request, related jsonrpc.ID) (jsonrpc.Message, jsonrpc.ID) {
 	r.nextOut++
 	id := stringID(fmt.Sprintf("tidemark-%d-%d", r.gen, r.nextOut))
 	if prev, ok := r.outIDs[m.ID]; ok {
@@ -148,28 +168,30 @@ func (r *router) serverRequest(m *jsonrpc.Request) (jsonrpc.Message, jsonrpc.ID)
 }
 
 // serverCancel renames the request a notifications/cancelled of the
-// subprocess names to the ID the client knows.
-func (r *router) serverCancel(m *jsonrpc.Request) (jsonrpc.Message, jsonrpc.ID) {
-	orig, ok := requestID(m.Params)
+// server names to the ID the client knows, and relates it to what that
+// request related to; ok is false when it names no server-to-client
+// request in flight.
+func (r *Router) serverCancel(m *jsonrpc.Request) (out jsonrpc.Message, related jsonrpc.ID, ok bool) {
+	orig, ok := RequestID(m.Params)
 	if !ok {
-		return m, jsonrpc.ID{}
+		return m, jsonrpc.ID{}, false
 	}
 	id, ok := r.outIDs[orig]
 	if !ok {
-		return m, jsonrpc.ID{}
+		return m, jsonrpc.ID{}, false
 	}
-	related := r.outCalls[id].related
+	related = r.outCalls[id].related
 	delete(r.outCalls, id)
 	delete(r.outIDs, orig)
 	if p, err := withRequestID(m.Params, id); err == nil {
-		return &jsonrpc.Request{Method: m.Method, Params: p}, related
+		return &jsonrpc.Request{Method: m.Method, Params: p}, related, true
 	}
-	return m, related
+	return m, related, true
 }
 
 // soleCall returns the ID of the client call in flight when exactly one
 // is, else the zero ID (the standalone stream).
-func (r *router) soleCall() jsonrpc.ID {
+func (r *Router) soleCall() jsonrpc.ID {
 	if len(r.calls) != 1 {
 		return jsonrpc.ID{}
 	}
@@ -179,9 +201,9 @@ func (r *router) soleCall() jsonrpc.ID {
 	return jsonrpc.ID{}
 }
 
-// endAll returns the client calls in flight, in the order of their IDs'
-// text, and forgets them: the subprocess ended without answering them.
-func (r *router) endAll() []jsonrpc.ID {
+// EndAll returns the client calls in flight, in the order of their IDs'
+// text, and forgets them: the server session ended without answering them.
+func (r *Router) EndAll() []jsonrpc.ID {
 	ids := make([]jsonrpc.ID, 0, len(r.calls))
 	for id := range r.calls {
 		ids = append(ids, id)
@@ -229,8 +251,9 @@ func progressToken(params json.RawMessage, inMeta bool) jsonrpc.ID {
 	return id
 }
 
-// requestID returns params.requestId of notifications/cancelled.
-func requestID(params json.RawMessage) (jsonrpc.ID, bool) {
+// RequestID returns params.requestId of notifications/cancelled, and false
+// when params hold none that is a valid request ID.
+func RequestID(params json.RawMessage) (jsonrpc.ID, bool) {
 	var p struct {
 		RequestID any `json:"requestId"`
 	}

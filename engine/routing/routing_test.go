@@ -1,4 +1,4 @@
-package stdio
+package routing
 
 // The routing cases of testdata/router, run against the router alone.
 
@@ -16,27 +16,28 @@ import (
 )
 
 // TestRouter runs the routing cases of testdata/router against the router
-// alone, without a subprocess. The commands:
+// alone, without a server. The commands:
 //
 //	router gen=N    a new router for generation N (every file starts with one)
 //	client          each input line is a message from the client (JSON-RPC,
 //	                "jsonrpc":"2.0" implied); the output says what goes to
-//	                the subprocess: "unchanged", "as <message>" when
+//	                the server: "unchanged", "as <message>" when
 //	                rewritten, or "dropped"
-//	server          each input line is a message from the subprocess; the
-//	                output says which client call it relates to ("call ID",
-//	                or "standalone" for none), then "unchanged" or
+//	server [via=ID] each input line is a message from the server, which
+//	                came on the stream of client call ID when via is given;
+//	                the output says which client call it relates to ("call
+//	                ID", or "standalone" for none), then "unchanged" or
 //	                "as <message>"
 //	forget id=ID    the delivery of client call ID failed
 //	state           the calls in flight (with their progress tokens), the
 //	                call each progress token relates to, and the
 //	                server-to-client requests in flight
-//	exit            the calls the end of the subprocess fails, in order
+//	exit            the calls the end of the server session fails, in order
 //
 // IDs and tokens in arguments are JSON numbers when they parse as one, and
 // strings otherwise.
 func TestRouter(t *testing.T) {
-	var r *router
+	var r *Router
 	datadriven.RunTest(t, "testdata/router", func(t *testing.T, d *datadriven.TestData) string {
 		if d.Cmd != "router" && r == nil {
 			t.Fatalf("%s: %s before router", d.Pos, d.Cmd)
@@ -45,19 +46,25 @@ func TestRouter(t *testing.T) {
 		case "router":
 			var gen uint64
 			d.ScanArgs(t, "gen", &gen)
-			r = newRouter(gen)
+			r = New(gen)
 			return ""
 		case "client":
 			return eachMessage(t, d, func(m jsonrpc.Message) string {
-				out, ok := r.fromClient(m)
+				out, ok := r.FromClient(m)
 				if !ok {
 					return "dropped"
 				}
 				return rewritten(t, m, out)
 			})
 		case "server":
+			var via jsonrpc.ID
+			if d.HasArg("via") {
+				var arg string
+				d.ScanArgs(t, "via", &arg)
+				via = argID(t, arg)
+			}
 			return eachMessage(t, d, func(m jsonrpc.Message) string {
-				out, related := r.fromServer(m)
+				out, related := r.FromServer(m, via)
 				to := "standalone"
 				if related.IsValid() {
 					to = "call " + idText(related)
@@ -67,13 +74,13 @@ func TestRouter(t *testing.T) {
 		case "forget":
 			var id string
 			d.ScanArgs(t, "id", &id)
-			r.forget(argID(t, id))
+			r.Forget(argID(t, id))
 			return ""
 		case "state":
 			return routerState(r)
 		case "exit":
 			var ids []string
-			for _, id := range r.endAll() {
+			for _, id := range r.EndAll() {
 				ids = append(ids, idText(id))
 			}
 			return "fails: " + listOrNone(ids) + "\n"
@@ -147,7 +154,7 @@ func listOrNone(items []string) string {
 }
 
 // routerState renders the tables of r, sorted.
-func routerState(r *router) string {
+func routerState(r *Router) string {
 	var calls, reqs []string
 	for id, tok := range r.calls {
 		s := idText(id)
@@ -157,7 +164,7 @@ func routerState(r *router) string {
 		calls = append(calls, s)
 	}
 	for id, sc := range r.outCalls {
-		s := fmt.Sprintf("%s = subprocess's %s", idText(id), idText(sc.orig))
+		s := fmt.Sprintf("%s = server's %s", idText(id), idText(sc.orig))
 		if sc.related.IsValid() {
 			s += " (call " + idText(sc.related) + ")"
 		}
