@@ -36,6 +36,9 @@ type Options struct {
 	// results (protocol 2026-07-28). Nil: a Sealer of a random per-process
 	// key (requeststate.RandomRing), whose states open only in this process.
 	Sealer *requeststate.Sealer
+	// Server holds the options of the mcp.Server, e.g. a SubscribeHandler
+	// for a test of resource subscriptions. Nil: none.
+	Server *mcp.ServerOptions
 }
 
 // NewServer returns the demo server with its zero Options.
@@ -54,7 +57,7 @@ func New(opts Options) *mcp.Server {
 	if sealer == nil {
 		sealer = requeststate.New(requeststate.RandomRing(), requeststate.Options{})
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, opts.Server)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "countdown",
 		Description: "Counts n steps, sending one progress notification per step, then returns.",
