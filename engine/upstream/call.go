@@ -1,0 +1,298 @@
+// This file holds the journey of one client call through the upstream: its
+// POST, the answer read back (one JSON body or an SSE stream), and what
+// happens when that stream is cut before the answer.
+
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// Bounds of the waits between attempts to reach an upstream that did not
+// answer (resuming a cut stream, checking the session, the GET stream).
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// deliverCall registers a client call and POSTs it upstream in the
+// background. It returns once the POST is written (the call is then in
+// flight upstream, and its answer or failure reaches its stream), or with
+// an error wrapping engine.ErrUnreachable when no connection to the
+// upstream could be made (within Options.ConnectTimeout), or the POST was
+// not written within Options.Timeout: the call was not handed over.
+func (c *conn) deliverCall(req *jsonrpc.Request, hdr http.Header) error {
+	body, err := jsonrpc.EncodeMessage(req)
+	if err != nil {
+		return fmt.Errorf("upstream: encode %s: %w", req.Method, err)
+	}
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return c.closedErr()
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	cl := &call{id: req.ID, method: req.Method, header: hdr, stop: cancel}
+	c.calls[req.ID] = cl
+	c.routes.FromClient(req)
+	t := target{session: c.session, version: c.version, header: hdr}
+	c.mu.Unlock()
+
+	w := newWritten()
+	c.wg.Go(func() {
+		defer cancel()
+		c.runCall(ctx, cl, body, t, w)
+	})
+	// A connection is made within ConnectTimeout (the dialer's bound),
+	// or the POST fails; writing it on a connection made is bounded by
+	// Timeout, so that a loaded gateway does not give up on a call the
+	// upstream is about to take.
+	timer := time.NewTimer(c.e.opts.Timeout)
+	defer timer.Stop()
+	select {
+	case err = <-w.ch:
+	case <-timer.C:
+		cancel()
+		if err = <-w.ch; err != nil {
+			err = fmt.Errorf("upstream POST %s: %w: %s not written within %v", c.e.url, engine.ErrUnreachable,
+				req.Method, c.e.opts.Timeout)
+		}
+	}
+	if err != nil {
+		c.take(req.ID) // not handed over: the transport frees its ID
+		return err
+	}
+	return nil
+}
+
+// runCall sends a call's POST and reads its answer.
+func (c *conn) runCall(ctx context.Context, cl *call, body []byte, t target, w *written) {
+	req, err := c.e.newRequest(ctx, http.MethodPost, body, t)
+	if err != nil {
+		w.report(err)
+		return
+	}
+	resp, err := c.e.do(req, w)
+	if err != nil {
+		switch {
+		case !w.ok.Load(), c.ctx.Err() != nil:
+			// Not handed over (Deliver says so), or the generation ended.
+		case ctx.Err() != nil:
+			// Written as Deliver gave up waiting: Deliver reported it
+			// handed over, so the call gets an answer.
+			c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the upstream MCP server took longer than %v "+
+				"to take the call", c.e.opts.Timeout))
+		default:
+			// Written, then the connection failed before any answer: the
+			// call is in flight upstream and its answer is lost with it.
+			c.afterCut(ctx, cl, "", 0, err)
+		}
+		return
+	}
+	if cl.method == methodInitialize {
+		c.noteSession(resp)
+	}
+	c.readAnswer(ctx, cl, resp, t.session != "")
+}
+
+// readAnswer reads the upstream's answer to a call's POST.
+func (c *conn) readAnswer(ctx context.Context, cl *call, resp *http.Response, withSession bool) {
+	switch kindOf(resp, withSession) {
+	case answerLost:
+		wire.Drain(resp)
+		c.lose(fmt.Errorf("POST %s: %w", cl.method, errSessionLost))
+	case answerError:
+		c.answerFromError(ctx, cl, readStatusError(cl.method, resp))
+	case answerAccepted:
+		wire.Drain(resp)
+		c.failCall(cl, replay.ReasonUpstreamError, fmt.Sprintf("the upstream MCP server accepted the call without "+
+			"answering it (HTTP %d, no body)", resp.StatusCode))
+	case answerJSON:
+		msgs, err := readJSON(resp)
+		if err != nil {
+			c.failCall(cl, replay.ReasonUpstreamError, "the upstream MCP server's JSON answer is not JSON-RPC: "+err.Error())
+			return
+		}
+		for _, m := range msgs {
+			c.relay(ctx, m, cl.id)
+		}
+		c.failCall(cl, replay.ReasonUpstreamError, "the upstream MCP server's JSON answer holds no response to the call")
+	case answerSSE:
+		c.readCallStream(ctx, cl, resp)
+	}
+}
+
+// answerFromError answers a call the upstream refused with an HTTP error:
+// with the JSON-RPC response to the call its body holds, if any (MCP
+// servers send a JSON-RPC error with the HTTP status), else with an
+// upstream_error naming the status.
+func (c *conn) answerFromError(ctx context.Context, cl *call, se *statusError) {
+	if msgs, err := wire.DecodeAnswer(se.body); err == nil {
+		for _, m := range msgs {
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID == cl.id && c.take(cl.id) != nil {
+				c.logger.Info("the upstream refused a call", "id", cl.id.Raw(), "method", cl.method, "status", se.status)
+				c.send(ctx, r, r.ID)
+				return
+			}
+		}
+	}
+	c.failCall(cl, replay.ReasonUpstreamError, se.Error())
+}
+
+// readCallStream reads a call's SSE answer, resuming it upstream while it
+// is cut before the call's response.
+func (c *conn) readCallStream(ctx context.Context, cl *call, resp *http.Response) {
+	var last string // the upstream's ID of the newest event read
+	var retry time.Duration
+	for {
+		var answered bool
+		var err error
+		last, retry, answered, err = c.readStream(resp, last, retry, func(m jsonrpc.Message) bool {
+			return c.relay(ctx, m, cl.id)
+		})
+		if answered || ctx.Err() != nil || !c.inFlight(cl.id) {
+			return
+		}
+		if resp = c.afterCut(ctx, cl, last, retry, err); resp == nil {
+			return
+		}
+	}
+}
+
+// inFlight reports whether call id is still unanswered.
+func (c *conn) inFlight(id jsonrpc.ID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[id] != nil
+}
+
+// cancelled reports whether the client cancelled call cl.
+func (c *conn) cancelled(cl *call) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cl.cancelled
+}
+
+// afterCut handles a call whose answer stream ended before its response
+// (cause says how): a call the client cancelled is answered as such; a
+// stream whose events carry IDs (last is the newest) is resumed upstream
+// with GET and Last-Event-ID, after the retry the upstream asked for, and
+// the new stream returned; otherwise the upstream session is checked and
+// the call fails. Everything is bounded by Options.ResumeTimeout. It
+// returns nil when the call has been answered or failed, or its generation
+// ended.
+func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.Duration, cause error) *http.Response {
+	if c.cancelled(cl) {
+		c.failCall(cl, replay.ReasonCancelled, "the call was cancelled, and the upstream MCP server ended its stream without answering")
+		return nil
+	}
+	deadline := time.Now().Add(c.e.opts.ResumeTimeout)
+	if last == "" {
+		c.checkSession(ctx, cl, deadline, cause)
+		return nil
+	}
+	wait := retry
+	for {
+		if !sleep(ctx, min(wait, time.Until(deadline))) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the call's upstream stream was cut and the "+
+				"upstream MCP server could not be reached within %v to resume it: %v", c.e.opts.ResumeTimeout, cause))
+			return nil
+		}
+		t := c.target(cl.header)
+		t.lastEvent = last
+		req, err := c.e.newRequest(ctx, http.MethodGet, nil, t)
+		if err != nil {
+			c.failCall(cl, replay.ReasonUpstreamStreamCut, err.Error())
+			return nil
+		}
+		resp, err := c.e.do(req, nil)
+		if err != nil {
+			cause, wait = err, nextBackoff(wait)
+			continue
+		}
+		switch kindOf(resp, t.session != "") {
+		case answerSSE:
+			c.logger.Debug("upstream stream resumed", "id", cl.id.Raw(), "upstream_cursor", last)
+			return resp
+		case answerLost:
+			wire.Drain(resp)
+			c.lose(fmt.Errorf("GET resume of %s: %w", cl.method, errSessionLost))
+			return nil
+		}
+		se := readStatusError("GET with Last-Event-ID", resp)
+		c.failCall(cl, replay.ReasonUpstreamStreamCut, "the call's upstream stream was cut and the upstream MCP server "+
+			"refused to resume it: "+se.Error())
+		return nil
+	}
+}
+
+// checkSession fails a call whose answer stream was cut and cannot be
+// resumed (its events carry no IDs). First it asks the upstream whether its
+// session survived, with ping, until deadline: 404 means it restarted, and
+// the generation ends (upstream_session_lost); an answer means only the
+// stream was lost (upstream_stream_cut); no answer by the deadline,
+// upstream_unreachable. A stateless upstream has no session to check.
+func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, cause error) {
+	cut := fmt.Sprintf("the call's upstream stream ended before its answer, and the upstream MCP server cannot resume "+
+		"it (its events carry no IDs): %v", cause)
+	if c.target(nil).session == "" {
+		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
+		return
+	}
+	wait := time.Duration(0)
+	for {
+		if !sleep(ctx, min(wait, time.Until(deadline))) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("%s; then the upstream could not be reached "+
+				"within %v", cut, c.e.opts.ResumeTimeout))
+			return
+		}
+		_, err := c.ping(ctx, cl.header, time.Until(deadline))
+		switch {
+		case errors.Is(err, errSessionLost):
+			c.lose(err)
+			return
+		case errors.Is(err, engine.ErrUnreachable):
+			wait = nextBackoff(wait)
+			continue
+		}
+		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
+		return
+	}
+}
+
+// sleep waits d (nothing when d <= 0) and reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// nextBackoff doubles a wait within [minBackoff, maxBackoff].
+func nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, minBackoff), maxBackoff)
+}

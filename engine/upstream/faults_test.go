@@ -1,0 +1,190 @@
+package upstream_test
+
+// The upstream's faults and the answers a client gets for them: an
+// upstream that cannot be reached, and a call's answer stream cut between
+// the gateway and the upstream (with and without upstream event IDs).
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/engine/upstream"
+	"github.com/tidemark-mcp/tidemark/internal/faultproxy"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// cutter is a faultproxy filter that cuts, once, the connection carrying
+// the first SSE event that holds marker, right after that event.
+type cutter struct {
+	marker []byte
+
+	mu      sync.Mutex
+	pending map[int][]byte // per connection: bytes since the last event's end
+	cuts    int
+}
+
+func newCutter(marker string) *cutter {
+	return &cutter{marker: []byte(marker), pending: make(map[int][]byte)}
+}
+
+func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cuts > 0 {
+		return faultproxy.Decision{Forward: len(chunk)}
+	}
+	prev := c.pending[conn]
+	buf := append(slices.Clip(prev), chunk...)
+	start := 0
+	for {
+		end := bytes.Index(buf[start:], []byte("\n\n"))
+		if end < 0 {
+			break
+		}
+		end += start + 2
+		if bytes.Contains(buf[start:end], c.marker) {
+			c.cuts++
+			delete(c.pending, conn)
+			return faultproxy.Decision{Forward: max(0, end-len(prev)), Cut: true}
+		}
+		start = end
+	}
+	c.pending[conn] = slices.Clone(buf[start:])
+	return faultproxy.Decision{Forward: len(chunk)}
+}
+
+// count returns how many connections the cutter cut.
+func (c *cutter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts
+}
+
+// behindCutter returns the URL of up through a proxy that cuts after the
+// SSE event holding marker.
+func behindCutter(t *testing.T, up *testUpstream, marker string) (string, *cutter) {
+	t.Helper()
+	cut := newCutter(marker)
+	p, err := faultproxy.New(up.srv.Listener.Addr().String(), cut.filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return "http://" + p.Addr() + "/mcp", cut
+}
+
+// TestUnreachable: an upstream that cannot be reached answers 503
+// upstream_unreachable with Retry-After 1, for a new session's initialize
+// and for a call on a session whose upstream went away; nothing is
+// registered for the refused call, so the client can send it again.
+func TestUnreachable(t *testing.T) {
+	ctx := testContext(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+
+	g := newGateway(t, closed, upstream.Options{})
+	_, err = g.client.Initialize(ctx, "")
+	checkStatus(t, "initialize", err, http.StatusServiceUnavailable, replay.ReasonUpstreamUnreachable)
+
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g = newGateway(t, up.URL(), upstream.Options{})
+	s := g.initialize(t, ctx)
+	up.stop()
+	_, err = s.Call(ctx, countdown(2, 1, 0, "tok"))
+	checkStatus(t, "tools/call", err, http.StatusServiceUnavailable, replay.ReasonUpstreamUnreachable)
+	_, err = s.Call(ctx, countdown(2, 1, 0, "tok"))
+	checkStatus(t, "tools/call with the same id again", err, http.StatusServiceUnavailable, replay.ReasonUpstreamUnreachable)
+}
+
+// checkStatus checks that err is an HTTP refusal with status and reason,
+// and Retry-After 1 for a 503.
+func checkStatus(t *testing.T, what string, err error, status int, reason replay.Reason) {
+	t.Helper()
+	se, ok := mcptest.AsStatusError(err)
+	if !ok {
+		t.Fatalf("%s: %v, want HTTP %d %s", what, err, status, reason)
+	}
+	if se.Status != status || se.Reason() != string(reason) {
+		t.Errorf("%s: HTTP %d %q (%s), want %d %q", what, se.Status, se.Reason(), se.RawBody, status, reason)
+	}
+	if status == http.StatusServiceUnavailable && se.Header.Get("Retry-After") != "1" {
+		t.Errorf("%s: Retry-After %q, want 1", what, se.Header.Get("Retry-After"))
+	}
+}
+
+// TestCutResumedUpstream: the upstream's events carry IDs (the go-sdk's
+// memory event store); the connection between the gateway and the
+// upstream is cut after progress 3 of 8. The gateway resumes the upstream
+// stream with the upstream's own Last-Event-ID, and the client, whose own
+// stream was never cut, sees every progress notification once, in order,
+// then the result.
+func TestCutResumedUpstream(t *testing.T) {
+	ctx := testContext(t)
+	up := newUpstream(t, mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	u, cut := behindCutter(t, up, `"progress":3,`)
+	g := newGateway(t, u, upstream.Options{})
+	s := g.initialize(t, ctx)
+
+	evs := call(t, ctx, s, countdown(2, 8, 20, "tok"))
+	if got := progressValues(t, evs); !slices.Equal(got, steps(8)) {
+		t.Errorf("progress %v, want %v: each once, in order", got, steps(8))
+	}
+	if got, want := toolText(t, response(t, evs)), "countdown of 8 finished"; got != want {
+		t.Errorf("result %q, want %q", got, want)
+	}
+	if cut.count() != 1 {
+		t.Fatalf("the proxy cut %d connections, want 1", cut.count())
+	}
+	var resumes []string
+	for _, r := range up.requests(http.MethodGet, "") {
+		if id := r.header.Get("Last-Event-ID"); id != "" {
+			resumes = append(resumes, id)
+		}
+	}
+	if len(resumes) != 1 {
+		t.Errorf("the upstream got %d GETs with Last-Event-ID (%q), want 1", len(resumes), resumes)
+	}
+}
+
+// TestCutWithoutIDs: the upstream's events carry no IDs (no event store),
+// and the call's stream is cut between the gateway and the upstream. The
+// gateway cannot resume it: it pings the upstream session, which is alive,
+// and fails the call with upstream_stream_cut at generation 1; the session
+// goes on in the same generation.
+func TestCutWithoutIDs(t *testing.T) {
+	ctx := testContext(t)
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	u, _ := behindCutter(t, up, `"progress":3,`)
+	g := newGateway(t, u, upstream.Options{})
+	s := g.initialize(t, ctx)
+
+	evs := call(t, ctx, s, countdown(2, 8, 20, "tok"))
+	if got := progressValues(t, evs); !slices.Equal(got, steps(3)) {
+		t.Errorf("progress before the cut %v, want %v", got, steps(3))
+	}
+	reason, gen := errorData(t, response(t, evs))
+	if reason != string(replay.ReasonUpstreamStreamCut) || gen != 1 {
+		t.Errorf("call failed with reason %q generation %v, want %q generation 1", reason, gen, replay.ReasonUpstreamStreamCut)
+	}
+	if n := len(up.requests(http.MethodPost, "ping")); n != 1 {
+		t.Errorf("the upstream got %d pings, want 1", n)
+	}
+	evs = call(t, ctx, s, countdown(3, 2, 0, "tok2"))
+	if got := toolText(t, response(t, evs)); got != "countdown of 2 finished" {
+		t.Errorf("next call's result %q", got)
+	}
+	if c := cursor(t, evs[len(evs)-1]); c.Generation != 1 {
+		t.Errorf("next call at generation %d, want 1", c.Generation)
+	}
+}
