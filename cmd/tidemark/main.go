@@ -6,6 +6,10 @@
 //	tidemark serve [flags] --stdio -- COMMAND [ARGS...]
 //	                           gateway mode: serve a stdio MCP server, one
 //	                           subprocess per session generation
+//	tidemark serve [flags] --upstream URL
+//	                           gateway mode: serve the Streamable HTTP MCP
+//	                           server at URL, one upstream session per
+//	                           session generation
 //	tidemark probe [flags] URL check how the MCP server at URL resumes streams
 //	tidemark help              print this text
 //
@@ -26,6 +30,9 @@ Usage:
   tidemark serve [flags] --stdio -- COMMAND [ARGS...]
                            gateway mode: serve the stdio MCP server COMMAND,
                            one subprocess per session generation
+  tidemark serve [flags] --upstream URL
+                           gateway mode: serve the Streamable HTTP MCP server
+                           at URL, one upstream session per session generation
   tidemark probe [flags] URL
                            check how the MCP server at URL resumes streams
   tidemark help            print this text

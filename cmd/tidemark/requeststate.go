@@ -36,7 +36,7 @@ func stateFlags(fs *flag.FlagSet, c *stateConfig) {
 func (c *stateConfig) check(gateway bool) error {
 	switch {
 	case gateway && (c.keysFile != "" || c.singleUse):
-		return errors.New("--request-state-keys and --request-state-single-use apply to the demo server, not to --stdio")
+		return errors.New("--request-state-keys and --request-state-single-use apply to the demo server, not to --stdio or --upstream")
 	case c.ttl <= 0:
 		return fmt.Errorf("--request-state-ttl %v: want a positive duration", c.ttl)
 	case c.usedMax <= 0:
@@ -77,7 +77,7 @@ func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.S
 // demoSealer returns the Sealer of the demo server, or nil in gateway mode,
 // which serves no demo.
 func (c *serveConfig) demoSealer(logger *slog.Logger) (*requeststate.Sealer, error) {
-	if c.stdio {
+	if c.stdio || c.upstream.url != "" {
 		return nil, nil
 	}
 	return c.state.sealer(logger, c.fleet.redisURL != "")

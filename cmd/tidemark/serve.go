@@ -18,7 +18,6 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
-	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/durable"
@@ -53,6 +52,7 @@ type serveConfig struct {
 	dataDir         string        // empty: memory store
 	fleet           fleetConfig
 	state           stateConfig
+	upstream        upstreamConfig
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -88,6 +88,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	stateFlags(fs, &c.state)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
+	upstreamFlags(fs, &c.upstream)
 	return fs, c
 }
 
@@ -136,7 +137,7 @@ func (c *serveConfig) check() error {
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
 		return fmt.Errorf("--max-processes %d: want a positive number, or -1 for no limit", c.maxProcesses)
 	}
-	return c.state.check(c.stdio)
+	return c.state.check(c.stdio || c.upstream.url != "")
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -159,6 +160,10 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if err := c.check(); err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 2
+	}
+	if err := c.upstream.check(c.stdio); err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
@@ -231,31 +236,20 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
-	var h *tidemark.Handler
-	var gateway *stdio.Engine // nil unless --stdio
-	if c.stdio {
-		gateway, err = stdio.New(stdio.Options{
-			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses,
-			InitializeTimeout: c.initTimeout, Logger: logger,
-		})
-		if err != nil {
-			ln.Close()
-			if st != nil {
-				st.Close()
-			}
-			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-			return 2
+	h, closeEngine, err := c.engineHandler(fs, opts, logger, sealer)
+	if err != nil {
+		ln.Close()
+		if st != nil {
+			st.Close()
 		}
-		h = tidemark.NewEngineHandler(gateway, opts)
-	} else {
-		h = tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer}), opts)
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 2
 	}
 	// closeHandler ends every session's live state; in gateway mode all
-	// subprocesses end at once and are reaped first, so none outlives us.
+	// subprocesses (or upstream sessions) end at once first, so none
+	// outlives us.
 	closeHandler := func() {
-		if gateway != nil {
-			gateway.Close()
-		}
+		closeEngine()
 		h.Close()
 	}
 	// The endpoint is matched exactly, not through http.ServeMux, whose
@@ -295,7 +289,7 @@ func serve(args []string, stderr io.Writer) int {
 		stopAnnouncing = func() { cancel(); <-announced }
 		storeAttrs = append(storeAttrs, "advertise", c.fleet.advertise(ln, c.path))
 	}
-	logger.Info("serving", append([]any{"url", "http://" + ln.Addr().String() + c.path}, storeAttrs...)...)
+	logger.Info("serving", append(append([]any{"url", "http://" + ln.Addr().String() + c.path}, storeAttrs...), c.servedAttrs(fs)...)...)
 
 	select {
 	case err := <-errc:

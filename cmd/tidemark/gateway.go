@@ -1,0 +1,118 @@
+package main
+
+// The choice of the MCP server `tidemark serve` serves: --stdio fronts a
+// stdio MCP server (one subprocess per session generation), --upstream a
+// Streamable HTTP MCP server (one upstream session per session
+// generation), with its flags; without either, the built-in demo server
+// (README.md, "Gateway mode").
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/engine/stdio"
+	"github.com/tidemark-mcp/tidemark/engine/upstream"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/requeststate"
+)
+
+// upstreamConfig holds the --upstream flags of `tidemark serve`.
+type upstreamConfig struct {
+	url            string // empty: no upstream
+	header         http.Header
+	forward        []string
+	connectTimeout time.Duration
+	timeout        time.Duration
+	resumeTimeout  time.Duration
+}
+
+// upstreamFlags declares the --upstream flags on fs.
+func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
+	c.header = make(http.Header)
+	fs.StringVar(&c.url, "upstream", "", "gateway mode: serve the Streamable HTTP MCP server at this URL, one upstream session per session generation (URL; empty: no upstream)")
+	fs.Func("upstream-header", "NAME: VALUE added to every request to the --upstream server, e.g. an Authorization of the gateway's own (repeatable)", func(s string) error {
+		name, value, ok := strings.Cut(s, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return fmt.Errorf("want NAME: VALUE, not %q", s)
+		}
+		c.header.Add(name, strings.TrimSpace(value))
+		return nil
+	})
+	fs.Func("upstream-forward-header", "NAME of a client request header copied to the --upstream requests made for it, e.g. Authorization (repeatable)", func(s string) error {
+		if s == "" || strings.ContainsAny(s, " \t:") {
+			return fmt.Errorf("want a header name, not %q", s)
+		}
+		c.forward = append(c.forward, s)
+		return nil
+	})
+	fs.DurationVar(&c.connectTimeout, "upstream-connect-timeout", upstream.DefaultConnectTimeout, "bound on connecting to the --upstream server (TCP and TLS); a message for which no connection could be made by then gets 503 upstream_unreachable (duration)")
+	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "bound on writing a message to the --upstream server, and on each exchange that is not a call's answer: a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
+	fs.DurationVar(&c.resumeTimeout, "upstream-resume-timeout", upstream.DefaultResumeTimeout, "how long a call whose --upstream answer stream was cut is resumed upstream, or its upstream session checked, before the call fails (duration)")
+}
+
+// check validates the --upstream flags; the error is a usage error.
+func (c *upstreamConfig) check(stdioMode bool) error {
+	if c.url == "" {
+		if len(c.header) > 0 || len(c.forward) > 0 {
+			return errors.New("--upstream-header and --upstream-forward-header apply with --upstream only")
+		}
+		return nil
+	}
+	switch {
+	case stdioMode:
+		return errors.New("--upstream and --stdio exclude each other: serve one MCP server")
+	case c.connectTimeout <= 0 || c.timeout <= 0 || c.resumeTimeout <= 0:
+		return errors.New("--upstream-connect-timeout, --upstream-timeout and --upstream-resume-timeout must be positive")
+	}
+	return nil
+}
+
+// engineHandler returns the handler of the MCP server that c serves (the
+// demo server, with sealer for its requestState, a --stdio command, or an
+// --upstream server) and the function that ends its engine before the
+// handler's Close. The error is a usage error (a command not found, an
+// invalid URL or header).
+func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, logger *slog.Logger, sealer *requeststate.Sealer) (*tidemark.Handler, func(), error) {
+	switch {
+	case c.stdio:
+		gateway, err := stdio.New(stdio.Options{
+			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses,
+			InitializeTimeout: c.initTimeout, Logger: logger,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return tidemark.NewEngineHandler(gateway, opts), func() { gateway.Close() }, nil
+	case c.upstream.url != "":
+		gateway, err := upstream.New(upstream.Options{
+			URL: c.upstream.url, Header: c.upstream.header, Forward: c.upstream.forward,
+			ConnectTimeout: c.upstream.connectTimeout, Timeout: c.upstream.timeout,
+			ResumeTimeout: c.upstream.resumeTimeout, Logger: logger,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		// Requests of the sessionless era pass through to the upstream.
+		opts.Transport.Sessionless = gateway.Sessionless()
+		return tidemark.NewEngineHandler(gateway, opts), func() { gateway.Close() }, nil
+	}
+	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer}), opts), func() {}, nil
+}
+
+// servedAttrs are the log attributes that say which MCP server is served.
+func (c *serveConfig) servedAttrs(fs *flag.FlagSet) []any {
+	switch {
+	case c.stdio:
+		return []any{"stdio", fs.Arg(0)}
+	case c.upstream.url != "":
+		return []any{"upstream", c.upstream.url}
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+package main
+
+// The usage errors of the --upstream flags of `tidemark serve`.
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestServeUpstreamUsage: --upstream flags that cannot work exit 2 with a
+// message naming what is wrong, before anything is served.
+func TestServeUpstreamUsage(t *testing.T) {
+	const up = "http://127.0.0.1:1/mcp"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", up, "--stdio", "--", "cat"}, "--upstream and --stdio exclude each other"},
+		{[]string{"--upstream-header", "X-A: b"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
+		{[]string{"--upstream-forward-header", "Authorization"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
+		{[]string{"--upstream", up, "--upstream-header", "no colon"}, `want NAME: VALUE, not "no colon"`},
+		{[]string{"--upstream", up, "--upstream-forward-header", "A: b"}, `want a header name, not "A: b"`},
+		{[]string{"--upstream", up, "--upstream-timeout", "0s"}, "must be positive"},
+		{[]string{"--upstream", "ftp://127.0.0.1/mcp"}, `URL "ftp://127.0.0.1/mcp": want an absolute http:// or https:// URL`},
+		{[]string{"--upstream", up, "--upstream-forward-header", "Mcp-Session-Id"}, "header Mcp-Session-Id is set by the gateway itself"},
+	} {
+		var stderr bytes.Buffer
+		code := run(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...), &bytes.Buffer{}, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
