@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, finishes in under 60 s; writes no file unless --out is given")
 	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
-	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, gosdk, mcpgo, ts, ceiling, variant names, or all")
+	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, gateway (tidemark serve --upstream in front of a gosdk process), gosdk, mcpgo, ts, ceiling, variant names, or all")
 	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e", "comma-separated workloads to run: a to e, and f and g (Tidemark's memory bounds, tidemark rows only), which run only when named")
 	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
 	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")

@@ -94,6 +94,7 @@ func (r *report) markdown() string {
 	r.tableF(&b)
 	r.tableG(&b)
 	r.ratios(&b)
+	r.gateway(&b)
 	r.goals(&b)
 	r.beforeAfter(&b)
 	if r.notes != "" {
@@ -334,7 +335,7 @@ func (r *report) ratios(b *strings.Builder) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	var others []*row
 	for _, row := range r.rows {
-		if row.spec.role != roleTidemark && row.spec.role != roleBaseline {
+		if row.spec.role != roleTidemark && row.spec.role != roleBaseline && row.spec.role != roleGateway {
 			others = append(others, row)
 		}
 	}

@@ -35,6 +35,9 @@ type serverSpec struct {
 	// replayNote, when set, is why the server cannot replay; workloads (c)
 	// and (e) report N/A with it.
 	replayNote string
+	// upstream, when set, is a server started first, on its own port, for
+	// this one to front: upstreamPlaceholder in argv becomes its URL.
+	upstream *serverSpec
 }
 
 // toolchain is where the binaries and runtimes come from.
@@ -92,9 +95,11 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 		out = append(out, serverSpec{name: v.name, role: roleTidemark, argv: tidemarkServe(v.args...),
 			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`"})
 	}
+	gosdk := serverSpec{name: "gosdk", role: rolePeer, argv: peer("gosdk"),
+		label: "go-sdk v1.8.0 StreamableHTTPHandler + MemoryEventStore (same internal/demo server)"}
+	out = append(out, gatewaySpec(tidemarkServe, gosdk))
 	out = append(out,
-		serverSpec{name: "gosdk", role: rolePeer, argv: peer("gosdk"),
-			label: "go-sdk v1.8.0 StreamableHTTPHandler + MemoryEventStore (same internal/demo server)"},
+		gosdk,
 		serverSpec{name: "mcpgo", role: rolePeer, argv: peer("mcpgo"),
 			label: "mcp-go v1.2.1 StreamableHTTPServer + InMemoryEventStore"},
 		serverSpec{name: "ts", role: rolePeer, argv: func(port int) []string {
@@ -126,6 +131,8 @@ type server struct {
 	log  string // path of its stdout+stderr
 	done chan struct{}
 	err  error // exit status once done
+	// upstream is the server this one fronts (serverSpec.upstream), or nil.
+	upstream *server
 }
 
 // startServer starts spec on a free loopback port and waits until it
@@ -136,6 +143,20 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		return nil, err
 	}
 	argv := append(spec.argv(port), extraArgs...)
+	var up *server
+	if spec.upstream != nil {
+		if up, err = startServer(ctx, *spec.upstream, logDir, tag+"-upstream"); err != nil {
+			return nil, fmt.Errorf("%s: its upstream: %w", spec.name, err)
+		}
+		for i, a := range argv {
+			argv[i] = strings.ReplaceAll(a, upstreamPlaceholder, up.url)
+		}
+	}
+	stopUpstream := func() {
+		if up != nil {
+			up.stop()
+		}
+	}
 	for i, a := range argv {
 		if strings.Contains(a, tmpdirPlaceholder) {
 			dir, err := os.MkdirTemp(logDir, spec.name+"-"+tag+"-data-")
@@ -148,6 +169,7 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	logPath := filepath.Join(logDir, spec.name+"-"+tag+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
+		stopUpstream()
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -156,9 +178,11 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
+		stopUpstream()
 		return nil, fmt.Errorf("start %s: %w", spec.name, err)
 	}
-	s := &server{spec: spec, cmd: cmd, pid: cmd.Process.Pid, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), log: logPath, done: make(chan struct{})}
+	s := &server{spec: spec, cmd: cmd, pid: cmd.Process.Pid, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), log: logPath,
+		done: make(chan struct{}), upstream: up}
 	go func() {
 		s.err = cmd.Wait()
 		lf.Close()
@@ -186,8 +210,14 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	}
 }
 
-// stop ends the server: SIGTERM, then SIGKILL after 3 seconds.
+// stop ends the server, then its upstream if it has one: SIGTERM, then
+// SIGKILL after 3 seconds.
 func (s *server) stop() {
+	defer func() {
+		if s.upstream != nil {
+			s.upstream.stop()
+		}
+	}()
 	select {
 	case <-s.done:
 		return
@@ -202,13 +232,14 @@ func (s *server) stop() {
 	}
 }
 
-// alive reports whether the process still runs.
+// alive reports whether the process, and its upstream if it has one,
+// still run.
 func (s *server) alive() bool {
 	select {
 	case <-s.done:
 		return false
 	default:
-		return true
+		return s.upstream == nil || s.upstream.alive()
 	}
 }
 

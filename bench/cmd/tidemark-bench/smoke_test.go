@@ -64,3 +64,49 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickGateway runs `tidemark-bench --quick` on the gateway row
+// (tidemark serve --upstream in front of a gosdk process) and on gosdk
+// served directly, workloads (a) and (b): every call is answered, every
+// progress event delivered, and the report divides the gateway's rates by
+// gosdk's.
+func TestQuickGateway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := bench(ctx, options{quick: true, servers: "gateway,gosdk", workloads: "a,b",
+		args: []string{"--quick", "--servers", "gateway,gosdk", "--workloads", "a,b"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	cfg := quickConfig()
+	if len(rep.rows) != 2 || rep.rows[0].spec.name != "gateway" || rep.rows[1].spec.name != "gosdk" {
+		t.Fatalf("rows = %v, want gateway and gosdk", rep.rows)
+	}
+	for _, r := range rep.rows {
+		name := r.spec.name
+		if r.failure != "" || len(r.notes) > 0 {
+			t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr.String())
+			continue
+		}
+		for _, a := range r.a {
+			if a.calls == 0 || a.errors != 0 {
+				t.Errorf("%s (a) %d sessions: calls %d errors %d (%s)", name, a.conc, a.calls, a.errors, a.firstErr)
+			}
+		}
+		if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.bN.received != cfg.bStreams*cfg.bN || r.bN.lost != 0 {
+			t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
+		}
+	}
+	md := stdout.String()
+	_, section, ok := strings.Cut(md, "## Gateway\n")
+	if !ok {
+		t.Fatalf("report lacks the Gateway section:\n%s", md)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, want := range []string{"| (a) calls/s, 1 sessions |", "| (b) events/s, 1 stream |"} {
+		if !strings.Contains(section, want) || strings.Contains(section, want+" – |") {
+			t.Errorf("Gateway section lacks a figure for %q:\n%s", want, section)
+		}
+	}
+}
