@@ -18,6 +18,11 @@ import (
 // DefaultMaxEventSize is the default bound, in bytes, on one event's lines.
 const DefaultMaxEventSize = 16 << 20
 
+// readBufferSize is the read buffer of a Reader, in bytes: every open
+// stream holds one (a gateway holds one per call in flight and per
+// session), and a line longer than it is collected whole all the same.
+const readBufferSize = 4 << 10
+
 // ErrEventTooLarge is returned when an event's lines exceed the bound.
 var ErrEventTooLarge = errors.New("sse: event too large")
 
@@ -48,7 +53,7 @@ func NewReader(r io.Reader, maxEventSize int) *Reader {
 	if maxEventSize <= 0 {
 		maxEventSize = DefaultMaxEventSize
 	}
-	return &Reader{r: bufio.NewReaderSize(r, 64<<10), max: maxEventSize}
+	return &Reader{r: bufio.NewReaderSize(r, readBufferSize), max: maxEventSize}
 }
 
 // Next returns the next event that has at least one field set (an id, data,

@@ -256,9 +256,10 @@ func (c *client) openStream(ctx context.Context) (*http.Response, error) {
 	return resp, nil
 }
 
-// readers pools the 64 KiB buffered readers that sse.NewReader would
-// otherwise allocate per stream (it keeps a *bufio.Reader that is large
-// enough), so the load generator's own garbage stays small.
+// readers pools 64 KiB buffered readers for sse.NewReader, which keeps a
+// *bufio.Reader it is given when it is at least as large as its own read
+// buffer instead of allocating one per stream, so the load generator's own
+// garbage stays small.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 func getReader(r io.Reader) *bufio.Reader {
