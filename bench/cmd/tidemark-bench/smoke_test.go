@@ -3,10 +3,50 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
+
+// The smoke tests share one build of tidemark and benchpeer (bench builds
+// them once per run otherwise): the build is not what they time out on.
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+// prebuilt returns a directory holding tidemark and benchpeer built from
+// this tree, built on the first call.
+func prebuilt(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		tc, err := findToolchain(options{})
+		if err != nil {
+			binaries.err = err
+			return
+		}
+		if binaries.dir, binaries.err = os.MkdirTemp("", "tidemark-bench-test-"); binaries.err != nil {
+			return
+		}
+		tc.bin = binaries.dir
+		binaries.err = build(context.Background(), tc)
+	})
+	if binaries.err != nil {
+		t.Fatalf("building tidemark and benchpeer: %v", binaries.err)
+	}
+	return binaries.dir
+}
 
 // TestQuickRun runs `tidemark-bench --quick` against Tidemark and the
 // ceiling (real processes on loopback, built from this tree) and checks that
@@ -15,10 +55,11 @@ import (
 // stream accounted for, and a storm answered in full. It asserts behaviour,
 // not speed: speed is what the report is for.
 func TestQuickRun(t *testing.T) {
+	bin := prebuilt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	rep, err := bench(ctx, options{quick: true, servers: "tidemark,ceiling", workloads: "a,b,c,d,e",
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "tidemark,ceiling", workloads: "a,b,c,d,e",
 		args: []string{"--quick", "--servers", "tidemark,ceiling"}}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -71,10 +112,11 @@ func TestQuickRun(t *testing.T) {
 // progress event delivered, and the report divides the gateway's rates by
 // gosdk's.
 func TestQuickGateway(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	bin := prebuilt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	rep, err := bench(ctx, options{quick: true, servers: "gateway,gosdk", workloads: "a,b",
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "gateway,gosdk", workloads: "a,b",
 		args: []string{"--quick", "--servers", "gateway,gosdk", "--workloads", "a,b"}}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
