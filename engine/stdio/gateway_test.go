@@ -5,7 +5,6 @@ package stdio
 // MCP servers, spoken to over real HTTP on loopback.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -235,38 +233,13 @@ var (
 	sseID   = regexp.MustCompile(`(?m)^id: ?(\S+)$`)
 )
 
-// cutter is a faultproxy.Filter that cuts, once, the connection carrying
-// the SSE event of a given progress value, right after that event, and
-// remembers that event's id (the client's cursor).
-type cutter struct {
-	after float64 // the progress value after which to cut
-
-	mu      sync.Mutex
-	pending map[int][]byte // per connection: bytes of an unfinished event
-	cuts    int
-	cursor  string
-}
-
-func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cuts > 0 {
-		return faultproxy.Decision{Forward: len(chunk)}
-	}
-	prev := c.pending[conn]
-	buf := append(prev, chunk...)
-	start := 0
-	for {
-		end := bytes.Index(buf[start:], []byte("\n\n"))
-		if end < 0 {
-			break
-		}
-		end += start + 2
-		ev := buf[start:end]
-		start = end
+// progressEvent returns a faultproxy.EventCutter match function that
+// reports the SSE event of the progress notification with value after.
+func progressEvent(after float64) func(ev []byte) bool {
+	return func(ev []byte) bool {
 		data := sseData.FindSubmatch(ev)
 		if data == nil {
-			continue
+			return false
 		}
 		var msg struct {
 			Method string `json:"method"`
@@ -274,18 +247,8 @@ func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
 				Progress float64 `json:"progress"`
 			} `json:"params"`
 		}
-		if json.Unmarshal(data[1], &msg) != nil || msg.Method != "notifications/progress" || msg.Params.Progress != c.after {
-			continue
-		}
-		if id := sseID.FindSubmatch(ev); id != nil {
-			c.cursor = string(id[1])
-		}
-		c.cuts++
-		delete(c.pending, conn)
-		return faultproxy.Decision{Forward: end - len(prev), Cut: true}
+		return json.Unmarshal(data[1], &msg) == nil && msg.Method == "notifications/progress" && msg.Params.Progress == after
 	}
-	c.pending[conn] = slices.Clone(buf[start:])
-	return faultproxy.Decision{Forward: len(chunk)}
 }
 
 // TestGatewayServerEverythingResume fronts the reference TypeScript server
@@ -302,8 +265,8 @@ func TestGatewayServerEverythingResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := &cutter{after: cutAfter, pending: make(map[int][]byte)}
-	proxy, err := faultproxy.New(pu.Host, cut.filter)
+	cut := faultproxy.NewEventCutter(progressEvent(cutAfter))
+	proxy, err := faultproxy.New(pu.Host, cut.Filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,11 +323,13 @@ func TestGatewayServerEverythingResume(t *testing.T) {
 	if len(results) != 1 || results[0] != wantResult {
 		t.Errorf("results %q, want exactly [%q]", results, wantResult)
 	}
-	cut.mu.Lock()
-	cuts, cursor := cut.cuts, cut.cursor
-	cut.mu.Unlock()
-	if cuts != 1 || cursor == "" {
-		t.Fatalf("the proxy cut %d times (cursor %q), want once after progress %d", cuts, cursor, cutAfter)
+	ev, cutOnce := cut.Cut()
+	var cursor string
+	if id := sseID.FindSubmatch(ev); id != nil {
+		cursor = string(id[1])
+	}
+	if !cutOnce || cursor == "" {
+		t.Fatalf("the proxy cut %v (cursor %q), want once after progress %d", cutOnce, cursor, cutAfter)
 	}
 	srv.WaitFor(t, `msg="stream resumed".* cursor="?`+regexp.QuoteMeta(cursor), 5*time.Second)
 	t.Logf("cut after cursor %s; client output:\n%s", cursor, client.Output())

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,59 +19,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// cutter is a faultproxy filter that cuts, once, the connection carrying
-// the first SSE event that holds marker, right after that event.
-type cutter struct {
-	marker []byte
-
-	mu      sync.Mutex
-	pending map[int][]byte // per connection: bytes since the last event's end
-	cuts    int
-}
-
-func newCutter(marker string) *cutter {
-	return &cutter{marker: []byte(marker), pending: make(map[int][]byte)}
-}
-
-func (c *cutter) filter(conn int, chunk []byte) faultproxy.Decision {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cuts > 0 {
-		return faultproxy.Decision{Forward: len(chunk)}
-	}
-	prev := c.pending[conn]
-	buf := append(slices.Clip(prev), chunk...)
-	start := 0
-	for {
-		end := bytes.Index(buf[start:], []byte("\n\n"))
-		if end < 0 {
-			break
-		}
-		end += start + 2
-		if bytes.Contains(buf[start:end], c.marker) {
-			c.cuts++
-			delete(c.pending, conn)
-			return faultproxy.Decision{Forward: max(0, end-len(prev)), Cut: true}
-		}
-		start = end
-	}
-	c.pending[conn] = slices.Clone(buf[start:])
-	return faultproxy.Decision{Forward: len(chunk)}
-}
-
-// count returns how many connections the cutter cut.
-func (c *cutter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cuts
-}
-
-// behindCutter returns the URL of up through a proxy that cuts after the
-// SSE event holding marker.
-func behindCutter(t *testing.T, up *testUpstream, marker string) (string, *cutter) {
+// behindCutter returns the URL of up through a proxy that cuts, once,
+// after the SSE event holding marker.
+func behindCutter(t *testing.T, up *testUpstream, marker string) (string, *faultproxy.EventCutter) {
 	t.Helper()
-	cut := newCutter(marker)
-	p, err := faultproxy.New(up.srv.Listener.Addr().String(), cut.filter)
+	cut := faultproxy.NewEventCutter(func(ev []byte) bool { return bytes.Contains(ev, []byte(marker)) })
+	p, err := faultproxy.New(up.srv.Listener.Addr().String(), cut.Filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +95,8 @@ func TestCutResumedUpstream(t *testing.T) {
 	if got, want := toolText(t, response(t, evs)), "countdown of 8 finished"; got != want {
 		t.Errorf("result %q, want %q", got, want)
 	}
-	if cut.count() != 1 {
-		t.Fatalf("the proxy cut %d connections, want 1", cut.count())
+	if _, ok := cut.Cut(); !ok {
+		t.Fatal("the proxy cut no connection, want 1")
 	}
 	var resumes []string
 	for _, r := range up.requests(http.MethodGet, "") {
