@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -171,52 +172,25 @@ func TestGatewayConformance(t *testing.T) {
 	}
 	srv, u := startGateway(t, nil, filepath.Join(bin, "everything-server"))
 
-	outDir := t.TempDir()
-	run := testenv.StartProcess(t, testenv.Node(t), testenv.NPMBin(t, "conformance"),
-		"server", "--url", u, "--suite", "all", "--spec-version", "2025-11-25", "-o", outDir)
-	select {
-	case <-run.Done():
-	case <-time.After(runTimeout):
-		t.Fatalf("conformance suite still running after %v; output:\n%s", runTimeout, run.Output())
+	run := testenv.RunConformance(t, u, runTimeout)
+	out := run.Output
+	if run.Err != nil {
+		t.Errorf("conformance exited with %v, want status 0", run.Err)
 	}
-	out := run.Output()
-	if err := run.Wait(); err != nil {
-		t.Errorf("conformance exited with %v, want status 0", err)
-	}
-	m := regexp.MustCompile(`Running all suite \((\d+) scenarios\)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no scenario count in the output:\n%s", out)
-	}
-	announced, _ := strconv.Atoi(m[1])
-	saved := regexp.MustCompile(`(?m)^=== Running scenario: (\S+) ===\n(?:.*\n)*?Results saved to (\S+)$`).FindAllStringSubmatch(out, -1)
-	if len(saved) != announced || announced == 0 {
-		t.Fatalf("%d scenarios saved results, the suite announced %d; output:\n%s", len(saved), announced, out)
-	}
+	announced := run.Scenarios
 	passed := 0
-	for _, sc := range saved {
-		b, err := os.ReadFile(filepath.Join(sc[2], "checks.json"))
-		if err != nil {
-			t.Errorf("scenario %s: %v", sc[1], err)
-			continue
-		}
-		var checks []struct {
-			ID, Status, ErrorMessage string
-		}
-		if err := json.Unmarshal(b, &checks); err != nil {
-			t.Errorf("scenario %s: checks.json: %v", sc[1], err)
-			continue
-		}
+	for _, name := range slices.Sorted(maps.Keys(run.Checks)) {
 		ok := 0
-		for _, c := range checks {
+		for _, c := range run.Checks[name] {
 			switch c.Status {
 			case "SUCCESS":
 				ok++
 			case "FAILURE", "WARNING":
-				t.Errorf("scenario %s: check %s: %s: %s", sc[1], c.ID, c.Status, c.ErrorMessage)
+				t.Errorf("scenario %s: check %s: %s: %s", name, c.ID, c.Status, c.ErrorMessage)
 			}
 		}
 		if ok == 0 {
-			t.Errorf("scenario %s: no check succeeded", sc[1])
+			t.Errorf("scenario %s: no check succeeded", name)
 		}
 		passed += ok
 	}

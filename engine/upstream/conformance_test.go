@@ -7,12 +7,9 @@ package upstream_test
 // through the gateway.
 
 import (
-	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,47 +34,15 @@ type conformance struct {
 	checks    map[string][]string
 }
 
-var (
-	announcedRE = regexp.MustCompile(`Running \S+ suite \((\d+) scenarios\)`)
-	scenarioRE  = regexp.MustCompile(`(?m)^=== Running scenario: (\S+) ===\n(?:.*\n)*?Results saved to (\S+)$`)
-)
-
-// runConformance runs the suite against url and reads every scenario's
-// checks.json. It fails the test when the suite does not run every
-// scenario it announces.
+// runConformance runs the suite against url (testenv.RunConformance).
 func runConformance(t *testing.T, url string) conformance {
 	t.Helper()
-	outDir := t.TempDir()
-	run := testenv.StartProcess(t, testenv.Node(t), testenv.NPMBin(t, "conformance"),
-		"server", "--url", url, "--suite", "all", "--spec-version", "2025-11-25", "-o", outDir)
-	select {
-	case <-run.Done():
-	case <-time.After(conformanceTimeout):
-		t.Fatalf("conformance suite still running after %v; output:\n%s", conformanceTimeout, run.Output())
-	}
-	out := run.Output()
-	m := announcedRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no scenario count in the suite's output:\n%s", out)
-	}
-	announced, _ := strconv.Atoi(m[1])
-	saved := scenarioRE.FindAllStringSubmatch(out, -1)
-	if len(saved) != announced || announced == 0 {
-		t.Fatalf("%d scenarios saved results, the suite announced %d; output:\n%s", len(saved), announced, out)
-	}
-	c := conformance{scenarios: announced, checks: make(map[string][]string)}
-	for _, sc := range saved {
-		b, err := os.ReadFile(filepath.Join(sc[2], "checks.json"))
-		if err != nil {
-			t.Fatalf("scenario %s: %v", sc[1], err)
-		}
-		var checks []struct{ ID, Status string }
-		if err := json.Unmarshal(b, &checks); err != nil {
-			t.Fatalf("scenario %s: checks.json: %v", sc[1], err)
-		}
+	run := testenv.RunConformance(t, url, conformanceTimeout)
+	c := conformance{scenarios: run.Scenarios, checks: make(map[string][]string)}
+	for scenario, checks := range run.Checks {
 		for _, ch := range checks {
 			if ch.Status != "INFO" {
-				key := sc[1] + "/" + ch.ID
+				key := scenario + "/" + ch.ID
 				c.checks[key] = append(c.checks[key], ch.Status)
 			}
 		}
