@@ -2,10 +2,14 @@ package session_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -124,4 +128,79 @@ func BenchmarkSend(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// capSessions is the --max-sessions default the creation benchmark fills
+// the registry to (issue 17, defect 4).
+const capSessions = session.DefaultMaxSessions
+
+// BenchmarkCreate measures sessions created per second (Create, then an
+// initialize answered and notifications/initialized) by 1, 8 and 64
+// concurrent creators, on a registry that already holds capSessions
+// sessions: "below" has room for every new one, "cap" is full, so each
+// creation evicts the least recently used session. BENCHMARKS.md gives
+// cap ÷ below per level; run with a fixed -benchtime (e.g. 1000x), since
+// each run fills a registry first. cpu-µs/session is the process's CPU
+// time per creation.
+func BenchmarkCreate(b *testing.B) {
+	for _, creators := range []int{1, 8, 64} {
+		for _, full := range []bool{false, true} {
+			name := fmt.Sprintf("below/creators=%d", creators)
+			if full {
+				name = fmt.Sprintf("cap/creators=%d", creators)
+			}
+			b.Run(name, func(b *testing.B) { benchCreate(b, creators, full) })
+		}
+	}
+}
+
+func benchCreate(b *testing.B, creators int, full bool) {
+	ctx := context.Background()
+	opts := session.Options{MaxSessions: capSessions}
+	if !full {
+		opts.MaxSessions = capSessions + b.N + 1
+	}
+	reg := benchRegistry(b, opts)
+	for range capSessions {
+		l, err := reg.Create(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchInitialize(b, l)
+	}
+	runtime.GC() // the fill's garbage is not the creators' cost
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	for range creators {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				l, err := reg.Create(ctx, "")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				benchInitialize(b, l)
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "sessions/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/session")
+	b.StopTimer()
+	// Sessions held at the end: capSessions+b.N below the cap, and
+	// capSessions at it (more means the cap was overshot).
+	b.ReportMetric(float64(reg.Len()), "held")
+}
+
+// cpuTime returns the CPU time (user and system) the process has used. On
+// a machine whose cores other work shares, it is the fairer measure of
+// what a creation costs than the rate.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

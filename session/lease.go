@@ -218,8 +218,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 func (r *Registry) drop(l *Live, reason string, err error) {
 	r.mu.Lock()
 	held := false
-	if r.live[l.token] == l {
-		delete(r.live, l.token)
+	if r.removeLocked(l) {
 		held = true
 	}
 	// After Close every engine session is closed or closing already.

@@ -76,8 +76,15 @@ type Live struct {
 	// made only when someone waits before that, is closed then.
 	initAnswered bool
 	initWait     chan struct{}
+	// parked: the registry took l out of its eviction order because a
+	// call was in flight (recency.victim); the end of its last call hands
+	// it back (Registry.unpark).
+	parked bool
 
-	dropped bool // guarded by reg.mu: drop has run (see Registry.drop)
+	// Guarded by reg.mu.
+	dropped  bool   // drop has run (see Registry.drop)
+	lruKey   uint64 // the stamp l is placed by in reg.lru
+	lruIndex int    // l's index in reg.lru; -1 when it is not in it
 
 	// used is the registry's recency stamp of the latest use
 	// (Registry.clock); the least recently used session has the lowest.
@@ -116,6 +123,7 @@ func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
 		lastSeen:   r.opts.Now(),
 		storedSeen: rec.LastSeen,
 		leaseUntil: rec.LeaseUntil,
+		lruIndex:   -1,
 	}
 	if st != nil {
 		l.state = *st
@@ -243,12 +251,22 @@ func (l *Live) Attach() (detach func()) {
 	}
 }
 
-// busy reports whether a call is in flight on l: such a session is not
-// evicted to make room for another. An open stream alone does not make a
-// session busy: clients keep their standalone GET stream open for the
-// session's whole life, and counting it would lock new sessions out for
-// good once MaxSessions clients hold one.
-func (l *Live) busy() bool { return l.callsInFlight() > 0 }
+// park reports whether a call is in flight on l: such a session is not
+// evicted to make room for another. If so it marks l parked: when its last
+// call ends, it becomes a candidate for eviction again (see recency). An
+// open stream alone does not make a session busy: clients keep their
+// standalone GET stream open for the session's whole life, and counting
+// it would lock new sessions out for good once MaxSessions clients hold
+// one.
+func (l *Live) park() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.calls) == 0 {
+		return false
+	}
+	l.parked = true
+	return true
+}
 
 func (l *Live) callsInFlight() int {
 	l.mu.Lock()
@@ -311,14 +329,18 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry}
 	err := l.append(ctx, &ev)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err != nil {
 		for _, c := range calls {
 			delete(l.calls, c.ID)
 		}
-		l.releaseMapsLocked()
+		unpark := l.releaseMapsLocked()
+		l.mu.Unlock()
+		if unpark {
+			l.reg.unpark(l)
+		}
 		return 0, err
 	}
+	defer l.mu.Unlock()
 	for _, c := range calls {
 		cl := l.calls[c.ID]
 		cl.stream = ev.Stream
@@ -353,8 +375,11 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 			}
 		}
 	}
-	l.releaseMapsLocked()
+	unpark := l.releaseMapsLocked()
 	l.mu.Unlock()
+	if unpark {
+		l.reg.unpark(l)
+	}
 	if ended {
 		// The delivered calls, if any, are answered already, without an
 		// end: an id-only event ends the stream for a reader that resumes
@@ -366,11 +391,18 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 }
 
 // releaseMapsLocked lets go of the tables of calls and streams in flight
-// once both are empty.
-func (l *Live) releaseMapsLocked() {
-	if len(l.calls) == 0 && len(l.streams) == 0 {
+// once both are empty. It reports whether l was parked and has no call in
+// flight any more: the caller then calls reg.unpark(l), with l.mu
+// released.
+func (l *Live) releaseMapsLocked() (unpark bool) {
+	if len(l.calls) > 0 {
+		return false
+	}
+	if len(l.streams) == 0 {
 		l.calls, l.streams = nil, nil
 	}
+	unpark, l.parked = l.parked, false
+	return unpark
 }
 
 // Prime appends a priming event (an id and empty data, with retry when
@@ -444,6 +476,7 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 	}
 	ev := store.Event{Stream: replay.StandaloneStream, Kind: store.KindMessage, Data: data}
 	var stateChange *engine.State
+	unpark := false
 	l.mu.Lock()
 	if resp, ok := msg.(*jsonrpc.Response); ok {
 		c, known := l.calls[resp.ID]
@@ -461,7 +494,7 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 				delete(l.streams, c.stream)
 			}
 		}
-		l.releaseMapsLocked()
+		unpark = l.releaseMapsLocked()
 		if c.method == "initialize" {
 			l.initFailed = resp.Error != nil
 			l.initAnswered = true
@@ -485,6 +518,9 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 		}
 	}
 	l.mu.Unlock()
+	if unpark {
+		l.reg.unpark(l)
+	}
 	if stateChange != nil {
 		// Store the state before the response that acknowledges it.
 		if err := l.saveState(ctx, *stateChange); err != nil {

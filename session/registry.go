@@ -107,16 +107,19 @@ type Registry struct {
 	opts   Options
 	logger *slog.Logger
 
-	// mu guards live, starting, closed and each Live's dropped. Requests
-	// only read live (RLock); recency is an atomic stamp on each Live
-	// (Live.used, from clock), so a lookup writes nothing shared, and the
-	// least recently used session is found by makeRoom, when one must go.
-	// A session whose engine session died stays in live until Get, Sweep,
-	// makeRoom or RenewLeases meets it (no goroutine per session waits for
-	// the death); none of them serves it.
+	// mu guards live, starting, reserved, lru, closed and each Live's
+	// dropped, lruKey and lruIndex. Requests only read live (RLock);
+	// recency is an atomic stamp on each Live (Live.used, from clock), so
+	// a lookup writes nothing shared, and the least recently used session
+	// is found in lru (lru.go), when one must go. A session whose engine
+	// session died stays in live until Get, Sweep, an eviction or
+	// RenewLeases meets it (no goroutine per session waits for the death);
+	// none of them serves it.
 	mu       sync.RWMutex
 	live     map[string]*Live         // token → live state of this process
 	starting map[string]chan struct{} // tokens being re-created
+	reserved int                      // room taken by sessions being started (see reserve)
+	lru      recency                  // the sessions in live with no call in flight known
 	closed   bool
 	clock    atomic.Uint64 // recency stamps: each use takes the next
 
@@ -187,7 +190,7 @@ func NewToken() string { return rand.Text() }
 // unauthenticated), evicting the least recently used session if the
 // registry is full. The caller delivers the client's initialize to it.
 func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
-	if err := r.makeRoom(ctx, ""); err != nil {
+	if err := r.reserve(ctx); err != nil {
 		return nil, err
 	}
 	now := r.opts.Now()
@@ -196,6 +199,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 		LeaseUntil: r.leaseUntil(now), Created: now, LastSeen: now,
 	}
 	if err := r.st.Create(ctx, rec); err != nil {
+		r.unreserve()
 		return nil, fmt.Errorf("session: create: %w", err)
 	}
 	l, err := r.start(ctx, rec, nil)
@@ -207,73 +211,97 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	return l, nil
 }
 
-// makeRoom evicts least recently used sessions until one more fits: the
-// session being created, or self, a token being re-created (which is in
-// starting already, so it does not count twice). A session whose engine
-// session died leaves first, without ending: its next request re-creates
-// it. Only a session with no call in flight is evicted: ending a busy one
-// would cut a client mid-call for another client's benefit. When every
-// session is busy it fails with engine.ErrCapacity.
-func (r *Registry) makeRoom(ctx context.Context, self string) error {
-	for {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			return ErrClosed
-		}
-		held := len(r.live) + len(r.starting)
-		if _, ok := r.starting[self]; ok {
-			held--
-		}
-		if held < r.opts.MaxSessions {
-			r.mu.Unlock()
-			return nil
-		}
-		var victim *Live
-		removed := false
-		for tok, l := range r.live {
-			if l.dead() {
-				delete(r.live, tok)
-				removed = true
-				continue
-			}
-			if l.busy() {
-				continue
-			}
-			if victim == nil || l.used.Load() < victim.used.Load() {
-				victim = l
-			}
-		}
-		if removed {
-			r.mu.Unlock()
-			continue
-		}
-		if victim == nil {
-			r.mu.Unlock()
-			return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
-				engine.ErrCapacity, held-len(r.starting), len(r.starting))
-		}
+// reserve takes room for one more session, whose start follows (start
+// gives the room back if it fails): when MaxSessions sessions are held or
+// being started, it makes room first. A session whose engine session died
+// leaves without ending (its next request re-creates it); otherwise the
+// least recently used session with no call in flight is evicted (ended,
+// store.EndCapacity). Ending a busy one would cut a client mid-call for
+// another client's benefit: when every session is busy, reserve fails
+// with engine.ErrCapacity. The victim leaves the registry, and its room
+// passes to the caller, in one step under mu, so concurrent callers each
+// evict a session of their own and the cap is never exceeded.
+func (r *Registry) reserve(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
 		r.mu.Unlock()
-		r.End(ctx, victim.token, store.EndCapacity)
+		return ErrClosed
 	}
+	if len(r.live)+r.reserved < r.opts.MaxSessions {
+		r.reserved++
+		r.mu.Unlock()
+		return nil
+	}
+	victim, dead := r.lru.victim()
+	if victim == nil {
+		held, starting := len(r.live), r.reserved
+		r.mu.Unlock()
+		return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
+			engine.ErrCapacity, held, starting)
+	}
+	r.removeLocked(victim)
+	r.reserved++
+	r.mu.Unlock()
+	if !dead {
+		// The victim's token answers 404 at once; its engine session
+		// closes in the background: the creator does not wait for another
+		// session's teardown (a gateway's subprocess may take its stop
+		// grace).
+		r.endRecord(ctx, victim.token, store.EndCapacity)
+		victim.logger.Info("session ended", "reason", string(store.EndCapacity))
+		r.closeInBackground(victim)
+	}
+	return nil
 }
 
-// start starts the live state of rec's generation and registers it.
+// unreserve gives back room reserve took for a session that did not start.
+func (r *Registry) unreserve() {
+	r.mu.Lock()
+	r.reserved--
+	r.mu.Unlock()
+}
+
+// removeLocked takes l out of the registry if it is the live state held
+// for its token. r.mu must be held.
+func (r *Registry) removeLocked(l *Live) bool {
+	if r.live[l.token] != l {
+		return false
+	}
+	delete(r.live, l.token)
+	r.lru.remove(l)
+	return true
+}
+
+// unpark makes l a candidate for eviction again once its last call in
+// flight ended (see recency), if the registry still holds it.
+func (r *Registry) unpark(l *Live) {
+	r.mu.Lock()
+	if r.live[l.token] == l {
+		r.lru.add(l)
+	}
+	r.mu.Unlock()
+}
+
+// start starts the live state of rec's generation and registers it, in the
+// room reserve took (given back if the start fails).
 func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State) (*Live, error) {
 	l := newLive(r, rec, st)
 	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, l)
 	if err != nil {
+		r.unreserve()
 		return nil, fmt.Errorf("session %s gen %d: start engine: %w", store.Prefix(rec.Token), rec.Generation, err)
 	}
 	l.eng = es
 	l.markUsed(r.clock.Add(1))
 	r.mu.Lock()
+	r.reserved--
 	if r.closed {
 		r.mu.Unlock()
 		es.Close()
 		return nil, ErrClosed
 	}
 	r.live[rec.Token] = l
+	r.lru.add(l)
 	r.mu.Unlock()
 	return l, nil
 }
@@ -321,7 +349,7 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			}
 			// The engine session died on its own: the next generation
 			// takes its place.
-			delete(r.live, token)
+			r.removeLocked(cur)
 			engineEnded = true
 		}
 		if wait, ok := r.starting[token]; ok {
@@ -373,15 +401,18 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			r.End(ctx, token, store.EndIdle)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
 		}
-		if err := r.makeRoom(ctx, token); err != nil {
-			return nil, err
-		}
 		st, err := decodeState(rec.State)
 		if err != nil {
 			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
 		}
+		if err := r.reserve(ctx); err != nil {
+			return nil, err
+		}
 		from, prevOwner := rec.Generation, rec.Owner
 		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
+		if err != nil {
+			r.unreserve()
+		}
 		if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
 			// Another replica claimed it first: serve through the winner if
 			// its lease holds, else try again on the newer generation.
@@ -417,8 +448,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 // the old generation then answer 409 generation_mismatch on resume.
 func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
 	r.mu.Lock()
-	if l, ok := r.live[token]; ok {
-		delete(r.live, token)
+	if l, ok := r.live[token]; ok && r.removeLocked(l) {
 		r.mu.Unlock()
 		l.eng.Close()
 	} else {
@@ -437,18 +467,51 @@ func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
 func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
 	r.mu.Lock()
 	l := r.live[token]
-	delete(r.live, token)
+	if l != nil {
+		r.removeLocked(l)
+	}
 	r.mu.Unlock()
-	err := r.st.End(context.WithoutCancel(ctx), token, reason, r.opts.Now().Add(r.opts.TombstoneTTL))
-	r.log.Forget(token)
+	return r.ended(ctx, token, l, reason)
+}
+
+// ended ends token's session in the store with reason and closes l, its
+// live state in this process (nil when there is none), which has left the
+// registry already.
+func (r *Registry) ended(ctx context.Context, token string, l *Live, reason store.EndReason) error {
+	err := r.endRecord(ctx, token, reason)
 	if l != nil {
 		l.eng.Close()
 		l.logger.Info("session ended", "reason", string(reason))
 	}
+	return err
+}
+
+// endRecord ends token's session in the store with reason, keeping a
+// tombstone for TombstoneTTL, and forgets its event log's accounting.
+func (r *Registry) endRecord(ctx context.Context, token string, reason store.EndReason) error {
+	err := r.st.End(context.WithoutCancel(ctx), token, reason, r.opts.Now().Add(r.opts.TombstoneTTL))
+	r.log.Forget(token)
 	if err != nil {
 		return r.storeErr(token, err)
 	}
 	return nil
+}
+
+// closeInBackground closes l's engine session on a goroutine of its own,
+// which Close waits for; once the registry is closed, it closes it at once.
+func (r *Registry) closeInBackground(l *Live) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		l.eng.Close()
+		return
+	}
+	r.closing.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.closing.Done()
+		l.eng.Close()
+	}()
 }
 
 // Status returns what the registry knows of token for the replay decision,
@@ -498,9 +561,9 @@ func (r *Registry) Sweep(ctx context.Context) {
 // from the registry, without ending them.
 func (r *Registry) removeDead() {
 	r.mu.Lock()
-	for tok, l := range r.live {
+	for _, l := range r.live {
 		if l.dead() {
-			delete(r.live, tok)
+			r.removeLocked(l)
 		}
 	}
 	r.mu.Unlock()
@@ -571,6 +634,10 @@ func (r *Registry) Close() error {
 		}
 	}
 	r.live = make(map[string]*Live)
+	for _, l := range r.lru {
+		l.lruIndex = -1
+	}
+	r.lru = nil
 	r.mu.Unlock()
 	for _, l := range all {
 		l.eng.Close()
