@@ -1,9 +1,11 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -304,48 +306,182 @@ func TestSessionDeletedFailsCallAndReinitializes(t *testing.T) {
 }
 
 // TestGenerationChangeFencesCall: the server re-creates the session's
-// state (generation 1 → 2) while a countdown streams. Resuming the old
-// generation's stream answers 409 generation_mismatch; the call fails with
-// ErrSessionLost (fenced), never with events replayed across generations.
+// state (generation 1 → 2) while two countdowns stream, each on a POST
+// stream of its own. Resuming each of the old generation's streams answers
+// 409 generation_mismatch with error.data.lostRequests naming that
+// stream's call: each call fails once, with ErrSessionLost (fenced), never
+// with events replayed across generations, and the transport reports one
+// fenced event per stream, each with its one call, then one new session.
+// (A 409 without lostRequests would fail both calls in one report.) The
+// standalone stream is off, so the calls' streams are the only ones
+// refused (TestGenerationChangeFencesStandalone has the other).
 func TestGenerationChangeFencesCall(t *testing.T) {
 	srv := startServer(t, 20*time.Millisecond)
 	rec := newRecorder()
-	cs := connect(t, srv.url, rec, nil)
+	cs := connect(t, srv.url, rec, func(tr *client.Transport) { tr.DisableStandaloneStream = true })
 	old := cs.ID()
 
-	errc := make(chan error, 1)
-	go func() {
-		_, err := countdown(t.Context(), cs, "fenced", 50, 10)
-		errc <- err
-	}()
-	waitFor(t, func() bool { return len(rec.progressOf("fenced")) >= 3 })
+	tokens := []string{"a", "b"}
+	errc := make(chan error, len(tokens))
+	for _, token := range tokens {
+		go func() {
+			_, err := countdown(t.Context(), cs, token, 50, 10)
+			errc <- err
+		}()
+	}
+	waitFor(t, func() bool { return len(rec.progressOf("a")) >= 3 && len(rec.progressOf("b")) >= 3 })
 	if _, err := srv.h.Registry().Recreate(t.Context(), old); err != nil {
 		t.Fatalf("Recreate: %v", err)
 	}
-	var err error
+	for range tokens {
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(10 * time.Second):
+			t.Fatal("call still pending 10s after the generation changed")
+		}
+		var ce *client.CallError
+		if !errors.Is(err, client.ErrSessionLost) || !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Reason != "generation_mismatch" {
+			t.Fatalf("err = %v, want ErrSessionLost with 409 generation_mismatch", err)
+		}
+	}
+	for _, token := range tokens {
+		got := rec.progressOf(token)
+		if !slices.Equal(got, steps(len(got))) {
+			t.Errorf("progress of %s = %v, want 1..%d each once in order", token, got, len(got))
+		}
+	}
+	wantNewSession(t, cs, rec, old)
+	wantRefusalEvents(t, rec, old, map[string]int{"POST tools/call": 1}, 2)
+}
+
+// TestGenerationChangeFencesStandalone: the server re-creates the state of
+// a session with no call in flight. Resuming the standalone stream of the
+// old generation answers 409 generation_mismatch with an empty
+// error.data.lostRequests (the standalone stream carries no request): the
+// transport reports exactly one fenced event with no call failed, then one
+// new session, on which a call works.
+func TestGenerationChangeFencesStandalone(t *testing.T) {
+	srv := startServer(t, 20*time.Millisecond)
+	rec := newRecorder()
+	primed := make(chan struct{})
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	cs := connect(t, srv.url, rec, func(tr *client.Transport) {
+		tr.HTTPClient = &http.Client{Transport: &primingWatch{base: base, primed: primed}}
+	})
+	old := cs.ID()
 	select {
-	case err = <-errc:
+	case <-primed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("call still pending 10s after the generation changed")
+		t.Fatal("the standalone stream's priming event did not arrive within 10s")
 	}
-	var ce *client.CallError
-	if !errors.Is(err, client.ErrSessionLost) || !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Reason != "generation_mismatch" {
-		t.Fatalf("err = %v, want ErrSessionLost with 409 generation_mismatch", err)
+	if _, err := srv.h.Registry().Recreate(t.Context(), old); err != nil {
+		t.Fatalf("Recreate: %v", err)
 	}
-	got := rec.progressOf("fenced")
-	if !slices.Equal(got, steps(len(got))) {
-		t.Errorf("progress = %v, want 1..%d each once in order", got, len(got))
-	}
+	wantNewSession(t, cs, rec, old)
+	wantRefusalEvents(t, rec, old, map[string]int{"GET standalone": 0}, 1)
+}
+
+// wantNewSession waits for the transport to replace session old with a
+// new one, and checks that a call works on it.
+func wantNewSession(t *testing.T, cs *mcp.ClientSession, rec *recorder, old string) {
+	t.Helper()
 	waitFor(t, func() bool { return rec.count(client.EventReinitialized) == 1 })
-	if n := rec.count(client.EventFenced); n != 1 {
-		t.Errorf("fenced events = %d, want 1 (kinds %v)", n, rec.kinds())
-	}
 	if cs.ID() == old {
 		t.Errorf("session ID unchanged after fencing")
 	}
 	text, err := countdown(t.Context(), cs, "next", 2, 0)
 	if err != nil || text != "countdown of 2 finished" {
 		t.Fatalf("countdown on the new session = %q, %v", text, err)
+	}
+}
+
+// primingWatch is an http.RoundTripper that closes primed once the body
+// of the first standalone GET (a GET without Last-Event-ID) has passed a
+// whole event with an id to the client: that stream has a cursor to
+// resume with, even if the server closes it right after.
+type primingWatch struct {
+	base   http.RoundTripper
+	primed chan struct{}
+	once   sync.Once
+}
+
+func (p *primingWatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := p.base.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || req.Header.Get("Last-Event-ID") != "" {
+		return resp, err
+	}
+	resp.Body = &primingBody{ReadCloser: resp.Body, w: p}
+	return resp, nil
+}
+
+// primingBody is the body of a standalone GET that primingWatch watches.
+type primingBody struct {
+	io.ReadCloser
+	w    *primingWatch
+	seen []byte // what the client read of it, up to the first event
+	done bool   // the first event with an id has passed
+}
+
+func (b *primingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if !b.done {
+		b.seen = append(b.seen, p[:n]...)
+		if i := bytes.Index(b.seen, []byte("id: ")); i >= 0 && bytes.Contains(b.seen[i:], []byte("\n\n")) {
+			b.done, b.seen = true, nil
+			b.w.once.Do(func() { close(b.w.primed) })
+		}
+	}
+	return n, err
+}
+
+// wantRefusalEvents checks the events rec saw besides resumes: n
+// EventFenced for streams of session old, each a different stream, whose
+// label starts with a key of calls and that failed that key's number of
+// calls, all 409 generation_mismatch; and one EventReinitialized
+// replacing old, after the first of them. Nothing else: no stream lost, no
+// duplicate, no second report of a stream.
+func wantRefusalEvents(t *testing.T, rec *recorder, old string, calls map[string]int, n int) {
+	t.Helper()
+	rec.mu.Lock()
+	var evs []client.Event
+	for _, e := range rec.events {
+		if e.Kind != client.EventResumed {
+			evs = append(evs, e)
+		}
+	}
+	rec.mu.Unlock()
+	if len(evs) != n+1 || evs[0].Kind != client.EventFenced {
+		t.Fatalf("events besides resumes: %v, want %d fenced and one reinitialized, fenced first", evs, n)
+	}
+	streams := map[string]bool{}
+	reinit := 0
+	for _, e := range evs {
+		switch e.Kind {
+		case client.EventFenced:
+			want, known := -1, false
+			for prefix, c := range calls {
+				if strings.HasPrefix(e.Stream, prefix) {
+					want, known = c, true
+				}
+			}
+			if !known || streams[e.Stream] || e.Session != old || e.Status != http.StatusConflict ||
+				e.Reason != "generation_mismatch" || e.Calls != want {
+				t.Errorf("fenced event %v, want one per stream of session %s, 409 generation_mismatch, calls %v", e, old, calls)
+			}
+			streams[e.Stream] = true
+		case client.EventReinitialized:
+			reinit++
+			if e.Session != old || e.NewSession == "" || e.NewSession == old {
+				t.Errorf("event %v, want reinitialized replacing %s", e, old)
+			}
+		default:
+			t.Errorf("event %v, want only fenced and reinitialized", e)
+		}
+	}
+	if reinit != 1 {
+		t.Errorf("events %v: %d reinitialized, want 1", evs, reinit)
 	}
 }
 

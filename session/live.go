@@ -66,6 +66,8 @@ type Live struct {
 	// an idle session does not keep their emptied tables (about 700 bytes).
 	calls      map[jsonrpc.ID]call
 	streams    map[uint64]*openStream
+	ledger     ledger     // the requests of this generation's recent streams (lost.go)
+	settled    *sync.Cond // on mu, made by the first LostRequests that waits: a response's place is recorded
 	state      engine.State
 	lastSeen   time.Time
 	storedSeen time.Time // last LastSeen written to the store
@@ -89,6 +91,10 @@ type Live struct {
 	// used is the registry's recency stamp of the latest use
 	// (Registry.clock); the least recently used session has the lowest.
 	used atomic.Uint64
+
+	// prior are the ledgers of earlier generations, from the record
+	// (lost.go); set at the start, then only read.
+	prior []ledger
 }
 
 // markUsed raises l's recency stamp to t.
@@ -117,13 +123,15 @@ type openStream struct {
 	json    bool // answered as application/json: related messages go to the standalone stream
 }
 
-func newLive(r *Registry, rec store.Record, st *engine.State) *Live {
+func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
 		lastSeen:   r.opts.Now(),
 		storedSeen: rec.LastSeen,
 		leaseUntil: rec.LeaseUntil,
 		lruIndex:   -1,
+		ledger:     ledger{Generation: rec.Generation},
+		prior:      prior,
 	}
 	if st != nil {
 		l.state = *st
@@ -326,7 +334,10 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	}
 	l.mu.Unlock()
 
-	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry}
+	// The opening event carries the calls' ids, never sent to a client:
+	// they tell a later generation which requests the stream carried.
+	ids, data := encodeIDs(calls)
+	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry, Data: data}
 	err := l.append(ctx, &ev)
 	l.mu.Lock()
 	if err != nil {
@@ -350,6 +361,7 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 		l.streams = make(map[uint64]*openStream, 1)
 	}
 	l.streams[ev.Stream] = &openStream{pending: len(calls), json: asJSON}
+	l.ledger.open(ev.Stream, ids)
 	return ev.Stream, nil
 }
 
@@ -367,6 +379,7 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 			continue
 		}
 		delete(l.calls, c.ID)
+		l.ledger.release(stream, c.ID)
 		if s := l.streams[stream]; s != nil {
 			s.pending--
 			if s.pending <= 0 {
@@ -386,7 +399,11 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 		// it (errors are ignored: the append fails only if the session is
 		// gone, and then so is the stream).
 		ev := store.Event{Stream: stream, Kind: store.KindPriming, End: true}
-		l.append(context.WithoutCancel(ctx), &ev)
+		if l.append(context.WithoutCancel(ctx), &ev) == nil {
+			l.mu.Lock()
+			l.ledger.end(stream)
+			l.mu.Unlock()
+		}
 	}
 }
 
@@ -477,6 +494,7 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 	ev := store.Event{Stream: replay.StandaloneStream, Kind: store.KindMessage, Data: data}
 	var stateChange *engine.State
 	unpark := false
+	var answered jsonrpc.ID // the call msg answers, when it is a response to one
 	l.mu.Lock()
 	if resp, ok := msg.(*jsonrpc.Response); ok {
 		c, known := l.calls[resp.ID]
@@ -486,6 +504,8 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 			return nil
 		}
 		delete(l.calls, resp.ID)
+		answered = resp.ID
+		l.ledger.answering(c.stream, resp.ID)
 		ev.Stream = c.stream
 		if s := l.streams[c.stream]; s != nil {
 			s.pending--
@@ -521,14 +541,24 @@ func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 	if unpark {
 		l.reg.unpark(l)
 	}
-	if stateChange != nil {
+	err = l.store(ctx, stateChange, &ev)
+	if answered.IsValid() {
+		l.settle(ev.Stream, answered, &ev, err == nil)
+	}
+	return err
+}
+
+// store stores the state change st, if any, then appends ev; a failure
+// because the store is unavailable ends the generation.
+func (l *Live) store(ctx context.Context, st *engine.State, ev *store.Event) error {
+	if st != nil {
 		// Store the state before the response that acknowledges it.
-		if err := l.saveState(ctx, *stateChange); err != nil {
+		if err := l.saveState(ctx, *st); err != nil {
 			l.abandonIfUnavailable(err)
 			return outboxError(err)
 		}
 	}
-	if err := l.append(ctx, &ev); err != nil {
+	if err := l.append(ctx, ev); err != nil {
 		l.abandonIfUnavailable(err)
 		return outboxError(err)
 	}
@@ -558,6 +588,22 @@ type sendError struct{ kind, err error }
 
 func (e sendError) Error() string   { return e.err.Error() }
 func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// settle records in the ledger where the response to id on stream went:
+// ev, if it was stored, else nowhere; and wakes LostRequests calls that
+// wait for it.
+func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool) {
+	l.mu.Lock()
+	if stored {
+		l.ledger.answer(stream, id, ev.Seq, ev.End)
+	} else {
+		l.ledger.answer(stream, id, 0, false)
+	}
+	if l.settled != nil {
+		l.settled.Broadcast()
+	}
+	l.mu.Unlock()
+}
 
 // abandonIfUnavailable ends this generation in this process after an
 // outbound message could not be stored because the store was unavailable.
@@ -604,9 +650,10 @@ func (l *Live) append(ctx context.Context, ev *store.Event) error {
 	return err
 }
 
-// saveState stores st as the session's state, fenced by this generation.
+// saveState stores st as the session's state, with the ledgers of earlier
+// generations, fenced by this generation.
 func (l *Live) saveState(ctx context.Context, st engine.State) error {
-	b, err := json.Marshal(st)
+	b, err := encodeState(&st, l.prior)
 	if err != nil {
 		return err
 	}
@@ -662,15 +709,4 @@ func (l *Live) Initialized() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.state.InitializeParams) > 0
-}
-
-func decodeState(b []byte) (*engine.State, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var st engine.State
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("decode saved state: %w", err)
-	}
-	return &st, nil
 }

@@ -202,7 +202,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 		r.unreserve()
 		return nil, fmt.Errorf("session: create: %w", err)
 	}
-	l, err := r.start(ctx, rec, nil)
+	l, err := r.start(ctx, rec, nil, nil)
 	if err != nil {
 		r.st.End(context.WithoutCancel(ctx), rec.Token, store.EndDeleted, now.Add(r.opts.TombstoneTTL))
 		return nil, err
@@ -284,8 +284,8 @@ func (r *Registry) unpark(l *Live) {
 
 // start starts the live state of rec's generation and registers it, in the
 // room reserve took (given back if the start fails).
-func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State) (*Live, error) {
-	l := newLive(r, rec, st)
+func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
+	l := newLive(r, rec, st, prior)
 	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, l)
 	if err != nil {
 		r.unreserve()
@@ -401,7 +401,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			r.End(ctx, token, store.EndIdle)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
 		}
-		st, err := decodeState(rec.State)
+		st, prior, err := decodeState(rec.State)
 		if err != nil {
 			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
 		}
@@ -409,6 +409,9 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			return nil, err
 		}
 		from, prevOwner := rec.Generation, rec.Owner
+		// The claim discards generation from's events: read which requests
+		// its streams carried first.
+		sum, sumErr := r.summarizeLog(ctx, token, from)
 		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
 		if err != nil {
 			r.unreserve()
@@ -425,7 +428,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			return nil, r.storeErr(token, err)
 		}
 		r.log.Forget(token)
-		l, err := r.start(ctx, claimed, st)
+		if sumErr == nil && len(sum.Streams) > 0 {
+			prior = withPrior(prior, sum)
+			r.savePrior(ctx, claimed, st, prior)
+		}
+		l, err := r.start(ctx, claimed, st, prior)
 		if err != nil {
 			return nil, err
 		}
@@ -440,6 +447,22 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		}
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
 		return l, nil
+	}
+}
+
+// savePrior stores prior, the ledgers of the generations before
+// rec.Generation, with the session's state st, so that a resume refused
+// after another restart or takeover can still name its lost requests. A
+// failure is logged and not the re-creation's: the new generation keeps
+// prior in memory, and its next state change stores it.
+func (r *Registry) savePrior(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) {
+	b, err := encodeState(st, prior)
+	if err == nil {
+		err = r.st.SaveState(ctx, rec.Token, rec.Generation, b)
+	}
+	if err != nil {
+		r.logger.Warn("saving the previous generation's requests failed; resumes of its streams may not name their lost requests",
+			"session", store.Prefix(rec.Token), "generation", rec.Generation, "reason", replay.ReasonStoreError, "error", err)
 	}
 }
 

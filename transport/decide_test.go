@@ -169,14 +169,17 @@ func TestDecideGenerationMismatch(t *testing.T) {
 		t.Fatalf("bounds = %+v, want gen 2 floor 8 HWM 12", b)
 	}
 
-	for _, tc := range []struct{ name, cursor string }{
-		{"old cursor", old},
+	// lost is error.data.lostRequests as JSON: the countdown (id 2) was
+	// answered after the old cursor; no stream of generation 1 is known at
+	// the other cursors, so the key is absent ("").
+	for _, tc := range []struct{ name, cursor, lost string }{
+		{"old cursor", old, `[2]`},
 		// Same stream and sequence as a live generation-2 event: in range
 		// of the live log, still another generation.
-		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9)},
-		{"gen 1 cursor at the gen 2 HWM", cursorOf(s, 1, 8, 12)},
+		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9), ""},
+		{"gen 1 cursor at the gen 2 HWM", cursorOf(s, 1, 8, 12), ""},
 		// A generation the session never had.
-		{"gen 3 cursor", cursorOf(s, 3, 8, 9)},
+		{"gen 3 cursor", cursorOf(s, 3, 8, 9), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
@@ -187,9 +190,16 @@ func TestDecideGenerationMismatch(t *testing.T) {
 			}
 			se := refusalOf(t, resp, http.StatusConflict, "generation_mismatch")
 			c := parseCursor(t, tc.cursor)
+			keys := 3
+			if tc.lost != "" {
+				keys++
+				if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != tc.lost {
+					t.Fatalf("error.data.lostRequests = %s, want %s", lost, tc.lost)
+				}
+			}
 			if se.Body.Data["generation"] != json.Number("2") ||
-				se.Body.Data["cursorGeneration"] != json.Number(jsonUint(c.Generation)) || len(se.Body.Data) != 3 {
-				t.Fatalf("error.data = %v, want reason, generation 2, cursorGeneration %d", se.Body.Data, c.Generation)
+				se.Body.Data["cursorGeneration"] != json.Number(jsonUint(c.Generation)) || len(se.Body.Data) != keys {
+				t.Fatalf("error.data = %v, want reason, generation 2, cursorGeneration %d, lostRequests %q", se.Body.Data, c.Generation, tc.lost)
 			}
 			if after := st.bounds(t, s.Token); after != b {
 				t.Fatalf("a refused resume changed the log: %+v → %+v", b, after)

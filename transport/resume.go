@@ -130,13 +130,19 @@ func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *
 }
 
 // resumeRefusal returns the refusal of decision d, whose error.data carries
-// the values that explain it (replay.Decision.Data). A session found live
-// logs it with the session's attributes and the cursor; write then does not
-// log it again.
+// the values that explain it (replay.Decision.Data). For a 409 on a session
+// found live, error.data.lostRequests also lists the JSON-RPC ids of the
+// requests the refused stream carried whose responses the client can no
+// longer receive (Live.LostRequests), so that a client fails exactly those
+// calls. A session found live logs the refusal with the session's
+// attributes and the cursor; write then does not log it again.
 func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusal {
 	ref := refuse(d.Outcome.Reason(), d.Message())
 	ref.data = d.Data()
 	if live != nil {
+		if lost, ok := live.LostRequests(d.Cursor); ok && d.Outcome.HTTPStatus() == http.StatusConflict {
+			ref.data["lostRequests"] = lost // the requests lost with the refused stream
+		}
 		live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(cursor), "status", d.Outcome.HTTPStatus())
 		ref.logged = true
 	}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// wantLost checks that a refused resume is a 409 for reason whose
+// error.data.lostRequests encodes as want (a JSON array).
+func wantLost(t *testing.T, err error, reason, want string) {
+	t.Helper()
+	se := wantRefusal(t, err, http.StatusConflict, reason)
+	lost, ok := se.Body.Data["lostRequests"]
+	if !ok {
+		t.Fatalf("409 %s has no error.data.lostRequests: %s", reason, se.RawBody)
+	}
+	got, err := json.Marshal(lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("409 %s: lostRequests %s, want %s (body %s)", reason, got, want, se.RawBody)
+	}
+}
+
+// firstCursor reads events of st until one with an id and returns that id.
+func firstCursor(t *testing.T, st *mcptest.Stream) string {
+	t.Helper()
+	var id string
+	if _, err := st.Until(func(ev mcptest.Event) bool {
+		id = ev.ID
+		return ev.HasID && ev.ID != ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestLostRequestsAfterRestart: a call cut mid-stream is lost with its
+// generation when `tidemark serve --data-dir` is killed; resuming its
+// stream after the restart answers 409 generation_mismatch naming that
+// call's id in error.data.lostRequests, and still does after a second
+// restart. The standalone GET stream carries no request: [].
+func TestLostRequestsAfterRestart(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	p1, url1 := startDurable(t, bin, dir)
+	sess, err := (&mcptest.Client{URL: url1}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, err := sess.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getCursor := firstCursor(t, get)
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 200, "delay_ms": 20}, "cd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	steps := 0
+	if _, err := st.Until(func(ev mcptest.Event) bool {
+		if ev.HasID {
+			last = ev.ID
+		}
+		if req, ok := ev.Request(); ok && req.Method == "notifications/progress" {
+			steps++
+		}
+		return steps == 5
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kill9(t, p1)
+	st.Close()
+	get.Close()
+
+	p2, url2 := startDurable(t, bin, dir)
+	sess.Client = &mcptest.Client{URL: url2}
+	_, err = sess.Resume(ctx, last)
+	wantLost(t, err, "generation_mismatch", `[2]`)
+	_, err = sess.Resume(ctx, getCursor)
+	wantLost(t, err, "generation_mismatch", `[]`)
+
+	kill9(t, p2)
+	_, url3 := startDurable(t, bin, dir)
+	sess.Client = &mcptest.Client{URL: url3}
+	_, err = sess.Resume(ctx, last)
+	wantLost(t, err, "generation_mismatch", `[2]`)
+}
+
+// TestLostRequestsCompacted: in one process, a stream whose events
+// retention removed answers 409 cursor_compacted naming the calls whose
+// responses came after the cursor, and [] when the cursor is at its last
+// response.
+func TestLostRequestsCompacted(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--retention-events", "20")
+	sess, err := (&mcptest.Client{URL: testenv.ServeURL(t, p)}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	countdown := func(id int64, n, delayMS int) *mcptest.Stream {
+		t.Helper()
+		st, err := sess.Call(ctx, mcptest.ToolCall(id, "countdown", map[string]any{"n": n, "delay_ms": delayMS}, "cd"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Call 7: the client reads the opening event only, then is cut; the
+	// call goes on.
+	st := countdown(7, 40, 5)
+	cut := firstCursor(t, st)
+	st.Close()
+	// Call 8 is read to its end; call 9 pushes the floor past it (its
+	// own stream may be compacted under its reader too: only its events
+	// count here).
+	evs, err := countdown(8, 10, 5).Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || !evs[len(evs)-1].IsResponseTo(mcptest.ID(8)) {
+		t.Fatalf("call 8's stream: %v, want it to end with the response", evs)
+	}
+	end := evs[len(evs)-1].ID
+	if _, err := countdown(9, 30, 1).Collect(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = sess.Resume(ctx, cut)
+	wantLost(t, err, "cursor_compacted", `[7]`)
+	_, err = sess.Resume(ctx, end)
+	wantLost(t, err, "cursor_compacted", `[]`)
+}

@@ -1,0 +1,372 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Which requests a refused stream carried that are now lost (issue 17,
+// item 7): a 409 on a resume says, in error.data.lostRequests, the ids of
+// the requests of that stream whose responses the client can no longer
+// receive, so that a client fails exactly those calls at once.
+//
+// A generation keeps a ledger of its streams: the ids each POST stream
+// carried and the sequence of each one's response. It is built as the
+// generation runs (OpenStream, Send), and the ids are also written into
+// the Data of the stream's opening event, which no connection ever sends
+// (priming events go out with empty data). When a later generation claims
+// the session, the old generation's events are discarded; before that,
+// the claim reads them back into a ledger of that generation
+// (summarizeLog) and saves it with the session's state in the record
+// (savedState), so that it holds across a restart on a durable store and
+// across a takeover in a fleet.
+
+// ledgerFinished is the most finished streams (every call answered, or
+// released) a ledger keeps, the newest; streams with a call unanswered
+// are all kept (at most Options.MaxCallsPerSession of them). A 409 on an
+// older finished stream has no lostRequests: the server cannot tell.
+const ledgerFinished = 32
+
+// priorGenerations is the most earlier generations whose ledgers a
+// session keeps (in its record); a 409 for a cursor of an older one has no
+// lostRequests.
+const priorGenerations = 4
+
+// RequestIDs are JSON-RPC request ids, each a string or an integer exactly
+// as the client sent it. They encode as a JSON array, [] when empty.
+type RequestIDs []jsonrpc.ID
+
+// MarshalJSON encodes ids as a JSON array of strings and integers.
+func (ids RequestIDs) MarshalJSON() ([]byte, error) {
+	raw := make([]any, len(ids))
+	for i, id := range ids {
+		raw[i] = id.Raw()
+	}
+	return json.Marshal(raw)
+}
+
+// UnmarshalJSON decodes a JSON array of strings and integers, as the
+// go-sdk decodes request ids.
+func (ids *RequestIDs) UnmarshalJSON(b []byte) error {
+	var raw []any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	out := make(RequestIDs, len(raw))
+	for i, r := range raw {
+		id, err := jsonrpc.MakeID(r)
+		if err != nil || !id.IsValid() {
+			return fmt.Errorf("request id %v: not a string or an integer", r)
+		}
+		out[i] = id
+	}
+	*ids = out
+	return nil
+}
+
+// streamCalls is what a ledger knows of one POST stream.
+type streamCalls struct {
+	// Stream is the stream's number (its opening event's sequence).
+	Stream uint64 `json:"stream"`
+	// IDs are the ids of the requests it carried and that were delivered.
+	IDs RequestIDs `json:"ids"`
+	// Answered[i] is the sequence of the response to IDs[i]; 0 while none
+	// is stored.
+	Answered []uint64 `json:"answered"`
+	// Ended: the stream's end is stored; a call of it without a response
+	// was released undelivered (Live.ReleaseCalls), and its client was
+	// told so by the POST's error answer.
+	Ended bool `json:"ended,omitempty"`
+}
+
+func (s *streamCalls) finished() bool {
+	return s.Ended || !slices.Contains(s.Answered, 0)
+}
+
+// lost returns the requests whose responses come after sequence after or
+// never come.
+func (s *streamCalls) lost(after uint64) RequestIDs {
+	ids := RequestIDs{}
+	for i, id := range s.IDs {
+		if a := s.Answered[i]; a > after || (a == 0 && !s.Ended) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ledger is the streams of one generation, by ascending stream number.
+type ledger struct {
+	// Generation is the generation the streams belong to.
+	Generation uint64 `json:"generation"`
+	// HWM is the highest sequence the ledger accounts for; a cursor above
+	// it names events the ledger never saw (summarizeLog).
+	HWM uint64 `json:"hwm"`
+	// Streams are the streams it knows, by ascending Stream.
+	Streams []streamCalls `json:"streams"`
+}
+
+func (g *ledger) find(stream uint64) *streamCalls {
+	i, ok := slices.BinarySearchFunc(g.Streams, stream, func(s streamCalls, n uint64) int {
+		switch {
+		case s.Stream < n:
+			return -1
+		case s.Stream > n:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return nil
+	}
+	return &g.Streams[i]
+}
+
+// open records a new stream and the ids of its requests.
+func (g *ledger) open(stream uint64, ids RequestIDs) {
+	g.Streams = append(g.Streams, streamCalls{Stream: stream, IDs: ids, Answered: make([]uint64, len(ids))})
+	if len(g.Streams) > ledgerFinished {
+		g.prune()
+	}
+}
+
+// answering marks the response to id on stream as being stored: a
+// client may read it before its sequence is known here, so lost waits
+// (Live.LostRequests) until answer follows.
+func (g *ledger) answering(stream uint64, id jsonrpc.ID) {
+	if s := g.find(stream); s != nil {
+		if i := slices.Index(s.IDs, id); i >= 0 {
+			s.Answered[i] = beingStored
+		}
+	}
+}
+
+// beingStored is the Answered value of a response being appended.
+const beingStored = ^uint64(0)
+
+// storing reports whether a response of stream is being appended.
+func (g *ledger) storing(stream uint64) bool {
+	s := g.find(stream)
+	return s != nil && slices.Contains(s.Answered, beingStored)
+}
+
+// answer records the response to id on stream at sequence seq (0: it was
+// not stored); end says it ended the stream.
+func (g *ledger) answer(stream uint64, id jsonrpc.ID, seq uint64, end bool) {
+	s := g.find(stream)
+	if s == nil {
+		return
+	}
+	if i := slices.Index(s.IDs, id); i >= 0 {
+		s.Answered[i] = seq
+	}
+	s.Ended = s.Ended || end
+	if s.finished() {
+		g.prune()
+	}
+}
+
+// release forgets id, a request of stream that was never delivered.
+func (g *ledger) release(stream uint64, id jsonrpc.ID) {
+	s := g.find(stream)
+	if s == nil {
+		return
+	}
+	if i := slices.Index(s.IDs, id); i >= 0 {
+		s.IDs = slices.Delete(s.IDs, i, i+1)
+		s.Answered = slices.Delete(s.Answered, i, i+1)
+	}
+}
+
+// end records that stream's end is stored.
+func (g *ledger) end(stream uint64) {
+	if s := g.find(stream); s != nil {
+		s.Ended = true
+		g.prune()
+	}
+}
+
+// prune keeps the newest ledgerFinished finished streams and every
+// unfinished one.
+func (g *ledger) prune() {
+	finished := 0
+	for i := len(g.Streams) - 1; i >= 0; i-- {
+		if !g.Streams[i].finished() {
+			continue
+		}
+		if finished++; finished > ledgerFinished {
+			g.Streams = slices.Delete(g.Streams, i, i+1)
+		}
+	}
+}
+
+// lost returns the requests of stream lost to a client whose cursor is at
+// sequence after, and whether the ledger can tell.
+func (g *ledger) lost(stream, after uint64) (RequestIDs, bool) {
+	s := g.find(stream)
+	if s == nil {
+		return nil, false
+	}
+	return s.lost(after), true
+}
+
+// LostRequests returns the requests that the stream cursor c names
+// carried and whose responses a client that has read up to c can no
+// longer receive once its resume is refused (409 generation_mismatch or
+// cursor_compacted): every request of the stream whose response comes
+// after c's sequence or never came. It returns an empty list for the
+// standalone stream, which carries no request, and ok false when the
+// session cannot tell (a generation or a stream it keeps no ledger of:
+// see ledgerFinished and priorGenerations). The transport puts the list
+// in the 409's error.data.lostRequests.
+func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
+	if c.Stream == replay.StandaloneStream {
+		return RequestIDs{}, true
+	}
+	if c.Generation == l.gen {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for l.ledger.storing(c.Stream) {
+			if l.settled == nil {
+				l.settled = sync.NewCond(&l.mu)
+			}
+			l.settled.Wait()
+		}
+		return l.ledger.lost(c.Stream, c.Sequence)
+	}
+	for i := range l.prior {
+		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
+			return g.lost(c.Stream, c.Sequence)
+		}
+	}
+	return nil, false
+}
+
+// encodeIDs renders the ids of a stream's requests for its opening event.
+func encodeIDs(calls []*jsonrpc.Request) (RequestIDs, []byte) {
+	ids := make(RequestIDs, len(calls))
+	for i, c := range calls {
+		ids[i] = c.ID
+	}
+	b, _ := ids.MarshalJSON() // strings and integers always encode
+	return ids, b
+}
+
+// summarizeLog reads the events of token's current generation, gen, back
+// into a ledger, before a claim discards them. Streams whose opening event
+// retention removed are left out (their 409 cannot tell).
+func (r *Registry) summarizeLog(ctx context.Context, token string, gen uint64) (ledger, error) {
+	g := ledger{Generation: gen}
+	after := uint64(0)
+	for {
+		evs, b, err := r.st.Read(ctx, token, after, 512)
+		if err != nil {
+			return g, err
+		}
+		if len(evs) == 0 {
+			g.HWM = max(g.HWM, b.HWM)
+			return g, nil
+		}
+		for i := range evs {
+			g.note(&evs[i])
+		}
+		after = evs[len(evs)-1].Seq
+		g.HWM = after
+	}
+}
+
+// note adds what one event of the log tells to g.
+func (g *ledger) note(e *store.Event) {
+	if e.Stream == replay.StandaloneStream {
+		return
+	}
+	switch {
+	case e.Kind == store.KindPriming && e.Stream == e.Seq && len(e.Data) > 0:
+		var ids RequestIDs
+		if json.Unmarshal(e.Data, &ids) == nil {
+			g.open(e.Stream, ids)
+		}
+	case e.Kind == store.KindMessage && bytes.Contains(e.Data, []byte(`"id"`)):
+		msg, err := jsonrpc.DecodeMessage(e.Data)
+		if resp, ok := msg.(*jsonrpc.Response); err == nil && ok {
+			g.answer(e.Stream, resp.ID, e.Seq, e.End)
+			return
+		}
+	}
+	if e.End {
+		g.end(e.Stream)
+	}
+}
+
+// priorKey is the member of a record's State that holds the ledgers of
+// earlier generations, next to the members of engine.State.
+const priorKey = "priorLedgers"
+
+// encodeState renders what a session's record keeps (store.Record.State):
+// st's members, as engine.State encodes them (none when st is nil: the
+// session has saved no state), and the ledgers of earlier generations
+// under priorKey when there are any.
+func encodeState(st *engine.State, prior []ledger) ([]byte, error) {
+	m := map[string]json.RawMessage{}
+	if st != nil {
+		b, err := json.Marshal(st)
+		if err != nil || len(prior) == 0 {
+			return b, err
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if m[priorKey], err = json.Marshal(prior); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// decodeState reads a record's State: the engine state (nil when the
+// session has saved none) and the ledgers of earlier generations.
+func decodeState(b []byte) (*engine.State, []ledger, error) {
+	if len(b) == 0 {
+		return nil, nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, nil, fmt.Errorf("decode saved state: %w", err)
+	}
+	var prior []ledger
+	if p, ok := m[priorKey]; ok {
+		if err := json.Unmarshal(p, &prior); err != nil {
+			return nil, nil, fmt.Errorf("decode saved ledgers: %w", err)
+		}
+		delete(m, priorKey)
+	}
+	if len(m) == 0 {
+		return nil, prior, nil
+	}
+	var st engine.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, nil, fmt.Errorf("decode saved state: %w", err)
+	}
+	return &st, prior, nil
+}
+
+// withPrior returns prior with g added, keeping the newest
+// priorGenerations ledgers.
+func withPrior(prior []ledger, g ledger) []ledger {
+	out := append(slices.Clone(prior), g)
+	if len(out) > priorGenerations {
+		out = out[len(out)-priorGenerations:]
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package session_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// streamEvents reads stream s of l from its opening event to its end.
+func streamEvents(t *testing.T, l *session.Live, s uint64) []store.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rd := l.Reader(s, s)
+	var out []store.Event
+	for len(out) == 0 || !out[len(out)-1].End {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream %d after %d events: %v", s, len(out), err)
+		}
+		out = append(out, evs...)
+	}
+	return out
+}
+
+// wantLost checks what l says was lost to a client at cursor c.
+func wantLost(t *testing.T, l *session.Live, c replay.Cursor, want string) {
+	t.Helper()
+	ids, ok := l.LostRequests(c)
+	got := "unknown"
+	if ok {
+		b, err := json.Marshal(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = string(b)
+	}
+	if got != want {
+		t.Fatalf("LostRequests(gen %d stream %d seq %d) on generation %d = %s, want %s",
+			c.Generation, c.Stream, c.Sequence, l.Generation(), got, want)
+	}
+}
+
+func echoCall(t *testing.T, id any) *jsonrpc.Request {
+	return request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}})
+}
+
+// TestLostRequests: a generation tells, for a cursor of one of its POST
+// streams, which requests of that stream have their responses after the
+// cursor or not at all; after a re-creation, the next generations still
+// tell it for the old one's cursors, from the record.
+func TestLostRequests(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+
+	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
+	s1, err := l.OpenStream(ctx, calls, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := streamEvents(t, l, s1)
+	if len(evs) != 2 {
+		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
+	}
+	first, last := evs[0].Seq, evs[1].Seq
+	// The response to "a" or the one to 5 came first; the other is after it.
+	msg, err := jsonrpc.DecodeMessage(evs[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := `[5]`
+	if msg.(*jsonrpc.Response).ID.Raw() == int64(5) {
+		other = `["a"]`
+	}
+	// A call delivered and not answered yet.
+	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cur := func(gen, stream, seq uint64) replay.Cursor {
+		return replay.Cursor{Tag: l.Tag(), Generation: gen, Stream: stream, Sequence: seq}
+	}
+	checks := func(on *session.Live) {
+		t.Helper()
+		wantLost(t, on, cur(1, s1, s1), `["a",5]`)
+		wantLost(t, on, cur(1, s1, first), other)
+		wantLost(t, on, cur(1, s1, last), `[]`)
+		wantLost(t, on, cur(1, s2, s2), `[9]`)
+		wantLost(t, on, cur(1, replay.StandaloneStream, 1), `[]`)
+		wantLost(t, on, cur(1, s2+100, s2), "unknown")
+	}
+	checks(l)
+
+	l2, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks(l2)
+	wantLost(t, l2, cur(2, s1, s1), "unknown")
+	wantLost(t, l2, cur(7, s1, s1), "unknown")
+	wantLost(t, l2, cur(2, replay.StandaloneStream, 1), `[]`)
+	// The record still holds the engine state as engine.State reads it.
+	rec, err := f.st.Get(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st engine.State
+	if err := json.Unmarshal(rec.State, &st); err != nil || st.ProtocolVersion != "2025-11-25" || !st.Initialized {
+		t.Fatalf("record state %s: %+v, %v", rec.State, st, err)
+	}
+
+	// A generation that carried no stream keeps the older ledger.
+	l3, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks(l3)
+}
+
+// TestLostRequestsTakeover: the replica that takes a session over names
+// the requests lost with the previous owner's generation.
+func TestLostRequestsTakeover(t *testing.T) {
+	ctx := context.Background()
+	rs := newReplicas()
+	regA, _ := rs.registry(t, "a", 10*time.Second)
+	regB, _ := rs.registry(t, "b", 10*time.Second)
+	la := mustCreate(t, regA)
+	s, err := la.OpenStream(ctx, []*jsonrpc.Request{echoCall(t, "t1"), echoCall(t, "t2")}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.clk.Advance(11 * time.Second)
+	lb, err := regB.Get(ctx, la.Token(), "")
+	if err != nil || lb.Generation() != 2 {
+		t.Fatalf("takeover: %v, want generation 2", err)
+	}
+	wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: s, Sequence: s}, `["t1","t2"]`)
+}
+
+// TestLostRequestsBound: a generation keeps the newest 32 finished
+// streams; an older one's cursor cannot be told, while a stream with a
+// call unanswered is kept however old.
+func TestLostRequestsBound(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	open := request(t, "open", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	sOpen, err := l.OpenStream(ctx, []*jsonrpc.Request{open}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []uint64
+	for i := range 33 {
+		c := echoCall(t, i+100)
+		s, err := l.OpenStream(ctx, []*jsonrpc.Request{c}, false, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		streamEvents(t, l, s)
+		streams = append(streams, s)
+	}
+	cur := func(s uint64) replay.Cursor {
+		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
+	}
+	wantLost(t, l, cur(streams[0]), "unknown")
+	wantLost(t, l, cur(streams[1]), `[101]`)
+	wantLost(t, l, cur(streams[32]), `[132]`)
+	wantLost(t, l, cur(sOpen), `["open"]`)
+}
+
+// TestRequestIDsJSON: ids encode as the client sent them, and an empty
+// list as [].
+func TestRequestIDsJSON(t *testing.T) {
+	a, _ := jsonrpc.MakeID("a")
+	n, _ := jsonrpc.MakeID(float64(-7))
+	for _, c := range []struct {
+		ids  session.RequestIDs
+		want string
+	}{{session.RequestIDs{a, n}, `["a",-7]`}, {session.RequestIDs{}, `[]`}, {nil, `[]`}} {
+		b, err := json.Marshal(c.ids)
+		if err != nil || string(b) != c.want {
+			t.Fatalf("Marshal(%v) = %s, %v; want %s", c.ids, b, err, c.want)
+		}
+		var back session.RequestIDs
+		if err := json.Unmarshal(b, &back); err != nil || len(back) != len(c.ids) {
+			t.Fatalf("Unmarshal(%s) = %v, %v", b, back, err)
+		}
+		for i := range back {
+			if back[i] != c.ids[i] {
+				t.Fatalf("Unmarshal(%s)[%d] = %v, want %v", b, i, back[i].Raw(), c.ids[i].Raw())
+			}
+		}
+	}
+}
