@@ -1,3 +1,7 @@
+// bench_test.go holds the benchmarks of package session: lookups, the
+// memory of an idle session, sending, and creating sessions below and at
+// the cap.
+
 package session_test
 
 import (

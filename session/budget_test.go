@@ -1,7 +1,7 @@
-package session_test
+// budget_test.go holds the tests of the registry's side of the event
+// log's budget: a session whose newest event does not fit is ended.
 
-// The registry's side of the event log's budget: a session whose newest
-// event does not fit is ended.
+package session_test
 
 import (
 	"context"

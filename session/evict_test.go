@@ -1,3 +1,6 @@
+// evict_test.go holds the tests of making room for a session at
+// Options.MaxSessions.
+
 package session_test
 
 import (

@@ -1,7 +1,8 @@
+// lease.go holds the lease rules of a fleet.
+
 package session
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,11 +24,6 @@ import (
 
 // DefaultRenewDivisor sets the default renew interval: Lease divided by it.
 const DefaultRenewDivisor = 3
-
-// renewTimeoutShare bounds one round of renewals to RenewInterval divided
-// by it, so a store that stopped answering cannot hold the renew loop past
-// the next round.
-const renewTimeoutShare = 2
 
 // ErrRemote is wrapped by Get's error when another owner holds the
 // session's live state under a lease that has not lapsed; the error is a
@@ -59,13 +55,6 @@ func (e *RemoteError) Error() string {
 // Unwrap returns ErrRemote.
 func (e *RemoteError) Unwrap() error { return ErrRemote }
 
-// leaseRenewer renews many leases in one round trip; store/redis
-// implements it with a pipeline. errs[i] is the outcome for tokens[i] at
-// gens[i], as store.Sessions.Renew reports it.
-type leaseRenewer interface {
-	RenewMany(ctx context.Context, owner string, leaseUntil time.Time, tokens []string, gens []uint64) []error
-}
-
 // leaseUntil returns the expiry of a lease taken now: zero (no expiry)
 // when Lease is 0.
 func (r *Registry) leaseUntil(now time.Time) time.Time {
@@ -86,36 +75,6 @@ func (r *Registry) remote(rec store.Record, now time.Time) error {
 	return &RemoteError{Token: rec.Token, Owner: rec.Owner, Generation: rec.Generation, LeaseUntil: rec.LeaseUntil}
 }
 
-// errLeaseLost: a local Live turned out to be fenced or ended; Get looks
-// the session up again.
-var errLeaseLost = errors.New("session: lease lost")
-
-// checkLease confirms, before l serves a request, that this registry
-// still owns it: when l's lease has lapsed by the local clock (the process
-// was paused, or renewals failed), it renews synchronously. A fenced or
-// ended session is dropped (errLeaseLost); an unreachable store fails the
-// request rather than risk serving a generation another replica took.
-func (r *Registry) checkLease(ctx context.Context, l *Live) error {
-	if r.opts.Lease <= 0 {
-		return nil
-	}
-	now := r.opts.Now()
-	if now.Before(l.lease()) {
-		return nil
-	}
-	until := r.leaseUntil(now)
-	err := r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
-	if err == nil {
-		l.setLease(until)
-		return nil
-	}
-	if reason := lostReason(err); reason != "" {
-		r.drop(l, reason, err)
-		return errLeaseLost
-	}
-	return fmt.Errorf("session %s gen %d: renew lapsed lease: %w", store.Prefix(l.token), l.gen, err)
-}
-
 // lostReason returns the log reason for a renewal or append error that
 // means this generation is over for this process ("fenced" or
 // "session_not_found"), or "" for a transient error.
@@ -127,147 +86,4 @@ func lostReason(err error) string {
 		return "session_not_found"
 	}
 	return ""
-}
-
-// renewLoop renews every held lease each RenewInterval until ctx is done.
-func (r *Registry) renewLoop(ctx context.Context) {
-	t := time.NewTicker(r.opts.RenewInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.RenewLeases(ctx)
-		}
-	}
-}
-
-// RenewLeases renews the lease of every session whose live state this
-// registry holds, in one round trip when the store supports it (store/redis
-// does). A session fenced by a newer generation, or ended, is dropped: its
-// engine session closes, so its handlers stop, and the line logged says
-// reason=fenced or reason=session_not_found. A session whose renewal failed
-// otherwise (store unavailable) is kept, and renewed again next round; if
-// its lease lapses meanwhile another replica may take it over, and this
-// one's writes are then fenced. Run calls RenewLeases every RenewInterval
-// when Lease > 0; it does nothing when Lease is 0.
-func (r *Registry) RenewLeases(ctx context.Context) {
-	if r.opts.Lease <= 0 {
-		return
-	}
-	// A session whose engine session died is not renewed: its lease
-	// lapses, and the next request anywhere re-creates it.
-	r.removeDead()
-	r.mu.RLock()
-	lives := make([]*Live, 0, len(r.live))
-	for _, l := range r.live {
-		lives = append(lives, l)
-	}
-	r.mu.RUnlock()
-	if len(lives) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.RenewInterval/renewTimeoutShare)
-	defer cancel()
-	until := r.leaseUntil(r.opts.Now())
-	errs := make([]error, len(lives))
-	if br, ok := r.st.(leaseRenewer); ok {
-		tokens := make([]string, len(lives))
-		gens := make([]uint64, len(lives))
-		for i, l := range lives {
-			tokens[i], gens[i] = l.token, l.gen
-		}
-		errs = br.RenewMany(ctx, r.opts.Owner, until, tokens, gens)
-	} else {
-		for i, l := range lives {
-			errs[i] = r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
-		}
-	}
-	failed := 0
-	var firstErr error
-	for i, l := range lives {
-		err := errs[i]
-		if err == nil {
-			l.setLease(until)
-			continue
-		}
-		if reason := lostReason(err); reason != "" {
-			r.drop(l, reason, err)
-			continue
-		}
-		failed++
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	if failed > 0 {
-		r.logger.Warn("lease renewal failed; retrying next round", "reason", "unavailable",
-			"sessions", failed, "error", firstErr)
-	}
-}
-
-// drop ends l's hold on its session in this process, for reason (logged
-// with err): it leaves the registry and its engine session closes, which
-// stops its handlers and the connections serving its streams. The record
-// and the log stay as they are: another owner holds them, or the session
-// ended. The engine closes in the background, since drop may run on one
-// of that engine's own goroutines (an append refused inside a handler).
-// A Live that already left the registry (ended, re-created, closed) is
-// closed without a log line: whoever removed it has said why.
-func (r *Registry) drop(l *Live, reason string, err error) {
-	r.mu.Lock()
-	held := false
-	if r.removeLocked(l) {
-		held = true
-	}
-	// After Close every engine session is closed or closing already.
-	first := !l.dropped && !r.closed
-	l.dropped = true
-	if first {
-		r.closing.Add(1)
-	}
-	r.mu.Unlock()
-	if !first {
-		return
-	}
-	if held {
-		r.log.Forget(l.token)
-		msg := "live state dropped: this process no longer owns the generation"
-		if reason == "unavailable" {
-			// The store could not take an event: the generation ends here
-			// although no other owner holds it (regression: this said the
-			// process no longer owned it, which misled a tester).
-			msg = "live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation+1"
-		}
-		l.logger.Warn(msg, "reason", reason, "error", err)
-	}
-	go func() {
-		defer r.closing.Done()
-		l.eng.Close()
-	}()
-}
-
-// releaseLeases makes every lease this registry holds lapse now, so other
-// replicas take the sessions over at once instead of after Lease. Close
-// calls it; errors are ignored (the leases then lapse on their own).
-func (r *Registry) releaseLeases(lives []*Live) {
-	if r.opts.Lease <= 0 || len(lives) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RenewInterval)
-	defer cancel()
-	now := r.opts.Now()
-	if br, ok := r.st.(leaseRenewer); ok {
-		tokens := make([]string, len(lives))
-		gens := make([]uint64, len(lives))
-		for i, l := range lives {
-			tokens[i], gens[i] = l.token, l.gen
-		}
-		br.RenewMany(ctx, r.opts.Owner, now, tokens, gens)
-		return
-	}
-	for _, l := range lives {
-		r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, now)
-	}
 }

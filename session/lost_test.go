@@ -1,3 +1,6 @@
+// lost_test.go holds the tests of Live.LostRequests: the ledger of a
+// generation, kept across re-creations and takeovers, and its bound.
+
 package session_test
 
 import (

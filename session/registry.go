@@ -1,15 +1,7 @@
-// Package session keeps Tidemark's sessions: it creates them, looks them up,
-// evicts them (idle TTL, capacity by least recent use, DELETE), keeps
-// tombstones so a dead token answers 404, supersedes them, and re-creates
-// their live state at generation+1 under the same token (DESIGN.md,
-// "Generations").
-//
-// A Registry holds the sessions whose live state this process owns (Live);
-// the records and event logs are in a store.Store, so a store that outlives
-// the process lets a later process re-create them. Registries of a fleet
-// share one store and hold their sessions under leases (Options.Lease,
-// lease.go): a session another registry holds is reported as remote
-// (ErrRemote) until that lease lapses.
+// registry.go holds Registry, its options and errors, and the life of a
+// session in it: creating it, ending it, and what the registry reports
+// about it.
+
 package session
 
 import (
@@ -111,7 +103,7 @@ type Registry struct {
 	// dropped, lruKey and lruIndex. Requests only read live (RLock);
 	// recency is an atomic stamp on each Live (Live.used, from clock), so
 	// a lookup writes nothing shared, and the least recently used session
-	// is found in lru (lru.go), when one must go. A session whose engine
+	// is found in lru (room.go), when one must go. A session whose engine
 	// session died stays in live until Get, Sweep, an eviction or
 	// RenewLeases meets it (no goroutine per session waits for the death);
 	// none of them serves it.
@@ -119,7 +111,7 @@ type Registry struct {
 	live     map[string]*Live         // token → live state of this process
 	starting map[string]chan struct{} // tokens being re-created
 	reserved int                      // room taken by sessions being started (see reserve)
-	lru      recency                  // the sessions in live with no call in flight known
+	lru      recency                  // eviction order of the sessions in live not known to be busy (room.go)
 	closed   bool
 	clock    atomic.Uint64 // recency stamps: each use takes the next
 
@@ -211,77 +203,6 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	return l, nil
 }
 
-// reserve takes room for one more session, whose start follows (start
-// gives the room back if it fails): when MaxSessions sessions are held or
-// being started, it makes room first. A session whose engine session died
-// leaves without ending (its next request re-creates it); otherwise the
-// least recently used session with no call in flight is evicted (ended,
-// store.EndCapacity). Ending a busy one would cut a client mid-call for
-// another client's benefit: when every session is busy, reserve fails
-// with engine.ErrCapacity. The victim leaves the registry, and its room
-// passes to the caller, in one step under mu, so concurrent callers each
-// evict a session of their own and the cap is never exceeded.
-func (r *Registry) reserve(ctx context.Context) error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return ErrClosed
-	}
-	if len(r.live)+r.reserved < r.opts.MaxSessions {
-		r.reserved++
-		r.mu.Unlock()
-		return nil
-	}
-	victim, dead := r.lru.victim()
-	if victim == nil {
-		held, starting := len(r.live), r.reserved
-		r.mu.Unlock()
-		return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
-			engine.ErrCapacity, held, starting)
-	}
-	r.removeLocked(victim)
-	r.reserved++
-	r.mu.Unlock()
-	if !dead {
-		// The victim's token answers 404 at once; its engine session
-		// closes in the background: the creator does not wait for another
-		// session's teardown (a gateway's subprocess may take its stop
-		// grace).
-		r.endRecord(ctx, victim.token, store.EndCapacity)
-		victim.logger.Info("session ended", "reason", string(store.EndCapacity))
-		r.closeInBackground(victim)
-	}
-	return nil
-}
-
-// unreserve gives back room reserve took for a session that did not start.
-func (r *Registry) unreserve() {
-	r.mu.Lock()
-	r.reserved--
-	r.mu.Unlock()
-}
-
-// removeLocked takes l out of the registry if it is the live state held
-// for its token. r.mu must be held.
-func (r *Registry) removeLocked(l *Live) bool {
-	if r.live[l.token] != l {
-		return false
-	}
-	delete(r.live, l.token)
-	r.lru.remove(l)
-	return true
-}
-
-// unpark makes l a candidate for eviction again once its last call in
-// flight ended (see recency), if the registry still holds it.
-func (r *Registry) unpark(l *Live) {
-	r.mu.Lock()
-	if r.live[l.token] == l {
-		r.lru.add(l)
-	}
-	r.mu.Unlock()
-}
-
 // start starts the live state of rec's generation and registers it, in the
 // room reserve took (given back if the start fails).
 func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
@@ -304,184 +225,6 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 	r.lru.add(l)
 	r.mu.Unlock()
 	return l, nil
-}
-
-// Get returns the live session of token for a request by userID,
-// re-creating its live state at generation+1 if no live process holds it
-// (after a restart on a durable store, after the engine session ended, or
-// after the lease of another replica lapsed). Errors: ErrNotFound, ErrEnded
-// (also a *store.EndedError), ErrForbidden, ErrClosed, a *RemoteError
-// (ErrRemote) when another owner holds the session under a lease that has
-// not lapsed, and the store's errors (store.ErrUnavailable).
-func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
-	for {
-		r.mu.RLock()
-		shut := r.closed
-		l := r.live[token]
-		r.mu.RUnlock()
-		if shut {
-			return nil, ErrClosed
-		}
-		if l != nil && !l.dead() {
-			l.markUsed(r.clock.Add(1))
-			if l.userID != "" && l.userID != userID {
-				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
-			}
-			if err := r.checkLease(ctx, l); err != nil {
-				if errors.Is(err, errLeaseLost) {
-					continue // look the session up again
-				}
-				return nil, err
-			}
-			l.Touch()
-			return l, nil
-		}
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			return nil, ErrClosed
-		}
-		engineEnded := false
-		if cur := r.live[token]; cur != nil {
-			if !cur.dead() {
-				r.mu.Unlock()
-				continue // started meanwhile
-			}
-			// The engine session died on its own: the next generation
-			// takes its place.
-			r.removeLocked(cur)
-			engineEnded = true
-		}
-		if wait, ok := r.starting[token]; ok {
-			r.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		done := make(chan struct{})
-		r.starting[token] = done
-		r.mu.Unlock()
-
-		l, err := r.recreate(ctx, token, userID, engineEnded)
-		r.mu.Lock()
-		delete(r.starting, token)
-		close(done)
-		r.mu.Unlock()
-		return l, err
-	}
-}
-
-// claimAttempts bounds how often recreate tries to claim a session whose
-// generation keeps moving under it (other replicas claiming it at once).
-const claimAttempts = 3
-
-// recreate loads token's record and claims a new generation of it, unless
-// another owner holds it under a lease that has not lapsed (*RemoteError).
-// engineEnded says this process saw the previous generation's engine
-// session end on its own (a gateway's subprocess exited), which the log
-// line gives as the reason.
-func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool) (*Live, error) {
-	rec, err := r.st.Get(ctx, token)
-	if err != nil {
-		return nil, r.storeErr(token, err)
-	}
-	if rec.UserID != "" && rec.UserID != userID {
-		return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
-	}
-	for attempt := 1; ; attempt++ {
-		now := r.opts.Now()
-		// A live owner decides about idleness itself: it sees every request.
-		if err := r.remote(rec, now); err != nil {
-			return nil, err
-		}
-		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
-			r.End(ctx, token, store.EndIdle)
-			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
-		}
-		st, prior, err := decodeState(rec.State)
-		if err != nil {
-			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
-		}
-		if err := r.reserve(ctx); err != nil {
-			return nil, err
-		}
-		from, prevOwner := rec.Generation, rec.Owner
-		// The claim discards generation from's events: read which requests
-		// its streams carried first.
-		sum, sumErr := r.summarizeLog(ctx, token, from)
-		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
-		if err != nil {
-			r.unreserve()
-		}
-		if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
-			// Another replica claimed it first: serve through the winner if
-			// its lease holds, else try again on the newer generation.
-			if rec, err = r.st.Get(ctx, token); err != nil {
-				return nil, r.storeErr(token, err)
-			}
-			continue
-		}
-		if err != nil {
-			return nil, r.storeErr(token, err)
-		}
-		r.log.Forget(token)
-		if sumErr == nil && len(sum.Streams) > 0 {
-			prior = withPrior(prior, sum)
-			r.savePrior(ctx, claimed, st, prior)
-		}
-		l, err := r.start(ctx, claimed, st, prior)
-		if err != nil {
-			return nil, err
-		}
-		// Why the previous generation is over, for the log (regression: a
-		// gateway subprocess's exit was logged as owner_gone).
-		reason := "owner_gone"
-		switch {
-		case engineEnded:
-			reason = "engine_ended"
-		case prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero():
-			reason = "lease_expired"
-		}
-		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
-		return l, nil
-	}
-}
-
-// savePrior stores prior, the ledgers of the generations before
-// rec.Generation, with the session's state st, so that a resume refused
-// after another restart or takeover can still name its lost requests. A
-// failure is logged and not the re-creation's: the new generation keeps
-// prior in memory, and its next state change stores it.
-func (r *Registry) savePrior(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) {
-	b, err := encodeState(st, prior)
-	if err == nil {
-		err = r.st.SaveState(ctx, rec.Token, rec.Generation, b)
-	}
-	if err != nil {
-		r.logger.Warn("saving the previous generation's requests failed; resumes of its streams may not name their lost requests",
-			"session", store.Prefix(rec.Token), "generation", rec.Generation, "reason", replay.ReasonStoreError, "error", err)
-	}
-}
-
-// Recreate ends the live state of token's current generation, if this
-// process holds it, and starts generation+1 from the saved state. Streams of
-// the old generation then answer 409 generation_mismatch on resume.
-func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
-	r.mu.Lock()
-	if l, ok := r.live[token]; ok && r.removeLocked(l) {
-		r.mu.Unlock()
-		l.eng.Close()
-	} else {
-		r.mu.Unlock()
-	}
-	rec, err := r.st.Get(ctx, token)
-	if err != nil {
-		return nil, r.storeErr(token, err)
-	}
-	return r.Get(ctx, token, rec.UserID)
 }
 
 // End ends token's session with reason: its live state is closed, its
@@ -558,62 +301,6 @@ func (r *Registry) Status(ctx context.Context, token string) (replay.Status, sto
 	}
 }
 
-// Sweep evicts the sessions idle for longer than IdleTTL, lets go of the
-// sessions whose engine session died (their next request re-creates them),
-// and applies the event log's age limit. Run calls it periodically.
-func (r *Registry) Sweep(ctx context.Context) {
-	r.removeDead()
-	if r.opts.IdleTTL > 0 {
-		cutoff := r.opts.Now().Add(-r.opts.IdleTTL)
-		var idle []string
-		r.mu.RLock()
-		for _, l := range r.live {
-			if l.idleSince().Before(cutoff) {
-				idle = append(idle, l.token)
-			}
-		}
-		r.mu.RUnlock()
-		for _, tok := range idle {
-			r.End(ctx, tok, store.EndIdle)
-		}
-	}
-	r.log.Sweep(ctx)
-}
-
-// removeDead removes the sessions whose engine session died on its own
-// from the registry, without ending them.
-func (r *Registry) removeDead() {
-	r.mu.Lock()
-	for _, l := range r.live {
-		if l.dead() {
-			r.removeLocked(l)
-		}
-	}
-	r.mu.Unlock()
-}
-
-// Run sweeps every interval and, when Options.Lease > 0, renews the
-// leases of the sessions this registry holds every RenewInterval (see
-// RenewLeases), until ctx is done. Renewals run on their own goroutine, so
-// a long sweep cannot delay them past the lease.
-func (r *Registry) Run(ctx context.Context, interval time.Duration) {
-	var renewing sync.WaitGroup
-	if r.opts.Lease > 0 {
-		renewing.Go(func() { r.renewLoop(ctx) })
-	}
-	defer renewing.Wait()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.Sweep(ctx)
-		}
-	}
-}
-
 // CallsInFlight returns the number of calls (requests with an id) in
 // flight on the sessions whose live state this process holds.
 func (r *Registry) CallsInFlight() int {
@@ -668,15 +355,6 @@ func (r *Registry) Close() error {
 	r.releaseLeases(all)
 	r.closing.Wait()
 	return nil
-}
-
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // storeErr maps a store error to the registry's errors.

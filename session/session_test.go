@@ -1,3 +1,7 @@
+// session_test.go holds the tests of a session's life in a registry:
+// creation, recorded state, re-creation, eviction, user binding, routing
+// of messages to streams, and dead engine sessions.
+
 package session_test
 
 import (

@@ -1,0 +1,13 @@
+// Package session keeps Tidemark's sessions: it creates them, looks them up,
+// evicts them (idle TTL, capacity by least recent use, DELETE), keeps
+// tombstones so a dead token answers 404, supersedes them, and re-creates
+// their live state at generation+1 under the same token (DESIGN.md,
+// "Generations").
+//
+// A Registry holds the sessions whose live state this process owns (Live);
+// the records and event logs are in a store.Store, so a store that outlives
+// the process lets a later process re-create them. Registries of a fleet
+// share one store and hold their sessions under leases (Options.Lease,
+// lease.go): a session another registry holds is reported as remote
+// (ErrRemote) until that lease lapses.
+package session

@@ -1,0 +1,193 @@
+// recreate.go holds looking a session up for a request, which re-creates
+// its live state at generation+1 when no process holds it (DESIGN.md,
+// "Generations").
+
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Get returns the live session of token for a request by userID,
+// re-creating its live state at generation+1 if no live process holds it
+// (after a restart on a durable store, after the engine session ended, or
+// after the lease of another replica lapsed). Errors: ErrNotFound, ErrEnded
+// (also a *store.EndedError), ErrForbidden, ErrClosed, a *RemoteError
+// (ErrRemote) when another owner holds the session under a lease that has
+// not lapsed, and the store's errors (store.ErrUnavailable).
+func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
+	for {
+		r.mu.RLock()
+		shut := r.closed
+		l := r.live[token]
+		r.mu.RUnlock()
+		if shut {
+			return nil, ErrClosed
+		}
+		if l != nil && !l.dead() {
+			l.markUsed(r.clock.Add(1))
+			if l.userID != "" && l.userID != userID {
+				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+			}
+			if err := r.checkLease(ctx, l); err != nil {
+				if errors.Is(err, errLeaseLost) {
+					continue // look the session up again
+				}
+				return nil, err
+			}
+			l.Touch()
+			return l, nil
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		engineEnded := false
+		if cur := r.live[token]; cur != nil {
+			if !cur.dead() {
+				r.mu.Unlock()
+				continue // started meanwhile
+			}
+			// The engine session died on its own: the next generation
+			// takes its place.
+			r.removeLocked(cur)
+			engineEnded = true
+		}
+		if wait, ok := r.starting[token]; ok {
+			r.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		r.starting[token] = done
+		r.mu.Unlock()
+
+		l, err := r.recreate(ctx, token, userID, engineEnded)
+		r.mu.Lock()
+		delete(r.starting, token)
+		close(done)
+		r.mu.Unlock()
+		return l, err
+	}
+}
+
+// claimAttempts bounds how often recreate tries to claim a session whose
+// generation keeps moving under it (other replicas claiming it at once).
+const claimAttempts = 3
+
+// recreate loads token's record and claims a new generation of it, unless
+// another owner holds it under a lease that has not lapsed (*RemoteError).
+// engineEnded says this process saw the previous generation's engine
+// session end on its own (a gateway's subprocess exited), which the log
+// line gives as the reason.
+func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool) (*Live, error) {
+	rec, err := r.st.Get(ctx, token)
+	if err != nil {
+		return nil, r.storeErr(token, err)
+	}
+	if rec.UserID != "" && rec.UserID != userID {
+		return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+	}
+	for attempt := 1; ; attempt++ {
+		now := r.opts.Now()
+		// A live owner decides about idleness itself: it sees every request.
+		if err := r.remote(rec, now); err != nil {
+			return nil, err
+		}
+		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
+			r.End(ctx, token, store.EndIdle)
+			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
+		}
+		st, prior, err := decodeState(rec.State)
+		if err != nil {
+			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
+		}
+		if err := r.reserve(ctx); err != nil {
+			return nil, err
+		}
+		from, prevOwner := rec.Generation, rec.Owner
+		// The claim discards generation from's events: read which requests
+		// its streams carried first.
+		sum, sumErr := r.summarizeLog(ctx, token, from)
+		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
+		if err != nil {
+			r.unreserve()
+		}
+		if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
+			// Another replica claimed it first: serve through the winner if
+			// its lease holds, else try again on the newer generation.
+			if rec, err = r.st.Get(ctx, token); err != nil {
+				return nil, r.storeErr(token, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, r.storeErr(token, err)
+		}
+		r.log.Forget(token)
+		if sumErr == nil && len(sum.Streams) > 0 {
+			prior = withPrior(prior, sum)
+			r.savePrior(ctx, claimed, st, prior)
+		}
+		l, err := r.start(ctx, claimed, st, prior)
+		if err != nil {
+			return nil, err
+		}
+		// Why the previous generation is over, for the log (regression: a
+		// gateway subprocess's exit was logged as owner_gone).
+		reason := "owner_gone"
+		switch {
+		case engineEnded:
+			reason = "engine_ended"
+		case prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero():
+			reason = "lease_expired"
+		}
+		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
+		return l, nil
+	}
+}
+
+// savePrior stores prior, the ledgers of the generations before
+// rec.Generation, with the session's state st, so that a resume refused
+// after another restart or takeover can still name its lost requests. A
+// failure is logged and not the re-creation's: the new generation keeps
+// prior in memory, and its next state change stores it.
+func (r *Registry) savePrior(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) {
+	b, err := encodeState(st, prior)
+	if err == nil {
+		err = r.st.SaveState(ctx, rec.Token, rec.Generation, b)
+	}
+	if err != nil {
+		r.logger.Warn("saving the previous generation's requests failed; resumes of its streams may not name their lost requests",
+			"session", store.Prefix(rec.Token), "generation", rec.Generation, "reason", replay.ReasonStoreError, "error", err)
+	}
+}
+
+// Recreate ends the live state of token's current generation, if this
+// process holds it, and starts generation+1 from the saved state. Streams of
+// the old generation then answer 409 generation_mismatch on resume.
+func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
+	r.mu.Lock()
+	if l, ok := r.live[token]; ok && r.removeLocked(l) {
+		r.mu.Unlock()
+		l.eng.Close()
+	} else {
+		r.mu.Unlock()
+	}
+	rec, err := r.st.Get(ctx, token)
+	if err != nil {
+		return nil, r.storeErr(token, err)
+	}
+	return r.Get(ctx, token, rec.UserID)
+}

@@ -1,0 +1,68 @@
+// sweep.go holds the registry's periodic work: ending idle sessions and
+// letting go of dead ones (Sweep, Run).
+
+package session
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// Sweep evicts the sessions idle for longer than IdleTTL, lets go of the
+// sessions whose engine session died (their next request re-creates them),
+// and applies the event log's age limit. Run calls it periodically.
+func (r *Registry) Sweep(ctx context.Context) {
+	r.removeDead()
+	if r.opts.IdleTTL > 0 {
+		cutoff := r.opts.Now().Add(-r.opts.IdleTTL)
+		var idle []string
+		r.mu.RLock()
+		for _, l := range r.live {
+			if l.idleSince().Before(cutoff) {
+				idle = append(idle, l.token)
+			}
+		}
+		r.mu.RUnlock()
+		for _, tok := range idle {
+			r.End(ctx, tok, store.EndIdle)
+		}
+	}
+	r.log.Sweep(ctx)
+}
+
+// removeDead removes the sessions whose engine session died on its own
+// from the registry, without ending them.
+func (r *Registry) removeDead() {
+	r.mu.Lock()
+	for _, l := range r.live {
+		if l.dead() {
+			r.removeLocked(l)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// Run sweeps every interval and, when Options.Lease > 0, renews the
+// leases of the sessions this registry holds every RenewInterval (see
+// RenewLeases), until ctx is done. Renewals run on their own goroutine, so
+// a long sweep cannot delay them past the lease.
+func (r *Registry) Run(ctx context.Context, interval time.Duration) {
+	var renewing sync.WaitGroup
+	if r.opts.Lease > 0 {
+		renewing.Go(func() { r.renewLoop(ctx) })
+	}
+	defer renewing.Wait()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Sweep(ctx)
+		}
+	}
+}
