@@ -128,7 +128,7 @@ func BenchmarkSend(b *testing.B) {
 	msg := &jsonrpc.Request{Method: "notifications/progress", Params: []byte(`{"message":"step 1 of 20000","progress":1,"progressToken":"p","total":20000}`)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.Send(ctx, msg, jsonrpc.ID{}); err != nil {
+		if err := session.OutboxOf(l).Send(ctx, msg, jsonrpc.ID{}); err != nil {
 			b.Fatal(err)
 		}
 	}

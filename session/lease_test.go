@@ -268,7 +268,7 @@ func TestLeaseUnavailableSend(t *testing.T) {
 	regA, logsA := rs.registry(t, "a", 10*time.Second)
 	la := mustCreate(t, regA)
 	rs.st.failing.Store(true)
-	err := la.Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
+	err := session.OutboxOf(la).Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Send with the store down: %v, want ErrUnavailable", err)
 	}

@@ -21,8 +21,8 @@ import (
 
 // Live is one generation of a session whose live state this process holds.
 // It routes the engine's outbound messages to streams and appends them to
-// the event log (it is the engine's Outbox), and it records the session
-// state a later generation needs.
+// the event log (its engine session sees it as an engine.Outbox, outbox.go),
+// and it records the session state a later generation needs.
 type Live struct {
 	reg    *Registry
 	token  string

@@ -15,11 +15,21 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// Send implements engine.Outbox: it routes msg to the stream of the request
-// it relates to (the standalone stream when none, or when that request is
-// answered as JSON), marks the response that completes a stream as its end,
-// records state changes, and appends the event.
-func (l *Live) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
+// outbox is a Live as its engine session sees it: the engine.Outbox that
+// Registry.start hands to engine.Start. It is a type of its own so that
+// the transport, which holds the *Live, cannot send as the engine does.
+type outbox Live
+
+// Send implements engine.Outbox (see Live.send).
+func (o *outbox) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
+	return (*Live)(o).send(ctx, msg, related)
+}
+
+// send routes msg to the stream of the request it relates to (the
+// standalone stream when none, or when that request is answered as JSON),
+// marks the response that completes a stream as its end, records state
+// changes, and appends the event.
+func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("session %s gen %d: encode: %w", store.Prefix(l.token), l.gen, err)

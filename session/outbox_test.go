@@ -1,3 +1,6 @@
+// outbox_test.go holds the tests of what the engine's Outbox answers
+// when a message cannot be stored.
+
 package session_test
 
 import (
@@ -77,7 +80,7 @@ func TestSendErrors(t *testing.T) {
 			"eventlog: append session %[1]s gen 1: append session %[1]s: connection lost: store unavailable"},
 	} {
 		st.fail.Store(tc.l == unavailable)
-		err := tc.l.Send(ctx, msg, jsonrpc.ID{})
+		err := session.OutboxOf(tc.l).Send(ctx, msg, jsonrpc.ID{})
 		text := fmt.Sprintf(tc.text, store.Prefix(tc.l.Token()))
 		if !errors.Is(err, tc.want) || !errors.Is(err, tc.from) || err.Error() != text {
 			t.Errorf("%s: Send = %v, want an error wrapping %v and %v, reading %q", tc.name, err, tc.want, tc.from, text)

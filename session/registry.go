@@ -207,7 +207,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 // room reserve took (given back if the start fails).
 func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
 	l := newLive(r, rec, st, prior)
-	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, l)
+	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, (*outbox)(l))
 	if err != nil {
 		r.unreserve()
 		return nil, fmt.Errorf("session %s gen %d: start engine: %w", store.Prefix(rec.Token), rec.Generation, err)

@@ -165,7 +165,7 @@ func TestCreateRecordsStateAndRecreateRestoresIt(t *testing.T) {
 		t.Fatalf("generation 2 state = %+v", got)
 	}
 	// Generation 1 is fenced: its writes fail and store nothing.
-	err = l.Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
+	err = session.OutboxOf(l).Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("a generation-1 send after the re-creation = %v, want ErrFenced", err)
 	}
