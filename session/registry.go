@@ -282,23 +282,38 @@ func (r *Registry) closeInBackground(l *Live) {
 
 // Status returns what the registry knows of token for the replay decision,
 // without starting anything: Live with the record's generation, Evicted or
-// Superseded for a tombstone, Unknown otherwise.
+// Superseded for a tombstone, Unknown otherwise (see StatusOf). Errors are
+// the store's (store.ErrUnavailable).
 func (r *Registry) Status(ctx context.Context, token string) (replay.Status, store.Record, error) {
 	rec, err := r.st.Get(ctx, token)
+	if st, ok := StatusOf(err); ok {
+		return st, rec, nil
+	}
+	return replay.Unknown, rec, err
+}
+
+// StatusOf returns the session status (replay.Status, row 2 of the replay
+// decision in DESIGN.md) that an error of Get or Status means: nil is Live,
+// ErrNotFound (or store.ErrNotFound) is Unknown, and an ended session
+// (ErrEnded, a *store.EndedError) is Superseded when it ended as
+// store.EndSuperseded and Evicted otherwise. For any other error
+// (ErrForbidden, ErrClosed, a *RemoteError, the store's errors) ok is
+// false: it says nothing of the session, and the caller reports it as it
+// is.
+func StatusOf(err error) (st replay.Status, ok bool) {
 	var ended *store.EndedError
 	switch {
 	case err == nil:
-		return replay.Live, rec, nil
+		return replay.Live, true
 	case errors.As(err, &ended):
 		if ended.Reason == store.EndSuperseded {
-			return replay.Superseded, rec, nil
+			return replay.Superseded, true
 		}
-		return replay.Evicted, rec, nil
-	case errors.Is(err, store.ErrNotFound):
-		return replay.Unknown, rec, nil
-	default:
-		return replay.Unknown, rec, err
+		return replay.Evicted, true
+	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return replay.Unknown, true
 	}
+	return replay.Unknown, false
 }
 
 // CallsInFlight returns the number of calls (requests with an id) in

@@ -473,3 +473,42 @@ func TestDeadEngineLoggedAsEngineEnded(t *testing.T) {
 	}
 	wantLog(t, logs, `msg="session re-created" session=\S+ generation=2 previous_generation=1 previous_owner=\S+ reason=engine_ended\n`)
 }
+
+// TestStatusOf: the errors of Get map to the replay decision's session
+// status, and the others are not a status.
+func TestStatusOf(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	live := mustCreate(t, f.reg)
+	deleted := mustCreate(t, f.reg)
+	superseded := mustCreate(t, f.reg)
+	bound, err := f.reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reg.End(ctx, deleted.Token(), store.EndDeleted)
+	f.reg.End(ctx, superseded.Token(), store.EndSuperseded)
+	for _, c := range []struct {
+		token string
+		want  replay.Status
+		ok    bool
+	}{
+		{live.Token(), replay.Live, true},
+		{deleted.Token(), replay.Evicted, true},
+		{superseded.Token(), replay.Superseded, true},
+		{session.NewToken(), replay.Unknown, true},
+		{bound.Token(), replay.Unknown, false}, // ErrForbidden
+	} {
+		_, err := f.reg.Get(ctx, c.token, "")
+		st, ok := session.StatusOf(err)
+		if st != c.want || ok != c.ok {
+			t.Errorf("StatusOf(%v) = %v, %v; want %v, %v", err, st, ok, c.want, c.ok)
+		}
+		if !c.ok {
+			continue
+		}
+		if st, _, err := f.reg.Status(ctx, c.token); st != c.want || err != nil {
+			t.Errorf("Status of the same token = %v, %v; want %v", st, err, c.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync/atomic"
@@ -74,7 +73,7 @@ func (h *Handler) replayInput(r *http.Request, token string, cursors []string, l
 		in.LastEventID = cursors[0]
 	}
 	if err != nil {
-		status, ref := h.status(r.Context(), token, err)
+		status, ref := status(err)
 		if ref != nil || errors.Is(err, errServed) {
 			return nil, ref
 		}
@@ -92,19 +91,15 @@ func (h *Handler) replayInput(r *http.Request, token string, cursors []string, l
 }
 
 // status returns what row 2 of the decision reads of a token whose lookup
-// failed with err: the registry's decision (Registry.Status) for a token it
-// does not hold live, which is unknown, evicted or superseded. An error
-// that says nothing of the token (another user's session, the store, a
-// forwarded request) gets the lookup's answer instead.
-func (h *Handler) status(ctx context.Context, token string, err error) (replay.Status, *refusal) {
-	if !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrEnded) {
-		return replay.Unknown, lookupRefusal(err)
+// failed with err, as the registry decides it (session.StatusOf): unknown,
+// evicted or superseded. An error that says nothing of the token (another
+// user's session, the store, a forwarded request) gets the lookup's answer
+// instead.
+func status(err error) (replay.Status, *refusal) {
+	if st, ok := session.StatusOf(err); ok {
+		return st, nil
 	}
-	st, _, err := h.reg.Status(ctx, token)
-	if err != nil {
-		return replay.Unknown, lookupRefusal(err)
-	}
-	return st, nil
+	return replay.Unknown, lookupRefusal(err)
 }
 
 // decide applies the replay decision to in, the input of r, looking up the
