@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -76,14 +77,14 @@ func (r *Registry) remote(rec store.Record, now time.Time) error {
 }
 
 // lostReason returns the log reason for a renewal or append error that
-// means this generation is over for this process ("fenced" or
-// "session_not_found"), or "" for a transient error.
-func lostReason(err error) string {
+// means this generation is over for this process (replay.ReasonFenced or
+// replay.ReasonSessionNotFound), or "" for a transient error.
+func lostReason(err error) replay.Reason {
 	switch {
 	case errors.Is(err, store.ErrFenced):
-		return "fenced"
+		return replay.ReasonFenced
 	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
-		return "session_not_found"
+		return replay.ReasonSessionNotFound
 	}
 	return ""
 }

@@ -153,7 +153,7 @@ func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool
 // Cancelled contexts (a cancelled call) do not count.
 func (l *Live) abandonIfUnavailable(err error) {
 	if errors.Is(err, store.ErrUnavailable) {
-		l.reg.drop(l, "unavailable", err)
+		l.reg.drop(l, replay.ReasonUnavailable, err)
 	}
 }
 
@@ -180,7 +180,7 @@ func (l *Live) append(ctx context.Context, ev *store.Event) error {
 		return nil
 	}
 	if errors.Is(err, store.ErrFenced) {
-		l.logger.Warn("append fenced: a newer generation owns the session", "reason", "fenced", "error", err)
+		l.logger.Warn("append fenced: a newer generation owns the session", "reason", replay.ReasonFenced, "error", err)
 	}
 	if reason := lostReason(err); reason != "" {
 		l.reg.drop(l, reason, err)

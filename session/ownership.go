@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -128,7 +129,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 		}
 	}
 	if failed > 0 {
-		r.logger.Warn("lease renewal failed; retrying next round", "reason", "unavailable",
+		r.logger.Warn("lease renewal failed; retrying next round", "reason", replay.ReasonUnavailable,
 			"sessions", failed, "error", firstErr)
 	}
 }
@@ -141,7 +142,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 // of that engine's own goroutines (an append refused inside a handler).
 // A Live that already left the registry (ended, re-created, closed) is
 // closed without a log line: whoever removed it has said why.
-func (r *Registry) drop(l *Live, reason string, err error) {
+func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	r.mu.Lock()
 	held := false
 	if r.removeLocked(l) {
@@ -160,7 +161,7 @@ func (r *Registry) drop(l *Live, reason string, err error) {
 	if held {
 		r.log.Forget(l.token)
 		msg := "live state dropped: this process no longer owns the generation"
-		if reason == "unavailable" {
+		if reason == replay.ReasonUnavailable {
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it (regression: this said the
 			// process no longer owned it, which misled a tester).

@@ -146,12 +146,12 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		}
 		// Why the previous generation is over, for the log (regression: a
 		// gateway subprocess's exit was logged as owner_gone).
-		reason := "owner_gone"
+		reason := replay.ReasonOwnerGone
 		switch {
 		case engineEnded:
-			reason = "engine_ended"
+			reason = replay.ReasonEngineEnded
 		case prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero():
-			reason = "lease_expired"
+			reason = replay.ReasonLeaseExpired
 		}
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
 		return l, nil
