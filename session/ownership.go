@@ -163,8 +163,7 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 		msg := "live state dropped: this process no longer owns the generation"
 		if reason == replay.ReasonUnavailable {
 			// The store could not take an event: the generation ends here
-			// although no other owner holds it (regression: this said the
-			// process no longer owned it, which misled a tester).
+			// although no other owner holds it, and the line says so.
 			msg = "live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation+1"
 		}
 		l.logger.Warn(msg, "reason", reason, "error", err)

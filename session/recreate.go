@@ -144,8 +144,9 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, err
 		}
-		// Why the previous generation is over, for the log (regression: a
-		// gateway subprocess's exit was logged as owner_gone).
+		// Why the previous generation is over, for the log: an engine
+		// session that ended on its own (a gateway's subprocess exited) is
+		// not a previous owner gone.
 		reason := replay.ReasonOwnerGone
 		switch {
 		case engineEnded:

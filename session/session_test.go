@@ -356,9 +356,8 @@ func TestDeadEngineMakesRoomWithoutEnding(t *testing.T) {
 		t.Fatalf("b after a third Create: %v (same live state: %v), want b still held", err, l == b)
 	}
 	// a comes back at generation 2; c, the least recently used, makes
-	// room for it, and only c. (Regression: the re-creation counted its own
-	// token twice, as starting and as the session to make room for, and
-	// evicted b too.)
+	// room for it, and only c: the token being re-created takes one room,
+	// not two.
 	a2, err := f.reg.Get(ctx, a.Token(), "")
 	if err != nil || a2.Generation() != 2 {
 		t.Fatalf("Get of a: %v, want generation 2", err)
@@ -394,9 +393,8 @@ func TestSweepLetsGoOfDeadEngines(t *testing.T) {
 }
 
 // TestReleaseCalls: calls registered by OpenStream but never delivered are
-// forgotten, so their ids can be sent again (regression: a delivery that
-// failed left its id in flight for good, and the retry the 503 asked for
-// was refused as a duplicate); the stream then ends with its last
+// forgotten, so their ids can be sent again (the retry a 503 asks for is
+// not refused as a duplicate); the stream then ends with its last
 // delivered call.
 func TestReleaseCalls(t *testing.T) {
 	ctx := context.Background()
@@ -458,8 +456,8 @@ func TestMaxCallsPerSession(t *testing.T) {
 
 // TestDeadEngineLoggedAsEngineEnded: the re-creation that follows an engine
 // session's own end (a gateway subprocess that exited) says so in its log
-// line (regression: it was logged reason=owner_gone, the reason for a
-// previous process's session).
+// line, reason=engine_ended, not owner_gone (the reason for a previous
+// process's session).
 func TestDeadEngineLoggedAsEngineEnded(t *testing.T) {
 	ctx := context.Background()
 	logs := &testenv.LogBuffer{}
