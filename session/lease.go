@@ -56,28 +56,70 @@ func (e *RemoteError) Error() string {
 // Unwrap returns ErrRemote.
 func (e *RemoteError) Unwrap() error { return ErrRemote }
 
-// leaseUntil returns the expiry of a lease taken now: zero (no expiry)
-// when Lease is 0.
-func (r *Registry) leaseUntil(now time.Time) time.Time {
-	if r.opts.Lease <= 0 {
-		return time.Time{}
-	}
-	return now.Add(r.opts.Lease)
+// leaseRules are the lease and takeover rules of one registry, whose
+// identity is owner and whose leases last ttl (Options.Owner,
+// Options.Lease; ttl 0: no leases). They are pure: each decides from a
+// record, the time and the store's answers, and the registry carries the
+// decision out (ownership.go, recreate.go). testdata/lease drives them.
+type leaseRules struct {
+	owner string
+	ttl   time.Duration
 }
 
-// remote returns a *RemoteError if rec's live state is held by another
-// owner under a lease that has not lapsed at now, else nil. A record whose
-// LeaseUntil is zero and whose owner is someone else belongs to a process
-// without leases (a previous boot on a durable store): it is never remote.
-func (r *Registry) remote(rec store.Record, now time.Time) error {
-	if rec.Owner == r.opts.Owner || rec.LeaseUntil.IsZero() || !rec.LeaseUntil.After(now) {
+// grant returns the expiry of a lease this registry takes or renews at
+// now: now+ttl, or zero (no expiry) without leases.
+func (lr leaseRules) grant(now time.Time) time.Time {
+	if lr.ttl <= 0 {
+		return time.Time{}
+	}
+	return now.Add(lr.ttl)
+}
+
+// remote returns a *RemoteError naming rec's owner if another owner holds
+// rec's live state under a lease that has not lapsed at now, else nil:
+// this registry may then claim the session. A lease lapses exactly at its
+// expiry. A record whose LeaseUntil is zero and whose owner is someone
+// else belongs to a process without leases (a previous boot on a durable
+// store): it is never remote.
+func (lr leaseRules) remote(rec store.Record, now time.Time) *RemoteError {
+	if rec.Owner == lr.owner || rec.LeaseUntil.IsZero() || !rec.LeaseUntil.After(now) {
 		return nil
 	}
 	return &RemoteError{Token: rec.Token, Owner: rec.Owner, Generation: rec.Generation, LeaseUntil: rec.LeaseUntil}
 }
 
+// mustRenew reports whether this registry renews the lease of a
+// generation it holds, lapsing at until by the last renewal, before that
+// generation serves a request at now: only with leases, and only once the
+// lease has lapsed by the local clock (the process was paused, or its
+// renewals failed), since another replica may have taken the session over.
+func (lr leaseRules) mustRenew(until, now time.Time) bool {
+	return lr.ttl > 0 && !now.Before(until)
+}
+
+// takeoverReason returns why the previous generation of the session is
+// over when this registry claims the next one from prev, the record it
+// read: engineEnded (this process saw that generation's engine session
+// end on its own) gives engine_ended; another owner's lease that lapsed
+// gives lease_expired; otherwise the owner was a process without leases
+// that is gone (owner_gone).
+func (lr leaseRules) takeoverReason(prev store.Record, engineEnded bool) replay.Reason {
+	switch {
+	case engineEnded:
+		return replay.ReasonEngineEnded
+	case prev.Owner != lr.owner && !prev.LeaseUntil.IsZero():
+		return replay.ReasonLeaseExpired
+	}
+	return replay.ReasonOwnerGone
+}
+
+// release returns the expiry that makes this registry's leases lapse at
+// once when it closes at now, so that other replicas take its sessions
+// over at their next request instead of a lease later.
+func (lr leaseRules) release(now time.Time) time.Time { return now }
+
 // lostReason returns the log reason for a renewal or append error that
-// means this generation is over for this process (replay.ReasonFenced or
+// means this registry's generation is over (replay.ReasonFenced or
 // replay.ReasonSessionNotFound), or "" for a transient error.
 func lostReason(err error) replay.Reason {
 	switch {

@@ -1,14 +1,21 @@
+// lease_test.go holds the driver of the lease scripts (testdata/lease):
+// replicas of a fleet, registries on one memory store with one clock,
+// claim, renew, take over and drop sessions as the lease rules decide.
+
 package session_test
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"regexp"
-	"sync/atomic"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
@@ -20,284 +27,301 @@ import (
 	"github.com/tidemark-mcp/tidemark/store/memory"
 )
 
-// flaky is a store whose appends fail with ErrUnavailable while failing
-// is set, and whose Claim lets a competitor claim first once when race is
-// set.
-type flaky struct {
-	store.Store
-	failing atomic.Bool
-	race    atomic.Pointer[func(token string, from uint64)]
+// TestLeaseScripts runs each file of testdata/lease in a world of its own.
+// Commands (replicas and sessions are named by the script; times are
+// offsets from the world's start, t0):
+//
+//	replica NAME [lease=DUR]   a registry owned by NAME (lease 0: none)
+//	create R S                 R creates session S
+//	get R S                    R looks S up for a request (Registry.Get)
+//	record S                   the store's record of S
+//	held R                     how many sessions R holds (Registry.Len)
+//	advance DUR                the clock moves on
+//	renew R                    R renews its leases (Registry.RenewLeases)
+//	end R S                    R ends S (DELETE)
+//	close R                    R closes (Registry.Close)
+//	open R S gen=G             a call opens a stream on R's generation G of S
+//	send R S gen=G             the engine of R's generation G of S emits a message
+//	ended R S gen=G            whether R's generation G of S has ended (waits)
+//	store fail|ok              the store's appends fail as unavailable, or not
+//	race C S [lease=DUR]       at the next claim of S, C claims it first
+//
+// Each command's output ends with the log lines the replicas wrote
+// meanwhile, at INFO and above, without the session and error fields.
+func TestLeaseScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/lease", func(t *testing.T, path string) {
+		w := newLeaseWorld(t)
+		datadriven.RunTest(t, path, w.run)
+	})
 }
 
-func (s *flaky) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
-	if s.failing.Load() {
-		return store.Bounds{}, store.ErrUnavailable
-	}
-	return s.Store.Append(ctx, token, gen, evs)
+// leaseWorld is the state of one lease script.
+type leaseWorld struct {
+	t      *testing.T
+	st     *flaky
+	clk    *testenv.Clock
+	t0     time.Time
+	log    *scriptLog
+	regs   map[string]*session.Registry
+	tokens map[string]string        // session name → token
+	lives  map[string]*session.Live // "replica/session/generation" → what that replica got
 }
 
-func (s *flaky) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
-	if f := s.race.Swap(nil); f != nil {
-		(*f)(token, from)
-	}
-	return s.Store.Claim(ctx, token, owner, from, leaseUntil)
-}
-
-// replicas is several registries (replicas of a fleet) on one store, with
-// one clock.
-type replicas struct {
-	st  *flaky
-	clk *testenv.Clock
-}
-
-func newReplicas() *replicas {
-	clk := testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	return &replicas{st: &flaky{Store: memory.New(memory.Options{Now: clk.Now})}, clk: clk}
-}
-
-// registry returns replica owner with the given lease, and its log.
-func (rs *replicas) registry(t *testing.T, owner string, lease time.Duration) (*session.Registry, *testenv.LogBuffer) {
-	t.Helper()
-	logs := &testenv.LogBuffer{}
-	reg := session.New(rs.st, eventlog.New(rs.st, eventlog.Options{Now: rs.clk.Now, Budget: -1}), gosdk.New(demo.NewServer()),
-		session.Options{Owner: owner, Lease: lease, Now: rs.clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	t.Cleanup(func() { reg.Close() })
-	return reg, logs
-}
-
-func (rs *replicas) record(t *testing.T, token string) store.Record {
-	t.Helper()
-	rec, err := rs.st.Get(context.Background(), token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec
-}
-
-func wantRemote(t *testing.T, err error, owner string, gen uint64, until time.Time) {
-	t.Helper()
-	var re *session.RemoteError
-	if !errors.As(err, &re) || !errors.Is(err, session.ErrRemote) {
-		t.Fatalf("got %v, want a *RemoteError (ErrRemote)", err)
-	}
-	if re.Owner != owner || re.Generation != gen || !re.LeaseUntil.Equal(until) {
-		t.Fatalf("RemoteError = owner %q gen %d until %v; want %q gen %d until %v", re.Owner, re.Generation, re.LeaseUntil, owner, gen, until)
-	}
-}
-
-func wantDone(t *testing.T, l *session.Live) {
-	t.Helper()
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the dropped generation's engine session did not close")
-	}
-}
-
-func wantLog(t *testing.T, logs *testenv.LogBuffer, pattern string) {
-	t.Helper()
-	if !regexp.MustCompile(pattern).MatchString(logs.String()) {
-		t.Fatalf("no log line matches %q; log:\n%s", pattern, logs)
-	}
-}
-
-// TestLeaseRemoteUntilLapsed: a session another replica holds under a
-// lease is remote (ErrRemote, with owner, generation and expiry) until the
-// lease lapses, renewals extend it, and the first Get after it lapses
-// takes the session over at generation+1 with a lease of its own. The old
-// owner's next renewal is fenced: its live state is dropped and logged.
-func TestLeaseRemoteUntilLapsed(t *testing.T) {
-	ctx := context.Background()
+func newLeaseWorld(t *testing.T) *leaseWorld {
 	rs := newReplicas()
-	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	regB, logsB := rs.registry(t, "b", 10*time.Second)
-	t0 := rs.clk.Now()
-
-	la := mustCreate(t, regA)
-	tok := la.Token()
-	if rec := rs.record(t, tok); rec.Owner != "a" || !rec.LeaseUntil.Equal(t0.Add(10*time.Second)) {
-		t.Fatalf("created record: owner %q lease %v, want a until t0+10s", rec.Owner, rec.LeaseUntil)
-	}
-	_, err := regB.Get(ctx, tok, "")
-	wantRemote(t, err, "a", 1, t0.Add(10*time.Second))
-
-	rs.clk.Advance(5 * time.Second)
-	regA.RenewLeases(ctx)
-	if rec := rs.record(t, tok); !rec.LeaseUntil.Equal(t0.Add(15 * time.Second)) {
-		t.Fatalf("lease after renewal at t0+5s: %v, want t0+15s", rec.LeaseUntil)
-	}
-	rs.clk.Advance(9 * time.Second) // t0+14s: still a's
-	_, err = regB.Get(ctx, tok, "")
-	wantRemote(t, err, "a", 1, t0.Add(15*time.Second))
-	// Exactly at the expiry the lease has lapsed.
-	rs.clk.Advance(time.Second)
-	lb, err := regB.Get(ctx, tok, "")
-	if err != nil {
-		t.Fatalf("Get after the lease lapsed: %v", err)
-	}
-	if lb.Generation() != 2 {
-		t.Fatalf("taken over at generation %d, want 2", lb.Generation())
-	}
-	if rec := rs.record(t, tok); rec.Owner != "b" || rec.Generation != 2 || !rec.LeaseUntil.Equal(t0.Add(25*time.Second)) {
-		t.Fatalf("record after the takeover: owner %q gen %d lease %v; want b, 2, t0+25s", rec.Owner, rec.Generation, rec.LeaseUntil)
-	}
-	wantLog(t, logsB, `msg="session re-created" session=\S+ generation=2 previous_generation=1 previous_owner=a reason=lease_expired`)
-
-	regA.RenewLeases(ctx)
-	wantDone(t, la)
-	if regA.Len() != 0 {
-		t.Fatalf("a still holds %d sessions after its renewal was fenced", regA.Len())
-	}
-	wantLog(t, logsA, `level=WARN msg="live state dropped: this process no longer owns the generation" session=\S+ generation=1 reason=fenced`)
-	_, err = regA.Get(ctx, tok, "")
-	wantRemote(t, err, "b", 2, t0.Add(25*time.Second))
-}
-
-// TestLeaseLapsedLocally: a registry whose own lease lapsed (it was paused,
-// or its renewals failed) renews before serving; if nobody took the
-// session over it keeps it, else it drops its generation and reports the
-// new owner.
-func TestLeaseLapsedLocally(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la := mustCreate(t, regA)
-	tok := la.Token()
-
-	rs.clk.Advance(11 * time.Second)
-	got, err := regA.Get(ctx, tok, "")
-	if err != nil || got != la {
-		t.Fatalf("Get on the owner after its lease lapsed unclaimed: %v, %v; want the same Live", got, err)
-	}
-	if rec := rs.record(t, tok); !rec.LeaseUntil.Equal(rs.clk.Now().Add(10 * time.Second)) {
-		t.Fatalf("lease after the renewal on Get: %v, want now+10s", rec.LeaseUntil)
-	}
-
-	rs.clk.Advance(11 * time.Second)
-	if _, err := regB.Get(ctx, tok, ""); err != nil {
-		t.Fatal(err)
-	}
-	_, err = regA.Get(ctx, tok, "")
-	wantRemote(t, err, "b", 2, rs.clk.Now().Add(10*time.Second))
-	wantDone(t, la)
-	wantLog(t, logsA, `reason=fenced`)
-}
-
-// TestLeaseWithoutExpiry: a record without a lease (a process of a
-// previous boot, Lease 0) is taken over at once, as before leases existed;
-// a registry with Lease 0 writes no lease.
-func TestLeaseWithoutExpiry(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	old, _ := rs.registry(t, "old", 0)
-	regA, _ := rs.registry(t, "a", 10*time.Second)
-	l := mustCreate(t, old)
-	if rec := rs.record(t, l.Token()); !rec.LeaseUntil.IsZero() {
-		t.Fatalf("Lease 0 wrote lease %v, want none", rec.LeaseUntil)
-	}
-	la, err := regA.Get(ctx, l.Token(), "")
-	if err != nil || la.Generation() != 2 {
-		t.Fatalf("Get of a lease-less record: %v, want generation 2", err)
+	return &leaseWorld{
+		t: t, st: rs.st, clk: rs.clk, t0: rs.clk.Now(), log: &scriptLog{},
+		regs: map[string]*session.Registry{}, tokens: map[string]string{}, lives: map[string]*session.Live{},
 	}
 }
 
-// TestLeaseSessionEnded: a session deleted through another replica is
-// dropped by its owner's next renewal, logged as session_not_found.
-func TestLeaseSessionEnded(t *testing.T) {
+func (w *leaseWorld) run(t *testing.T, d *datadriven.TestData) string {
 	ctx := context.Background()
-	rs := newReplicas()
-	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la := mustCreate(t, regA)
-	if err := regB.End(ctx, la.Token(), store.EndDeleted); err != nil {
-		t.Fatal(err)
+	var out string
+	switch d.Cmd {
+	case "replica":
+		w.replica(t, d)
+	case "create":
+		l, err := w.reg(t, d, 0).Create(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.tokens[w.arg(t, d, 1)] = l.Token()
+		out = w.got(d, l, nil)
+	case "get":
+		l, err := w.reg(t, d, 0).Get(ctx, w.token(t, d), "")
+		out = w.got(d, l, err)
+	case "record":
+		out = w.record(t, d)
+	case "held":
+		out = fmt.Sprintf("%s holds %d", w.arg(t, d, 0), w.reg(t, d, 0).Len())
+	case "advance":
+		dur, err := time.ParseDuration(w.arg(t, d, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.clk.Advance(dur)
+		out = "now " + w.at(w.clk.Now())
+	case "renew":
+		w.reg(t, d, 0).RenewLeases(ctx)
+	case "end":
+		out = w.describe(w.reg(t, d, 0).End(ctx, w.token(t, d), store.EndDeleted))
+	case "close":
+		w.reg(t, d, 0).Close()
+	case "open":
+		_, err := w.live(t, d).OpenStream(ctx, []*jsonrpc.Request{request(t, 5, "ping", nil)}, false, 0)
+		out = w.describe(err)
+	case "send":
+		out = w.describe(session.OutboxOf(w.live(t, d)).Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{}))
+	case "ended":
+		out = w.ended(t, d)
+	case "store":
+		w.st.failing.Store(w.arg(t, d, 0) == "fail")
+	case "race":
+		w.race(t, d)
+	default:
+		t.Fatalf("unknown command %q", d.Cmd)
 	}
-	regA.RenewLeases(ctx)
-	wantDone(t, la)
-	wantLog(t, logsA, `msg="live state dropped: this process no longer owns the generation" session=\S+ generation=1 reason=session_not_found`)
+	return w.output(out)
 }
 
-// TestLeaseFencedAppend: an append of a generation another replica took
-// over is refused; the old generation's engine session closes.
-func TestLeaseFencedAppend(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la := mustCreate(t, regA)
-	rs.clk.Advance(11 * time.Second)
-	if _, err := regB.Get(ctx, la.Token(), ""); err != nil {
-		t.Fatal(err)
-	}
-	_, err := la.OpenStream(ctx, []*jsonrpc.Request{request(t, 5, "ping", nil)}, false, 0)
-	var fe *store.FencedError
-	if !errors.As(err, &fe) || fe.Have != 1 || fe.Want != 2 {
-		t.Fatalf("append of the old generation: %v, want fenced gen 1 by gen 2", err)
-	}
-	wantDone(t, la)
-	wantLog(t, logsA, `msg="append fenced: a newer generation owns the session" session=\S+ generation=1 reason=fenced`)
-}
-
-// TestLeaseClaimRace: a takeover that loses the race to another replica
-// reports the winner as the owner.
-func TestLeaseClaimRace(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	regA, _ := rs.registry(t, "a", 10*time.Second)
-	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la := mustCreate(t, regA)
-	rs.clk.Advance(11 * time.Second)
-	until := rs.clk.Now().Add(10 * time.Second)
-	race := func(token string, from uint64) {
-		if _, err := rs.st.Store.Claim(ctx, token, "c", from, until); err != nil {
-			t.Errorf("competitor's claim: %v", err)
+// replica starts a registry: replica NAME [lease=DUR].
+func (w *leaseWorld) replica(t *testing.T, d *datadriven.TestData) {
+	name := w.arg(t, d, 0)
+	lease := time.Duration(0)
+	if d.HasArg("lease") {
+		var s string
+		d.ScanArgs(t, "lease", &s)
+		var err error
+		if lease, err = time.ParseDuration(s); err != nil {
+			t.Fatal(err)
 		}
 	}
-	rs.st.race.Store(&race)
-	_, err := regB.Get(ctx, la.Token(), "")
-	wantRemote(t, err, "c", 2, until)
+	log := slog.New(&scriptHandler{log: w.log, replica: name})
+	reg := session.New(w.st, eventlog.New(w.st, eventlog.Options{Now: w.clk.Now, Budget: -1}), gosdk.New(demo.NewServer()),
+		session.Options{Owner: name, Lease: lease, Now: w.clk.Now, Logger: log})
+	t.Cleanup(func() { reg.Close() })
+	w.regs[name] = reg
 }
 
-// TestLeaseUnavailableSend: an outbound message that cannot be stored
-// because the store is unavailable ends the generation in this process,
-// and the next request re-creates the session at generation+1.
-func TestLeaseUnavailableSend(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	regA, logsA := rs.registry(t, "a", 10*time.Second)
-	la := mustCreate(t, regA)
-	rs.st.failing.Store(true)
-	err := session.OutboxOf(la).Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{})
-	if !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("Send with the store down: %v, want ErrUnavailable", err)
+// race makes C claim S first at the next claim: race C S [lease=DUR].
+func (w *leaseWorld) race(t *testing.T, d *datadriven.TestData) {
+	owner, lease := w.arg(t, d, 0), 10*time.Second
+	if d.HasArg("lease") {
+		var s string
+		d.ScanArgs(t, "lease", &s)
+		lease, _ = time.ParseDuration(s)
 	}
-	wantDone(t, la)
-	wantLog(t, logsA, `msg="live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation\+1" session=\S+ generation=1 reason=unavailable`)
-	rs.st.failing.Store(false)
-	l2, err := regA.Get(ctx, la.Token(), "")
-	if err != nil || l2.Generation() != 2 {
-		t.Fatalf("Get after the store came back: %v, want generation 2", err)
+	until := w.clk.Now().Add(lease)
+	race := func(token string, from uint64) {
+		if _, err := w.st.Store.Claim(context.Background(), token, owner, from, until); err != nil {
+			t.Errorf("%s's claim: %v", owner, err)
+		}
+	}
+	w.st.race.Store(&race)
+}
+
+// got describes what a replica got for a session: a generation of it, or
+// the error.
+func (w *leaseWorld) got(d *datadriven.TestData, l *session.Live, err error) string {
+	replica := d.CmdArgs[0].Key
+	if err != nil {
+		return replica + ": " + w.describe(err)
+	}
+	name := d.CmdArgs[1].Key
+	key := fmt.Sprintf("%s/%s/%d", replica, name, l.Generation())
+	out := fmt.Sprintf("%s: %s generation %d", replica, name, l.Generation())
+	if prev, ok := w.lives[key]; ok && prev != l {
+		out += " (another Live than before)"
+	}
+	w.lives[key] = l
+	return out
+}
+
+// describe renders err without the session token: "ok" when nil.
+func (w *leaseWorld) describe(err error) string {
+	var remote *session.RemoteError
+	var fenced *store.FencedError
+	var ended *store.EndedError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &remote):
+		return fmt.Sprintf("remote: owner %s, generation %d, lease until %s", remote.Owner, remote.Generation, w.at(remote.LeaseUntil))
+	case errors.As(err, &fenced):
+		return fmt.Sprintf("fenced: %s of generation %d, the record is at generation %d", fenced.Op, fenced.Have, fenced.Want)
+	case errors.As(err, &ended):
+		return "ended: " + string(ended.Reason)
+	case errors.Is(err, store.ErrUnavailable):
+		return "store unavailable"
+	}
+	return "error: " + err.Error()
+}
+
+func (w *leaseWorld) record(t *testing.T, d *datadriven.TestData) string {
+	rec, err := w.st.Get(context.Background(), w.tokens[w.arg(t, d, 0)])
+	if err != nil {
+		return w.describe(err)
+	}
+	lease := "no lease"
+	if !rec.LeaseUntil.IsZero() {
+		lease = "lease until " + w.at(rec.LeaseUntil)
+	}
+	return fmt.Sprintf("owner %s, generation %d, %s", rec.Owner, rec.Generation, lease)
+}
+
+// ended waits up to 5 s for the generation named by ended R S gen=G to end.
+func (w *leaseWorld) ended(t *testing.T, d *datadriven.TestData) string {
+	select {
+	case <-w.live(t, d).Done():
+		return "ended"
+	case <-time.After(5 * time.Second):
+		return "live"
 	}
 }
 
-// TestLeaseReleasedOnClose: Close makes the leases lapse, so another
-// replica takes the sessions over at once.
-func TestLeaseReleasedOnClose(t *testing.T) {
-	ctx := context.Background()
-	rs := newReplicas()
-	regA, _ := rs.registry(t, "a", 10*time.Second)
-	regB, _ := rs.registry(t, "b", 10*time.Second)
-	la := mustCreate(t, regA)
-	regA.Close()
-	if rec := rs.record(t, la.Token()); !rec.LeaseUntil.Equal(rs.clk.Now()) {
-		t.Fatalf("lease after Close: %v, want now (%v)", rec.LeaseUntil, rs.clk.Now())
+// live returns the Live named by R S gen=G.
+func (w *leaseWorld) live(t *testing.T, d *datadriven.TestData) *session.Live {
+	var gen uint64
+	d.ScanArgs(t, "gen", &gen)
+	l := w.lives[fmt.Sprintf("%s/%s/%d", w.arg(t, d, 0), w.arg(t, d, 1), gen)]
+	if l == nil {
+		t.Fatalf("%s never got generation %d of %s", w.arg(t, d, 0), gen, w.arg(t, d, 1))
 	}
-	lb, err := regB.Get(ctx, la.Token(), "")
-	if err != nil || lb.Generation() != 2 {
-		t.Fatalf("Get on b after a closed: %v, want generation 2", err)
-	}
+	return l
 }
+
+func (w *leaseWorld) reg(t *testing.T, d *datadriven.TestData, i int) *session.Registry {
+	reg := w.regs[w.arg(t, d, i)]
+	if reg == nil {
+		t.Fatalf("no replica %q", w.arg(t, d, i))
+	}
+	return reg
+}
+
+func (w *leaseWorld) token(t *testing.T, d *datadriven.TestData) string {
+	tok, ok := w.tokens[w.arg(t, d, 1)]
+	if !ok {
+		t.Fatalf("no session %q", w.arg(t, d, 1))
+	}
+	return tok
+}
+
+// arg returns the i-th positional argument.
+func (w *leaseWorld) arg(t *testing.T, d *datadriven.TestData, i int) string {
+	if i >= len(d.CmdArgs) || len(d.CmdArgs[i].Vals) > 0 {
+		t.Fatalf("%s: argument %d missing", d.Cmd, i+1)
+	}
+	return d.CmdArgs[i].Key
+}
+
+// at renders a time as its offset from t0.
+func (w *leaseWorld) at(tm time.Time) string { return "+" + tm.Sub(w.t0).String() }
+
+// output is out followed by the log lines written since the last command.
+func (w *leaseWorld) output(out string) string {
+	lines := w.log.take()
+	if out != "" {
+		lines = append([]string{out}, lines...)
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// scriptLog collects the log lines of a lease script.
+type scriptLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (sl *scriptLog) add(line string) {
+	sl.mu.Lock()
+	sl.lines = append(sl.lines, line)
+	sl.mu.Unlock()
+}
+
+func (sl *scriptLog) take() []string {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	lines := sl.lines
+	sl.lines = nil
+	return lines
+}
+
+// scriptHandler writes "log REPLICA: LEVEL message key=value ..." lines,
+// without the session (a random token's prefix) and error fields.
+type scriptHandler struct {
+	log     *scriptLog
+	replica string
+	attrs   []slog.Attr
+}
+
+func (h *scriptHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *scriptHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "log %s: %s %s", h.replica, r.Level, r.Message)
+	add := func(a slog.Attr) bool {
+		if a.Key != "session" && a.Key != "error" {
+			fmt.Fprintf(&b, " %s=%s", a.Key, a.Value)
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	h.log.add(b.String())
+	return nil
+}
+
+func (h *scriptHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &scriptHandler{log: h.log, replica: h.replica, attrs: append(slices.Clone(h.attrs), attrs...)}
+}
+
+func (h *scriptHandler) WithGroup(string) slog.Handler { return h }
 
 // TestLeaseRunRenews: Run renews leases every RenewInterval (real time).
 func TestLeaseRunRenews(t *testing.T) {
@@ -321,14 +345,4 @@ func TestLeaseRunRenews(t *testing.T) {
 	if left := time.Until(rec.LeaseUntil); left < 150*time.Millisecond {
 		t.Fatalf("lease has %v left after two lease lengths of Run, want renewals every 50ms to keep it above 150ms", left)
 	}
-}
-
-// mustCreate creates a session on reg, failing the test if it cannot.
-func mustCreate(t *testing.T, reg *session.Registry) *session.Live {
-	t.Helper()
-	l, err := reg.Create(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }

@@ -36,14 +36,11 @@ var errLeaseLost = errors.New("session: lease lost")
 // ended session is dropped (errLeaseLost); an unreachable store fails the
 // request rather than risk serving a generation another replica took.
 func (r *Registry) checkLease(ctx context.Context, l *Live) error {
-	if r.opts.Lease <= 0 {
-		return nil
-	}
 	now := r.opts.Now()
-	if now.Before(l.lease()) {
+	if !r.lease.mustRenew(l.lease(), now) {
 		return nil
 	}
-	until := r.leaseUntil(now)
+	until := r.lease.grant(now)
 	err := r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
 	if err == nil {
 		l.setLease(until)
@@ -54,20 +51,6 @@ func (r *Registry) checkLease(ctx context.Context, l *Live) error {
 		return errLeaseLost
 	}
 	return fmt.Errorf("session %s gen %d: renew lapsed lease: %w", store.Prefix(l.token), l.gen, err)
-}
-
-// renewLoop renews every held lease each RenewInterval until ctx is done.
-func (r *Registry) renewLoop(ctx context.Context) {
-	t := time.NewTicker(r.opts.RenewInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.RenewLeases(ctx)
-		}
-	}
 }
 
 // RenewLeases renews the lease of every session whose live state this
@@ -97,20 +80,8 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.RenewInterval/renewTimeoutShare)
 	defer cancel()
-	until := r.leaseUntil(r.opts.Now())
-	errs := make([]error, len(lives))
-	if br, ok := r.st.(leaseRenewer); ok {
-		tokens := make([]string, len(lives))
-		gens := make([]uint64, len(lives))
-		for i, l := range lives {
-			tokens[i], gens[i] = l.token, l.gen
-		}
-		errs = br.RenewMany(ctx, r.opts.Owner, until, tokens, gens)
-	} else {
-		for i, l := range lives {
-			errs[i] = r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
-		}
-	}
+	until := r.lease.grant(r.opts.Now())
+	errs := r.renewAll(ctx, lives, until)
 	failed := 0
 	var firstErr error
 	for i, l := range lives {
@@ -183,19 +154,26 @@ func (r *Registry) releaseLeases(lives []*Live) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RenewInterval)
 	defer cancel()
-	now := r.opts.Now()
+	r.renewAll(ctx, lives, r.lease.release(r.opts.Now()))
+}
+
+// renewAll sets the lease of every generation in lives to lapse at until,
+// in one round trip when the store supports it (leaseRenewer), and
+// returns each one's error in the order of lives.
+func (r *Registry) renewAll(ctx context.Context, lives []*Live, until time.Time) []error {
 	if br, ok := r.st.(leaseRenewer); ok {
 		tokens := make([]string, len(lives))
 		gens := make([]uint64, len(lives))
 		for i, l := range lives {
 			tokens[i], gens[i] = l.token, l.gen
 		}
-		br.RenewMany(ctx, r.opts.Owner, now, tokens, gens)
-		return
+		return br.RenewMany(ctx, r.opts.Owner, until, tokens, gens)
 	}
-	for _, l := range lives {
-		r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, now)
+	errs := make([]error, len(lives))
+	for i, l := range lives {
+		errs[i] = r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
 	}
+	return errs
 }
 
 // lease returns when this process's lease on the generation lapses, by the

@@ -102,8 +102,8 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 	for attempt := 1; ; attempt++ {
 		now := r.opts.Now()
 		// A live owner decides about idleness itself: it sees every request.
-		if err := r.remote(rec, now); err != nil {
-			return nil, err
+		if re := r.lease.remote(rec, now); re != nil {
+			return nil, re
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
 			r.End(ctx, token, store.EndIdle)
@@ -120,7 +120,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		// The claim discards generation from's events: read which requests
 		// its streams carried first.
 		sum, sumErr := r.summarizeLog(ctx, token, from)
-		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.leaseUntil(now))
+		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.lease.grant(now))
 		if err != nil {
 			r.unreserve()
 		}
@@ -144,16 +144,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, err
 		}
-		// Why the previous generation is over, for the log: an engine
-		// session that ended on its own (a gateway's subprocess exited) is
-		// not a previous owner gone.
-		reason := replay.ReasonOwnerGone
-		switch {
-		case engineEnded:
-			reason = replay.ReasonEngineEnded
-		case prevOwner != r.opts.Owner && !rec.LeaseUntil.IsZero():
-			reason = replay.ReasonLeaseExpired
-		}
+		reason := r.lease.takeoverReason(rec, engineEnded)
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
 		return l, nil
 	}

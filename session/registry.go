@@ -97,6 +97,7 @@ type Registry struct {
 	log    *eventlog.Log
 	engine engine.Engine
 	opts   Options
+	lease  leaseRules
 	logger *slog.Logger
 
 	// mu guards live, starting, reserved, lru, closed and each Live's
@@ -152,6 +153,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	}
 	r := &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
+		lease:    leaseRules{owner: opts.Owner, ttl: opts.Lease},
 		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
 	}
@@ -188,7 +190,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	now := r.opts.Now()
 	rec := store.Record{
 		Token: NewToken(), Generation: 1, Owner: r.opts.Owner, UserID: userID,
-		LeaseUntil: r.leaseUntil(now), Created: now, LastSeen: now,
+		LeaseUntil: r.lease.grant(now), Created: now, LastSeen: now,
 	}
 	if err := r.st.Create(ctx, rec); err != nil {
 		r.unreserve()

@@ -15,104 +15,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/engine"
-	"github.com/tidemark-mcp/tidemark/engine/gosdk"
-	"github.com/tidemark-mcp/tidemark/eventlog"
-	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
-	"github.com/tidemark-mcp/tidemark/store/memory"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type fixture struct {
-	st     *memory.Store
-	log    *eventlog.Log
-	reg    *session.Registry
-	clk    *testenv.Clock
-	server *mcp.Server
-}
-
-func newFixture(t *testing.T, opts session.Options) *fixture {
-	t.Helper()
-	f := &fixture{clk: testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), server: demo.NewServer()}
-	f.st = memory.New(memory.Options{Now: f.clk.Now})
-	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
-	opts.Now = f.clk.Now
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	f.reg = session.New(f.st, f.log, gosdk.New(f.server), opts)
-	t.Cleanup(func() { f.reg.Close() })
-	return f
-}
-
-func request(t *testing.T, id any, method string, params any) *jsonrpc.Request {
-	t.Helper()
-	if n, ok := id.(int); ok {
-		id = float64(n)
-	}
-	jid, err := jsonrpc.MakeID(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &jsonrpc.Request{ID: jid, Method: method, Params: raw}
-}
-
-// roundTrip delivers req on a new stream and collects the stream's messages
-// until the stream ends.
-func roundTrip(t *testing.T, f *fixture, l *session.Live, req *jsonrpc.Request) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := l.OpenStream(ctx, []*jsonrpc.Request{req}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd := l.Reader(s, s) // after the opening event
-	if err := l.Deliver(ctx, req, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for {
-		evs, err := rd.Next(ctx)
-		if err != nil {
-			t.Fatalf("stream %d after %v: %v", s, out, err)
-		}
-		for _, e := range evs {
-			out = append(out, string(e.Data))
-			if e.End {
-				return out
-			}
-		}
-	}
-}
-
-func initialize(t *testing.T, f *fixture, l *session.Live) {
-	t.Helper()
-	out := roundTrip(t, f, l, request(t, 1, "initialize", map[string]any{
-		"protocolVersion": "2025-11-25",
-		"capabilities":    map[string]any{},
-		"clientInfo":      map[string]any{"name": "test", "version": "1"},
-	}))
-	if len(out) != 1 || !strings.Contains(out[0], `"protocolVersion":"2025-11-25"`) {
-		t.Fatalf("initialize answered %v", out)
-	}
-	note := &jsonrpc.Request{Method: "notifications/initialized"}
-	if err := l.Deliver(context.Background(), note, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestCreateRecordsStateAndRecreateRestoresIt(t *testing.T) {
 	ctx := context.Background()

@@ -52,9 +52,14 @@ func (r *Registry) removeDead() {
 func (r *Registry) Run(ctx context.Context, interval time.Duration) {
 	var renewing sync.WaitGroup
 	if r.opts.Lease > 0 {
-		renewing.Go(func() { r.renewLoop(ctx) })
+		renewing.Go(func() { every(ctx, r.opts.RenewInterval, r.RenewLeases) })
 	}
 	defer renewing.Wait()
+	every(ctx, interval, r.Sweep)
+}
+
+// every calls do every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, do func(context.Context)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -62,7 +67,7 @@ func (r *Registry) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.Sweep(ctx)
+			do(ctx)
 		}
 	}
 }

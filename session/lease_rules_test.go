@@ -1,0 +1,101 @@
+// lease_rules_test.go holds the driver of testdata/lease_rules, which
+// tests the lease rules (leaseRules, lease.go) on their own: given a
+// record, the time and the store's answers, what a registry decides.
+
+package session
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// TestLeaseRules runs testdata/lease_rules. Times are offsets from an
+// epoch (+10s), "none" is the zero time (no lease). Commands:
+//
+//	rules owner=O lease=DUR                  the registry's identity and lease
+//	lookup owner=O gen=G lease=T now=T [engine-ended]
+//	                                         a registry that does not hold the
+//	                                         session meets its record
+//	serve lease=T now=T                      a generation it holds serves a request
+//	renewed err=none|fenced|ended|not_found|unavailable
+//	                                         what a renewal's (or append's) error means
+//	release now=T                            the registry closes
+func TestLeaseRules(t *testing.T) {
+	epoch := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(s string) time.Time {
+		if s == "none" {
+			return time.Time{}
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("time %q: %v", s, err)
+		}
+		return epoch.Add(d)
+	}
+	show := func(tm time.Time) string {
+		if tm.IsZero() {
+			return "none"
+		}
+		return "+" + tm.Sub(epoch).String()
+	}
+	var lr leaseRules
+	datadriven.RunTest(t, "testdata/lease_rules", func(t *testing.T, d *datadriven.TestData) string {
+		str := func(key string) string {
+			var s string
+			d.ScanArgs(t, key, &s)
+			return s
+		}
+		switch d.Cmd {
+		case "rules":
+			ttl, err := time.ParseDuration(str("lease"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lr = leaseRules{owner: str("owner"), ttl: ttl}
+			return ""
+		case "lookup":
+			var gen uint64
+			d.ScanArgs(t, "gen", &gen)
+			rec := store.Record{Token: "tok", Owner: str("owner"), Generation: gen, LeaseUntil: at(str("lease"))}
+			now := at(str("now"))
+			if re := lr.remote(rec, now); re != nil {
+				return fmt.Sprintf("remote: owner %s, generation %d, lease until %s\n", re.Owner, re.Generation, show(re.LeaseUntil))
+			}
+			return fmt.Sprintf("claim generation %d, lease until %s; previous generation over: %s\n",
+				gen+1, show(lr.grant(now)), lr.takeoverReason(rec, d.HasArg("engine-ended")))
+		case "serve":
+			now := at(str("now"))
+			if lr.mustRenew(at(str("lease")), now) {
+				return fmt.Sprintf("renew first, lease until %s\n", show(lr.grant(now)))
+			}
+			return "serve\n"
+		case "renewed":
+			errs := map[string]error{
+				"none": nil, "fenced": &store.FencedError{Op: "renew", Have: 1, Want: 2},
+				"ended": &store.EndedError{Reason: store.EndDeleted}, "not_found": store.ErrNotFound,
+				"unavailable": store.ErrUnavailable,
+			}
+			err, ok := errs[str("err")]
+			if !ok {
+				t.Fatalf("unknown err %q", str("err"))
+			}
+			switch reason := lostReason(err); {
+			case err == nil:
+				return "kept\n"
+			case reason != "":
+				return "drop the generation: " + reason.String() + "\n"
+			default:
+				return "keep the generation, renew again next round\n"
+			}
+		case "release":
+			return "lease until " + show(lr.release(at(str("now")))) + "\n"
+		}
+		t.Fatalf("unknown command %q", d.Cmd)
+		return ""
+	})
+}
