@@ -37,8 +37,11 @@ type Live struct {
 	mu sync.Mutex
 	// calls and streams are nil while the session has no call in flight:
 	// an idle session does not keep their emptied tables (about 700 bytes).
-	calls      map[jsonrpc.ID]call
-	streams    map[uint64]*openStream
+	calls   map[jsonrpc.ID]call
+	streams map[uint64]*openStream
+	// storing counts the responses being appended: their calls have left
+	// calls, and CallsInFlight counts them until the append returns (send).
+	storing    int
 	ledger     ledger     // the requests of this generation's recent streams (lost.go)
 	settled    *sync.Cond // on mu, made by the first LostRequests that waits: a response's place is recorded
 	state      engine.State

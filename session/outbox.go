@@ -28,7 +28,11 @@ func (o *outbox) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.
 // send routes msg to the stream of the request it relates to (the
 // standalone stream when none, or when that request is answered as JSON),
 // marks the response that completes a stream as its end, records state
-// changes, and appends the event.
+// changes, and appends the event. A response's call is counted in flight
+// (Live.storing, Registry.CallsInFlight) until the append returns, so a
+// shutdown that waits for no call in flight finds the answer in the log;
+// the session is a candidate for eviction again (Registry.unpark) as soon
+// as its last call is answered, before the client can see the answer.
 func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
@@ -47,6 +51,7 @@ func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 			return nil
 		}
 		delete(l.calls, resp.ID)
+		l.storing++
 		answered = resp.ID
 		l.ledger.answering(c.stream, resp.ID)
 		ev.Stream = c.stream
@@ -127,11 +132,13 @@ type sendError struct{ kind, err error }
 func (e sendError) Error() string   { return e.err.Error() }
 func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
 
-// settle records in the ledger where the response to id on stream went:
-// ev, if it was stored, else nowhere; and wakes LostRequests calls that
-// wait for it.
+// settle ends the call id on stream once the append of its response
+// returned: it is no longer counted in flight; the ledger records where
+// the response went (ev, if it was stored, else nowhere); LostRequests
+// calls that wait for it wake.
 func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool) {
 	l.mu.Lock()
+	l.storing--
 	if stored {
 		l.ledger.answer(stream, id, ev.Seq, ev.End)
 	} else {

@@ -319,7 +319,10 @@ func StatusOf(err error) (st replay.Status, ok bool) {
 }
 
 // CallsInFlight returns the number of calls (requests with an id) in
-// flight on the sessions whose live state this process holds.
+// flight on the sessions whose live state this process holds. A call is
+// in flight until its response is stored in the event log (made durable,
+// on a store that promises it), so once none is, the high-water mark
+// covers every answer.
 func (r *Registry) CallsInFlight() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -188,10 +188,12 @@ func (l *Live) releaseMapsLocked() (unpark bool) {
 	return unpark
 }
 
+// callsInFlight returns the number of l's calls whose response is not
+// yet stored: not answered, or being appended.
 func (l *Live) callsInFlight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.calls)
+	return len(l.calls) + l.storing
 }
 
 // Prime appends a priming event (an id and empty data, with retry when
