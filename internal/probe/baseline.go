@@ -30,9 +30,10 @@ type baseline struct {
 
 // minGap is the least baseline gap between messages at which the checks
 // with two readers of one stream (takeover, concurrent-resume) can judge:
-// a resume takes about a millisecond on loopback, and the messages the
-// original connection delivers in that time are legitimately in the
-// replay too, so closer messages would be counted as sent twice.
+// a resume takes about a millisecond on loopback, and the original
+// connection delivers the messages of that time before the takeover (the
+// replay repeats them, see replayed), so with closer messages the original
+// would often deliver the call's response before any resume took over.
 const minGap = 2 * time.Millisecond
 
 // runBaseline opens a session and runs the tool call to its response.
