@@ -1,0 +1,174 @@
+// Package metrics holds the interfaces through which Tidemark's layers
+// record what happens to sessions, streams, event logs, stores and gateway
+// subprocesses, at the place where it happens (DESIGN.md, "Layers": no
+// package-level registry; each layer is given a recorder).
+//
+// Each layer takes the small interface of its own events (Transport,
+// Sessions, Log, Store, Processes); Recorder is all of them, which an
+// implementation such as metrics/prom provides. Discard records nothing
+// and is what a layer uses when given nil: its methods are empty, so an
+// unobserved layer pays one indirect call per event.
+//
+// Labels are bounded by construction: a reason is a word of the catalogue
+// in replay/reason.go (replay.Reason), a method name outside the MCP
+// specification's is recorded as Other (see Method), and no method takes
+// a session token, a cursor, a tool name or any other value a client
+// chooses freely.
+package metrics
+
+import (
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// Recorder records every event of every layer.
+type Recorder interface {
+	Transport
+	Sessions
+	Log
+	Store
+	Processes
+}
+
+// Transport records what the HTTP transport decides and serves.
+type Transport interface {
+	// Refused records one refusal: an HTTP status (400 to 599) and the
+	// reason of its JSON-RPC error body.
+	Refused(status int, reason replay.Reason)
+	// Resumed records one GET with Last-Event-ID decided by the replay
+	// decision: replay.ReasonReplay when it was accepted, else the
+	// reason it was refused with (which Refused records too).
+	Resumed(reason replay.Reason)
+	// StreamOpened records an SSE stream starting to write to a
+	// connection; StreamClosed, the same stream's connection ending.
+	StreamOpened(kind StreamKind)
+	StreamClosed(kind StreamKind)
+	// Operation records one JSON-RPC request or notification served,
+	// from its arrival to its response (or, for a notification, its
+	// acceptance): method as Method bounds it, errorType "" when it
+	// succeeded, else as ErrorType makes it (OpenTelemetry MCP semantic
+	// conventions, mcp.server.operation.duration).
+	Operation(method, errorType string, d time.Duration)
+}
+
+// Sessions records what the session registry does.
+type Sessions interface {
+	// SessionStarted records a session created at generation 1 in this
+	// process; SessionEnded, a session ending (evicted, deleted,
+	// superseded, shut down, or its initialize failed) after lived, with
+	// the reason its tombstone keeps (mcp.server.session.duration).
+	SessionStarted()
+	SessionEnded(reason replay.Reason, lived time.Duration)
+	// LiveChanged adds delta (+1 or -1) to the sessions whose live state
+	// this process holds: a session created or re-created here, or one
+	// whose live state this process dropped.
+	LiveChanged(delta int)
+	// GenerationCreated records a session's live state re-created at
+	// generation+1, and why: replay.ReasonOwnerGone (restart),
+	// ReasonLeaseExpired (takeover), ReasonEngineEnded (the engine
+	// session ended, a gateway's subprocess exited).
+	GenerationCreated(cause replay.Reason)
+	// LeasesChanged adds delta to the leases this replica holds (fleet).
+	LeasesChanged(delta int)
+	// TookOver records this replica taking a session over from another
+	// whose lease lapsed (fleet).
+	TookOver()
+}
+
+// Log records what the event log appends, replays and trims.
+type Log interface {
+	// Appended records n events appended to session logs.
+	Appended(n int)
+	// Replayed records one resume's replay: n events read from the log
+	// below the high-water mark the resume found, taking d until the
+	// reader caught up with it.
+	Replayed(n int, d time.Duration)
+	// Trimmed records retention removing n events from one session's
+	// log, raising its replay floor once.
+	Trimmed(n int)
+}
+
+// Store records the calls a backend serves.
+type Store interface {
+	// StoreOperation records one call of backend store (StoreMemory,
+	// StoreDurable, StoreRedis) for operation op (the Op constants)
+	// that took d; failed says it returned an error other than the
+	// answers the contract defines (not found, ended, exists, fenced).
+	StoreOperation(store, op string, d time.Duration, failed bool)
+	// Fenced records a store write refused because it carried a
+	// generation the record has moved past; op is the store operation.
+	Fenced(op string)
+}
+
+// Processes records the gateway's subprocesses.
+type Processes interface {
+	// ProcessStarted records a subprocess started; ProcessExited, one
+	// that exited, and why: replay.ReasonShutdown when Tidemark stopped
+	// it, ReasonStopTimeout when it had to be killed, ReasonServerExited
+	// when it exited on its own, ReasonInitializeTimeout when it did not
+	// answer initialize in time.
+	ProcessStarted()
+	ProcessExited(reason replay.Reason)
+}
+
+// StreamKind is the kind of an SSE stream, a label value.
+type StreamKind string
+
+// Stream kinds (DESIGN.md, Vocabulary: stream).
+const (
+	// StreamPost is the response stream of a POST.
+	StreamPost StreamKind = "post"
+	// StreamStandalone is the standalone GET stream, opened without
+	// Last-Event-ID.
+	StreamStandalone StreamKind = "standalone"
+	// StreamResumed is a stream resumed by a GET with Last-Event-ID.
+	StreamResumed StreamKind = "resumed"
+)
+
+// Store backends, the values of StoreOperation's store.
+const (
+	StoreMemory  = "memory"
+	StoreDurable = "durable"
+	StoreRedis   = "redis"
+)
+
+// Store operations, the values of StoreOperation's and Fenced's op: the
+// methods of store.Sessions and store.Log.
+const (
+	OpCreate    = "create"
+	OpGet       = "get"
+	OpClaim     = "claim"
+	OpRenew     = "renew"
+	OpSaveState = "save_state"
+	OpTouch     = "touch"
+	OpEnd       = "end"
+	OpAppend    = "append"
+	OpRead      = "read"
+	OpTrim      = "trim"
+	OpBounds    = "bounds"
+)
+
+// Discard is a Recorder that records nothing.
+var Discard Recorder = discard{}
+
+type discard struct{}
+
+func (discard) Refused(int, replay.Reason)                         {}
+func (discard) Resumed(replay.Reason)                              {}
+func (discard) StreamOpened(StreamKind)                            {}
+func (discard) StreamClosed(StreamKind)                            {}
+func (discard) Operation(string, string, time.Duration)            {}
+func (discard) SessionStarted()                                    {}
+func (discard) SessionEnded(replay.Reason, time.Duration)          {}
+func (discard) LiveChanged(int)                                    {}
+func (discard) GenerationCreated(replay.Reason)                    {}
+func (discard) Fenced(string)                                      {}
+func (discard) LeasesChanged(int)                                  {}
+func (discard) TookOver()                                          {}
+func (discard) Appended(int)                                       {}
+func (discard) Replayed(int, time.Duration)                        {}
+func (discard) Trimmed(int)                                        {}
+func (discard) StoreOperation(string, string, time.Duration, bool) {}
+func (discard) ProcessStarted()                                    {}
+func (discard) ProcessExited(replay.Reason)                        {}

@@ -1,0 +1,262 @@
+// Package prom records Tidemark's metrics with the Prometheus client
+// library: a metrics.Recorder whose collectors are registered on a
+// prometheus.Registerer the caller gives (no global registry). README.md,
+// "Metrics", lists every metric with its labels.
+//
+// The MCP server metrics follow the OpenTelemetry semantic conventions for
+// MCP under their Prometheus names (mcp.server.operation.duration becomes
+// mcp_server_operation_duration_seconds, mcp.method.name the label
+// mcp_method_name); Tidemark's own are named tidemark_*.
+package prom
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// mcpBuckets are the histogram bucket boundaries, in seconds, that the
+// OpenTelemetry MCP semantic conventions give for the MCP duration metrics.
+var mcpBuckets = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
+
+// fastBuckets bound the durations of store calls and replays: 100 µs to
+// about 6.6 s, each four times the last.
+var fastBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
+
+// Recorder is a metrics.Recorder backed by Prometheus collectors. It is
+// safe for concurrent use.
+type Recorder struct {
+	operation   *prometheus.HistogramVec
+	session     *prometheus.HistogramVec
+	live        prometheus.Gauge
+	created     prometheus.Counter
+	streams     *prometheus.GaugeVec
+	streamKinds [3]prometheus.Gauge // post, standalone, resumed
+	resumes     *prometheus.CounterVec
+	refusals    *prometheus.CounterVec
+	appended    prometheus.Counter
+	replayed    prometheus.Counter
+	replayTime  prometheus.Histogram
+	generations *prometheus.CounterVec
+	fenced      *prometheus.CounterVec
+	trimmed     prometheus.Counter
+	floorRaises prometheus.Counter
+	storeTime   *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	leases      prometheus.Gauge
+	takeovers   prometheus.Counter
+	processes   prometheus.Gauge
+	exits       *prometheus.CounterVec
+}
+
+// New returns a Recorder whose collectors are registered on reg. It fails
+// when reg already has collectors of the same names (a second Recorder on
+// one registry).
+func New(reg prometheus.Registerer) (*Recorder, error) {
+	r := &Recorder{
+		operation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_server_operation_duration_seconds",
+			Help:    "MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent (OpenTelemetry mcp.server.operation.duration).",
+			Buckets: mcpBuckets,
+		}, []string{"mcp_method_name", "error_type"}),
+		session: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_server_session_duration_seconds",
+			Help:    "The duration of the MCP session as observed on the MCP server (OpenTelemetry mcp.server.session.duration), by the reason it ended.",
+			Buckets: mcpBuckets,
+		}, []string{"reason"}),
+		live: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidemark_sessions_live",
+			Help: "Sessions whose live state this process holds.",
+		}),
+		created: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_sessions_created_total",
+			Help: "Sessions created (initialize succeeded) by this process.",
+		}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidemark_streams_open",
+			Help: "SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID).",
+		}, []string{"kind"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_resumes_total",
+			Help: "GETs with Last-Event-ID decided, by outcome (accepted, refused) and reason (replay, or the refusal's reason).",
+		}, []string{"outcome", "reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_refusals_total",
+			Help: "Requests refused with an HTTP error status and a JSON-RPC error body, by status and reason.",
+		}, []string{"status", "reason"}),
+		appended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_events_appended_total",
+			Help: "Events appended to session event logs.",
+		}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_events_replayed_total",
+			Help: "Events replayed to resumed streams (those below the high-water mark the resume found).",
+		}),
+		replayTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tidemark_replay_duration_seconds",
+			Help:    "Time from an accepted resume until its stream has replayed every event up to the high-water mark it found.",
+			Buckets: fastBuckets,
+		}),
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_generations_created_total",
+			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended).",
+		}, []string{"cause"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_fenced_writes_total",
+			Help: "Store writes refused because they carried a generation the session has moved past, by store operation.",
+		}, []string{"operation"}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_retention_trimmed_events_total",
+			Help: "Events removed from session logs by retention (events, bytes, age, budget).",
+		}),
+		floorRaises: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_replay_floor_raises_total",
+			Help: "Times retention raised a session's replay floor.",
+		}),
+		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tidemark_store_operation_duration_seconds",
+			Help:    "Duration of store calls, by store (memory, durable, redis) and operation.",
+			Buckets: fastBuckets,
+		}, []string{"store", "operation"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_store_errors_total",
+			Help: "Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation.",
+		}, []string{"store", "operation"}),
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidemark_leases_held",
+			Help: "Session leases this replica holds (fleet mode).",
+		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_takeovers_total",
+			Help: "Sessions this replica took over from a replica whose lease lapsed (fleet mode).",
+		}),
+		processes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidemark_subprocesses_running",
+			Help: "Gateway subprocesses running (serve --stdio).",
+		}),
+		exits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_subprocess_exits_total",
+			Help: "Gateway subprocesses that exited, by reason: shutdown (stopped by Tidemark), stop_timeout (killed), server_exited (on its own), initialize_timeout.",
+		}, []string{"reason"}),
+	}
+	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed} {
+		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
+	}
+	for _, c := range []prometheus.Collector{
+		r.operation, r.session, r.live, r.created, r.streams, r.resumes, r.refusals,
+		r.appended, r.replayed, r.replayTime, r.generations, r.fenced, r.trimmed,
+		r.floorRaises, r.storeTime, r.storeErrors, r.leases, r.takeovers, r.processes, r.exits,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// NewRegistry returns a registry holding the Go runtime and process
+// collectors, for a process that serves its own /metrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Refused implements metrics.Transport.
+func (r *Recorder) Refused(status int, reason replay.Reason) {
+	r.refusals.WithLabelValues(strconv.Itoa(status), string(reason)).Inc()
+}
+
+// Resumed implements metrics.Transport.
+func (r *Recorder) Resumed(reason replay.Reason) {
+	outcome := "refused"
+	if reason == replay.ReasonReplay {
+		outcome = "accepted"
+	}
+	r.resumes.WithLabelValues(outcome, string(reason)).Inc()
+}
+
+// StreamOpened implements metrics.Transport.
+func (r *Recorder) StreamOpened(kind metrics.StreamKind) { r.stream(kind).Inc() }
+
+// StreamClosed implements metrics.Transport.
+func (r *Recorder) StreamClosed(kind metrics.StreamKind) { r.stream(kind).Dec() }
+
+func (r *Recorder) stream(kind metrics.StreamKind) prometheus.Gauge {
+	switch kind {
+	case metrics.StreamPost:
+		return r.streamKinds[0]
+	case metrics.StreamStandalone:
+		return r.streamKinds[1]
+	case metrics.StreamResumed:
+		return r.streamKinds[2]
+	}
+	return r.streams.WithLabelValues(metrics.Other)
+}
+
+// Operation implements metrics.Transport.
+func (r *Recorder) Operation(method, errorType string, d time.Duration) {
+	r.operation.WithLabelValues(metrics.Method(method), errorType).Observe(d.Seconds())
+}
+
+// SessionStarted implements metrics.Sessions.
+func (r *Recorder) SessionStarted() { r.created.Inc() }
+
+// SessionEnded implements metrics.Sessions.
+func (r *Recorder) SessionEnded(reason replay.Reason, lived time.Duration) {
+	r.session.WithLabelValues(string(reason)).Observe(lived.Seconds())
+}
+
+// LiveChanged implements metrics.Sessions.
+func (r *Recorder) LiveChanged(delta int) { r.live.Add(float64(delta)) }
+
+// GenerationCreated implements metrics.Sessions.
+func (r *Recorder) GenerationCreated(cause replay.Reason) {
+	r.generations.WithLabelValues(string(cause)).Inc()
+}
+
+// Fenced implements metrics.Store.
+func (r *Recorder) Fenced(op string) { r.fenced.WithLabelValues(op).Inc() }
+
+// LeasesChanged implements metrics.Sessions.
+func (r *Recorder) LeasesChanged(delta int) { r.leases.Add(float64(delta)) }
+
+// TookOver implements metrics.Sessions.
+func (r *Recorder) TookOver() { r.takeovers.Inc() }
+
+// Appended implements metrics.Log.
+func (r *Recorder) Appended(n int) { r.appended.Add(float64(n)) }
+
+// Replayed implements metrics.Log.
+func (r *Recorder) Replayed(n int, d time.Duration) {
+	r.replayed.Add(float64(n))
+	r.replayTime.Observe(d.Seconds())
+}
+
+// Trimmed implements metrics.Log.
+func (r *Recorder) Trimmed(n int) {
+	r.trimmed.Add(float64(n))
+	r.floorRaises.Inc()
+}
+
+// StoreOperation implements metrics.Store.
+func (r *Recorder) StoreOperation(store, op string, d time.Duration, failed bool) {
+	r.storeTime.WithLabelValues(store, op).Observe(d.Seconds())
+	if failed {
+		r.storeErrors.WithLabelValues(store, op).Inc()
+	}
+}
+
+// ProcessStarted implements metrics.Processes.
+func (r *Recorder) ProcessStarted() { r.processes.Inc() }
+
+// ProcessExited implements metrics.Processes.
+func (r *Recorder) ProcessExited(reason replay.Reason) {
+	r.processes.Dec()
+	r.exits.WithLabelValues(string(reason)).Inc()
+}

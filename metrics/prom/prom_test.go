@@ -1,0 +1,189 @@
+package prom_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/metrics/prom"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// TestExposition: each recorded event shows in the exposition under its
+// name and labels with its exact value, method names outside MCP are
+// recorded as _OTHER, and the linter finds nothing to complain about.
+func TestExposition(t *testing.T) {
+	reg := prom.NewRegistry()
+	r, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Refused(409, replay.ReasonCursorCompacted)
+	r.Refused(409, replay.ReasonCursorCompacted)
+	r.Refused(404, replay.ReasonSessionNotFound)
+	r.Resumed(replay.ReasonReplay)
+	r.Resumed(replay.ReasonCursorCompacted)
+	r.StreamOpened(metrics.StreamPost)
+	r.StreamOpened(metrics.StreamPost)
+	r.StreamClosed(metrics.StreamPost)
+	r.StreamOpened(metrics.StreamResumed)
+	r.Operation("tools/call", "", 30*time.Millisecond)
+	r.Operation("tools/call", metrics.ErrorType(-32602), 5*time.Millisecond)
+	r.Operation("made/up", "", time.Millisecond)
+	r.SessionStarted()
+	r.LiveChanged(1)
+	r.LiveChanged(1)
+	r.LiveChanged(-1)
+	r.SessionEnded(replay.ReasonDeleted, 90*time.Second)
+	r.GenerationCreated(replay.ReasonLeaseExpired)
+	r.Appended(3)
+	r.Appended(2)
+	r.Replayed(4, 2*time.Millisecond)
+	r.Trimmed(7)
+	r.Fenced(metrics.OpAppend)
+	r.StoreOperation(metrics.StoreRedis, metrics.OpAppend, time.Millisecond, true)
+	r.LeasesChanged(2)
+	r.TookOver()
+	r.ProcessStarted()
+	r.ProcessStarted()
+	r.ProcessExited(replay.ReasonServerExited)
+
+	want := `
+# HELP tidemark_refusals_total Requests refused with an HTTP error status and a JSON-RPC error body, by status and reason.
+# TYPE tidemark_refusals_total counter
+tidemark_refusals_total{reason="cursor_compacted",status="409"} 2
+tidemark_refusals_total{reason="session_not_found",status="404"} 1
+# HELP tidemark_resumes_total GETs with Last-Event-ID decided, by outcome (accepted, refused) and reason (replay, or the refusal's reason).
+# TYPE tidemark_resumes_total counter
+tidemark_resumes_total{outcome="accepted",reason="replay"} 1
+tidemark_resumes_total{outcome="refused",reason="cursor_compacted"} 1
+# HELP tidemark_streams_open SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID).
+# TYPE tidemark_streams_open gauge
+tidemark_streams_open{kind="post"} 1
+tidemark_streams_open{kind="resumed"} 1
+tidemark_streams_open{kind="standalone"} 0
+# HELP tidemark_sessions_live Sessions whose live state this process holds.
+# TYPE tidemark_sessions_live gauge
+tidemark_sessions_live 1
+# HELP tidemark_sessions_created_total Sessions created (initialize succeeded) by this process.
+# TYPE tidemark_sessions_created_total counter
+tidemark_sessions_created_total 1
+# HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended).
+# TYPE tidemark_generations_created_total counter
+tidemark_generations_created_total{cause="lease_expired"} 1
+# HELP tidemark_events_appended_total Events appended to session event logs.
+# TYPE tidemark_events_appended_total counter
+tidemark_events_appended_total 5
+# HELP tidemark_events_replayed_total Events replayed to resumed streams (those below the high-water mark the resume found).
+# TYPE tidemark_events_replayed_total counter
+tidemark_events_replayed_total 4
+# HELP tidemark_retention_trimmed_events_total Events removed from session logs by retention (events, bytes, age, budget).
+# TYPE tidemark_retention_trimmed_events_total counter
+tidemark_retention_trimmed_events_total 7
+# HELP tidemark_replay_floor_raises_total Times retention raised a session's replay floor.
+# TYPE tidemark_replay_floor_raises_total counter
+tidemark_replay_floor_raises_total 1
+# HELP tidemark_fenced_writes_total Store writes refused because they carried a generation the session has moved past, by store operation.
+# TYPE tidemark_fenced_writes_total counter
+tidemark_fenced_writes_total{operation="append"} 1
+# HELP tidemark_store_errors_total Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation.
+# TYPE tidemark_store_errors_total counter
+tidemark_store_errors_total{operation="append",store="redis"} 1
+# HELP tidemark_leases_held Session leases this replica holds (fleet mode).
+# TYPE tidemark_leases_held gauge
+tidemark_leases_held 2
+# HELP tidemark_takeovers_total Sessions this replica took over from a replica whose lease lapsed (fleet mode).
+# TYPE tidemark_takeovers_total counter
+tidemark_takeovers_total 1
+# HELP tidemark_subprocesses_running Gateway subprocesses running (serve --stdio).
+# TYPE tidemark_subprocesses_running gauge
+tidemark_subprocesses_running 1
+# HELP tidemark_subprocess_exits_total Gateway subprocesses that exited, by reason: shutdown (stopped by Tidemark), stop_timeout (killed), server_exited (on its own), initialize_timeout.
+# TYPE tidemark_subprocess_exits_total counter
+tidemark_subprocess_exits_total{reason="server_exited"} 1
+`
+	names := []string{
+		"tidemark_refusals_total", "tidemark_resumes_total", "tidemark_streams_open", "tidemark_sessions_live",
+		"tidemark_sessions_created_total", "tidemark_generations_created_total", "tidemark_events_appended_total",
+		"tidemark_events_replayed_total", "tidemark_retention_trimmed_events_total", "tidemark_replay_floor_raises_total",
+		"tidemark_fenced_writes_total", "tidemark_store_errors_total", "tidemark_leases_held", "tidemark_takeovers_total",
+		"tidemark_subprocesses_running", "tidemark_subprocess_exits_total",
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	counts := histogramCounts(t, reg, "mcp_server_operation_duration_seconds", "mcp_method_name", "error_type")
+	wantOps := map[string]uint64{"tools/call,": 1, "tools/call,-32602": 1, "_OTHER,": 1}
+	if !equal(counts, wantOps) {
+		t.Errorf("mcp_server_operation_duration_seconds counts %v, want %v", counts, wantOps)
+	}
+	if c := histogramCounts(t, reg, "mcp_server_session_duration_seconds", "reason"); !equal(c, map[string]uint64{"deleted": 1}) {
+		t.Errorf("mcp_server_session_duration_seconds counts %v, want deleted: 1", c)
+	}
+	if c := histogramCounts(t, reg, "tidemark_replay_duration_seconds"); !equal(c, map[string]uint64{"": 1}) {
+		t.Errorf("tidemark_replay_duration_seconds counts %v, want 1", c)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestSecondRecorderOnOneRegistry: a second Recorder on one registry fails
+// instead of sharing or silently losing series.
+func TestSecondRecorderOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := prom.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prom.New(reg); err == nil {
+		t.Fatal("second prom.New on one registry succeeded; want an already-registered error")
+	}
+}
+
+// histogramCounts returns the sample count of each series of histogram
+// name, keyed by its labels' values joined with commas.
+func histogramCounts(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			vals := make([]string, len(labels))
+			for _, l := range m.GetLabel() {
+				for i, want := range labels {
+					if l.GetName() == want {
+						vals[i] = l.GetValue()
+					}
+				}
+			}
+			out[strings.Join(vals, ",")] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
+}
+
+func equal(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
