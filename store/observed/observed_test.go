@@ -1,0 +1,117 @@
+package observed_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/metrics/prom"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/store/observed"
+	"github.com/tidemark-mcp/tidemark/store/storetest"
+	"github.com/tidemark-mcp/tidemark/tracing"
+)
+
+// TestContract: the wrapper keeps every guarantee of the store it wraps.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		rec, err := prom.New(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return observed.New(memory.New(memory.Options{}), metrics.StoreMemory, rec, nil)
+	})
+}
+
+// TestRecordsCallsAndFencing: each call is counted under its store and
+// operation, a write with a stale generation counts as fenced (not as a
+// store error), and every write has a span named for its operation.
+func TestRecordsCallsAndFencing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rec, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	st := observed.New(memory.New(memory.Options{}), metrics.StoreMemory, rec, tracing.New(tp))
+	defer st.Close()
+	ctx := context.Background()
+	now := time.Now()
+	if err := st.Create(ctx, store.Record{Token: "tok-1", Generation: 1, Created: now, LastSeen: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append(ctx, "tok-1", 1, []store.Event{{Stream: store.NewStream, Data: []byte("{}"), Time: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Claim(ctx, "tok-1", "other", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append(ctx, "tok-1", 1, []store.Event{{Stream: store.NewStream, Time: now}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("append at gen 1 after claim: %v, want ErrFenced", err)
+	}
+	if _, err := st.Get(ctx, "unknown"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+
+	want := `
+# HELP tidemark_fenced_writes_total Store writes refused because they carried a generation the session has moved past, by store operation.
+# TYPE tidemark_fenced_writes_total counter
+tidemark_fenced_writes_total{operation="append"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tidemark_fenced_writes_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "tidemark_store_errors_total"); err != nil || n != 0 {
+		t.Errorf("tidemark_store_errors_total has %d series (%v), want 0 (fenced and not-found are answers, not faults)", n, err)
+	}
+	counts := map[string]uint64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tidemark_store_operation_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var op, backend string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "operation":
+					op = l.GetValue()
+				case "store":
+					backend = l.GetValue()
+				}
+			}
+			counts[backend+"/"+op] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	wantCounts := map[string]uint64{"memory/create": 1, "memory/append": 2, "memory/claim": 1, "memory/get": 1}
+	if len(counts) != len(wantCounts) {
+		t.Errorf("store operations recorded %v, want %v", counts, wantCounts)
+	}
+	for k, v := range wantCounts {
+		if counts[k] != v {
+			t.Errorf("store operations recorded %v, want %v", counts, wantCounts)
+			break
+		}
+	}
+
+	var names []string
+	for _, s := range spans.GetSpans() {
+		names = append(names, s.Name)
+	}
+	if got := strings.Join(names, ","); got != "store create,store append,store claim,store append" {
+		t.Errorf("spans %s, want one per write: store create,store append,store claim,store append", got)
+	}
+}
