@@ -330,4 +330,8 @@ const (
 	ReasonReplicaIDInUse Reason = "replica_id_in_use"
 	// ReasonSignal: the process received a stop signal.
 	ReasonSignal Reason = "signal"
+	// ReasonNotRegistered: /readyz answers 503 because this replica's
+	// entry is missing from the fleet's replica directory (others cannot
+	// forward requests to it).
+	ReasonNotRegistered Reason = "not_registered"
 )

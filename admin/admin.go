@@ -1,0 +1,149 @@
+// Package admin serves the operator's listener of tidemark serve
+// (--metrics-addr): Prometheus metrics at /metrics, the Kubernetes probes
+// /healthz and /readyz, and the session inspector at /debug/sessions. It is
+// never mounted on the MCP listener: what it shows (token prefixes, owners,
+// positions) is for operators, not clients.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// DefaultRecent is how many sessions /debug/sessions lists when the
+// request has no n parameter.
+const DefaultRecent = 20
+
+// readyTimeout bounds each readiness check: a store that does not answer
+// within it is not ready.
+const readyTimeout = 2 * time.Second
+
+// Options configures Handler.
+type Options struct {
+	// Gatherer is what /metrics serves; nil: /metrics answers 404.
+	Gatherer prometheus.Gatherer
+	// Ready are the readiness checks /readyz runs, in order; the first
+	// that fails decides the answer. Each returns nil when ready, else an
+	// error, preferably a *NotReadyError naming the reason.
+	Ready []func(ctx context.Context) error
+	// Sessions answers the inspector; nil: /debug/sessions answers 404.
+	Sessions Inspector
+}
+
+// NotReadyError says why a readiness check failed: Reason is the word of
+// /readyz's body (replay.ReasonUnavailable: the store cannot be reached;
+// replay.ReasonNotRegistered: this replica is missing from the fleet's
+// directory), Err the cause.
+type NotReadyError struct {
+	Reason replay.Reason
+	Err    error
+}
+
+// Error returns the reason and the cause.
+func (e *NotReadyError) Error() string { return string(e.Reason) + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// Handler returns the listener's handler. Every answer is JSON except
+// /metrics (Prometheus text or OpenMetrics, as the scraper asks).
+func Handler(opts Options) http.Handler {
+	mux := http.NewServeMux()
+	if opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		serveReady(w, r, opts.Ready)
+	})
+	if opts.Sessions != nil {
+		mux.HandleFunc("GET /debug/sessions", func(w http.ResponseWriter, r *http.Request) {
+			serveSessions(w, r, opts.Sessions)
+		})
+		mux.HandleFunc("GET /debug/sessions/{prefix}", func(w http.ResponseWriter, r *http.Request) {
+			serveSession(w, r, opts.Sessions)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{
+			"error": "no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions or /debug/sessions/{token prefix}",
+		})
+	})
+	return mux
+}
+
+// serveReady answers 200 {"ready":true} when every check passes, else 503
+// with the first failure's reason and error.
+func serveReady(w http.ResponseWriter, r *http.Request, checks []func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	for _, check := range checks {
+		err := check(ctx)
+		if err == nil {
+			continue
+		}
+		reason := replay.ReasonUnavailable
+		var nr *NotReadyError
+		if errors.As(err, &nr) {
+			reason = nr.Reason
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason, "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+// serveSessions answers the session count and the n most recently used
+// sessions (?n=, default DefaultRecent).
+func serveSessions(w http.ResponseWriter, r *http.Request, in Inspector) {
+	n := DefaultRecent
+	if s := r.URL.Query().Get("n"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "n must be a number of sessions, 0 or more, not " + strconv.Quote(s)})
+			return
+		}
+		n = v
+	}
+	count, recent := in.Recent(n)
+	if recent == nil {
+		recent = []Summary{}
+	}
+	writeJSON(w, http.StatusOK, List{Count: count, Sessions: recent})
+}
+
+// serveSession answers the details of the sessions whose token starts
+// with the path's prefix: 404 when none does.
+func serveSession(w http.ResponseWriter, r *http.Request, in Inspector) {
+	prefix := r.PathValue("prefix")
+	found, err := in.Lookup(r.Context(), prefix)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "reason": replay.ReasonUnavailable})
+	case len(found) == 0:
+		writeJSON(w, http.StatusNotFound, map[string]any{
+			"error": "no session of this process has a token starting with " + strconv.Quote(prefix) + "; GET /debug/sessions lists them",
+		})
+	default:
+		writeJSON(w, http.StatusOK, Details{Sessions: found})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

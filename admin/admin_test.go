@@ -1,0 +1,123 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tidemark-mcp/tidemark/admin"
+	"github.com/tidemark-mcp/tidemark/metrics/prom"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// sessions is an Inspector over a fixed list, most recent first.
+type sessions []admin.Detail
+
+func (s sessions) Recent(n int) (int, []admin.Summary) {
+	var out []admin.Summary
+	for i := 0; i < n && i < len(s); i++ {
+		out = append(out, s[i].Summary)
+	}
+	return len(s), out
+}
+
+func (s sessions) Lookup(_ context.Context, prefix string) ([]admin.Detail, error) {
+	var out []admin.Detail
+	for _, d := range s {
+		if strings.HasPrefix(d.Session, prefix) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestEndpoints: each endpoint answers with its status and JSON body.
+func TestEndpoints(t *testing.T) {
+	reg := prom.NewRegistry()
+	rec, _ := prom.New(reg)
+	rec.Refused(409, replay.ReasonGenerationMismatch)
+	var storeErr atomic.Pointer[error]
+	in := sessions{
+		{Summary: admin.Summary{Session: "AAAA1111", Generation: 2, CallsInFlight: 1, Readers: 1, IdleSeconds: 0.5},
+			ReplayFloor: 3, HighWaterMark: 9, Owner: "boot-x",
+			Streams: []admin.Stream{{Stream: 3, CallsInFlight: 1, Readers: 1}}},
+		{Summary: admin.Summary{Session: "AAAB2222", Generation: 1}},
+		{Summary: admin.Summary{Session: "BBBB3333", Generation: 1}},
+	}
+	srv := httptest.NewServer(admin.Handler(admin.Options{
+		Gatherer: reg,
+		Ready: []func(context.Context) error{func(context.Context) error {
+			if err := storeErr.Load(); err != nil {
+				return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: *err}
+			}
+			return nil
+		}},
+		Sessions: in,
+	}))
+	defer srv.Close()
+
+	if code, body := get(t, srv.URL+"/metrics"); code != 200 || !strings.Contains(body, `tidemark_refusals_total{reason="generation_mismatch",status="409"} 1`) {
+		t.Errorf("/metrics: %d %s", code, body)
+	}
+	if code, body := get(t, srv.URL+"/healthz"); code != 200 || !strings.Contains(body, `"status": "ok"`) {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := get(t, srv.URL+"/readyz"); code != 200 || !strings.Contains(body, `"ready": true`) {
+		t.Errorf("/readyz ready: %d %s", code, body)
+	}
+	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	storeErr.Store(&down)
+	code, body := get(t, srv.URL+"/readyz")
+	var nr struct {
+		Ready  bool
+		Reason string
+		Error  string
+	}
+	json.Unmarshal([]byte(body), &nr)
+	if code != 503 || nr.Ready || nr.Reason != "unavailable" || nr.Error != "unavailable: dial tcp 127.0.0.1:6379: connection refused" {
+		t.Errorf("/readyz with the store down: %d %s; want 503 reason unavailable with the error", code, body)
+	}
+
+	code, body = get(t, srv.URL+"/debug/sessions?n=2")
+	var l admin.List
+	if err := json.Unmarshal([]byte(body), &l); err != nil || code != 200 || l.Count != 3 || len(l.Sessions) != 2 || l.Sessions[0].Session != "AAAA1111" || l.Sessions[1].Session != "AAAB2222" {
+		t.Errorf("/debug/sessions?n=2: %d %s; want count 3 and the 2 most recent", code, body)
+	}
+	if code, body := get(t, srv.URL+"/debug/sessions?n=-1"); code != 400 {
+		t.Errorf("/debug/sessions?n=-1: %d %s, want 400", code, body)
+	}
+	code, body = get(t, srv.URL+"/debug/sessions/AAA")
+	var d admin.Details
+	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 200 || len(d.Sessions) != 2 {
+		t.Errorf("/debug/sessions/AAA: %d %s; want both AAA sessions", code, body)
+	}
+	code, body = get(t, srv.URL+"/debug/sessions/AAAA")
+	d = admin.Details{}
+	json.Unmarshal([]byte(body), &d)
+	if code != 200 || len(d.Sessions) != 1 || d.Sessions[0].HighWaterMark != 9 || d.Sessions[0].Streams[0].Readers != 1 {
+		t.Errorf("/debug/sessions/AAAA: %d %s", code, body)
+	}
+	if code, body := get(t, srv.URL+"/debug/sessions/ZZZ"); code != 404 || !strings.Contains(body, `starting with \"ZZZ\"`) {
+		t.Errorf("/debug/sessions/ZZZ: %d %s, want 404 naming the prefix", code, body)
+	}
+	if code, _ := get(t, srv.URL+"/mcp"); code != 404 {
+		t.Errorf("/mcp on the operator's listener: %d, want 404", code)
+	}
+}

@@ -1,0 +1,87 @@
+// The session inspector's answers: what /debug/sessions and
+// /debug/sessions/{token prefix} return as JSON, and tidemark inspect
+// prints.
+
+package admin
+
+import (
+	"context"
+	"time"
+)
+
+// Inspector answers the session inspector about the sessions whose live
+// state this process holds.
+type Inspector interface {
+	// Recent returns how many sessions this process holds and the n most
+	// recently used, most recent first.
+	Recent(n int) (count int, recent []Summary)
+	// Lookup returns the details of every session this process holds
+	// whose token starts with prefix. It fails when the store cannot be
+	// reached for the sessions' bounds.
+	Lookup(ctx context.Context, prefix string) ([]Detail, error)
+}
+
+// List is the answer of /debug/sessions.
+type List struct {
+	// Count is the number of sessions whose live state this process holds.
+	Count int `json:"count"`
+	// Sessions are the most recently used of them, most recent first.
+	Sessions []Summary `json:"sessions"`
+}
+
+// Details is the answer of /debug/sessions/{token prefix}.
+type Details struct {
+	Sessions []Detail `json:"sessions"`
+}
+
+// Summary is one session in /debug/sessions.
+type Summary struct {
+	// Session is the token's first 8 characters (never the whole token).
+	Session string `json:"session"`
+	// Generation is the session's current generation.
+	Generation uint64 `json:"generation"`
+	// CallsInFlight is the number of requests not yet answered.
+	CallsInFlight int `json:"calls_in_flight"`
+	// Readers is the number of connections reading the session's streams.
+	Readers int `json:"readers"`
+	// IdleSeconds is the time since the session's latest request, in
+	// seconds.
+	IdleSeconds float64 `json:"idle_seconds"`
+}
+
+// Detail is one session in /debug/sessions/{token prefix}.
+type Detail struct {
+	Summary
+	// ProtocolVersion is the MCP protocol version the session negotiated.
+	ProtocolVersion string `json:"protocol_version,omitempty"`
+	// ReplayFloor is the lowest sequence a client may still cite;
+	// HighWaterMark the highest emitted (DESIGN.md, Vocabulary).
+	ReplayFloor   uint64 `json:"replay_floor"`
+	HighWaterMark uint64 `json:"high_water_mark"`
+	// Events and Bytes are what the session's log retains.
+	Events int   `json:"events"`
+	Bytes  int64 `json:"bytes"`
+	// Owner is the process or replica that holds the live state, and
+	// LeaseExpiry when its lease lapses unless renewed (absent when the
+	// claim lasts as long as the process).
+	Owner       string     `json:"owner"`
+	LeaseExpiry *time.Time `json:"lease_expiry,omitempty"`
+	// Created is when the session was created.
+	Created time.Time `json:"created"`
+	// Streams are the session's streams that have a call in flight or a
+	// reader, by number (0: the standalone GET stream).
+	Streams []Stream `json:"streams"`
+}
+
+// Stream is one stream of a Detail.
+type Stream struct {
+	// Stream is the stream's number: the sequence of its opening event,
+	// or 0 for the standalone GET stream.
+	Stream uint64 `json:"stream"`
+	// CallsInFlight is the number of the stream's requests not yet
+	// answered.
+	CallsInFlight int `json:"calls_in_flight"`
+	// Readers is the number of connections reading it (0 or 1: one
+	// reader per stream).
+	Readers int `json:"readers"`
+}
