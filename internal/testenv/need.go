@@ -29,10 +29,13 @@ const (
 	// RedisServer is the redis-server executable on PATH (Debian package
 	// redis-server), as internal/redistest runs it.
 	RedisServer = "redis-server"
+	// Prometheus is the prometheus server and promtool on PATH (Debian
+	// package prometheus).
+	Prometheus = "prometheus"
 )
 
 // Need checks, in order, that each of tools (NodeJS, NPMPackages,
-// RedisServer) is installed, and ends the test at the first that is not:
+// RedisServer, Prometheus) is installed, and ends the test at the first that is not:
 // t.Skip with how to install it, or t.Fatal when $CI is set. A test that
 // needs a tool calls it first, before any work. An unknown tool name is a
 // bug in the test: t.Fatal.
@@ -48,8 +51,14 @@ func Need(t testing.TB, tools ...string) {
 			if _, err := exec.LookPath(RedisServer); err != nil {
 				missing(t, "redis-server is not installed (not found in PATH): install it with `apt-get install -y redis-server` (scripts/deps.sh does this)")
 			}
+		case Prometheus:
+			for _, cmd := range []string{"prometheus", "promtool"} {
+				if _, err := exec.LookPath(cmd); err != nil {
+					missing(t, "%s is not installed (not found in PATH): install it with `apt-get install -y prometheus` (scripts/deps.sh does this)", cmd)
+				}
+			}
 		default:
-			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer)
+			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer, Prometheus)
 		}
 	}
 }
