@@ -13,16 +13,24 @@ package tidemark
 import (
 	"context"
 	"net/http"
+	"path"
+	"reflect"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/metrics/prom"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/store/observed"
+	"github.com/tidemark-mcp/tidemark/tracing"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -47,6 +55,16 @@ type Options struct {
 	// Default: 10 seconds, or a quarter of Sessions.IdleTTL or of
 	// Retention.MaxAge when that is shorter (at least 100 milliseconds).
 	SweepInterval time.Duration
+	// Registerer, when set, receives Tidemark's Prometheus collectors
+	// (package metrics/prom; README.md, "Metrics"), and every layer
+	// records its events on them. NewHandler panics when they are
+	// registered on it already: give each Handler a registry of its own.
+	// Default: no metrics.
+	Registerer prometheus.Registerer
+	// TracerProvider, when set, starts Tidemark's spans: one per JSON-RPC
+	// request (OpenTelemetry MCP semantic conventions), per resume and per
+	// store write (package tracing). Default: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Handler is an http.Handler that serves one *mcp.Server.
@@ -102,6 +120,18 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	if o.Sessions.Logger == nil {
 		o.Sessions.Logger = o.Transport.Logger
 	}
+	rec := metrics.Discard
+	if o.Registerer != nil {
+		pr, err := prom.New(o.Registerer)
+		if err != nil {
+			panic("tidemark: Options.Registerer: " + err.Error())
+		}
+		rec = pr
+	}
+	tracer := tracing.New(o.TracerProvider)
+	if o.Registerer != nil || tracer != nil {
+		o.Store = observed.New(o.Store, backendName(o.Store), rec, tracer)
+	}
 	log := eventlog.New(o.Store, o.Retention)
 	reg := session.New(o.Store, log, eng, o.Sessions)
 	tOpts := o.Transport
@@ -128,6 +158,16 @@ func (h *Handler) Close() error {
 	<-h.done
 	h.reg.Close()
 	return h.st.Close()
+}
+
+// backendName returns the metrics label of a store: the last element of its
+// package path (memory, durable, redis).
+func backendName(st store.Store) string {
+	t := reflect.TypeOf(st)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return path.Base(t.PkgPath())
 }
 
 // defaultSweepInterval is Options.SweepInterval's default: 10 seconds, or a
