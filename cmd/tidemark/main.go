@@ -11,9 +11,12 @@
 //	                           server at URL, one upstream session per
 //	                           session generation
 //	tidemark probe [flags] URL check how the MCP server at URL resumes streams
+//	tidemark inspect [flags] [TOKEN-PREFIX]
+//	                           show the sessions of a running tidemark serve
+//	                           (its --metrics-addr listener)
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h` or `tidemark probe -h` for the flags; README.md
+// Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags; README.md
 // lists them with their defaults.
 package main
 
@@ -35,9 +38,12 @@ Usage:
                            at URL, one upstream session per session generation
   tidemark probe [flags] URL
                            check how the MCP server at URL resumes streams
+  tidemark inspect [flags] [TOKEN-PREFIX]
+                           show the sessions of a running tidemark serve,
+                           read from its --metrics-addr listener
   tidemark help            print this text
 
-Run "tidemark serve -h" or "tidemark probe -h" for the flags.
+Run "tidemark serve -h", "tidemark probe -h" or "tidemark inspect -h" for the flags.
 `
 
 func main() {
@@ -56,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "probe":
 		return probe(args[1:], stdout, stderr)
+	case "inspect":
+		return inspect(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

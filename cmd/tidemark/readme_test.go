@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// TestREADMEFlags checks that README.md's flag tables of `tidemark serve`
-// and `tidemark probe` list exactly the flags each command declares, with
+// TestREADMEFlags checks that README.md's flag tables of `tidemark serve`,
+// `tidemark probe` and `tidemark inspect` list exactly the flags each command declares, with
 // their defaults and help texts.
 func TestREADMEFlags(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
@@ -21,6 +21,8 @@ func TestREADMEFlags(t *testing.T) {
 	checkFlagTable(t, string(readme), "## `tidemark serve` flags", serveFS)
 	probeFS, _ := probeFlags(io.Discard)
 	checkFlagTable(t, string(readme), "## `tidemark probe` flags", probeFS)
+	inspectFS, _ := inspectFlags(io.Discard)
+	checkFlagTable(t, string(readme), "## `tidemark inspect` flags", inspectFS)
 }
 
 // checkFlagTable compares the table under heading in readme with fs.

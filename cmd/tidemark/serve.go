@@ -50,6 +50,7 @@ type serveConfig struct {
 	maxProcesses    int
 	initTimeout     time.Duration // --stdio-init-timeout
 	dataDir         string        // empty: memory store
+	metricsAddr     string        // empty: no operator's listener
 	fleet           fleetConfig
 	state           stateConfig
 	upstream        upstreamConfig
@@ -86,6 +87,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
 	fleetFlags(fs, &c.fleet)
 	stateFlags(fs, &c.state)
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), health probes (/healthz, /readyz) and the session inspector (/debug/sessions) on this TCP address, a listener of its own (host:port; empty: off)")
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
@@ -126,6 +128,8 @@ func (c *serveConfig) check() error {
 		}
 	}
 	switch {
+	case c.metricsAddr != "" && c.metricsAddr == c.addr:
+		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.metricsAddr)
 	case c.maxSessions <= 0:
 		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)
 	case c.maxCalls <= 0:
@@ -226,6 +230,16 @@ func serve(args []string, stderr io.Writer) int {
 			MaxBodyBytes: c.maxBody, Logger: logger,
 		},
 	}
+	op, err := c.setupTelemetry(opts)
+	if err != nil {
+		ln.Close()
+		if st != nil {
+			st.Close()
+		}
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 1
+	}
+	defer op.close(logger)
 	if fleet != nil {
 		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
 		opts.Transport.Directory = fleet
@@ -251,6 +265,12 @@ func serve(args []string, stderr io.Writer) int {
 	closeHandler := func() {
 		closeEngine()
 		h.Close()
+	}
+	if err := op.listen(c.metricsAddr, c.readiness(st, fleet, ln), inspector(h), logger); err != nil {
+		ln.Close()
+		closeHandler()
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 1
 	}
 	// The endpoint is matched exactly, not through http.ServeMux, whose
 	// path cleaning answers "//mcp" or "/x/../mcp" with a 307 redirect;
@@ -299,6 +319,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	case <-ctx.Done():
 	}
+	op.draining.Store(true)
 	logger.Info("shutting down", "reason", "signal", "grace", c.shutdownGrace)
 	stopAnnouncing()
 	// Calls in flight finish within the grace (new calls get 503). Then
