@@ -5,7 +5,13 @@
 
 package metrics
 
-import "strconv"
+import (
+	"bytes"
+	"errors"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
 
 // Other is the label value of a method or an error that is not one of the
 // known ones (OpenTelemetry's convention for values outside a bounded set).
@@ -58,6 +64,23 @@ func ErrorType(code int64) string {
 	switch code {
 	case -32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32042:
 		return strconv.FormatInt(code, 10)
+	}
+	return Other
+}
+
+// ResponseErrorType returns the error.type of resp, the response to a
+// request of method: "" for a result, ErrorTool for a tools/call result
+// with isError true, else ErrorType of its JSON-RPC error code.
+func ResponseErrorType(method string, resp *jsonrpc.Response) string {
+	if resp.Error == nil {
+		if method == "tools/call" && bytes.Contains(resp.Result, []byte(`"isError":true`)) {
+			return ErrorTool
+		}
+		return ""
+	}
+	var we *jsonrpc.Error
+	if errors.As(resp.Error, &we) {
+		return ErrorType(we.Code)
 	}
 	return Other
 }

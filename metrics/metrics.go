@@ -44,11 +44,21 @@ type Transport interface {
 	// connection; StreamClosed, the same stream's connection ending.
 	StreamOpened(kind StreamKind)
 	StreamClosed(kind StreamKind)
+	// Replayed records one accepted resume's replay: n events of its
+	// stream up to the high-water mark the resume found, written in d,
+	// from the decision until the reader passed that mark.
+	Replayed(n int, d time.Duration)
+	Operations
+}
+
+// Operations records the JSON-RPC messages served: the transport records
+// notifications, the session registry the requests it answers.
+type Operations interface {
 	// Operation records one JSON-RPC request or notification served,
 	// from its arrival to its response (or, for a notification, its
 	// acceptance): method as Method bounds it, errorType "" when it
-	// succeeded, else as ErrorType makes it (OpenTelemetry MCP semantic
-	// conventions, mcp.server.operation.duration).
+	// succeeded, else ErrorType's value or ErrorTool (OpenTelemetry MCP
+	// semantic conventions, mcp.server.operation.duration).
 	Operation(method, errorType string, d time.Duration)
 }
 
@@ -60,30 +70,18 @@ type Sessions interface {
 	// the reason its tombstone keeps (mcp.server.session.duration).
 	SessionStarted()
 	SessionEnded(reason replay.Reason, lived time.Duration)
-	// LiveChanged adds delta (+1 or -1) to the sessions whose live state
-	// this process holds: a session created or re-created here, or one
-	// whose live state this process dropped.
-	LiveChanged(delta int)
 	// GenerationCreated records a session's live state re-created at
 	// generation+1, and why: replay.ReasonOwnerGone (restart),
 	// ReasonLeaseExpired (takeover), ReasonEngineEnded (the engine
 	// session ended, a gateway's subprocess exited).
 	GenerationCreated(cause replay.Reason)
-	// LeasesChanged adds delta to the leases this replica holds (fleet).
-	LeasesChanged(delta int)
-	// TookOver records this replica taking a session over from another
-	// whose lease lapsed (fleet).
-	TookOver()
+	Operations
 }
 
-// Log records what the event log appends, replays and trims.
+// Log records what the event log appends and trims.
 type Log interface {
 	// Appended records n events appended to session logs.
 	Appended(n int)
-	// Replayed records one resume's replay: n events read from the log
-	// below the high-water mark the resume found, taking d until the
-	// reader caught up with it.
-	Replayed(n int, d time.Duration)
 	// Trimmed records retention removing n events from one session's
 	// log, raising its replay floor once.
 	Trimmed(n int)
@@ -161,11 +159,8 @@ func (discard) StreamClosed(StreamKind)                            {}
 func (discard) Operation(string, string, time.Duration)            {}
 func (discard) SessionStarted()                                    {}
 func (discard) SessionEnded(replay.Reason, time.Duration)          {}
-func (discard) LiveChanged(int)                                    {}
 func (discard) GenerationCreated(replay.Reason)                    {}
 func (discard) Fenced(string)                                      {}
-func (discard) LeasesChanged(int)                                  {}
-func (discard) TookOver()                                          {}
 func (discard) Appended(int)                                       {}
 func (discard) Replayed(int, time.Duration)                        {}
 func (discard) Trimmed(int)                                        {}

@@ -33,7 +33,7 @@ var fastBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
 type Recorder struct {
 	operation   *prometheus.HistogramVec
 	session     *prometheus.HistogramVec
-	live        prometheus.Gauge
+	reg         prometheus.Registerer
 	created     prometheus.Counter
 	streams     *prometheus.GaugeVec
 	streamKinds [3]prometheus.Gauge // post, standalone, resumed
@@ -48,7 +48,6 @@ type Recorder struct {
 	floorRaises prometheus.Counter
 	storeTime   *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
-	leases      prometheus.Gauge
 	takeovers   prometheus.Counter
 	processes   prometheus.Gauge
 	exits       *prometheus.CounterVec
@@ -59,6 +58,7 @@ type Recorder struct {
 // one registry).
 func New(reg prometheus.Registerer) (*Recorder, error) {
 	r := &Recorder{
+		reg: reg,
 		operation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcp_server_operation_duration_seconds",
 			Help:    "MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent (OpenTelemetry mcp.server.operation.duration).",
@@ -69,10 +69,6 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Help:    "The duration of the MCP session as observed on the MCP server (OpenTelemetry mcp.server.session.duration), by the reason it ended.",
 			Buckets: mcpBuckets,
 		}, []string{"reason"}),
-		live: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_sessions_live",
-			Help: "Sessions whose live state this process holds.",
-		}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidemark_sessions_created_total",
 			Help: "Sessions created (initialize succeeded) by this process.",
@@ -127,10 +123,6 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Name: "tidemark_store_errors_total",
 			Help: "Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation.",
 		}, []string{"store", "operation"}),
-		leases: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_leases_held",
-			Help: "Session leases this replica holds (fleet mode).",
-		}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidemark_takeovers_total",
 			Help: "Sessions this replica took over from a replica whose lease lapsed (fleet mode).",
@@ -148,15 +140,33 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
 	}
 	for _, c := range []prometheus.Collector{
-		r.operation, r.session, r.live, r.created, r.streams, r.resumes, r.refusals,
+		r.operation, r.session, r.created, r.streams, r.resumes, r.refusals,
 		r.appended, r.replayed, r.replayTime, r.generations, r.fenced, r.trimmed,
-		r.floorRaises, r.storeTime, r.storeErrors, r.leases, r.takeovers, r.processes, r.exits,
+		r.floorRaises, r.storeTime, r.storeErrors, r.takeovers, r.processes, r.exits,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// WatchSessions registers the gauges read from the session registry at
+// each scrape: tidemark_sessions_live, the value of live(), and, when
+// leased (fleet mode), tidemark_leases_held, the same value: each session
+// this replica holds, it holds under a lease. It fails as New does.
+func (r *Recorder) WatchSessions(live func() int, leased bool) error {
+	err := r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tidemark_sessions_live",
+		Help: "Sessions whose live state this process holds.",
+	}, func() float64 { return float64(live()) }))
+	if err != nil || !leased {
+		return err
+	}
+	return r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tidemark_leases_held",
+		Help: "Session leases this replica holds (fleet mode).",
+	}, func() float64 { return float64(live()) }))
 }
 
 // NewRegistry returns a registry holding the Go runtime and process
@@ -212,27 +222,21 @@ func (r *Recorder) SessionEnded(reason replay.Reason, lived time.Duration) {
 	r.session.WithLabelValues(string(reason)).Observe(lived.Seconds())
 }
 
-// LiveChanged implements metrics.Sessions.
-func (r *Recorder) LiveChanged(delta int) { r.live.Add(float64(delta)) }
-
 // GenerationCreated implements metrics.Sessions.
 func (r *Recorder) GenerationCreated(cause replay.Reason) {
 	r.generations.WithLabelValues(string(cause)).Inc()
+	if cause == replay.ReasonLeaseExpired {
+		r.takeovers.Inc()
+	}
 }
 
 // Fenced implements metrics.Store.
 func (r *Recorder) Fenced(op string) { r.fenced.WithLabelValues(op).Inc() }
 
-// LeasesChanged implements metrics.Sessions.
-func (r *Recorder) LeasesChanged(delta int) { r.leases.Add(float64(delta)) }
-
-// TookOver implements metrics.Sessions.
-func (r *Recorder) TookOver() { r.takeovers.Inc() }
-
 // Appended implements metrics.Log.
 func (r *Recorder) Appended(n int) { r.appended.Add(float64(n)) }
 
-// Replayed implements metrics.Log.
+// Replayed implements metrics.Transport.
 func (r *Recorder) Replayed(n int, d time.Duration) {
 	r.replayed.Add(float64(n))
 	r.replayTime.Observe(d.Seconds())

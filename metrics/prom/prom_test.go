@@ -35,9 +35,9 @@ func TestExposition(t *testing.T) {
 	r.Operation("tools/call", metrics.ErrorType(-32602), 5*time.Millisecond)
 	r.Operation("made/up", "", time.Millisecond)
 	r.SessionStarted()
-	r.LiveChanged(1)
-	r.LiveChanged(1)
-	r.LiveChanged(-1)
+	if err := r.WatchSessions(func() int { return 2 }, true); err != nil {
+		t.Fatal(err)
+	}
 	r.SessionEnded(replay.ReasonDeleted, 90*time.Second)
 	r.GenerationCreated(replay.ReasonLeaseExpired)
 	r.Appended(3)
@@ -46,8 +46,6 @@ func TestExposition(t *testing.T) {
 	r.Trimmed(7)
 	r.Fenced(metrics.OpAppend)
 	r.StoreOperation(metrics.StoreRedis, metrics.OpAppend, time.Millisecond, true)
-	r.LeasesChanged(2)
-	r.TookOver()
 	r.ProcessStarted()
 	r.ProcessStarted()
 	r.ProcessExited(replay.ReasonServerExited)
@@ -68,7 +66,7 @@ tidemark_streams_open{kind="resumed"} 1
 tidemark_streams_open{kind="standalone"} 0
 # HELP tidemark_sessions_live Sessions whose live state this process holds.
 # TYPE tidemark_sessions_live gauge
-tidemark_sessions_live 1
+tidemark_sessions_live 2
 # HELP tidemark_sessions_created_total Sessions created (initialize succeeded) by this process.
 # TYPE tidemark_sessions_created_total counter
 tidemark_sessions_created_total 1
