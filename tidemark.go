@@ -61,6 +61,11 @@ type Options struct {
 	// registered on it already: give each Handler a registry of its own.
 	// Default: no metrics.
 	Registerer prometheus.Registerer
+	// Metrics, when set, is the recorder every layer records on instead
+	// of one made for Registerer: a caller that also builds an engine
+	// recording on it (stdio.Options.Metrics) makes it with prom.New.
+	// Its sessions-live gauge is registered when it has WatchSessions.
+	Metrics metrics.Recorder
 	// TracerProvider, when set, starts Tidemark's spans: one per JSON-RPC
 	// request (OpenTelemetry MCP semantic conventions), per resume and per
 	// store write (package tracing). Default: no spans.
@@ -120,8 +125,8 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	if o.Sessions.Logger == nil {
 		o.Sessions.Logger = o.Transport.Logger
 	}
-	rec := metrics.Discard
-	if o.Registerer != nil {
+	rec := o.Metrics
+	if rec == nil && o.Registerer != nil {
 		pr, err := prom.New(o.Registerer)
 		if err != nil {
 			panic("tidemark: Options.Registerer: " + err.Error())
@@ -129,11 +134,24 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 		rec = pr
 	}
 	tracer := tracing.New(o.TracerProvider)
-	if o.Registerer != nil || tracer != nil {
+	if rec != nil || tracer != nil {
 		o.Store = observed.New(o.Store, backendName(o.Store), rec, tracer)
 	}
+	if rec == nil {
+		rec = metrics.Discard
+	}
+	o.Retention.Metrics = rec
+	o.Sessions.Metrics, o.Sessions.Tracer = rec, tracer
+	o.Transport.Metrics, o.Transport.Tracer = rec, tracer
 	log := eventlog.New(o.Store, o.Retention)
 	reg := session.New(o.Store, log, eng, o.Sessions)
+	if w, ok := rec.(interface {
+		WatchSessions(live func() int, leased bool) error
+	}); ok {
+		if err := w.WatchSessions(reg.Len, o.Sessions.Lease > 0); err != nil {
+			panic("tidemark: Options.Registerer: " + err.Error())
+		}
+	}
 	tOpts := o.Transport
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{

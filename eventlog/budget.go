@@ -218,7 +218,7 @@ func (l *Log) trimOldest(ctx context.Context, u *usage, need int64, next time.Ti
 			break
 		}
 	}
-	nb, err := l.st.Trim(ctx, u.token, b.Generation, floor)
+	nb, err := l.trim(ctx, u.token, b, floor)
 	if err != nil || nb.Floor <= b.Floor {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/agequeue"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -51,6 +52,9 @@ type Options struct {
 	Budget int64
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
+	// Metrics records events appended and trimmed (package metrics).
+	// Default: metrics.Discard.
+	Metrics metrics.Log
 }
 
 // ErrCompacted is returned by Reader.Next when retention removed events the
@@ -102,6 +106,9 @@ func New(st store.Log, opts Options) *Log {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.Discard
+	}
 	return &Log{st: st, opts: opts}
 }
 
@@ -123,6 +130,7 @@ func (l *Log) Append(ctx context.Context, token string, gen uint64, evs ...store
 	if err != nil {
 		return fmt.Errorf("eventlog: append session %s gen %d: %w", store.Prefix(token), gen, err)
 	}
+	l.opts.Metrics.Appended(len(evs))
 	b = l.retain(ctx, token, b, now)
 	l.account(token, b)
 	if l.forgets.Load() != forgets {
@@ -148,11 +156,21 @@ func (l *Log) retain(ctx context.Context, token string, b store.Bounds, now time
 	if floor <= b.Floor {
 		return b
 	}
-	nb, err := l.st.Trim(ctx, token, b.Generation, floor)
+	nb, err := l.trim(ctx, token, b, floor)
 	if err != nil {
 		return b
 	}
 	return nb
+}
+
+// trim raises the floor of a session whose bounds are b to floor, and
+// records the events it removed.
+func (l *Log) trim(ctx context.Context, token string, b store.Bounds, floor uint64) (store.Bounds, error) {
+	nb, err := l.st.Trim(ctx, token, b.Generation, floor)
+	if err == nil && nb.Floor > b.Floor {
+		l.opts.Metrics.Trimmed(int(nb.Floor - b.Floor))
+	}
+	return nb, err
 }
 
 // cutPoint walks the log from the floor and returns the lowest sequence that

@@ -24,13 +24,14 @@ import (
 // the event log (its engine session sees it as an engine.Outbox, outbox.go),
 // and it records the session state a later generation needs.
 type Live struct {
-	reg    *Registry
-	token  string
-	gen    uint64
-	tag    string
-	userID string
-	logger *slog.Logger
-	eng    engine.Session
+	reg     *Registry
+	token   string
+	gen     uint64
+	tag     string
+	userID  string
+	created time.Time // the session's creation (store.Record.Created)
+	logger  *slog.Logger
+	eng     engine.Session
 
 	lh lazyHandler // l.logger's handler
 
@@ -76,6 +77,7 @@ type Live struct {
 func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
+		created:    rec.Created,
 		lastSeen:   r.opts.Now(),
 		storedSeen: rec.LastSeen,
 		leaseUntil: rec.LeaseUntil,

@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -30,8 +32,9 @@ func (o *outbox) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.
 // marks the response that completes a stream as its end, records state
 // changes, and appends the event. A response's call is counted in flight
 // (Live.storing, Registry.CallsInFlight) until the append returns, so a
-// shutdown that waits for no call in flight finds the answer in the log;
-// the session is a candidate for eviction again (Registry.unpark) as soon
+// shutdown that waits for no call in flight finds the answer in the log,
+// and its operation and span end at that point too (Live.answered); the
+// session is a candidate for eviction again (Registry.unpark) as soon
 // as its last call is answered, before the client can see the answer.
 func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
 	data, err := jsonrpc.EncodeMessage(msg)
@@ -41,7 +44,8 @@ func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 	ev := store.Event{Stream: replay.StandaloneStream, Kind: store.KindMessage, Data: data}
 	var stateChange *engine.State
 	unpark := false
-	var answered jsonrpc.ID // the call msg answers, when it is a response to one
+	var answered call            // the call msg answers, when it is a response to one
+	var answer *jsonrpc.Response // msg, when it answers a call
 	l.mu.Lock()
 	if resp, ok := msg.(*jsonrpc.Response); ok {
 		c, known := l.calls[resp.ID]
@@ -52,7 +56,7 @@ func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 		}
 		delete(l.calls, resp.ID)
 		l.storing++
-		answered = resp.ID
+		answered, answer = c, resp
 		l.ledger.answering(c.stream, resp.ID)
 		ev.Stream = c.stream
 		if s := l.streams[c.stream]; s != nil {
@@ -85,10 +89,20 @@ func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID
 		l.reg.unpark(l)
 	}
 	err = l.store(ctx, stateChange, &ev)
-	if answered.IsValid() {
-		l.settle(ev.Stream, answered, &ev, err == nil)
+	if answer != nil {
+		l.answered(answered, answer)
+		l.settle(ev.Stream, answer.ID, &ev, err == nil)
 	}
 	return err
+}
+
+// answered records call c answered by resp, once resp is stored (or
+// failed to be): its operation duration and the end of its span, with
+// resp's error type.
+func (l *Live) answered(c call, resp *jsonrpc.Response) {
+	errType := metrics.ResponseErrorType(c.method, resp)
+	l.reg.opts.Metrics.Operation(c.method, errType, time.Since(c.start))
+	c.span.EndRequest(errType)
 }
 
 // store stores the state change st, if any, then appends ev; a failure

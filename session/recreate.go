@@ -146,6 +146,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		}
 		reason := r.lease.takeoverReason(rec, engineEnded)
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
+		r.opts.Metrics.GenerationCreated(reason)
 		return l, nil
 	}
 }

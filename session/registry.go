@@ -16,8 +16,10 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // Defaults of Options.
@@ -76,6 +78,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
+	// Metrics records sessions created and ended, generations created,
+	// and each request answered (package metrics). Default:
+	// metrics.Discard.
+	Metrics metrics.Sessions
+	// Tracer starts a server span per request, ended with its response
+	// (package tracing). Default: none.
+	Tracer *tracing.Tracer
 }
 
 // Errors of Registry methods; test with errors.Is.
@@ -148,6 +157,9 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.Discard
+	}
 	if opts.Lease > 0 && opts.RenewInterval <= 0 {
 		opts.RenewInterval = opts.Lease / DefaultRenewDivisor
 	}
@@ -202,6 +214,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 		return nil, err
 	}
 	l.logger.Info("session created")
+	r.opts.Metrics.SessionStarted()
 	return l, nil
 }
 
@@ -250,8 +263,17 @@ func (r *Registry) ended(ctx context.Context, token string, l *Live, reason stor
 	if l != nil {
 		l.eng.Close()
 		l.logger.Info("session ended", "reason", string(reason))
+		if err == nil {
+			r.recordEnded(l, reason)
+		}
 	}
 	return err
+}
+
+// recordEnded records l's session ended with reason, after the time it
+// lived (mcp.server.session.duration).
+func (r *Registry) recordEnded(l *Live, reason store.EndReason) {
+	r.opts.Metrics.SessionEnded(replay.Reason(reason), r.opts.Now().Sub(l.created))
 }
 
 // endRecord ends token's session in the store with reason, keeping a

@@ -49,8 +49,11 @@ func (r *Registry) reserve(ctx context.Context) error {
 		// closes in the background: the creator does not wait for another
 		// session's teardown (a gateway's subprocess may take its stop
 		// grace).
-		r.endRecord(ctx, victim.token, store.EndCapacity)
+		err := r.endRecord(ctx, victim.token, store.EndCapacity)
 		victim.logger.Info("session ended", "reason", string(store.EndCapacity))
+		if err == nil {
+			r.recordEnded(victim, store.EndCapacity)
+		}
 		r.closeInBackground(victim)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // Errors of OpenStream; test with errors.Is.
@@ -49,6 +50,8 @@ type call struct {
 	stream uint64
 	method string
 	params json.RawMessage // kept for the calls that change session state (engine.ChangesState)
+	start  time.Time       // when it arrived (mcp.server.operation.duration)
+	span   tracing.Span    // its server span, ended with its response
 }
 
 // openStream is a POST stream whose requests are not all answered.
@@ -91,10 +94,17 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	if l.calls == nil {
 		l.calls = make(map[jsonrpc.ID]call, len(calls))
 	}
+	now := time.Now()
 	for _, c := range calls {
-		cl := call{method: c.Method}
+		cl := call{method: c.Method, start: now}
 		if engine.ChangesState(c) {
 			cl.params = c.Params
+		}
+		if l.reg.opts.Tracer != nil {
+			_, cl.span = l.reg.opts.Tracer.StartRequest(ctx, nil, tracing.Message{
+				Method: c.Method, ID: fmt.Sprint(c.ID.Raw()), Params: c.Params,
+				Session: l.token, ProtocolVersion: l.state.ProtocolVersion,
+			})
 		}
 		l.calls[c.ID] = cl
 	}

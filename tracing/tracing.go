@@ -141,6 +141,16 @@ func (t *Tracer) StartRequest(ctx context.Context, header http.Header, m Message
 	return ctx, Span{span}
 }
 
+// Extract returns ctx carrying the trace context of header (W3C Trace
+// Context), as the remote parent of the spans started from it; ctx itself
+// when t is nil.
+func (t *Tracer) Extract(ctx context.Context, header http.Header) context.Context {
+	if t == nil {
+		return ctx
+	}
+	return t.prop.Extract(ctx, propagation.HeaderCarrier(header))
+}
+
 // parent returns ctx with the remote parent of _meta when it has a
 // traceparent, else with that of header.
 func (t *Tracer) parent(ctx context.Context, header http.Header, meta map[string]any) context.Context {

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -27,7 +28,9 @@ import (
 // event (SEP-1699) under 2025-11-25 and later only; earlier clients see the
 // stream's messages.
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.Live, p post, req engine.Request, version string) *refusal {
-	ctx := r.Context()
+	// The calls' spans (started by OpenStream) are children of the HTTP
+	// request's trace context unless their params._meta names another.
+	ctx := h.opts.Tracer.Extract(r.Context(), r.Header)
 	asJSON := h.opts.JSONResponse
 	primed := !asJSON && version >= V20251125
 	streamID, ref := h.openStream(ctx, live, p.calls, asJSON, primed)
@@ -54,7 +57,7 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 	if asJSON {
 		return h.answerJSON(ctx, w, live, streamID, after, p.batch)
 	}
-	return h.serve(ctx, w, stream{live: live, stream: streamID, after: after, unprimed: !primed})
+	return h.serve(ctx, w, stream{live: live, stream: streamID, after: after, unprimed: !primed, kind: metrics.StreamPost})
 }
 
 // openStream opens the stream of calls on live's session and returns its
@@ -97,7 +100,7 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 // initialize never reached the server is ended (it never began).
 func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, streamID uint64, req engine.Request) *refusal {
 	for i, m := range p.msgs {
-		err := live.Deliver(ctx, m, req)
+		err := h.deliverMessage(ctx, live, m, req)
 		if err == nil {
 			continue
 		}

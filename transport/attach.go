@@ -112,3 +112,25 @@ func (c *connections) wait(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
+
+// readers returns, for each stream of token's generation gen that a
+// connection serves, the number of connections serving it (1: one reader
+// per stream).
+func (c *connections) readers(token string, gen uint64) map[uint64]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[uint64]int{}
+	for k := range c.byStream {
+		if k.token == token && k.gen == gen {
+			out[k.stream]++
+		}
+	}
+	return out
+}
+
+// Readers returns, for each stream of generation gen of the session token
+// that a connection is writing, the number of connections writing it: 1
+// (one reader per stream). The session inspector shows them.
+func (h *Handler) Readers(token string, gen uint64) map[uint64]int {
+	return h.conns.readers(token, gen)
+}

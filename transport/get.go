@@ -8,6 +8,7 @@ package transport
 import (
 	"net/http"
 
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -30,6 +31,6 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 	// The stream's starting point is taken in serve once this connection
 	// holds the stream, so that a connection it takes over never sees (and
 	// writes) this one's priming event.
-	s := stream{live: live, stream: replay.StandaloneStream, fresh: true, unprimed: version < V20251125}
+	s := stream{live: live, stream: replay.StandaloneStream, fresh: true, unprimed: version < V20251125, kind: metrics.StreamStandalone}
 	return h.serve(r.Context(), w, s)
 }

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // Defaults of Options.
@@ -68,6 +71,13 @@ type Options struct {
 	// remote owner, the request waits for that owner's lease to lapse and
 	// is then served here.
 	Directory Directory
+	// Metrics records refusals, resumes, streams, replays and
+	// notifications (package metrics). Default: metrics.Discard.
+	Metrics metrics.Transport
+	// Tracer starts a span per resume and per notification, and gives
+	// requests the trace context of their HTTP headers (package tracing).
+	// Default nil: no spans.
+	Tracer *tracing.Tracer
 }
 
 // withDefaults returns opts with every zero field set to its default.
@@ -89,6 +99,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.Discard
 	}
 	return opts
 }

@@ -90,7 +90,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	if len(p.calls) == 0 {
 		// Only notifications and responses: 202 with no body.
 		for _, m := range msgs {
-			if err := live.Deliver(r.Context(), m, req); err != nil {
+			if err := h.deliverMessage(r.Context(), live, m, req); err != nil {
 				return deliveryRefusal(live, err)
 			}
 		}

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"net/http"
 	"sync/atomic"
+	"time"
 
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -32,34 +34,68 @@ var resumes atomic.Uint64
 // the session's live state at generation+1 when no live process holds it,
 // so the decision compares the cursor with the generation that serves now;
 // a session another replica owns is decided and served there.
+//
+// Every resume answered here is counted by its outcome (Options.Metrics:
+// replay, or the refusal's reason) and, past getHeaders, traced as a
+// "resume" span.
 func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version string, cursors []string) *refusal {
 	token, ref := getHeaders(r)
 	if ref != nil {
+		h.opts.Metrics.Resumed(ref.reason)
 		return ref
 	}
+	ctx, span := h.opts.Tracer.StartResume(r.Context(), r.Header, token, cursors[0])
+	r = r.WithContext(ctx)
+	s, ref := h.resume(w, r, token, cursors)
+	switch {
+	case ref != nil:
+		h.opts.Metrics.Resumed(ref.reason)
+		span.EndResume(ref.reason.Status(), ref.reason)
+		return ref
+	case s.live == nil:
+		span.End(nil) // served by the session's owner, which counts it
+		return nil
+	}
+	h.opts.Metrics.Resumed(replay.ReasonReplay)
+	span.EndResume(http.StatusOK, replay.ReasonReplay)
+	if version == "" {
+		version = s.live.ProtocolVersion()
+	}
+	if version >= V20251125 {
+		s.preamble = h.resumePriming(s.cursor)
+	}
+	s.live.Logger().Info("stream resumed", "stream", s.stream, "cursor", cursors[0])
+	return h.serve(ctx, w, s)
+}
+
+// resume applies the decision to the resume of token's stream r's cursor
+// names, and returns the stream to serve, or the refusal. It returns
+// neither when the request was served by the session's owner.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, token string, cursors []string) (stream, *refusal) {
 	live, err := h.resolve(w, r, token, nil)
 	in, ref := h.replayInput(r, token, cursors, live, err)
 	if in == nil {
-		return ref // refused, or served by the session's owner
+		return stream{}, ref // refused, or served by the session's owner
 	}
 	d, at, ref := h.decide(r, token, live, in, len(cursors) > 1)
 	if ref != nil {
-		return ref
+		return stream{}, ref
 	}
 	if d.Outcome != replay.Replay {
-		return resumeRefusal(live, d, in.LastEventID)
-	}
-	if version == "" {
-		version = live.ProtocolVersion()
+		return stream{}, resumeRefusal(live, d, in.LastEventID)
 	}
 	// A cursor naming the last event of a finished stream has nothing after
-	// it: the resumed stream is the priming event alone, then the end.
-	s := stream{live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence, finished: at.End}
-	if version >= V20251125 {
-		s.preamble = h.resumePriming(d.Cursor)
+	// it: the resumed stream is the priming event alone, then the end, and
+	// its replay is over at once.
+	s := stream{
+		live: live, stream: d.Cursor.Stream, after: d.Cursor.Sequence, finished: at.End,
+		cursor: d.Cursor, kind: metrics.StreamResumed,
+		replay: replayed{to: in.Session.HWM, at: time.Now()},
 	}
-	live.Logger().Info("stream resumed", "stream", d.Cursor.Stream, "cursor", in.LastEventID)
-	return h.serve(r.Context(), w, s)
+	if at.End {
+		s.replay.to = s.after
+	}
+	return s, nil
 }
 
 // replayInput returns what the decision reads: the cursor, the one value of

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -41,6 +42,12 @@ type stream struct {
 	// fresh: a new standalone stream; after is set by serve, once the
 	// connection holds the stream (see start).
 	fresh bool
+	// kind labels the stream in metrics.
+	kind metrics.StreamKind
+	// cursor is the client's cursor of a resumed stream.
+	cursor replay.Cursor
+	// replay measures a resumed stream's replay (replayed.go).
+	replay replayed
 }
 
 // serve tails the stream and writes its events until the stream is over,
@@ -70,6 +77,9 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation(), att)
 	sw.unprimed = s.unprimed
 	w.WriteHeader(http.StatusOK)
+	h.opts.Metrics.StreamOpened(s.kind)
+	defer h.opts.Metrics.StreamClosed(s.kind)
+	s.replay.check(h.opts.Metrics, s.after)
 	// The headers go out with the preamble, or, when there is none and
 	// the stream's opening event (priming) is in the log already, with
 	// the first events: the reader returns that event at once, so a flush
@@ -105,6 +115,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			return nil
 		}
 		over, err := sw.writeEvents(evs)
+		s.replay.count(h.opts.Metrics, evs, rd.Position())
 		if err != nil && !errors.Is(err, errTakenOver) {
 			l.Logger().Info("stream write failed", "stream", s.stream, "reason", replay.ReasonClientGone, "error", err)
 		}

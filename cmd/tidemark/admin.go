@@ -94,7 +94,11 @@ func (c *serveConfig) setupTelemetry(opts *tidemark.Options) (*operator, error) 
 	o := &operator{}
 	if c.metricsAddr != "" {
 		o.reg = prom.NewRegistry()
-		opts.Registerer = o.reg
+		rec, err := prom.New(o.reg)
+		if err != nil {
+			return nil, err
+		}
+		opts.Metrics = rec // the gateway engine records on it too
 	}
 	tp, err := tracing.FromEnv(context.Background())
 	if err != nil {

@@ -84,7 +84,7 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 	case c.stdio:
 		gateway, err := stdio.New(stdio.Options{
 			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses,
-			InitializeTimeout: c.initTimeout, Logger: logger,
+			InitializeTimeout: c.initTimeout, Logger: logger, Metrics: opts.Metrics,
 		})
 		if err != nil {
 			return nil, nil, err

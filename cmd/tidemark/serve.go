@@ -128,7 +128,7 @@ func (c *serveConfig) check() error {
 		}
 	}
 	switch {
-	case c.metricsAddr != "" && c.metricsAddr == c.addr:
+	case c.metricsAddr != "" && c.metricsAddr == c.addr && !strings.HasSuffix(c.addr, ":0"):
 		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.metricsAddr)
 	case c.maxSessions <= 0:
 		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)

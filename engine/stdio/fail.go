@@ -27,6 +27,19 @@ type ending struct {
 	status      string        // how the process exited
 }
 
+// reason is why the subprocess ended, for metrics: the quiet reason
+// (closed by its session, fenced, …), else the failed calls' reason
+// (initialize_timeout), else server_exited (it exited on its own).
+func (end ending) reason() replay.Reason {
+	switch {
+	case end.quiet != "":
+		return end.quiet
+	case end.failReason != "":
+		return end.failReason
+	}
+	return replay.ReasonServerExited
+}
+
 // report logs the end of a subprocess and fails the calls it left in
 // flight, unless its end was quiet (closed, or refused by the outbox).
 func (s *proc) report(end ending) {

@@ -98,6 +98,7 @@ func (e *Engine) startProcess() (*exec.Cmd, pipes, error) {
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start %s: %w", e.opts.Command, err))
 	}
+	e.opts.Metrics.ProcessStarted()
 	// The child holds its ends now.
 	ends[0][0].Close()
 	ends[1][1].Close()

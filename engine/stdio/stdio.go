@@ -48,6 +48,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/metrics"
 )
 
 // Defaults of Options.
@@ -111,6 +112,9 @@ type Options struct {
 	// replayed initialize of a re-created session is bounded by
 	// StartTimeout instead.
 	InitializeTimeout time.Duration
+	// Metrics records subprocesses started and exited (package metrics).
+	// Default: metrics.Discard.
+	Metrics metrics.Processes
 	// Logger receives engine-wide lines; session lines go to the logger of
 	// engine.Info. Default slog.Default().
 	Logger *slog.Logger
@@ -148,6 +152,9 @@ func New(opts Options) (*Engine, error) {
 	env, err := buildEnv(os.Getenv, opts.Env)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.Discard
 	}
 	if opts.MaxProcesses == 0 {
 		opts.MaxProcesses = DefaultMaxProcesses

@@ -96,6 +96,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 	if waitErr != nil {
 		end.status = waitErr.Error()
 	}
+	s.e.opts.Metrics.ProcessExited(end.reason())
 	// The generation is over before its failed calls are answered: a client
 	// that resumes as soon as it reads one of those errors must find the
 	// session re-created (409 for the old streams), never this generation.
