@@ -1,0 +1,77 @@
+// What the session inspector (admin, /debug/sessions) is told about the
+// sessions whose live state a registry holds.
+
+package session
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Snapshot is what a registry knows of one live session at one instant.
+type Snapshot struct {
+	// Token is the whole session token: callers show only a prefix.
+	Token           string
+	Generation      uint64
+	ProtocolVersion string
+	// Owner is this registry's identity; LeaseUntil its lease's expiry
+	// (zero: no expiry).
+	Owner      string
+	LeaseUntil time.Time
+	Created    time.Time
+	// Idle is the time since the latest request (zero while a connection
+	// serves one of its streams).
+	Idle time.Duration
+	// Calls maps each stream with calls in flight to their number.
+	Calls map[uint64]int
+	// CallsInFlight is the sum of Calls.
+	CallsInFlight int
+
+	used uint64 // recency stamp
+}
+
+// Snapshots returns the sessions whose live state this registry holds and
+// whose token starts with prefix ("" for all), most recently used first.
+func (r *Registry) Snapshots(prefix string) []Snapshot {
+	r.mu.RLock()
+	lives := make([]*Live, 0, len(r.live))
+	for tok, l := range r.live {
+		if strings.HasPrefix(tok, prefix) && !l.dead() {
+			lives = append(lives, l)
+		}
+	}
+	r.mu.RUnlock()
+	now := r.opts.Now()
+	out := make([]Snapshot, 0, len(lives))
+	for _, l := range lives {
+		out = append(out, l.snapshot(now))
+	}
+	slices.SortFunc(out, func(a, b Snapshot) int {
+		switch {
+		case a.used > b.used:
+			return -1
+		case a.used < b.used:
+			return 1
+		}
+		return strings.Compare(a.Token, b.Token)
+	})
+	return out
+}
+
+// snapshot returns l's Snapshot at now.
+func (l *Live) snapshot(now time.Time) Snapshot {
+	idle := now.Sub(l.idleSince())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Snapshot{
+		Token: l.token, Generation: l.gen, ProtocolVersion: l.state.ProtocolVersion,
+		Owner: l.reg.opts.Owner, LeaseUntil: l.leaseUntil, Created: l.created,
+		Idle: max(idle, 0), Calls: make(map[uint64]int, len(l.streams)),
+		CallsInFlight: len(l.calls), used: l.used.Load(),
+	}
+	for _, c := range l.calls {
+		s.Calls[c.stream]++
+	}
+	return s
+}
