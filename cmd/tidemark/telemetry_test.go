@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// startObserved starts tidemark serve with the operator's listener on a
+// free port, and returns the process, the MCP endpoint and the operator's
+// listener address.
+func startObserved(t *testing.T, env []string, args ...string) (*testenv.Process, string, string) {
+	t.Helper()
+	cmd := exec.Command(testenv.BuildTidemark(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	p := testenv.StartCmd(t, cmd)
+	m := p.WaitFor(t, `msg="operator's listener" url=http://(\S+)`, 30*time.Second)
+	return p, testenv.ServeURL(t, p), m[1]
+}
+
+// freePort returns a loopback port nobody listens on at the moment.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startPrometheus starts a Prometheus server on a free loopback port, with
+// its storage in a temporary directory, scraping target every second, and
+// returns its base URL once it is ready.
+func startPrometheus(t *testing.T, target string) string {
+	t.Helper()
+	testenv.Need(t, testenv.Prometheus)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "prometheus.yml")
+	err := os.WriteFile(config, []byte(fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: tidemark
+    static_configs:
+      - targets: ['%s']
+`, target)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		base := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		p := testenv.StartProcess(t, "prometheus", "--config.file="+config,
+			"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+strings.TrimPrefix(base, "http://"))
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if resp, err := http.Get(base + "/-/ready"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return base
+				}
+			}
+			select {
+			case <-p.Done():
+				deadline = time.Now()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if attempt == 3 {
+			t.Fatalf("prometheus did not become ready; output:\n%s", p.Output())
+		}
+		p.Kill()
+	}
+}
+
+// promQuery returns the value of the single series query selects in
+// Prometheus at base, or -1 when it selects none.
+func promQuery(t *testing.T, base, query string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string
+		Data   struct {
+			Result []struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != "success" {
+		t.Fatalf("query %s: status %q, %v", query, r.Status, err)
+	}
+	switch len(r.Data.Result) {
+	case 0:
+		return -1
+	case 1:
+		v, _ := strconv.ParseFloat(r.Data.Result[0].Value[1].(string), 64)
+		return v
+	}
+	t.Fatalf("query %s selects %d series, want one: %v", query, len(r.Data.Result), r.Data.Result)
+	return 0
+}
+
+// ids adds the ids of evs to seen.
+func ids(seen map[string]bool, evs []mcptest.Event) {
+	for _, ev := range evs {
+		if ev.HasID && ev.ID != "" {
+			seen[ev.ID] = true
+		}
+	}
+}
+
+// TestPrometheusScrapesExactCounts: a real Prometheus scrapes a real
+// tidemark serve --metrics-addr; after a scripted run (initialize, N echo
+// calls, one countdown cut and resumed exactly, one 409 cursor_compacted,
+// one 404, one 400 cursor_ahead) Prometheus's HTTP API gives the exact count of each,
+// and promtool check metrics finds nothing to complain about.
+func TestPrometheusScrapesExactCounts(t *testing.T) {
+	testenv.Need(t, testenv.Prometheus)
+	_, endpoint, metricsAddr := startObserved(t, nil, "--retention-events", "100")
+	prom := startPrometheus(t, metricsAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	sess, err := (&mcptest.Client{URL: endpoint}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// N echo calls, each stream read to its end; the first one's opening
+	// cursor is kept for the 409 (N*2 events pass --retention-events).
+	seen := map[string]bool{}
+	const n = 60
+	var oldest string
+	for i := range n {
+		st, err := sess.Call(ctx, mcptest.ToolCall(int64(100+i), "echo", map[string]any{"text": "hi"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := st.Collect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids(seen, evs)
+		if i == 0 {
+			oldest = evs[0].ID
+		}
+	}
+
+	// One cut and exact resume.
+	st, err := sess.Call(ctx, mcptest.ToolCall(20, "countdown", map[string]any{"n": 10, "delay_ms": 20}, "cd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Until(func(ev mcptest.Event) bool { return len(seen) > 0 && ev.HasID && !ev.IsPriming() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids(seen, evs)
+	last := evs[len(evs)-1].ID
+	st.Close()
+	time.Sleep(100 * time.Millisecond) // the countdown goes on: the resume replays what it missed
+	if st, err = sess.Resume(ctx, last); err != nil {
+		t.Fatalf("exact resume: %v", err)
+	}
+	evs, err = st.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The resumed stream's priming event is made for this connection (an
+	// id of its own), never appended to the log.
+	if len(evs) < 2 || !evs[0].IsPriming() {
+		t.Fatalf("resumed stream does not open with a priming event: %v", evs)
+	}
+	ids(seen, evs[1:])
+	if !evs[len(evs)-1].IsResponseTo(mcptest.ID(20)) {
+		t.Fatalf("resumed stream did not end with the countdown's response: %v", evs)
+	}
+
+	// 409: the first echo's cursor, more than --retention-events ago.
+	_, err = sess.Resume(ctx, oldest)
+	wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
+
+	// 400 cursor_ahead: the newest cursor's sequence a million further.
+	newest := last
+	cut := strings.LastIndex(newest, "-")
+	seq, _ := strconv.ParseUint(newest[cut+1:], 10, 64)
+	_, err = sess.Resume(ctx, newest[:cut+1]+strconv.FormatUint(seq+1_000_000, 10))
+	wantRefusal(t, err, http.StatusBadRequest, "cursor_ahead")
+
+	// 404: a token this server never issued.
+	ghost := (&mcptest.Client{URL: endpoint}).SessionFor("GHOSTGHOSTGHOSTGHOSTGHOST1", sess.ProtocolVersion)
+	_, err = ghost.Resume(ctx, newest)
+	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
+
+	want := map[string]float64{
+		`tidemark_resumes_total{outcome="accepted",reason="replay"}`:                               1,
+		`tidemark_resumes_total{outcome="refused",reason="cursor_compacted"}`:                      1,
+		`tidemark_resumes_total{outcome="refused",reason="cursor_ahead"}`:                          1,
+		`tidemark_resumes_total{outcome="refused",reason="session_not_found"}`:                     1,
+		`tidemark_refusals_total{status="409",reason="cursor_compacted"}`:                          1,
+		`tidemark_refusals_total{status="400",reason="cursor_ahead"}`:                              1,
+		`tidemark_refusals_total{status="404",reason="session_not_found"}`:                         1,
+		`sum(tidemark_refusals_total)`:                                                             3,
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="tools/call",error_type=""}`:  n + 1,
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="initialize"}`:                1,
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="notifications/initialized"}`: 1,
+		`tidemark_sessions_created_total`:                                                          1,
+		`tidemark_sessions_live`:                                                                   1,
+		`tidemark_events_appended_total`:                                                           float64(len(seen) + 2), // and initialize's priming event and response
+		`sum(tidemark_streams_open)`:                                                               0,
+		`tidemark_replay_duration_seconds_count`:                                                   1,
+	}
+	// Wait for a scrape taken after the run: the last refusal counted.
+	deadline := time.Now().Add(20 * time.Second)
+	for promQuery(t, prom, `tidemark_refusals_total{reason="session_not_found"}`) != 1 || promQuery(t, prom, `sum(tidemark_streams_open)`) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Prometheus has not scraped the run's refusals within 20 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // one more scrape: every counter of the run is in it
+	for q, v := range want {
+		if got := promQuery(t, prom, q); got != v {
+			t.Errorf("Prometheus: %s = %v, want %v", q, got, v)
+		}
+	}
+	if got := promQuery(t, prom, `tidemark_events_replayed_total`); got < 1 {
+		t.Errorf("tidemark_events_replayed_total = %v, want at least 1 (the countdown's events after the cut)", got)
+	}
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	check := exec.Command("promtool", "check", "metrics")
+	check.Stdin = strings.NewReader(string(body))
+	if out, err := check.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
