@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/otlptest"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
@@ -257,4 +259,157 @@ func TestPrometheusScrapesExactCounts(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil || len(out) != 0 {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
+}
+
+// TestTracesExported: tidemark serve with OTEL_EXPORTER_OTLP_ENDPOINT
+// exports to an OTLP receiver (decoding the protocol with the official
+// types): a tools/call span named "tools/call echo", child of the span in
+// its params._meta.traceparent, with the MCP conventions' attributes; the
+// initialize span, child of the HTTP header's traceparent; a resume span
+// with its reason; store write spans.
+func TestTracesExported(t *testing.T) {
+	for _, protocol := range []string{"http/protobuf", "grpc"} {
+		t.Run(protocol, func(t *testing.T) {
+			var recv *otlptest.Receiver
+			if protocol == "grpc" {
+				recv = otlptest.StartGRPC(t)
+			} else {
+				recv = otlptest.StartHTTP(t)
+			}
+			_, endpoint, _ := startObserved(t, []string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
+				"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=tidemark-e2e",
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			client := &mcptest.Client{URL: endpoint, Header: http.Header{
+				"Traceparent": {"00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"},
+			}}
+			sess, err := client.Initialize(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := mcptest.MustCall(2, "tools/call", map[string]any{
+				"name": "echo", "arguments": map[string]any{"text": "traced"},
+				"_meta": map[string]any{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			})
+			st, err := sess.Call(ctx, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := st.Collect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = sess.Resume(ctx, evs[0].ID+"0")
+			wantRefusal(t, err, http.StatusBadRequest, "cursor_ahead")
+
+			find := func(spans []otlptest.Span, name string) (otlptest.Span, bool) {
+				for _, s := range spans {
+					if s.Name == name {
+						return s, true
+					}
+				}
+				return otlptest.Span{}, false
+			}
+			spans := recv.WaitFor(t, 20*time.Second, func(s []otlptest.Span) bool {
+				_, a := find(s, "tools/call echo")
+				_, b := find(s, "resume")
+				_, c := find(s, "initialize")
+				return a && b && c
+			})
+			tool, _ := find(spans, "tools/call echo")
+			if tool.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || tool.ParentSpanID != "00f067aa0ba902b7" {
+				t.Errorf("tools/call span trace %s parent %s, want those of params._meta.traceparent", tool.TraceID, tool.ParentSpanID)
+			}
+			want := map[string]string{
+				"mcp.method.name": "tools/call", "gen_ai.tool.name": "echo", "jsonrpc.request.id": "2",
+				"mcp.session.id": sess.Token[:8], "mcp.protocol.version": "2025-11-25", "network.transport": "tcp",
+			}
+			for k, v := range want {
+				if tool.Attributes[k] != v {
+					t.Errorf("tools/call span %s = %q, want %q", k, tool.Attributes[k], v)
+				}
+			}
+			if _, ok := tool.Attributes["error.type"]; ok || tool.Service != "tidemark-e2e" {
+				t.Errorf("tools/call span: error.type %q (want none), service %q", tool.Attributes["error.type"], tool.Service)
+			}
+			for _, s := range spans {
+				for k, v := range s.Attributes {
+					if strings.Contains(v, sess.Token) {
+						t.Errorf("span %s attribute %s carries the whole session token", s.Name, k)
+					}
+				}
+			}
+			init, _ := find(spans, "initialize")
+			if init.TraceID != strings.Repeat("a", 32) || init.ParentSpanID != strings.Repeat("b", 16) {
+				t.Errorf("initialize span trace %s parent %s, want the HTTP header's traceparent", init.TraceID, init.ParentSpanID)
+			}
+			res, _ := find(spans, "resume")
+			if res.Attributes["tidemark.reason"] != "cursor_ahead" || res.Attributes["http.response.status_code"] != "400" || res.TraceID != strings.Repeat("a", 32) {
+				t.Errorf("resume span %+v, want reason cursor_ahead, status 400, in the header's trace", res)
+			}
+			if _, ok := find(spans, "store append"); !ok {
+				t.Errorf("no store append span among %d spans", len(spans))
+			}
+		})
+	}
+}
+
+// readyz returns /readyz's status and reason.
+func readyz(t *testing.T, metricsAddr string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + metricsAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct{ Reason string }
+	json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r.Reason
+}
+
+// awaitReady polls /readyz until it answers status with reason, and
+// returns how long that took.
+func awaitReady(t *testing.T, metricsAddr string, status int, reason string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, got := readyz(t, metricsAddr)
+		if code == status && got == reason {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz answers %d %q, want %d %q within %v", code, got, status, reason, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestReadyzFollowsRedis: a fleet replica's /readyz answers 200 while
+// Redis serves, 503 unavailable while Redis is stopped, and 200 again once
+// Redis is back and the replica has announced itself again (503
+// not_registered until then: a Redis without persistence lost the entry).
+func TestReadyzFollowsRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL(), "--lease-ttl", "2s", "--lease-renew", "500ms")
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	if code, body := get(t, "http://"+metricsAddr+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz %d %s", code, body)
+	}
+	rs.Kill()
+	awaitReady(t, metricsAddr, http.StatusServiceUnavailable, "unavailable", 10*time.Second)
+	rs.Restart()
+	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
+}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
