@@ -102,10 +102,9 @@ type Store interface {
 // Processes records the gateway's subprocesses.
 type Processes interface {
 	// ProcessStarted records a subprocess started; ProcessExited, one
-	// that exited, and why: replay.ReasonShutdown when Tidemark stopped
-	// it, ReasonStopTimeout when it had to be killed, ReasonServerExited
-	// when it exited on its own, ReasonInitializeTimeout when it did not
-	// answer initialize in time.
+	// that exited, and why: replay.ReasonClosed when its session ended
+	// it, ReasonFenced, ReasonInitializeTimeout, ReasonServerExited when
+	// it exited on its own.
 	ProcessStarted()
 	ProcessExited(reason replay.Reason)
 }

@@ -133,7 +133,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}),
 		exits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_subprocess_exits_total",
-			Help: "Gateway subprocesses that exited, by reason: shutdown (stopped by Tidemark), stop_timeout (killed), server_exited (on its own), initialize_timeout.",
+			Help: "Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own).",
 		}, []string{"reason"}),
 	}
 	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed} {

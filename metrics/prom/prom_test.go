@@ -100,7 +100,7 @@ tidemark_takeovers_total 1
 # HELP tidemark_subprocesses_running Gateway subprocesses running (serve --stdio).
 # TYPE tidemark_subprocesses_running gauge
 tidemark_subprocesses_running 1
-# HELP tidemark_subprocess_exits_total Gateway subprocesses that exited, by reason: shutdown (stopped by Tidemark), stop_timeout (killed), server_exited (on its own), initialize_timeout.
+# HELP tidemark_subprocess_exits_total Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own).
 # TYPE tidemark_subprocess_exits_total counter
 tidemark_subprocess_exits_total{reason="server_exited"} 1
 `
