@@ -34,7 +34,8 @@ npm_packages=(
 apt_packages=(
 	redis-server:redis-server # fleet store tests: internal/redistest
 	curl:curl                 # README's curl walkthrough: interop/
-	prometheus:prometheus     # a real Prometheus scrapes tidemark serve, and promtool checks metrics and alert rules: cmd/tidemark, deploy/prometheus
+	prometheus:prometheus     # a real Prometheus scrapes tidemark serve: cmd/tidemark
+	prometheus:promtool       # promtool checks the metrics and the alert rules: cmd/tidemark, deploy/prometheus
 )
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
