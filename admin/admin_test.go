@@ -52,7 +52,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestEndpoints(t *testing.T) {
 	reg := prom.NewRegistry()
 	rec, _ := prom.New(reg)
-	rec.Refused(409, replay.ReasonGenerationMismatch)
+	rec.Refused(replay.ReasonGenerationMismatch)
 	var storeErr atomic.Pointer[error]
 	in := sessions{
 		{Summary: admin.Summary{Session: "AAAA1111", Generation: 2, CallsInFlight: 1, Readers: 1, IdleSeconds: 0.5},

@@ -33,12 +33,13 @@ type Recorder interface {
 
 // Transport records what the HTTP transport decides and serves.
 type Transport interface {
-	// Refused records one refusal: an HTTP status (400 to 599) and the
-	// reason of its JSON-RPC error body.
-	Refused(status int, reason replay.Reason)
-	// Resumed records one GET with Last-Event-ID decided by the replay
-	// decision: replay.ReasonReplay when it was accepted, else the
-	// reason it was refused with (which Refused records too).
+	// Refused records one refusal by the reason of its JSON-RPC error
+	// body, whose HTTP status is reason.Status() (the catalogue,
+	// replay/reason.go).
+	Refused(reason replay.Reason)
+	// Resumed records one GET with Last-Event-ID answered by this
+	// process: replay.ReasonReplay when the replay decision accepted it,
+	// else the reason it was refused with (which Refused records too).
 	Resumed(reason replay.Reason)
 	// StreamOpened records an SSE stream starting to write to a
 	// connection; StreamClosed, the same stream's connection ending.
@@ -151,7 +152,7 @@ var Discard Recorder = discard{}
 
 type discard struct{}
 
-func (discard) Refused(int, replay.Reason)                         {}
+func (discard) Refused(replay.Reason)                              {}
 func (discard) Resumed(replay.Reason)                              {}
 func (discard) StreamOpened(StreamKind)                            {}
 func (discard) StreamClosed(StreamKind)                            {}

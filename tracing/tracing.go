@@ -193,11 +193,16 @@ func (t *Tracer) StartResume(ctx context.Context, header http.Header, session, c
 	return ctx, Span{span}
 }
 
-// EndResume ends a resume span with its HTTP status and reason:
-// replay.ReasonReplay when accepted (status 200), else the refusal's.
-func (s Span) EndResume(status int, reason replay.Reason) {
+// EndResume ends a resume span with its reason, replay.ReasonReplay when
+// accepted (HTTP status 200), else the refusal's, and the HTTP status the
+// catalogue gives it (replay.Reason.Status).
+func (s Span) EndResume(reason replay.Reason) {
 	if s.span == nil {
 		return
+	}
+	status := http.StatusOK
+	if reason != replay.ReasonReplay {
+		status = reason.Status()
 	}
 	s.span.SetAttributes(semconv.HTTPResponseStatusCode(status), AttrReason.String(string(reason)))
 	if reason != replay.ReasonReplay {

@@ -79,7 +79,7 @@ func TestExportRequestSpan(t *testing.T) {
 			})
 			span.EndRequest("-32602")
 			_, resume := tr.StartResume(context.Background(), header, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcd-1-3-9")
-			resume.EndResume(409, replay.ReasonGenerationMismatch)
+			resume.EndResume(replay.ReasonGenerationMismatch)
 			if err := tp.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}

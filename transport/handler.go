@@ -61,11 +61,11 @@ func New(reg *session.Registry, opts Options) *Handler {
 
 // ServeHTTP implements http.Handler: it routes the request and writes the
 // refusal it earns, if any. This is the one place a refusal is written and
-// counted (Options.Metrics: by the reason's status and the reason).
+// counted (Options.Metrics).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeUntilBodyRead(w, r)
 	if ref := h.route(w, r); ref != nil {
-		h.opts.Metrics.Refused(ref.reason.Status(), ref.reason)
+		h.opts.Metrics.Refused(ref.reason)
 		ref.write(w, h.logger)
 	}
 }

@@ -50,14 +50,14 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version st
 	switch {
 	case ref != nil:
 		h.opts.Metrics.Resumed(ref.reason)
-		span.EndResume(ref.reason.Status(), ref.reason)
+		span.EndResume(ref.reason)
 		return ref
 	case s.live == nil:
 		span.End(nil) // served by the session's owner, which counts it
 		return nil
 	}
 	h.opts.Metrics.Resumed(replay.ReasonReplay)
-	span.EndResume(http.StatusOK, replay.ReasonReplay)
+	span.EndResume(replay.ReasonReplay)
 	if version == "" {
 		version = s.live.ProtocolVersion()
 	}

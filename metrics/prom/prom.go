@@ -79,7 +79,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}, []string{"kind"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_resumes_total",
-			Help: "GETs with Last-Event-ID decided, by outcome (accepted, refused) and reason (replay, or the refusal's reason).",
+			Help: "GETs with Last-Event-ID answered, by outcome (accepted, refused) and reason (replay, or the refusal's reason).",
 		}, []string{"outcome", "reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_refusals_total",
@@ -177,9 +177,10 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Refused implements metrics.Transport.
-func (r *Recorder) Refused(status int, reason replay.Reason) {
-	r.refusals.WithLabelValues(strconv.Itoa(status), string(reason)).Inc()
+// Refused implements metrics.Transport: the status label is the reason's
+// HTTP status in the catalogue.
+func (r *Recorder) Refused(reason replay.Reason) {
+	r.refusals.WithLabelValues(strconv.Itoa(reason.Status()), string(reason)).Inc()
 }
 
 // Resumed implements metrics.Transport.

@@ -22,9 +22,9 @@ func TestExposition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Refused(409, replay.ReasonCursorCompacted)
-	r.Refused(409, replay.ReasonCursorCompacted)
-	r.Refused(404, replay.ReasonSessionNotFound)
+	r.Refused(replay.ReasonCursorCompacted)
+	r.Refused(replay.ReasonCursorCompacted)
+	r.Refused(replay.ReasonSessionNotFound)
 	r.Resumed(replay.ReasonReplay)
 	r.Resumed(replay.ReasonCursorCompacted)
 	r.StreamOpened(metrics.StreamPost)
@@ -55,7 +55,7 @@ func TestExposition(t *testing.T) {
 # TYPE tidemark_refusals_total counter
 tidemark_refusals_total{reason="cursor_compacted",status="409"} 2
 tidemark_refusals_total{reason="session_not_found",status="404"} 1
-# HELP tidemark_resumes_total GETs with Last-Event-ID decided, by outcome (accepted, refused) and reason (replay, or the refusal's reason).
+# HELP tidemark_resumes_total GETs with Last-Event-ID answered, by outcome (accepted, refused) and reason (replay, or the refusal's reason).
 # TYPE tidemark_resumes_total counter
 tidemark_resumes_total{outcome="accepted",reason="replay"} 1
 tidemark_resumes_total{outcome="refused",reason="cursor_compacted"} 1
