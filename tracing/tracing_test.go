@@ -1,3 +1,5 @@
+// tracing_test.go tests the spans as an OTLP receiver gets them.
+
 package tracing_test
 
 import (
@@ -55,12 +57,7 @@ func TestFromEnvOff(t *testing.T) {
 func TestExportRequestSpan(t *testing.T) {
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
-			var recv *otlptest.Receiver
-			if protocol == "grpc" {
-				recv = otlptest.StartGRPC(t)
-			} else {
-				recv = otlptest.StartHTTP(t)
-			}
+			recv := otlptest.Start(t, protocol)
 			clearEnv(t)
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.Endpoint)
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -34,17 +33,6 @@ func startObserved(t *testing.T, env []string, args ...string) (*testenv.Process
 	return p, testenv.ServeURL(t, p), m[1]
 }
 
-// freePort returns a loopback port nobody listens on at the moment.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startPrometheus starts a Prometheus server on a free loopback port, with
 // its storage in a temporary directory, scraping target every second, and
 // returns its base URL once it is ready.
@@ -65,7 +53,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	for attempt := 1; ; attempt++ {
-		base := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		base := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 		p := testenv.StartProcess(t, "prometheus", "--config.file="+config,
 			"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+strings.TrimPrefix(base, "http://"))
 		deadline := time.Now().Add(30 * time.Second)
@@ -270,12 +258,7 @@ func TestPrometheusScrapesExactCounts(t *testing.T) {
 func TestTracesExported(t *testing.T) {
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
-			var recv *otlptest.Receiver
-			if protocol == "grpc" {
-				recv = otlptest.StartGRPC(t)
-			} else {
-				recv = otlptest.StartHTTP(t)
-			}
+			recv := otlptest.Start(t, protocol)
 			_, endpoint, _ := startObserved(t, []string{
 				"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 				"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=tidemark-e2e",

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -208,7 +207,7 @@ func TestRedisRestartWithoutPersistence(t *testing.T) {
 func TestServeRedisRefused(t *testing.T) {
 	testenv.NeedRedis(t)
 	bin := testenv.BuildTidemark(t)
-	dead := "redis://127.0.0.1:" + strconv.Itoa(freePort(t)) + "/0"
+	dead := "redis://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) + "/0"
 	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--redis", dead)
 	var ee *exec.ExitError
 	if err := p.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -238,15 +237,4 @@ func TestServeRedisRefused(t *testing.T) {
 	p = testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--redis", srv.URL())
 	testenv.ServeURL(t, p)
 	p.WaitFor(t, `level=WARN msg="Redis persistence is unsafe for a fleet: .*" reason=unsafe_persistence persistence="appendonly no, appendfsync everysec, save \\"3600 1\\""`, 5*time.Second)
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -45,6 +45,16 @@ type Receiver struct {
 	changed chan struct{}
 }
 
+// Start starts a receiver of protocol, as OTEL_EXPORTER_OTLP_PROTOCOL
+// names it: "grpc" (StartGRPC), else "http/protobuf" (StartHTTP).
+func Start(t testing.TB, protocol string) *Receiver {
+	t.Helper()
+	if protocol == "grpc" {
+		return StartGRPC(t)
+	}
+	return StartHTTP(t)
+}
+
 // StartHTTP starts an OTLP/HTTP receiver (protobuf bodies at
 // /v1/traces), closed when the test ends.
 func StartHTTP(t testing.TB) *Receiver {

@@ -65,7 +65,7 @@ func Start(t testing.TB, opts Options) *Server {
 	// redis-server; another process may grab it in between, so a failed
 	// start is retried with a new port.
 	for attempt := 1; ; attempt++ {
-		s.port = freePort(t)
+		s.port = testenv.FreePort(t)
 		if s.start() {
 			return s
 		}
@@ -170,15 +170,4 @@ func ping(addr string) bool {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return err == nil && strings.TrimSpace(line) == "+PONG"
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: find a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
