@@ -1,12 +1,19 @@
+// admin.go holds what `tidemark serve` sets up for operators: the
+// --metrics-addr flag, the Prometheus recorder and the OTEL_* tracer
+// provider the handler records on, and the operator's listener (package
+// admin: metrics, health probes, the session inspector), never the MCP one.
+
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,121 +22,140 @@ import (
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/admin"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/metrics/prom"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
-	redisstore "github.com/tidemark-mcp/tidemark/store/redis"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
-// The operator's listener of `tidemark serve --metrics-addr` (package
-// admin): metrics, health probes and the session inspector, on a listener
-// of its own, never the MCP one.
-
-// readinessToken is the token /readyz looks up to check that the store
-// answers: it is never issued (tokens are base32 without hyphens), so a
-// reachable store answers "not found".
-const readinessToken = "tidemark-readiness-probe"
-
-// storeReady returns the readiness check of st: ready when st answers a
-// lookup, with anything but a failure to reach it.
-func storeReady(st store.Store) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := st.Get(ctx, readinessToken)
-		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrEnded) {
-			return nil
-		}
-		return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store cannot be reached: %w", err)}
-	}
+// operatorConfig holds the flag of the operator's listener.
+type operatorConfig struct {
+	addr string // --metrics-addr; empty: no operator's listener, no metrics
 }
 
-// registeredReady returns the readiness check of a fleet replica: ready
-// while the fleet's directory holds id at url, so other replicas can
-// forward to it.
-func registeredReady(fleet *redisstore.Store, id, url string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		got, err := fleet.Lookup(ctx, id)
-		switch {
-		case errors.Is(err, store.ErrUnavailable):
-			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: err}
-		case err != nil:
-			return &admin.NotReadyError{Reason: replay.ReasonNotRegistered, Err: err}
-		case got != url:
-			return &admin.NotReadyError{Reason: replay.ReasonNotRegistered,
-				Err: fmt.Errorf("replica %q is announced at %s, not at this process's %s", id, got, url)}
-		}
-		return nil
-	}
+func operatorFlags(fs *flag.FlagSet, c *operatorConfig) {
+	fs.StringVar(&c.addr, "metrics-addr", "", "serve Prometheus metrics (/metrics), health probes (/healthz, /readyz) and the session inspector (/debug/sessions) on this TCP address, a listener of its own (host:port; empty: off)")
 }
 
-// startAdmin listens on addr and serves opts there until the returned
-// server is shut down. It fails when addr cannot be listened on.
-func startAdmin(addr string, opts admin.Options, logger *slog.Logger) (*http.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--metrics-addr: listen on %s: %v (choose another address)", addr, err)
+// check refuses an operator's listener on the MCP listener's address
+// mcpAddr (port 0 excepted: each listener gets a port of its own).
+func (c operatorConfig) check(mcpAddr string) error {
+	if c.addr != "" && c.addr == mcpAddr && !strings.HasSuffix(mcpAddr, ":0") {
+		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.addr)
 	}
-	srv := &http.Server{Handler: admin.Handler(opts), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics listener failed", "error", err)
-		}
-	}()
-	return srv, ln, nil
+	return nil
 }
 
-// operator holds what serve sets up for operators: the metrics registry
-// (nil without --metrics-addr), the tracer provider (nil when the OTEL_*
-// variables ask for no tracing) and the operator's listener.
+// operator is what serve sets up for operators: the metrics registry and
+// recorder (nil without --metrics-addr), the tracer provider (nil when the
+// OTEL_* variables ask for no tracing) and the operator's listener. The
+// listener starts before the MCP one: /healthz answers at once, while
+// /readyz answers 503 and the inspector knows no session until serve
+// hands over the handler (attach).
 type operator struct {
 	reg      *prometheus.Registry
+	rec      metrics.Recorder // nil without --metrics-addr
 	tp       *sdktrace.TracerProvider
 	srv      *http.Server
+	serving  atomic.Pointer[serving]
 	draining atomic.Bool // /readyz answers 503 shutdown once set
 }
 
-// setupTelemetry makes the registry (with --metrics-addr) and the tracer
-// provider (from OTEL_*) and puts them in opts.
-func (c *serveConfig) setupTelemetry(opts *tidemark.Options) (*operator, error) {
+// serving is what attach hands the operator's listener.
+type serving struct {
+	sessions admin.Inspector
+	ready    []func(context.Context) error
+}
+
+// start makes the registry and recorder (with --metrics-addr) and the
+// tracer provider (from OTEL_*), and starts the operator's listener. It
+// fails on OTEL_* values it cannot follow, or when the listener cannot
+// listen. Call close when done, whatever start returns.
+func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 	o := &operator{}
-	if c.metricsAddr != "" {
-		o.reg = prom.NewRegistry()
-		rec, err := prom.New(o.reg)
-		if err != nil {
-			return nil, err
-		}
-		opts.Metrics = rec // the gateway engine records on it too
-	}
 	tp, err := tracing.FromEnv(context.Background())
 	if err != nil {
-		return nil, fmt.Errorf("tracing: %w", err)
+		return o, fmt.Errorf("tracing: %w", err)
 	}
-	if tp != nil {
-		o.tp = tp
-		opts.TracerProvider = tp
+	o.tp = tp
+	if c.addr == "" {
+		return o, nil
 	}
+	o.reg = prom.NewRegistry()
+	rec, err := prom.New(o.reg)
+	if err != nil {
+		return o, err
+	}
+	o.rec = rec
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return o, fmt.Errorf("--metrics-addr: listen on %s: %v (choose another address)", c.addr, err)
+	}
+	o.srv = &http.Server{Handler: admin.Handler(admin.Options{
+		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o,
+	}), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
+	go func() {
+		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics listener failed", "error", err)
+		}
+	}()
+	logger.Info("operator's listener", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions")
 	return o, nil
 }
 
-// listen starts the operator's listener on addr (nothing when addr is
-// empty), with the readiness checks ready and the session inspector in.
-func (o *operator) listen(addr string, ready []func(context.Context) error, in admin.Inspector, logger *slog.Logger) error {
-	if addr == "" {
-		return nil
+// configure makes every layer of the handler opts builds record on o's
+// recorder and trace with o's provider.
+func (o *operator) configure(opts *tidemark.Options) {
+	if o.rec != nil {
+		opts.Metrics = o.rec
 	}
-	ready = append([]func(context.Context) error{func(context.Context) error {
-		if o.draining.Load() {
-			return &admin.NotReadyError{Reason: replay.ReasonShutdown, Err: errors.New("the server is shutting down")}
+	if o.tp != nil {
+		opts.TracerProvider = o.tp
+	}
+}
+
+// attach hands the operator's listener the session inspector and the
+// readiness checks of the handler now serving.
+func (o *operator) attach(in admin.Inspector, ready []func(context.Context) error) {
+	o.serving.Store(&serving{sessions: in, ready: ready})
+}
+
+// ready is /readyz's check: 503 unavailable until attach, 503 shutdown
+// once draining, else the attached checks in order.
+func (o *operator) ready(ctx context.Context) error {
+	s := o.serving.Load()
+	switch {
+	case o.draining.Load():
+		return &admin.NotReadyError{Reason: replay.ReasonShutdown, Err: errors.New("the server is shutting down")}
+	case s == nil:
+		return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: errors.New("the server is starting")}
+	}
+	for _, check := range s.ready {
+		if err := check(ctx); err != nil {
+			return err
 		}
-		return nil
-	}}, ready...)
-	srv, ln, err := startAdmin(addr, admin.Options{Gatherer: o.reg, Ready: ready, Sessions: in}, logger)
-	if err != nil {
-		return err
 	}
-	o.srv = srv
-	logger.Info("operator's listener", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions")
 	return nil
+}
+
+// Recent implements admin.Inspector with the attached inspector; none
+// before attach.
+func (o *operator) Recent(n int) (int, []admin.Summary) {
+	if s := o.serving.Load(); s != nil {
+		return s.sessions.Recent(n)
+	}
+	return 0, nil
+}
+
+// Lookup implements admin.Inspector with the attached inspector; none
+// before attach.
+func (o *operator) Lookup(ctx context.Context, prefix string) ([]admin.Detail, error) {
+	if s := o.serving.Load(); s != nil {
+		return s.sessions.Lookup(ctx, prefix)
+	}
+	return nil, nil
 }
 
 // close stops the listener and flushes the spans not yet exported.
@@ -146,21 +172,39 @@ func (o *operator) close(logger *slog.Logger) {
 	}
 }
 
+// readinessToken is the token /readyz looks up to check that the store
+// answers: it is never issued (tokens are base32 without hyphens), so a
+// reachable store answers "not found".
+const readinessToken = "tidemark-readiness-probe"
+
 // readiness returns /readyz's checks: the store answers (when it is not
-// the process's memory), and in a fleet this replica is in the directory.
-func (c *serveConfig) readiness(st store.Store, fleet *redisstore.Store, ln net.Listener) []func(context.Context) error {
+// the process's memory), and in a fleet this replica is in the directory
+// at advertised.
+func readiness(st store.Store, fleet *redis.Store, replicaID, advertised string) []func(context.Context) error {
 	var checks []func(context.Context) error
 	if st != nil {
-		checks = append(checks, storeReady(st))
+		checks = append(checks, func(ctx context.Context) error {
+			_, err := st.Get(ctx, readinessToken)
+			if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrEnded) {
+				return nil
+			}
+			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store cannot be reached: %w", err)}
+		})
 	}
 	if fleet != nil {
-		checks = append(checks, registeredReady(fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
+		checks = append(checks, func(ctx context.Context) error {
+			got, err := fleet.Lookup(ctx, replicaID)
+			switch {
+			case errors.Is(err, store.ErrUnavailable):
+				return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: err}
+			case err != nil:
+				return &admin.NotReadyError{Reason: replay.ReasonNotRegistered, Err: err}
+			case got != advertised:
+				return &admin.NotReadyError{Reason: replay.ReasonNotRegistered,
+					Err: fmt.Errorf("replica %q is announced at %s, not at this process's %s", replicaID, got, advertised)}
+			}
+			return nil
+		})
 	}
 	return checks
-}
-
-// inspector returns h's session inspector, or nil when it has none.
-func inspector(h any) admin.Inspector {
-	in, _ := h.(admin.Inspector)
-	return in
 }

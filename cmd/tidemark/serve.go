@@ -50,7 +50,7 @@ type serveConfig struct {
 	maxProcesses    int
 	initTimeout     time.Duration // --stdio-init-timeout
 	dataDir         string        // empty: memory store
-	metricsAddr     string        // empty: no operator's listener
+	operator        operatorConfig
 	fleet           fleetConfig
 	state           stateConfig
 	upstream        upstreamConfig
@@ -87,11 +87,34 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
 	fleetFlags(fs, &c.fleet)
 	stateFlags(fs, &c.state)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), health probes (/healthz, /readyz) and the session inspector (/debug/sessions) on this TCP address, a listener of its own (host:port; empty: off)")
+	operatorFlags(fs, &c.operator)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
 	return fs, c
+}
+
+// checkArgs checks the arguments after the flags, then the flags (check,
+// and those of the upstream, of the operator's listener and of the fleet).
+func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
+	switch {
+	case c.stdio && fs.NArg() == 0:
+		return errors.New("--stdio needs the server command after --, e.g. tidemark serve --stdio -- npx @modelcontextprotocol/server-everything stdio")
+	case !c.stdio && fs.NArg() > 0:
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case !c.stdio && len(c.env) > 0:
+		return errors.New("--env applies to --stdio subprocesses only")
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.upstream.check(c.stdio); err != nil {
+		return err
+	}
+	if err := c.operator.check(c.addr); err != nil {
+		return err
+	}
+	return c.fleet.check(c.dataDir)
 }
 
 // check refuses flag values that have no meaning, rather than reading them
@@ -128,8 +151,6 @@ func (c *serveConfig) check() error {
 		}
 	}
 	switch {
-	case c.metricsAddr != "" && c.metricsAddr == c.addr && !strings.HasSuffix(c.addr, ":0"):
-		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.metricsAddr)
 	case c.maxSessions <= 0:
 		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)
 	case c.maxCalls <= 0:
@@ -152,26 +173,7 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		return 2
 	}
-	switch {
-	case c.stdio && fs.NArg() == 0:
-		fmt.Fprintf(stderr, "tidemark serve: --stdio needs the server command after --, e.g. tidemark serve --stdio -- npx @modelcontextprotocol/server-everything stdio\n")
-		return 2
-	case !c.stdio && fs.NArg() > 0:
-		fmt.Fprintf(stderr, "tidemark serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	case !c.stdio && len(c.env) > 0:
-		fmt.Fprintf(stderr, "tidemark serve: --env applies to --stdio subprocesses only\n")
-		return 2
-	}
-	if err := c.check(); err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-		return 2
-	}
-	if err := c.upstream.check(c.stdio); err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-		return 2
-	}
-	if err := c.fleet.check(c.dataDir); err != nil {
+	if err := c.checkArgs(fs); err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
@@ -179,6 +181,12 @@ func serve(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
+	}
+	op, err := c.operator.start(logger)
+	defer op.close(logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 1
 	}
 
 	// The key ring and the store load before the listener, so a bad
@@ -230,16 +238,7 @@ func serve(args []string, stderr io.Writer) int {
 			MaxBodyBytes: c.maxBody, Logger: logger,
 		},
 	}
-	op, err := c.setupTelemetry(opts)
-	if err != nil {
-		ln.Close()
-		if st != nil {
-			st.Close()
-		}
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-		return 1
-	}
-	defer op.close(logger)
+	op.configure(opts)
 	if fleet != nil {
 		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
 		opts.Transport.Directory = fleet
@@ -266,12 +265,7 @@ func serve(args []string, stderr io.Writer) int {
 		closeEngine()
 		h.Close()
 	}
-	if err := op.listen(c.metricsAddr, c.readiness(st, fleet, ln), inspector(h), logger); err != nil {
-		ln.Close()
-		closeHandler()
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-		return 1
-	}
+	op.attach(h, readiness(st, fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
 	// The endpoint is matched exactly, not through http.ServeMux, whose
 	// path cleaning answers "//mcp" or "/x/../mcp" with a 307 redirect;
 	// every other path is a JSON-RPC 404 (regression in
