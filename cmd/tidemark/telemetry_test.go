@@ -1,3 +1,7 @@
+// telemetry_test.go tests what operators see of a real tidemark serve: a
+// real Prometheus scraping its metrics, its spans reaching an OTLP
+// receiver, /readyz following Redis, and the session inspector.
+
 package main
 
 import (
@@ -10,11 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/otlptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
@@ -395,4 +401,106 @@ func get(t *testing.T, u string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestInspectorShowsSessions: the operator's listener of a real tidemark
+// serve shows a session with a call in flight on its POST stream and a
+// standalone GET stream, each read by one connection: /debug/sessions
+// lists it by token prefix, /debug/sessions/{prefix} gives its generation,
+// replay floor, high-water mark, streams with their calls and readers,
+// owner and lease, and `tidemark inspect` prints the same for a person.
+func TestInspectorShowsSessions(t *testing.T) {
+	_, endpoint, metricsAddr := startObserved(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sess, err := (&mcptest.Client{URL: endpoint}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 1, "delay_ms": 60000}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	if _, err := call.Next(); err != nil { // the priming event: the call runs
+		t.Fatal(err)
+	}
+	standalone, err := sess.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standalone.Close()
+	if _, err := standalone.Next(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := sess.Token[:8]
+
+	code, body := get(t, "http://"+metricsAddr+"/debug/sessions")
+	var list admin.List
+	if err := json.Unmarshal([]byte(body), &list); err != nil || code != http.StatusOK {
+		t.Fatalf("/debug/sessions: %d %s", code, body)
+	}
+	wantList := admin.List{Count: 1, Sessions: []admin.Summary{{Session: prefix, Generation: 1, CallsInFlight: 1, Readers: 2}}}
+	if !reflect.DeepEqual(list, wantList) {
+		t.Errorf("/debug/sessions = %+v, want %+v", list, wantList)
+	}
+
+	code, body = get(t, "http://"+metricsAddr+"/debug/sessions/"+prefix)
+	var details admin.Details
+	if err := json.Unmarshal([]byte(body), &details); err != nil || code != http.StatusOK || len(details.Sessions) != 1 {
+		t.Fatalf("/debug/sessions/%s: %d %s", prefix, code, body)
+	}
+	d := details.Sessions[0]
+	if time.Since(d.Created) > time.Minute || d.Owner == "" {
+		t.Errorf("created %v, owner %q: want a creation in the last minute and this process as owner", d.Created, d.Owner)
+	}
+	want := admin.Detail{
+		Summary:         wantList.Sessions[0],
+		ProtocolVersion: "2025-11-25",
+		// initialize's priming event and response (1, 2), the call's
+		// stream opening (3), the standalone stream's priming event (4).
+		ReplayFloor: 1, HighWaterMark: 4, Events: 4, Bytes: d.Bytes,
+		Owner: d.Owner, Created: d.Created,
+		Streams: []admin.Stream{{Stream: 0, Readers: 1}, {Stream: 3, CallsInFlight: 1, Readers: 1}},
+	}
+	if !reflect.DeepEqual(d, want) || d.Bytes <= 0 {
+		t.Errorf("/debug/sessions/%s = %+v, want %+v (bytes > 0)", prefix, d, want)
+	}
+
+	var stdout, stderr strings.Builder
+	if code := run([]string{"inspect", "--metrics-addr", metricsAddr}, &stdout, &stderr); code != 0 {
+		t.Fatalf("tidemark inspect: exit %d: %s", code, stderr.String())
+	}
+	wantText := "1 sessions live in this process; the 1 most recently used:\n" +
+		"SESSION   GENERATION  CALLS  READERS  IDLE\n" +
+		prefix + "  1           1      2        0s\n"
+	if stdout.String() != wantText {
+		t.Errorf("tidemark inspect printed\n%s\nwant\n%s", stdout.String(), wantText)
+	}
+	stdout.Reset()
+	if code := run([]string{"inspect", "--metrics-addr", metricsAddr, prefix[:4]}, &stdout, &stderr); code != 0 {
+		t.Fatalf("tidemark inspect %s: exit %d: %s", prefix[:4], code, stderr.String())
+	}
+	wantText = "session           " + prefix + "\n" +
+		"generation        1\n" +
+		"protocol version  2025-11-25\n" +
+		"replay floor      1\n" +
+		"high-water mark   4\n" +
+		fmt.Sprintf("retained          4 events, %d bytes\n", d.Bytes) +
+		"owner             " + d.Owner + ", lease no expiry (held while the process lives)\n" +
+		"created           " + d.Created.Format(time.RFC3339) + "\n" +
+		"idle              0s\n" +
+		"calls in flight   1\n" +
+		"readers           2\n" +
+		"streams:\n" +
+		"  STREAM          CALLS  READERS\n" +
+		"  0 (standalone)  0      1\n" +
+		"  3               1      1\n"
+	if stdout.String() != wantText {
+		t.Errorf("tidemark inspect %s printed\n%s\nwant\n%s", prefix[:4], stdout.String(), wantText)
+	}
+	stdout.Reset()
+	if code := run([]string{"inspect", "--metrics-addr", metricsAddr, "ZZZZ"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `no session of this process has a token starting with "ZZZZ"`) {
+		t.Errorf("tidemark inspect ZZZZ: exit %d, stderr %q; want 1 naming the prefix", code, stderr.String())
+	}
 }
