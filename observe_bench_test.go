@@ -1,3 +1,6 @@
+// observe_bench_test.go measures tool calls with metrics and tracing on
+// and off (BENCHMARKS.md).
+
 package tidemark_test
 
 import (

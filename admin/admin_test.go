@@ -1,3 +1,6 @@
+// admin_test.go tests the operator's listener's endpoints over loopback
+// HTTP.
+
 package admin_test
 
 import (

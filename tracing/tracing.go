@@ -1,3 +1,7 @@
+// tracing.go holds the spans Tidemark starts: a request's, following the
+// OpenTelemetry MCP semantic conventions, a resume's and a store write's,
+// with the trace context they take from params._meta or HTTP headers.
+
 package tracing
 
 import (

@@ -1,3 +1,7 @@
+// inspect.go holds `tidemark inspect`: the session inspector of a running
+// tidemark serve, read from its operator's listener (--metrics-addr,
+// /debug/sessions) and printed for a person.
+
 package main
 
 import (
@@ -14,10 +18,6 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/admin"
 )
-
-// `tidemark inspect`: the session inspector of a running tidemark serve,
-// read from its operator's listener (--metrics-addr, /debug/sessions) and
-// printed for a person.
 
 // inspectConfig holds the flags of `tidemark inspect`.
 type inspectConfig struct {

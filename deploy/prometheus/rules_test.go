@@ -1,3 +1,5 @@
+// rules_test.go checks the alerting rules with promtool.
+
 package prometheus_test
 
 import (

@@ -1,3 +1,5 @@
+// prom_test.go tests the Prometheus recorder through its exposition.
+
 package prom_test
 
 import (

@@ -1,3 +1,5 @@
+// observed_test.go tests what an observed store records of each call.
+
 package observed_test
 
 import (
