@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 )
@@ -123,8 +124,20 @@ func PathNotFound(endpoint string, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	return pathNotFound(endpoint, logger, metrics.Discard)
+}
+
+// PathNotFound returns the handler the function PathNotFound returns, that
+// logs on h's logger and counts its refusals on h's Options.Metrics, as
+// ServeHTTP does.
+func (h *Handler) PathNotFound(endpoint string) http.Handler {
+	return pathNotFound(endpoint, h.logger, h.opts.Metrics)
+}
+
+func pathNotFound(endpoint string, logger *slog.Logger, rec metrics.Transport) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		closeUntilBodyRead(w, r) // the body is never read here
+		rec.Refused(replay.ReasonPathNotFound)
 		refuse(replay.ReasonPathNotFound, "no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint).write(w, logger)
 	})
 }

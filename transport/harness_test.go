@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
@@ -74,6 +76,9 @@ func newStackOn(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap f
 	}
 	if o.Store == nil {
 		o.Store = memory.New(memory.Options{})
+	}
+	if o.Metrics == nil && o.Registerer == nil {
+		o.Metrics = refusals
 	}
 	h := tidemark.NewHandler(server, &o)
 	var handler http.Handler = h
@@ -445,3 +450,27 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 // autotuning), so that a server's writes stall soon when its client stops
 // reading.
 func smallSendBuffer(c net.Conn) { c.(*net.TCPConn).SetWriteBuffer(16 << 10) }
+
+// refusals counts the refusals of every stack that is given no other
+// recorder, by reason.
+var refusals = &refusalCounter{Recorder: metrics.Discard, counts: map[replay.Reason]int{}}
+
+// refusalCounter is a metrics.Recorder that counts refusals alone.
+type refusalCounter struct {
+	metrics.Recorder
+	mu     sync.Mutex
+	counts map[replay.Reason]int
+}
+
+func (c *refusalCounter) Refused(reason replay.Reason) {
+	c.mu.Lock()
+	c.counts[reason]++
+	c.mu.Unlock()
+}
+
+// snapshot returns the counts so far.
+func (c *refusalCounter) snapshot() map[replay.Reason]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.counts)
+}

@@ -37,8 +37,9 @@ import (
 // TestRefusalTable runs testdata/refusals: each case is one request to a
 // real Handler and the status, reason and JSON-RPC code it is refused
 // with. Every refusal must also have a JSON-RPC error body, name no part
-// of any session token, and leave the session it names as it was. The
-// file must produce every refusal reason of the catalogue.
+// of any session token, leave the session it names as it was, and be
+// counted once by its reason (Options.Metrics). The file must produce
+// every refusal reason of the catalogue.
 func TestRefusalTable(t *testing.T) {
 	ctx := testContext(t)
 	fx := newRefusalFixture(t, ctx)
@@ -116,7 +117,7 @@ func (fx *refusalFixture) startMain(t *testing.T, ctx context.Context) {
 	mux := func(h http.Handler) http.Handler {
 		m := http.NewServeMux()
 		m.Handle("/mcp", h)
-		m.Handle("/", transport.PathNotFound("/mcp", nil))
+		m.Handle("/", h.(*tidemark.Handler).PathNotFound("/mcp"))
 		return m
 	}
 	st := newStack(t, server, &tidemark.Options{
@@ -244,6 +245,7 @@ func (fx *refusalFixture) startGateway(t *testing.T) {
 	}
 	h := tidemark.NewEngineHandler(eng, &tidemark.Options{
 		Transport: transport.Options{Logger: quiet}, Sessions: session.Options{Logger: quiet},
+		Metrics: refusals,
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
@@ -303,12 +305,14 @@ func (fx *refusalFixture) run(t *testing.T, ctx context.Context, d *datadriven.T
 	if rs := fx.sessions[sess]; rs != nil {
 		before = fx.logBounds(ctx, rs)
 	}
+	counted := refusals.snapshot()
 	resp, err := srv.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", d.Pos, err)
 	}
 	se := mcptest.ReadStatusError(resp)
 	fx.checkRefusal(t, d, se)
+	checkCounted(t, d, counted, se.Reason())
 	if rs := fx.sessions[sess]; rs != nil {
 		if after := fx.logBounds(ctx, rs); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("%s: the refusal changed session %s's log: %v → %v", d.Pos, sess, before, after)
@@ -449,6 +453,25 @@ func (fx *refusalFixture) checkRefusal(t *testing.T, d *datadriven.TestData, se 
 		if strings.HasPrefix(name, "token:") && v != "" && strings.Contains(string(se.RawBody), v[:8]) {
 			t.Fatalf("%s: the refusal %s names the prefix of session %s's token", d.Pos, se.RawBody, strings.TrimPrefix(name, "token:"))
 		}
+	}
+}
+
+// checkCounted checks that the refusal of case d, whose reason is reason,
+// is the one refusal counted (metrics.Transport.Refused) since before.
+func checkCounted(t *testing.T, d *datadriven.TestData, before map[replay.Reason]int, reason string) {
+	t.Helper()
+	after := refusals.snapshot()
+	for r, n := range after {
+		want := before[r]
+		if r == replay.Reason(reason) {
+			want++
+		}
+		if n != want {
+			t.Fatalf("%s: %s refusals counted %d → %d, want %d: each refusal is counted once, by its reason", d.Pos, r, before[r], n, want)
+		}
+	}
+	if after[replay.Reason(reason)] == 0 {
+		t.Fatalf("%s: the %s refusal is not counted", d.Pos, reason)
 	}
 }
 

@@ -272,7 +272,7 @@ func serve(args []string, stderr io.Writer) int {
 	// TestServeUnknownPath).
 	var root http.Handler = h
 	if c.path != "/" {
-		notFound := transport.PathNotFound(c.path, logger)
+		notFound := h.PathNotFound(c.path)
 		root = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != c.path {
 				notFound.ServeHTTP(w, r)
