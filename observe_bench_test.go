@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -49,6 +51,7 @@ func benchCalls(b *testing.B, opts *tidemark.Options) {
 	client := &mcptest.Client{URL: srv.URL, HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	ctx := context.Background()
 	b.ReportAllocs()
+	cpu := cpuTime(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		sess, err := client.Initialize(ctx, "")
@@ -71,4 +74,16 @@ func benchCalls(b *testing.B, opts *tidemark.Options) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/call")
+}
+
+// cpuTime returns the CPU time (user and system) this process has used:
+// per call, it is the cost of a call (server, client and, when observed,
+// the span receiver) however many other processes share the cores.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
