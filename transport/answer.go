@@ -47,9 +47,14 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 		return ref
 	}
 	if p.initialize != nil {
-		// Once the answer is written: a session whose initialize failed
-		// never began.
-		defer h.endIfInitializeFails(ctx, live)
+		// A client that reads the initialize result finds its old token
+		// superseded already; a session whose initialize failed ends once
+		// the answer is written.
+		if h.initializeSucceeded(ctx, live) {
+			h.supersede(ctx, p.supersedes, userID(r))
+			p.supersedes = ""
+		}
+		defer h.settleInitialize(ctx, live, p.supersedes, userID(r))
 	}
 	// The stream's number is the sequence of its opening event; its reader
 	// starts just before it.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
@@ -533,5 +534,73 @@ func TestDecideGenerationMismatchInFlight(t *testing.T) {
 		if e.Generation != 2 || strings.Contains(string(e.Data), `"r"`) {
 			t.Fatalf("generation 2's log holds %+v", e)
 		}
+	}
+}
+
+// Row 2, continued: an initialize that fails (no params, null params, or
+// a duplicate "method" key that ends as initialize) presented with a live
+// token supersedes nothing. The answer carries a new token and the
+// JSON-RPC error response; that token ends (initialize_failed) while the old
+// session, and the call in flight on it, go on unharmed.
+func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	old := st.initialize(t, ctx, "")
+	inFlight := startGated(t, ctx, old, 2, "a", 2)
+	bodies := []string{
+		`{"jsonrpc":"2.0","id":3,"method":"initialize"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":null}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`,
+	}
+	c := st.clientWith(http.Header{"Mcp-Session-Id": {old.Token}, "Mcp-Protocol-Version": {old.ProtocolVersion}})
+	for _, body := range bodies {
+		req, err := c.NewRequest(ctx, http.MethodPost, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := resp.Header.Get("Mcp-Session-Id")
+		if resp.StatusCode != http.StatusOK || fresh == "" || fresh == old.Token {
+			t.Fatalf("%s: HTTP %d Mcp-Session-Id %q, want 200 and a new token", body, resp.StatusCode, fresh)
+		}
+		msgs, err := mcptest.ReadAnswer(resp)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("%s: answer %v, %v; want one error response", body, msgs, err)
+		}
+		if r, ok := msgs[0].(*jsonrpc.Response); !ok || r.ID != mcptest.ID(3) || r.Error == nil {
+			t.Fatalf("%s: answer %+v, want an error response to 3", body, msgs[0])
+		}
+		status, _, err := st.h.Registry().Status(ctx, old.Token)
+		if err != nil || status != replay.Live {
+			t.Fatalf("%s: old token status = %v, %v; want live", body, status, err)
+		}
+		status, _, err = st.h.Registry().Status(ctx, fresh)
+		if err != nil || status != replay.Evicted {
+			t.Fatalf("%s: new token status = %v, %v; want evicted (ended: initialize_failed)", body, status, err)
+		}
+	}
+	// The old session answers, and its call in flight completes.
+	resp, err := old.Post(ctx, mcptest.MustCall(4, "ping", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := mcptest.ReadAnswer(resp); err != nil || len(msgs) != 1 {
+		t.Fatalf("ping on the old token: %v, %v", msgs, err)
+	}
+	g.release("a", 2)
+	evs, err := inFlight.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("in-flight call: %d events after priming (%v), want 2 progress and the result", len(evs), ids(evs))
+	}
+	if r, ok := evs[2].Response(); !ok || r.ID != mcptest.ID(2) || toolText(t, r) != "a done" {
+		t.Fatalf("in-flight call ended with %+v, want the result of 2", evs[2])
 	}
 }

@@ -1,7 +1,7 @@
 // initialize.go holds what a POST carrying initialize does to sessions
 // (MCP 2025-11-25, lifecycle and "Session Management"): it creates the
-// session, supersedes the one the client held, and ends the new session
-// again when its initialize fails.
+// session, supersedes the one the client held once the new one's
+// initialize succeeds, and ends the new session again when it fails.
 
 package transport
 
@@ -18,26 +18,17 @@ import (
 )
 
 // initialize creates the session that init starts, sets its token in the
-// response's Mcp-Session-Id, supersedes the session token names (the one
-// the client held, if any), and returns the protocol version init asks
-// for. A failed creation is refused as the lookup's errors are (503
-// capacity, unavailable).
-func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, token string, init *jsonrpc.Request) (*session.Live, string, *refusal) {
-	ctx := r.Context()
-	live, err := h.reg.Create(ctx, userID(r))
+// response's Mcp-Session-Id, and returns the protocol version init asks
+// for. The session the client held (token) is left alone here: it is
+// superseded only once the new session's initialize succeeds (see
+// settleInitialize). A failed creation is refused as the lookup's errors
+// are (503 capacity, unavailable).
+func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, init *jsonrpc.Request) (*session.Live, string, *refusal) {
+	live, err := h.reg.Create(r.Context(), userID(r))
 	if err != nil {
 		return nil, "", lookupRefusal(err)
 	}
 	w.Header().Set("Mcp-Session-Id", live.Token())
-	if token != "" {
-		// A client that initializes again while holding a live session
-		// replaces it: the old token is superseded and answers 404. Get
-		// checks the user binding; a session another replica owns ends in
-		// the store, and that owner's renewal then fails.
-		if _, err := h.reg.Get(ctx, token, userID(r)); err == nil || errors.Is(err, session.ErrRemote) {
-			h.reg.End(ctx, token, store.EndSuperseded)
-		}
-	}
 	var p struct {
 		ProtocolVersion string `json:"protocolVersion"`
 	}
@@ -45,30 +36,62 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, token strin
 	return live, p.ProtocolVersion, nil
 }
 
-// endIfInitializeFails ends live's session, which a failed initialize never
-// began (MCP 2025-11-25, lifecycle), so that it holds no room: once the
-// initialize is answered with an error, or once the engine session ends
-// before initialize succeeded (a gateway's subprocess stopped). When the
-// answer has not come yet (the client left first), a goroutine waits for
-// it.
-func (h *Handler) endIfInitializeFails(ctx context.Context, live *session.Live) {
+// supersede ends the session old names, which the client held when it
+// initialized again and succeeded: a new session replaces it and its token
+// answers 404 superseded (MCP 2025-11-25, "Session Management"). Get checks
+// the user binding, so a request cannot end another user's session; a
+// session another replica owns ends in the store, and that owner's renewal
+// then fails.
+func (h *Handler) supersede(ctx context.Context, old, user string) {
+	if old == "" {
+		return
+	}
+	if _, err := h.reg.Get(ctx, old, user); err == nil || errors.Is(err, session.ErrRemote) {
+		h.reg.End(ctx, old, store.EndSuperseded)
+	}
+}
+
+// initializeSucceeded waits until live's initialize is answered and reports
+// whether it succeeded; it reports false at once when ctx ends (the client
+// left) or the session ends first. The answer is recorded before it is
+// stored, so the wait ends before the client can read it.
+func (h *Handler) initializeSucceeded(ctx context.Context, live *session.Live) bool {
+	select {
+	case <-live.InitializeAnswered():
+		return !live.InitializeFailed()
+	case <-ctx.Done():
+	case <-live.Done():
+	}
+	return false
+}
+
+// settleInitialize acts once live's initialize is answered: a failed
+// initialize ends live's session, which never began (MCP 2025-11-25,
+// lifecycle), so that it holds no room, and leaves the session old names
+// (the one the client held, if any) and its streams unharmed; a successful
+// one supersedes old. A session whose engine ends before initialize
+// succeeded (a gateway's subprocess stopped) failed too. When the answer
+// has not come yet (the client left first), a goroutine waits for it.
+func (h *Handler) settleInitialize(ctx context.Context, live *session.Live, old, user string) {
 	ctx = context.WithoutCancel(ctx)
-	endIfFailed := func() {
+	settle := func() {
 		if live.InitializeFailed() {
 			h.reg.End(ctx, live.Token(), store.EndInitializeFailed)
+			return
 		}
+		h.supersede(ctx, old, user)
 	}
 	answered := live.InitializeAnswered()
 	select {
 	case <-answered:
-		endIfFailed()
+		settle()
 		return
 	default:
 	}
 	go func() {
 		select {
 		case <-answered:
-			endIfFailed()
+			settle()
 		case <-live.Done():
 			if !live.Initialized() {
 				h.reg.End(ctx, live.Token(), store.EndInitializeFailed)

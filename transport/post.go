@@ -21,6 +21,7 @@ type post struct {
 	batch      bool               // the body was a JSON array
 	calls      []*jsonrpc.Request // the requests with an id
 	initialize *jsonrpc.Request   // the initialize request, if any
+	supersedes string             // with initialize: the token the client held, if any
 }
 
 func newPost(msgs []jsonrpc.Message, batch bool) post {
@@ -79,7 +80,8 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	}
 	var live *session.Live
 	if p.initialize != nil {
-		live, version, ref = h.initialize(w, r, token, p.initialize)
+		live, version, ref = h.initialize(w, r, p.initialize)
+		p.supersedes = token
 	} else {
 		live, version, ref = h.postSession(w, r, token, body, version, batch)
 	}
