@@ -76,6 +76,7 @@ var statuses = map[Reason]int{
 	ReasonLastEventIDOnPost:   http.StatusBadRequest,
 	ReasonUnavailable:         http.StatusServiceUnavailable,
 	ReasonCapacity:            http.StatusServiceUnavailable,
+	ReasonInflightBytes:       http.StatusServiceUnavailable,
 	ReasonOwnerMoved:          http.StatusServiceUnavailable,
 	ReasonOwnerUnreachable:    http.StatusServiceUnavailable,
 	ReasonUpstreamUnreachable: http.StatusServiceUnavailable,
@@ -166,6 +167,11 @@ const (
 	// and the reason of a JSON-RPC error -32603 when the memory of used
 	// requestStates (package requeststate) is full.
 	ReasonCapacity Reason = "capacity"
+	// ReasonInflightBytes: 503 with Retry-After, a POST of calls whose body
+	// would take the request bytes held by calls being answered over the
+	// process's bound (tidemark serve --max-inflight-bytes); nothing of it
+	// is delivered and its session is unharmed.
+	ReasonInflightBytes Reason = "inflight_bytes"
 	// ReasonOwnerMoved: 503 with Retry-After, a forwarded request reached a
 	// replica that does not own the session either.
 	ReasonOwnerMoved Reason = "owner_moved"

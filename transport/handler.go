@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/metrics"
@@ -34,6 +35,8 @@ type Handler struct {
 	opts   Options
 	logger *slog.Logger
 	conns  *connections
+
+	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
 
 	fwd *http.Transport // forwarded requests (fleet mode)
 

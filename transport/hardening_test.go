@@ -691,3 +691,64 @@ func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
 			strings.Count(got, "reason=generation_mismatch"), want, got)
 	}
 }
+
+// TestInflightBytesBound: the bodies of POSTs whose calls are being
+// answered count against MaxInflightBytes over the whole process. With a
+// bound of three bodies, three calls held open on two sessions are
+// answered 200 and the next two get 503 inflight_bytes with Retry-After 1,
+// nothing delivered; once one call is answered, the next call is accepted,
+// and both sessions work throughout.
+func TestInflightBytesBound(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	body, err := mcptest.Encode(gatedCall(11, "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * int64(len(body))}}, nil)
+	s1 := st.initialize(t, ctx, "")
+	s2 := st.initialize(t, ctx, "")
+	// Ids of two digits, gate names of one letter: every body has
+	// len(body) bytes.
+	held := []*mcptest.Stream{startGated(t, ctx, s1, 11, "a", 1), startGated(t, ctx, s2, 12, "b", 1), startGated(t, ctx, s1, 13, "c", 1)}
+	for i, s := range []*mcptest.Session{s2, s1} {
+		resp, err := s.Post(ctx, gatedCall(int64(14+i), "d", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := refusalOf(t, resp, http.StatusServiceUnavailable, "inflight_bytes")
+		if ra := se.Header.Get("Retry-After"); ra != "1" {
+			t.Fatalf("Retry-After %q, want 1", ra)
+		}
+	}
+	// Notifications hold no call: they are delivered.
+	resp, err := s2.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification: HTTP %d, want 202", resp.StatusCode)
+	}
+	g.release("a", 1)
+	wantDone(t, held[0], 11, "a done")
+	held = append(held[1:], startGated(t, ctx, s2, 16, "e", 1))
+	for i, gate := range []string{"b", "c", "e"} {
+		g.release(gate, 1)
+		wantDone(t, held[i], []int64{12, 13, 16}[i], gate+" done")
+	}
+}
+
+// wantDone reads the rest of a gated call's stream of one step: its
+// progress, then its result with text.
+func wantDone(t *testing.T, s *mcptest.Stream, id int64, text string) {
+	t.Helper()
+	evs, err := s.Collect()
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("call %d: %d events, %v; want progress and result", id, len(evs), err)
+	}
+	if r, ok := evs[1].Response(); !ok || r.ID != mcptest.ID(id) || toolText(t, r) != text {
+		t.Fatalf("call %d ended with %+v, want its result %q", id, evs[1], text)
+	}
+}

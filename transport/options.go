@@ -14,10 +14,15 @@ import (
 // Defaults of Options.
 const (
 	DefaultMaxBodyBytes = 4 << 20
-	DefaultBodyTimeout  = 30 * time.Second
-	DefaultKeepAlive    = 15 * time.Second
-	DefaultWriteTimeout = 30 * time.Second
-	DefaultRetry        = time.Second
+	// DefaultMaxInflightBytes is 32 bodies of DefaultMaxBodyBytes: each
+	// byte held costs about two of RSS (the body and its decoded copy), so
+	// 256 MiB of the 768 MiB tidemark serve's memory limit leaves beside
+	// the events.
+	DefaultMaxInflightBytes = 128 << 20
+	DefaultBodyTimeout      = 30 * time.Second
+	DefaultKeepAlive        = 15 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultRetry            = time.Second
 )
 
 // Options configures a Handler. The zero value serves with the defaults.
@@ -42,6 +47,12 @@ type Options struct {
 	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
 	// bodies get 413. Default 4 MiB.
 	MaxBodyBytes int64
+	// MaxInflightBytes bounds the request bytes held by POSTs whose calls
+	// are being answered, summed over the process (the sizes of their
+	// bodies); a POST of calls that would go over it gets 503
+	// inflight_bytes with Retry-After, and nothing of it is delivered.
+	// Default DefaultMaxInflightBytes (128 MiB); negative: no bound.
+	MaxInflightBytes int64
 	// BodyTimeout bounds reading a POST body; a client that sends it slower
 	// gets 408 body_timeout (a slow body must not hold a connection and a
 	// goroutine for ever). Default 30 seconds.
@@ -96,6 +107,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxInflightBytes == 0 {
+		opts.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

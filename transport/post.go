@@ -78,6 +78,13 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 		return refuse(replay.ReasonUnavailable,
 			"the server is shutting down and takes no new calls: send the request again (after the restart, or to another replica)")
 	}
+	if len(p.calls) > 0 {
+		release, ref := h.holdInflight(int64(len(body)))
+		if ref != nil {
+			return ref
+		}
+		defer release()
+	}
 	var live *session.Live
 	if p.initialize != nil {
 		live, version, ref = h.initialize(w, r, p.initialize)

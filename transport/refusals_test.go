@@ -82,7 +82,7 @@ const (
 	mainServer     = "main"     // body limit 8 KiB, body timeout 300 ms, 2 calls per session, 20 events retained; other paths answer PathNotFound
 	authServer     = "auth"     // behind the go-sdk's bearer-token middleware (users alice and bob)
 	drainingServer = "draining" // draining: takes no new call
-	fullServer     = "full"     // one session at most, which has a call in flight
+	fullServer     = "full"     // one session at most, which has a call in flight; 1,000 request bytes in flight at most
 	fleetServer    = "fleet"    // replica b of a fleet whose replica a owns session "remote" and cannot be reached
 	gatewayServer  = "gateway"  // the upstream gateway engine in front of an address nothing listens on
 )
@@ -218,7 +218,10 @@ func (fx *refusalFixture) startDraining(t *testing.T, ctx context.Context) {
 func (fx *refusalFixture) startFull(t *testing.T, ctx context.Context) {
 	server := demo.NewServer()
 	g := addGated(server)
-	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxSessions: 1}}, nil)
+	st := newStack(t, server, &tidemark.Options{
+		Sessions:  session.Options{MaxSessions: 1},
+		Transport: transport.Options{MaxInflightBytes: 1000},
+	}, nil)
 	fx.servers[fullServer] = &refusalServer{st: st, client: st.client}
 	holder := fx.addSession(t, ctx, fullServer, "holder", "")
 	startGated(t, ctx, holder, 10, "holder", 1)

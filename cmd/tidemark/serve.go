@@ -42,6 +42,7 @@ type serveConfig struct {
 	retry           time.Duration
 	keepAlive       time.Duration
 	maxBody         int64
+	maxInflight     int64
 	shutdownGrace   time.Duration
 	logLevel        slog.Level
 	logFormat       string
@@ -73,6 +74,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
+	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most request bytes held by calls being answered, summed over the process; a POST over it answers 503 inflight_bytes (bytes; -1: no bound)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM lets calls in flight finish (new calls get 503) before streams close with a final retry field (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -155,6 +157,8 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-sessions %d: want a positive number of sessions", c.maxSessions)
 	case c.maxCalls <= 0:
 		return fmt.Errorf("--max-calls-per-session %d: want a positive number of requests", c.maxCalls)
+	case c.maxInflight == 0 || c.maxInflight < -1:
+		return fmt.Errorf("--max-inflight-bytes %d: want a positive number of bytes, or -1 for no bound", c.maxInflight)
 	case c.maxBody <= 0:
 		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
 	case c.shutdownGrace < 0:
@@ -235,7 +239,7 @@ func serve(args []string, stderr io.Writer) int {
 		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls, Logger: logger},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
-			MaxBodyBytes: c.maxBody, Logger: logger,
+			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
 		},
 	}
 	op.configure(opts)
