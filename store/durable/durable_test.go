@@ -157,6 +157,20 @@ func TestSecondOpenRefused(t *testing.T) {
 	}
 }
 
+// TestUncreatableDirectory: a data directory that cannot be created (under
+// /proc, whose mkdir fails with ENOENT) is refused with ErrNotWritable,
+// saying it cannot be created, and not called damaged.
+func TestUncreatableDirectory(t *testing.T) {
+	if _, err := os.Stat("/proc/self"); err != nil {
+		t.Skip("no /proc here: the test needs Linux's procfs")
+	}
+	_, err := durable.Open("/proc/nope", durable.Options{Logger: quiet()})
+	if !errors.Is(err, durable.ErrNotWritable) || errors.Is(err, durable.ErrCorrupt) ||
+		!strings.Contains(err.Error(), "data directory /proc/nope: data directory is not writable: it cannot be created") {
+		t.Fatalf("Open(/proc/nope) = %v, want ErrNotWritable saying it cannot be created", err)
+	}
+}
+
 // TestBadDirectory: a newer format, damaged files and foreign directories
 // are refused with the sentinel, the directory's name and advice, and are
 // left as they were, lock file included: a foreign directory keeps no LOCK

@@ -62,7 +62,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	dir = abs
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, openErr(dir, "create", err)
+		return nil, createErr(dir, err)
 	}
 	lockPath := filepath.Join(dir, "LOCK")
 	_, statErr := os.Stat(lockPath)
@@ -212,6 +212,16 @@ func writeFormat(dir string) error {
 }
 
 // openErr classifies an error met while opening dir.
+// createErr returns the error of a data directory that cannot be created:
+// ErrNotWritable, or ErrNoSpace, naming dir and what to do. Nothing of it
+// existed, so nothing is damaged (a path under /proc fails with ENOENT).
+func createErr(dir string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return openErr(dir, "create", err)
+	}
+	return fmt.Errorf("durable store: data directory %s: %w: it cannot be created: %v: create it (writable by the tidemark user) on a writable file system, or choose another --data-dir", dir, ErrNotWritable, err)
+}
+
 func openErr(dir, step string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK), strings.Contains(err.Error(), "lock held by current process"):
