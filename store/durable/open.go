@@ -211,17 +211,19 @@ func writeFormat(dir string) error {
 	return d.Sync()
 }
 
-// openErr classifies an error met while opening dir.
-// createErr returns the error of a data directory that cannot be created:
-// ErrNotWritable, or ErrNoSpace, naming dir and what to do. Nothing of it
-// existed, so nothing is damaged (a path under /proc fails with ENOENT).
+// createErr returns the error of a data directory that cannot be created.
+// Nothing of it existed, so nothing is damaged: a missing parent (a path
+// under /proc fails with ENOENT) is ErrNotWritable saying so; every other
+// cause is classified as openErr does (a parent that is a file, no space,
+// no permission).
 func createErr(dir string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if !errors.Is(err, fs.ErrNotExist) {
 		return openErr(dir, "create", err)
 	}
 	return fmt.Errorf("durable store: data directory %s: %w: it cannot be created: %v: create it (writable by the tidemark user) on a writable file system, or choose another --data-dir", dir, ErrNotWritable, err)
 }
 
+// openErr classifies an error met while opening dir.
 func openErr(dir, step string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK), strings.Contains(err.Error(), "lock held by current process"):
