@@ -200,55 +200,24 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 1
 	}
-	var st store.Store
-	storeAttrs := []any{"store", "memory"}
-	if c.dataDir != "" {
-		ds, err := durable.Open(c.dataDir, durable.Options{IdleTTL: c.idleTTL, Logger: logger})
-		if err != nil {
-			fmt.Fprintf(stderr, "tidemark serve: --data-dir: %v\n", err)
-			return 1
-		}
-		st = ds
-		storeAttrs = []any{"store", "durable", "dir", ds.Dir()}
-		// The process budget bounds memory; a durable store is bounded by
-		// its data directory (durable.Options.MaxBytes) instead.
-		c.budget = -1
+	b, err := c.openStore(logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 1
 	}
-	var fleet *redis.Store // nil unless --redis
-	if c.fleet.redisURL != "" {
-		if fleet, err = c.fleet.openRedis(logger); err != nil {
-			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
-			return 1
-		}
-		st = fleet
-		storeAttrs = []any{"store", "redis", "replica", c.fleet.replicaID}
-		c.budget = -1 // Redis is not this process's memory
-	}
-	storeAttrs = append(storeAttrs, "memory_limit", setMemoryLimit(c.budget, st == nil))
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
-		if st != nil {
-			st.Close()
-		}
+		b.close()
 		fmt.Fprintf(stderr, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
 		return 1
 	}
-	opts := &tidemark.Options{
-		Store:     st,
-		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
-		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls, Logger: logger},
-		Transport: transport.Options{
-			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
-			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
-		},
-	}
+	opts := c.options(b, logger)
 	op.configure(opts)
-	if fleet != nil {
-		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
-		opts.Transport.Directory = fleet
-		if err := c.fleet.announceFirst(fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
+	if b.fleet != nil {
+		opts.Transport.Directory = b.fleet
+		if err := c.fleet.announceFirst(b.fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
 			ln.Close()
-			fleet.Close()
+			b.close()
 			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 			return 1
 		}
@@ -256,12 +225,11 @@ func serve(args []string, stderr io.Writer) int {
 	h, closeEngine, err := c.engineHandler(fs, opts, logger, sealer)
 	if err != nil {
 		ln.Close()
-		if st != nil {
-			st.Close()
-		}
+		b.close()
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
+	op.attach(h, readiness(b.st, b.fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
 	// closeHandler ends every session's live state; in gateway mode all
 	// subprocesses (or upstream sessions) end at once first, so none
 	// outlives us.
@@ -269,45 +237,128 @@ func serve(args []string, stderr io.Writer) int {
 		closeEngine()
 		h.Close()
 	}
-	op.attach(h, readiness(st, fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
-	// The endpoint is matched exactly, not through http.ServeMux, whose
-	// path cleaning answers "//mcp" or "/x/../mcp" with a 307 redirect;
-	// every other path is a JSON-RPC 404 (regression in
-	// TestServeUnknownPath).
-	var root http.Handler = h
-	if c.path != "/" {
-		notFound := h.PathNotFound(c.path)
-		root = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != c.path {
-				notFound.ServeHTTP(w, r)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
+	return c.run(ln, h, b, op, closeHandler, c.servedAttrs(fs), logger)
+}
+
+// backing is the store `tidemark serve` runs on: st is nil for the memory
+// store, fleet is st when it is Redis (--redis). attrs are the serving
+// line's attributes that describe it.
+type backing struct {
+	st    store.Store
+	fleet *redis.Store
+	attrs []any
+}
+
+// close closes the store, if it is not the memory store.
+func (b *backing) close() {
+	if b.st != nil {
+		b.st.Close()
 	}
+}
+
+// openStore opens the store the flags choose (--data-dir, --redis, or the
+// memory store) and sets the process's memory limit from what remains in
+// this process's memory (setMemoryLimit). Its errors name the flag at
+// fault.
+func (c *serveConfig) openStore(logger *slog.Logger) (*backing, error) {
+	b := &backing{attrs: []any{"store", "memory"}}
+	if c.dataDir != "" {
+		ds, err := durable.Open(c.dataDir, durable.Options{IdleTTL: c.idleTTL, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("--data-dir: %w", err)
+		}
+		b.st = ds
+		b.attrs = []any{"store", "durable", "dir", ds.Dir()}
+		// The process budget bounds memory; a durable store is bounded by
+		// its data directory (durable.Options.MaxBytes) instead.
+		c.budget = -1
+	}
+	if c.fleet.redisURL != "" {
+		fleet, err := c.fleet.openRedis(logger)
+		if err != nil {
+			return nil, err
+		}
+		b.st, b.fleet = fleet, fleet
+		b.attrs = []any{"store", "redis", "replica", c.fleet.replicaID}
+		c.budget = -1 // Redis is not this process's memory
+	}
+	b.attrs = append(b.attrs, "memory_limit", setMemoryLimit(c.budget, b.st == nil))
+	return b, nil
+}
+
+// options are the Handler's options the flags set, on the store b.
+func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options {
+	opts := &tidemark.Options{
+		Store:     b.st,
+		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
+		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls, Logger: logger},
+		Transport: transport.Options{
+			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
+			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
+		},
+	}
+	if b.fleet != nil {
+		opts.Sessions.Owner, opts.Sessions.Lease, opts.Sessions.RenewInterval = c.fleet.replicaID, c.fleet.leaseTTL, c.fleet.leaseRenew
+	}
+	return opts
+}
+
+// endpoint serves h at exactly c.path. The path is matched exactly, not
+// through http.ServeMux, whose path cleaning answers "//mcp" or
+// "/x/../mcp" with a 307 redirect; every other path is a JSON-RPC 404
+// (TestServeUnknownPath).
+func (c *serveConfig) endpoint(h *tidemark.Handler) http.Handler {
+	if c.path == "/" {
+		return h
+	}
+	notFound := h.PathNotFound(c.path)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != c.path {
+			notFound.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// announce keeps this replica in the fleet's directory until the returned
+// function is called, which withdraws it and returns once it is withdrawn.
+// Without --redis it does nothing.
+func (c *serveConfig) announce(ln net.Listener, b *backing, logger *slog.Logger) (stop func()) {
+	if b.fleet == nil {
+		return func() {}
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	announced := make(chan struct{})
+	go func() {
+		defer close(announced)
+		c.fleet.announce(actx, b.fleet, c.fleet.advertise(ln, c.path), logger)
+	}()
+	return func() { cancel(); <-announced }
+}
+
+// run serves h on ln until SIGINT or SIGTERM, then shuts down: calls in
+// flight finish within --shutdown-grace (new calls get 503), then streams
+// get a final retry field and close within streamCloseTime. served are
+// the serving line's attributes after the store's. It returns the
+// process's exit code: 0 after a shutdown, 1 if the server failed.
+func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *operator, closeHandler func(), served []any, logger *slog.Logger) int {
 	// IdleTimeout closes kept-alive connections that carry no request,
 	// so idle clients cannot hold sockets without limit; streams are
 	// requests in progress and are not affected.
-	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
-
+	srv := &http.Server{Handler: c.endpoint(h), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	// stopAnnouncing withdraws this replica from the fleet's directory,
 	// first thing at shutdown, so that others stop forwarding to it.
-	stopAnnouncing := func() {}
-	if fleet != nil {
-		actx, cancel := context.WithCancel(context.Background())
-		announced := make(chan struct{})
-		go func() {
-			defer close(announced)
-			c.fleet.announce(actx, fleet, c.fleet.advertise(ln, c.path), logger)
-		}()
-		stopAnnouncing = func() { cancel(); <-announced }
-		storeAttrs = append(storeAttrs, "advertise", c.fleet.advertise(ln, c.path))
+	stopAnnouncing := c.announce(ln, b, logger)
+	attrs := append([]any{"url", "http://" + ln.Addr().String() + c.path}, b.attrs...)
+	if b.fleet != nil {
+		attrs = append(attrs, "advertise", c.fleet.advertise(ln, c.path))
 	}
-	logger.Info("serving", append(append([]any{"url", "http://" + ln.Addr().String() + c.path}, storeAttrs...), c.servedAttrs(fs)...)...)
+	logger.Info("serving", append(attrs, served...)...)
 
 	select {
 	case err := <-errc:
@@ -320,9 +371,8 @@ func serve(args []string, stderr io.Writer) int {
 	op.draining.Store(true)
 	logger.Info("shutting down", "reason", "signal", "grace", c.shutdownGrace)
 	stopAnnouncing()
-	// Calls in flight finish within the grace (new calls get 503). Then
-	// streams get a final retry field and close, with a time of their own:
-	// a drain that used up the grace must not cut them without it.
+	// Streams get their final retry field with a time of their own: a
+	// drain that used up the grace must not cut them without it.
 	dctx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownGrace)
 	defer cancelDrain()
 	h.Drain(dctx)
