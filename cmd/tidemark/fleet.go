@@ -14,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/redis"
 )
@@ -85,12 +86,12 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	switch {
 	case err != nil:
 		logger.Warn("cannot read Redis's persistence settings; make sure a restart of Redis either keeps every write (appendonly yes, appendfsync always) or none",
-			"reason", "persistence_unknown", "error", err)
+			"reason", replay.ReasonPersistenceUnknown, "error", err)
 	case !p.Safe():
 		// Warned, not refused: the risk is Redis restarting after a crash,
 		// and an operator may accept it knowingly; see README, Fleet mode.
 		logger.Warn("Redis persistence is unsafe for a fleet: after a Redis crash it can bring back an older state, under which sequences are assigned twice; use appendonly yes with appendfsync always, or no persistence at all",
-			"reason", "unsafe_persistence", "persistence", p.String())
+			"reason", replay.ReasonUnsafePersistence, "persistence", p.String())
 	default:
 		logger.Info("redis persistence", "persistence", p.String())
 	}
@@ -148,7 +149,7 @@ func (c *fleetConfig) announceFirst(st *redis.Store, url string, logger *slog.Lo
 				c.replicaID, holder, 2*c.leaseTTL)
 		case !warned:
 			logger.Warn("replica ID announced by another process; waiting for its entry to expire (a replica killed moments ago keeps it up to --lease-ttl)",
-				"replica", c.replicaID, "holder", holder, "reason", "replica_id_in_use", "wait_max", 2*c.leaseTTL)
+				"replica", c.replicaID, "holder", holder, "reason", replay.ReasonReplicaIDInUse, "wait_max", 2*c.leaseTTL)
 			warned = true
 		}
 		time.Sleep(c.leaseRenew)
@@ -174,7 +175,7 @@ func (c *fleetConfig) announce(ctx context.Context, st *redis.Store, url string,
 		err := st.Announce(ctx, c.replicaID, url, c.leaseTTL)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
-			logger.Warn("announcing this replica failed; retrying", "reason", "unavailable", "error", err)
+			logger.Warn("announcing this replica failed; retrying", "reason", replay.ReasonUnavailable, "error", err)
 			failing = true
 		case err == nil && failing:
 			logger.Info("replica announced again", "replica", c.replicaID)
