@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/durable"
@@ -369,7 +370,7 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 	case <-ctx.Done():
 	}
 	op.draining.Store(true)
-	logger.Info("shutting down", "reason", "signal", "grace", c.shutdownGrace)
+	logger.Info("shutting down", "reason", replay.ReasonSignal, "grace", c.shutdownGrace)
 	stopAnnouncing()
 	// Streams get their final retry field with a time of their own: a
 	// drain that used up the grace must not cut them without it.
