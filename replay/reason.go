@@ -341,3 +341,12 @@ const (
 	// forward requests to it).
 	ReasonNotRegistered Reason = "not_registered"
 )
+
+// Fleet fan-out of notifications (package fanout): log reasons.
+const (
+	// ReasonNotificationsLost: a replica could not read the fleet's
+	// notification stream for longer than its retention covers, so
+	// notifications raised elsewhere meanwhile never reached the listeners
+	// of this replica.
+	ReasonNotificationsLost Reason = "notifications_lost"
+)
