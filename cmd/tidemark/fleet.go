@@ -14,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tidemark-mcp/tidemark/fanout"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/redis"
@@ -96,6 +97,30 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 		logger.Info("redis persistence", "persistence", p.String())
 	}
 	return st, nil
+}
+
+// openBus returns the Bus that carries the notifications of
+// subscriptions/listen streams: through a Redis Stream at --redis, shared by
+// every replica, or, without --redis, within this process. close ends it
+// and its Redis connections.
+func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(), err error) {
+	if c.redisURL == "" {
+		bus, err = fanout.New(context.Background(), fanout.Options{Logger: logger})
+		return bus, func() { bus.Close() }, err
+	}
+	opt, err := goredis.ParseURL(c.redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+	}
+	rdb := goredis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	bus, err = fanout.New(ctx, fanout.Options{Redis: rdb, Logger: logger})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("--redis %s: %v: start redis-server there, or point --redis at a running one", c.redisURL, err)
+	}
+	return bus, func() { bus.Close(); rdb.Close() }, nil
 }
 
 // advertise returns the URL other replicas forward requests to: the flag,

@@ -75,10 +75,11 @@ func (c *upstreamConfig) check(stdioMode bool) error {
 }
 
 // engineHandler returns the handler of the MCP server that c serves (the
-// demo server, with sealer for its requestState, a --stdio command, or an
-// --upstream server) and the function that ends its engine before the
-// handler's Close. The error is a usage error (a command not found, an
-// invalid URL or header).
+// demo server, with sealer for its requestState and the fleet's
+// notification bus, a --stdio command, or an --upstream server) and the
+// function that ends its engine, and its bus, before the handler's Close.
+// The error is a usage error (a command not found, an invalid URL or
+// header) or the bus's (Redis at --redis refuses its stream).
 func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, logger *slog.Logger, sealer *requeststate.Sealer) (*tidemark.Handler, func(), error) {
 	switch {
 	case c.stdio:
@@ -103,7 +104,12 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 		opts.Transport.Sessionless = gateway.Sessionless()
 		return tidemark.NewEngineHandler(gateway, opts), func() { gateway.Close() }, nil
 	}
-	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer}), opts), func() {}, nil
+	// The demo's notify tool raises through the bus to every replica.
+	bus, closeBus, err := c.fleet.openBus(logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer, Bus: bus}), opts), closeBus, nil
 }
 
 // servedAttrs are the log attributes that say which MCP server is served.

@@ -1,7 +1,8 @@
 // Package demo is the MCP server that `tidemark serve` hosts when no other
 // server is given: a few tools that exercise what Tidemark exists for
 // (progress streams, a question to the user that works on every protocol
-// revision and any replica) and nothing else.
+// revision and any replica, a notification that reaches the listeners of
+// every replica) and nothing else.
 package demo
 
 import (
@@ -11,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/fanout"
 	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
@@ -30,21 +32,27 @@ type EchoArgs struct {
 }
 
 // Options configures the demo server. The zero value seals confirm's
-// requestState with a random key of this process.
+// requestState with a random key of this process and notifies the
+// listeners of this process only.
 type Options struct {
 	// Sealer seals and opens the requestState of confirm's input-required
 	// results (protocol 2026-07-28). Nil: a Sealer of a random per-process
 	// key (requeststate.RandomRing), whose states open only in this process.
 	Sealer *requeststate.Sealer
 	// Server holds the options of the mcp.Server, e.g. a SubscribeHandler
-	// for a test of resource subscriptions. Nil: none.
+	// that records subscriptions for a test. Nil, or nil handlers within
+	// it: the demo's own resource subscription handlers, which accept any
+	// URI.
 	Server *mcp.ServerOptions
+	// Bus carries notify's notifications; New attaches it to the server.
+	// Nil: a Bus of this process alone (fanout.Options zero value).
+	Bus *fanout.Bus
 }
 
 // NewServer returns the demo server with its zero Options.
 func NewServer() *mcp.Server { return New(Options{}) }
 
-// New returns the demo server with three tools:
+// New returns the demo server with four tools and one resource:
 //   - countdown: n steps, each after delay_ms milliseconds, each reported
 //     as notifications/progress (progress = step, total = n) when the call
 //     carries a progress token; then the text "countdown of N finished".
@@ -52,18 +60,29 @@ func NewServer() *mcp.Server { return New(Options{}) }
 //   - echo: returns its text argument.
 //   - confirm: asks the user to confirm a question and returns "accepted",
 //     "declined" or "cancelled" (see AddConfirm).
+//   - notify: raises a notification through opts.Bus for the
+//     subscriptions/listen streams and sessions of every replica, and
+//     returns "notified METHOD[ URI]".
+//   - the resource ReadmeURI, which any URI's subscription comes with.
 func New(opts Options) *mcp.Server {
 	sealer := opts.Sealer
 	if sealer == nil {
 		sealer = requeststate.New(requeststate.RandomRing(), requeststate.Options{})
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, opts.Server)
+	bus := opts.Bus
+	if bus == nil {
+		// Without Redis, New neither fails nor starts a goroutine.
+		bus, _ = fanout.New(context.Background(), fanout.Options{})
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tidemark-demo", Version: "1.0.0"}, serverOptions(opts.Server))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "countdown",
 		Description: "Counts n steps, sending one progress notification per step, then returns.",
 	}, countdown)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text argument."}, echo)
 	AddConfirm(s, sealer)
+	addNotify(s, bus)
+	bus.Attach(s)
 	return s
 }
 
