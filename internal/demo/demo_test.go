@@ -3,7 +3,9 @@ package demo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/requeststate"
@@ -33,10 +36,15 @@ func startServe(t *testing.T, args ...string) (*testenv.Process, string) {
 
 // connect connects the go-sdk client to url at protocol version (""
 // for the client's default) with opts, over an HTTP client of its own that
-// sends header with every request.
-func connect(t *testing.T, url, version string, header http.Header, opts *mcp.ClientOptions) *mcp.ClientSession {
+// sends header with every request, through base (default: a fresh
+// http.Transport).
+func connect(t *testing.T, url, version string, header http.Header, opts *mcp.ClientOptions, base ...http.RoundTripper) *mcp.ClientSession {
 	t.Helper()
-	httpClient := &http.Client{Transport: headerTransport{header, &http.Transport{}}}
+	var rt http.RoundTripper = &http.Transport{}
+	if len(base) > 0 {
+		rt = base[0]
+	}
+	httpClient := &http.Client{Transport: headerTransport{header, rt}}
 	t.Cleanup(httpClient.CloseIdleConnections)
 	var sopts *mcp.ClientSessionOptions
 	if version != "" {
@@ -97,92 +105,162 @@ func text(t *testing.T, res *mcp.CallToolResult) string {
 	return b.String()
 }
 
+// rotate is an http.RoundTripper that sends each request to the next of
+// its hosts in turn, as a load balancer without affinity would.
+type rotate struct {
+	mu    sync.Mutex
+	next  int
+	hosts []string
+	base  http.RoundTripper
+}
+
+func (r *rotate) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	host := r.hosts[r.next%len(r.hosts)]
+	r.next++
+	r.mu.Unlock()
+	req = req.Clone(req.Context())
+	req.URL.Host, req.Host = host, host
+	return r.base.RoundTrip(req)
+}
+
+// startFleet starts a redis-server and n `tidemark serve --redis`
+// replicas sharing it and a key ring, and returns their endpoints.
+func startFleet(t *testing.T, n int) []string {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	keys := writeKeys(t, fleetKey)
+	urls := make([]string, n)
+	for i := range urls {
+		_, urls[i] = startServe(t, "--redis", srv.URL(), "--replica-id", fmt.Sprintf("r%d", i), "--request-state-keys", keys)
+	}
+	return urls
+}
+
+// targets returns what the every-tool tests run against: one `tidemark
+// serve`, and a fleet of three replicas whose clients send each request to
+// the next replica.
+func targets(t *testing.T) []struct {
+	name string
+	urls []string
+} {
+	_, one := startServe(t)
+	return []struct {
+		name string
+		urls []string
+	}{{"serve", []string{one}}, {"fleet", startFleet(t, 3)}}
+}
+
 // TestGoClientCallsEveryTool: the go-sdk client (v1.8.0) calls countdown,
-// echo and confirm against `tidemark serve`, at its default protocol
+// echo, confirm and notify against `tidemark serve` and against a fleet of
+// three replicas (each request to the next), at its default protocol
 // version (2026-07-28: confirm asks through an input-required result) and
 // at 2025-11-25 (the server sends elicitation/create), with the same
 // outcome.
 func TestGoClientCallsEveryTool(t *testing.T) {
-	_, url := startServe(t)
-	for _, tc := range []struct{ name, version, negotiated string }{
-		{"default", "", "2026-07-28"},
-		{"2025-11-25", "2025-11-25", "2025-11-25"},
+	for _, target := range targets(t) {
+		for _, tc := range []struct{ name, version, negotiated string }{
+			{"default", "", "2026-07-28"},
+			{"2025-11-25", "2025-11-25", "2025-11-25"},
+		} {
+			t.Run(target.name+"/"+tc.name, func(t *testing.T) {
+				callEveryTool(t, target.urls, tc.version, tc.negotiated)
+			})
+		}
+	}
+}
+
+// callEveryTool connects the go-sdk client at version through urls in
+// turn and calls every demo tool.
+func callEveryTool(t *testing.T, urls []string, version, negotiated string) {
+	opts, asked := answering("accept", map[string]any{"confirmed": true})
+	var mu sync.Mutex
+	var progress []float64
+	opts.ProgressNotificationHandler = func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress = append(progress, req.Params.Progress)
+	}
+	rt := &rotate{base: &http.Transport{}}
+	for _, u := range urls {
+		pu, err := neturl.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.hosts = append(rt.hosts, pu.Host)
+	}
+	cs := connect(t, urls[0], version, nil, opts, rt)
+	if got := cs.InitializeResult().ProtocolVersion; got != negotiated {
+		t.Fatalf("negotiated %s, want %s", got, negotiated)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clientTimeout)
+	defer cancel()
+	params := &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 3}}
+	params.SetProgressToken("p")
+	for _, call := range []struct {
+		params *mcp.CallToolParams
+		want   string
+	}{
+		{params, "countdown of 3 finished"},
+		{&mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}, "hello"},
+		{&mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "Proceed?"}}, "accepted"},
+		{&mcp.CallToolParams{Name: "notify", Arguments: map[string]any{"method": "notifications/tools/list_changed"}},
+			"notified notifications/tools/list_changed"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			opts, asked := answering("accept", map[string]any{"confirmed": true})
-			var mu sync.Mutex
-			var progress []float64
-			opts.ProgressNotificationHandler = func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-				mu.Lock()
-				defer mu.Unlock()
-				progress = append(progress, req.Params.Progress)
-			}
-			cs := connect(t, url, tc.version, nil, opts)
-			if got := cs.InitializeResult().ProtocolVersion; got != tc.negotiated {
-				t.Fatalf("negotiated %s, want %s", got, tc.negotiated)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), clientTimeout)
-			defer cancel()
-			params := &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 3}}
-			params.SetProgressToken("p")
-			for _, call := range []struct {
-				params *mcp.CallToolParams
-				want   string
-			}{
-				{params, "countdown of 3 finished"},
-				{&mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}, "hello"},
-				{&mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"question": "Proceed?"}}, "accepted"},
-			} {
-				res, err := cs.CallTool(ctx, call.params)
-				if err != nil {
-					t.Fatalf("call %s: %v", call.params.Name, err)
-				}
-				if got := text(t, res); got != call.want || res.IsError {
-					t.Errorf("call %s: %q (isError %v), want %q", call.params.Name, got, res.IsError, call.want)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !slices.Equal(progress, []float64{1, 2, 3}) {
-				t.Errorf("countdown progress %v, want [1 2 3]", progress)
-			}
-			if got := asked(); !slices.Equal(got, []string{"Proceed?"}) {
-				t.Errorf("confirm asked %q, want exactly [\"Proceed?\"]", got)
-			}
-		})
+		res, err := cs.CallTool(ctx, call.params)
+		if err != nil {
+			t.Fatalf("call %s: %v", call.params.Name, err)
+		}
+		if got := text(t, res); got != call.want || res.IsError {
+			t.Errorf("call %s: %q (isError %v), want %q", call.params.Name, got, res.IsError, call.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(progress, []float64{1, 2, 3}) {
+		t.Errorf("countdown progress %v, want [1 2 3]", progress)
+	}
+	if got := asked(); !slices.Equal(got, []string{"Proceed?"}) {
+		t.Errorf("confirm asked %q, want exactly [\"Proceed?\"]", got)
 	}
 }
 
 // TestTypeScriptClientCallsEveryTool: the official TypeScript SDK client
 // (the version scripts/deps.sh pins), at its default protocol version,
-// calls every demo tool against `tidemark serve`. That SDK's newest
+// calls every demo tool against `tidemark serve` and against a fleet of
+// three replicas (each HTTP request to the next). That SDK's newest
 // protocol version is 2025-11-25, so it negotiates that one and confirm's
 // question reaches it as elicitation/create.
 func TestTypeScriptClientCallsEveryTool(t *testing.T) {
-	_, url := startServe(t)
-	client := testenv.StartProcess(t, testenv.Node(t), testenv.NodeScript(t, "testdata/tools.mjs"), url)
-	select {
-	case <-client.Done():
-	case <-time.After(clientTimeout):
-		t.Fatalf("tools.mjs still running after %v", clientTimeout)
-	}
-	if err := client.Wait(); err != nil {
-		t.Fatalf("tools.mjs: %v", err)
-	}
-	var got []string
-	for line := range strings.SplitSeq(client.Output(), "\n") {
-		if strings.HasPrefix(line, "{") {
-			got = append(got, line)
-		}
-	}
-	want := []string{
-		`{"protocolVersion":"2025-11-25"}`,
-		`{"tool":"countdown","text":"countdown of 3 finished","isError":false,"progress":[1,2,3]}`,
-		`{"tool":"echo","text":"hello","isError":false}`,
-		`{"tool":"confirm","text":"accepted","isError":false,"asked":["Proceed?"]}`,
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("tools.mjs reported:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	node := testenv.Node(t)
+	for _, target := range targets(t) {
+		t.Run(target.name, func(t *testing.T) {
+			client := testenv.StartProcess(t, node, append([]string{testenv.NodeScript(t, "testdata/tools.mjs")}, target.urls...)...)
+			select {
+			case <-client.Done():
+			case <-time.After(clientTimeout):
+				t.Fatalf("tools.mjs still running after %v", clientTimeout)
+			}
+			if err := client.Wait(); err != nil {
+				t.Fatalf("tools.mjs: %v", err)
+			}
+			var got []string
+			for line := range strings.SplitSeq(client.Output(), "\n") {
+				if strings.HasPrefix(line, "{") {
+					got = append(got, line)
+				}
+			}
+			want := []string{
+				`{"protocolVersion":"2025-11-25"}`,
+				`{"tool":"countdown","text":"countdown of 3 finished","isError":false,"progress":[1,2,3]}`,
+				`{"tool":"echo","text":"hello","isError":false}`,
+				`{"tool":"confirm","text":"accepted","isError":false,"asked":["Proceed?"]}`,
+				`{"tool":"notify","text":"notified notifications/tools/list_changed","isError":false}`,
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("tools.mjs reported:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }
 
