@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark"
-	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/requeststate"
@@ -74,24 +73,16 @@ func (c *upstreamConfig) check(stdioMode bool) error {
 	return nil
 }
 
-// engineHandler returns the handler of the MCP server that c serves (the
-// demo server, with sealer for its requestState and the fleet's
-// notification bus, a --stdio command, or an --upstream server) and the
-// function that ends its engine, and its bus, before the handler's Close.
-// The error is a usage error (a command not found, an invalid URL or
-// header) or the bus's (Redis at --redis refuses its stream).
+// engineHandler returns the handler of the MCP server that c serves and
+// the function that ends its engine, and its bus, before the handler's
+// Close: the demo server, with sealer for its requestState; a --stdio
+// command, whose bridge seals the backend's requestState with sealer; both
+// with the fleet's notification bus; or an --upstream server, which seals
+// its own state and needs neither. The error is a usage error (a command
+// not found, an invalid URL or header) or the bus's (Redis at --redis
+// refuses its stream).
 func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, logger *slog.Logger, sealer *requeststate.Sealer) (*tidemark.Handler, func(), error) {
-	switch {
-	case c.stdio:
-		gateway, err := stdio.New(stdio.Options{
-			Command: fs.Arg(0), Args: fs.Args()[1:], Env: c.env, MaxProcesses: c.maxProcesses,
-			InitializeTimeout: c.initTimeout, Logger: logger, Metrics: opts.Metrics,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		return tidemark.NewEngineHandler(gateway, opts), func() { gateway.Close() }, nil
-	case c.upstream.url != "":
+	if c.upstream.url != "" {
 		gateway, err := upstream.New(upstream.Options{
 			URL: c.upstream.url, Header: c.upstream.header, Forward: c.upstream.forward,
 			ConnectTimeout: c.upstream.connectTimeout, Timeout: c.upstream.timeout,
@@ -104,10 +95,19 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 		opts.Transport.Sessionless = gateway.Sessionless()
 		return tidemark.NewEngineHandler(gateway, opts), func() { gateway.Close() }, nil
 	}
-	// The demo's notify tool raises through the bus to every replica.
+	// The demo's notify tool and the stdio bridge raise through the bus to
+	// every replica.
 	bus, closeBus, err := c.fleet.openBus(logger)
 	if err != nil {
 		return nil, nil, err
+	}
+	if c.stdio {
+		h, closeGateway, err := c.stdioHandler(fs.Args(), opts, sealer, bus, logger)
+		if err != nil {
+			closeBus()
+			return nil, nil, err
+		}
+		return h, func() { closeGateway(); closeBus() }, nil
 	}
 	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer, Bus: bus}), opts), closeBus, nil
 }

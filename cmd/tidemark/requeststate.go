@@ -1,8 +1,9 @@
 package main
 
-// The key ring that seals the demo's requestState (`tidemark serve
-// --request-state-*`): where its keys come from, and the Sealer built from
-// them (package requeststate; README.md, "Sealed requestState").
+// The key ring that seals requestState (`tidemark serve
+// --request-state-*`): the demo's own, or with --stdio the backend's as
+// the bridge relays it; where its keys come from, and the Sealer built
+// from them (package requeststate; README.md, "Sealed requestState").
 
 import (
 	"context"
@@ -32,11 +33,12 @@ func stateFlags(fs *flag.FlagSet, c *stateConfig) {
 	fs.IntVar(&c.usedMax, "request-state-used-max", requeststate.DefaultLedgerEntries, "with --request-state-single-use: most used requestStates remembered; beyond it retries are refused with reason capacity until some expire (states)")
 }
 
-// check validates the requestState flags; the error is a usage error.
-func (c *stateConfig) check(gateway bool) error {
+// check validates the requestState flags; the error is a usage error. An
+// --upstream server (upstream) seals its own requestState.
+func (c *stateConfig) check(upstream bool) error {
 	switch {
-	case gateway && (c.keysFile != "" || c.singleUse):
-		return errors.New("--request-state-keys and --request-state-single-use apply to the demo server, not to --stdio or --upstream")
+	case upstream && (c.keysFile != "" || c.singleUse):
+		return errors.New("--request-state-keys and --request-state-single-use apply to the demo server and --stdio, not to --upstream")
 	case c.ttl <= 0:
 		return fmt.Errorf("--request-state-ttl %v: want a positive duration", c.ttl)
 	case c.usedMax <= 0:
@@ -45,9 +47,10 @@ func (c *stateConfig) check(gateway bool) error {
 	return nil
 }
 
-// sealer loads the key ring and returns the demo's Sealer. Without a
-// configured ring it uses a random key and logs that retries must come back
-// to this process: at WARN in a fleet (inFleet), where they need not.
+// sealer loads the key ring and returns the Sealer of the demo, or of the
+// stdio gateway's bridge. Without a configured ring it uses a random key
+// and logs that retries must come back to this process: at WARN in a fleet
+// (inFleet), where they need not.
 func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.Sealer, error) {
 	ring, source, err := requeststate.LoadRing(c.keysFile)
 	if err != nil {
@@ -74,10 +77,11 @@ func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.S
 	return requeststate.New(ring, opts), nil
 }
 
-// demoSealer returns the Sealer of the demo server, or nil in gateway mode,
-// which serves no demo.
-func (c *serveConfig) demoSealer(logger *slog.Logger) (*requeststate.Sealer, error) {
-	if c.stdio || c.upstream.url != "" {
+// requestStateSealer returns the Sealer of the demo server, or of the
+// stdio gateway's bridge, or nil with --upstream, whose server seals its
+// own requestState and whose requests pass through unchanged.
+func (c *serveConfig) requestStateSealer(logger *slog.Logger) (*requeststate.Sealer, error) {
+	if c.upstream.url != "" {
 		return nil, nil
 	}
 	return c.state.sealer(logger, c.fleet.redisURL != "")

@@ -31,8 +31,8 @@ func TestServeRequestStateFlags(t *testing.T) {
 	}{
 		{"", []string{"--request-state-ttl", "0s"}, 2, "--request-state-ttl 0s: want a positive duration"},
 		{"", []string{"--request-state-used-max", "0"}, 2, "--request-state-used-max 0: want a positive number of states"},
-		{"", []string{"--request-state-keys", good, "--stdio", "--", "true"}, 2,
-			"--request-state-keys and --request-state-single-use apply to the demo server, not to --stdio"},
+		{"", []string{"--request-state-keys", good, "--upstream", "http://127.0.0.1:9/mcp"}, 2,
+			"--request-state-keys and --request-state-single-use apply to the demo server and --stdio, not to --upstream"},
 		{"", []string{"--request-state-keys", bad}, 1,
 			"tidemark serve: --request-state-keys: requeststate: key ring entry 1: the key is 16 bytes, want 32 (generate one with: openssl rand -base64 32) (in " + bad + ")"},
 		{"", []string{"--request-state-keys", filepath.Join(dir, "none")}, 1,

@@ -167,7 +167,7 @@ func (c *serveConfig) check() error {
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
 		return fmt.Errorf("--max-processes %d: want a positive number, or -1 for no limit", c.maxProcesses)
 	}
-	return c.state.check(c.stdio || c.upstream.url != "")
+	return c.state.check(c.upstream.url != "")
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -196,7 +196,7 @@ func serve(args []string, stderr io.Writer) int {
 
 	// The key ring and the store load before the listener, so a bad
 	// --request-state-keys or --data-dir exits before any client connects.
-	sealer, err := c.demoSealer(logger)
+	sealer, err := c.requestStateSealer(logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 1

@@ -160,8 +160,10 @@ func waitGroupGone(t *testing.T, what string, pgid int) {
 }
 
 // TestGatewayConformance runs every server scenario of the official
-// conformance suite for 2025-11-25 against the gateway fronting the go-sdk's
-// conformance everything-server in stdio mode; every check must pass.
+// conformance suite, for 2025-11-25 (sessions, one subprocess each) and for
+// 2026-07-28 (sessionless, served by the bridge's subprocess), against the
+// gateway fronting the go-sdk's conformance everything-server in stdio
+// mode; every check must pass.
 func TestGatewayConformance(t *testing.T) {
 	testenv.NeedNode(t)
 	bin := t.TempDir()
@@ -170,9 +172,17 @@ func TestGatewayConformance(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("go install %s: %v\n%s", everythingServer, err, out)
 	}
-	srv, u := startGateway(t, nil, filepath.Join(bin, "everything-server"))
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) { gatewayConformance(t, filepath.Join(bin, "everything-server"), version) })
+	}
+}
 
-	run := testenv.RunConformance(t, u, runTimeout)
+// gatewayConformance runs the suite at version against a gateway fronting
+// server.
+func gatewayConformance(t *testing.T, server, version string) {
+	srv, u := startGateway(t, nil, server)
+
+	run := testenv.RunConformance(t, u, version, runTimeout)
 	out := run.Output
 	if run.Err != nil {
 		t.Errorf("conformance exited with %v, want status 0", run.Err)

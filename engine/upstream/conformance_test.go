@@ -37,7 +37,7 @@ type conformance struct {
 // runConformance runs the suite against url (testenv.RunConformance).
 func runConformance(t *testing.T, url string) conformance {
 	t.Helper()
-	run := testenv.RunConformance(t, url, conformanceTimeout)
+	run := testenv.RunConformance(t, url, "2025-11-25", conformanceTimeout)
 	c := conformance{scenarios: run.Scenarios, checks: make(map[string][]string)}
 	for scenario, checks := range run.Checks {
 		for _, ch := range checks {

@@ -39,16 +39,16 @@ var (
 	conformanceSaved     = regexp.MustCompile(`(?m)^=== Running scenario: (\S+) ===\n(?:.*\n)*?Results saved to (\S+)$`)
 )
 
-// RunConformance runs every server scenario of the suite for protocol
-// 2025-11-25 against url and reads the checks each scenario saved. It
-// fails the test when Node.js or the suite is missing (NeedNode's rules),
-// when the run takes longer than timeout, or when not every scenario the
-// suite announces saved its checks.
-func RunConformance(t testing.TB, url string, timeout time.Duration) Conformance {
+// RunConformance runs every server scenario of the suite for the protocol
+// version ("2025-11-25", "2026-07-28") against url and reads the checks
+// each scenario saved. It fails the test when Node.js or the suite is
+// missing (NeedNode's rules), when the run takes longer than timeout, or
+// when not every scenario the suite announces saved its checks.
+func RunConformance(t testing.TB, url, version string, timeout time.Duration) Conformance {
 	t.Helper()
 	outDir := t.TempDir()
 	run := StartProcess(t, Node(t), NPMBin(t, "conformance"),
-		"server", "--url", url, "--suite", "all", "--spec-version", "2025-11-25", "-o", outDir)
+		"server", "--url", url, "--suite", "all", "--spec-version", version, "-o", outDir)
 	select {
 	case <-run.Done():
 	case <-time.After(timeout):

@@ -1,0 +1,249 @@
+package bridge
+
+// This file holds the connection to the backend: opened on demand, one at
+// a time, restored (server, tool mirror, resource subscriptions) when it
+// comes up again, and the backend's notifications it relays.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/fanout"
+)
+
+// sessionlessVersion is the first revision without initialize.
+const sessionlessVersion = "2026-07-28"
+
+// clientInfo is how the Bridge introduces itself to the backend.
+var clientInfo = &mcp.Implementation{Name: "tidemark-gateway", Version: "1.0.0"}
+
+// conn is one connection to the backend.
+type conn struct {
+	cs *mcp.ClientSession
+	// modern says the backend speaks 2026-07-28: requests keep the
+	// client's per-request _meta.
+	modern bool
+	gen    uint64
+}
+
+// backend returns the connection to the backend, connecting when none is
+// up. Requests that arrive while a connection attempt is under way wait for
+// it (or for ctx). The error is the attempt's, or ErrClosed.
+func (b *Bridge) backend(ctx context.Context) (*conn, error) {
+	for {
+		b.mu.Lock()
+		switch {
+		case b.closed:
+			b.mu.Unlock()
+			return nil, ErrClosed
+		case b.conn != nil:
+			c := b.conn
+			b.mu.Unlock()
+			return c, nil
+		case b.connecting == nil:
+			b.connecting = make(chan struct{})
+			go b.connect(b.connecting)
+		}
+		ch := b.connecting
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		b.mu.Lock()
+		c, err := b.conn, b.connectErr
+		b.mu.Unlock()
+		if c == nil && err != nil {
+			return nil, err
+		}
+	}
+}
+
+// connect makes one attempt to connect to the backend, and closes done when
+// it is over: b.conn is then the new connection, or b.connectErr says why
+// there is none.
+func (b *Bridge) connect(done chan struct{}) {
+	c, err := b.dial()
+	b.mu.Lock()
+	defer close(done)
+	defer b.mu.Unlock()
+	b.connecting, b.connectErr = nil, err
+	if err != nil {
+		return
+	}
+	if b.closed {
+		go c.cs.Close()
+		b.connectErr = ErrClosed
+		return
+	}
+	b.conn = c
+	go b.watch(c)
+}
+
+// dial connects a client to the backend and restores what the Bridge holds
+// of it: the server built from its first InitializeResult, the tool mirror,
+// the resource subscriptions of the open streams.
+func (b *Bridge) dial() (*conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.ConnectTimeout)
+	defer cancel()
+	client := mcp.NewClient(clientInfo, b.clientOptions())
+	cs, err := client.Connect(ctx, b.opts.Dial(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: connect to the backend: %w", err)
+	}
+	init := cs.InitializeResult()
+	b.mu.Lock()
+	b.gen++
+	c := &conn{cs: cs, modern: init.ProtocolVersion >= sessionlessVersion, gen: b.gen}
+	if b.server == nil {
+		b.server = b.newServer(init)
+	}
+	uris := make([]string, 0, len(b.subs))
+	for uri := range b.subs {
+		uris = append(uris, uri)
+	}
+	b.mu.Unlock()
+	b.logger.Info("connected to the backend for sessionless requests", "connection", c.gen,
+		"protocol", init.ProtocolVersion, "server", serverName(init))
+	b.syncTools(ctx, c)
+	slices.Sort(uris)
+	for _, uri := range uris {
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			b.logger.Warn("subscribing the backend again failed", "uri", uri, "error", err)
+		}
+	}
+	return c, nil
+}
+
+func serverName(init *mcp.InitializeResult) string {
+	if init.ServerInfo == nil {
+		return ""
+	}
+	return init.ServerInfo.Name
+}
+
+// watch waits for the connection to end, then lets the next request open a
+// new one.
+func (b *Bridge) watch(c *conn) {
+	err := c.cs.Wait()
+	b.mu.Lock()
+	if b.conn == c {
+		b.conn = nil
+	}
+	closed := b.closed
+	b.mu.Unlock()
+	if !closed {
+		b.logger.Warn("the backend connection for sessionless requests ended; the next request opens a new one",
+			"connection", c.gen, "error", err)
+	}
+}
+
+// newServer returns the *mcp.Server the sessionless requests are served
+// by: the backend's identity, instructions and capabilities, the Bridge's
+// forwarding middleware and the Bus.
+func (b *Bridge) newServer(init *mcp.InitializeResult) *mcp.Server {
+	impl := init.ServerInfo
+	if impl == nil {
+		impl = &mcp.Implementation{Name: "tidemark-gateway", Version: "1.0.0"}
+	}
+	caps := init.Capabilities
+	if caps == nil {
+		caps = &mcp.ServerCapabilities{}
+	}
+	s := mcp.NewServer(impl, &mcp.ServerOptions{
+		Instructions:       init.Instructions,
+		Capabilities:       caps,
+		Logger:             sdkLogger(b.logger),
+		SubscribeHandler:   b.subscribe,
+		UnsubscribeHandler: b.unsubscribe,
+	})
+	s.AddReceivingMiddleware(b.forward)
+	b.bus.Attach(s)
+	return s
+}
+
+// clientOptions are the options of the client that talks to the backend:
+// no capability, no automatic multi round-trip (input-required results go
+// back to the client that asked), and the backend's notifications relayed.
+func (b *Bridge) clientOptions() *mcp.ClientOptions {
+	raise := func(ctx context.Context, n fanout.Notification) {
+		if err := b.bus.Raise(ctx, n); err != nil {
+			b.logger.Warn("relaying a notification of the backend failed", "method", n.Method, "uri", n.URI, "error", err)
+		}
+	}
+	return &mcp.ClientOptions{
+		Logger:         sdkLogger(b.logger),
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ToolListChangedHandler: func(ctx context.Context, req *mcp.ToolListChangedRequest) {
+			raise(ctx, fanout.Notification{Method: fanout.ToolsListChanged})
+			b.resyncTools(req.Session)
+		},
+		PromptListChangedHandler: func(ctx context.Context, _ *mcp.PromptListChangedRequest) {
+			raise(ctx, fanout.Notification{Method: fanout.PromptsListChanged})
+		},
+		ResourceListChangedHandler: func(ctx context.Context, _ *mcp.ResourceListChangedRequest) {
+			raise(ctx, fanout.Notification{Method: fanout.ResourcesListChanged})
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			raise(ctx, fanout.Notification{Method: fanout.ResourceUpdated, URI: req.Params.URI})
+		},
+		ProgressNotificationHandler: b.calls.progress,
+		LoggingMessageHandler:       b.calls.log,
+	}
+}
+
+// subscribe is the server's SubscribeHandler: the first stream that names a
+// URI subscribes the backend to it.
+func (b *Bridge) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	uri := req.Params.URI
+	b.mu.Lock()
+	b.subs[uri]++
+	first := b.subs[uri] == 1
+	b.mu.Unlock()
+	if !first {
+		return nil
+	}
+	c, err := b.backend(ctx)
+	if err == nil {
+		err = c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+	}
+	if err != nil {
+		b.release(uri)
+		return wireError(err)
+	}
+	return nil
+}
+
+// unsubscribe is the server's UnsubscribeHandler: the last stream that
+// named a URI ends the backend's subscription to it.
+func (b *Bridge) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if !b.release(req.Params.URI) {
+		return nil
+	}
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	if err := c.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: req.Params.URI}); err != nil {
+		b.logger.Warn("unsubscribing the backend failed", "uri", req.Params.URI, "error", err)
+	}
+	return nil
+}
+
+// release counts one stream less for uri and reports whether none is left.
+func (b *Bridge) release(uri string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.subs[uri]--
+	if b.subs[uri] > 0 {
+		return false
+	}
+	delete(b.subs, uri)
+	return true
+}
