@@ -91,7 +91,9 @@ func (b *Bridge) dial() (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.ConnectTimeout)
 	defer cancel()
 	client := mcp.NewClient(clientInfo, b.clientOptions())
-	cs, err := client.Connect(ctx, b.opts.Dial(), nil)
+	o := newOrder()
+	client.AddReceivingMiddleware(o.middleware)
+	cs, err := client.Connect(ctx, o.transport(b.opts.Dial()), nil)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: connect to the backend: %w", err)
 	}
