@@ -108,11 +108,10 @@ func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(
 		bus, err = fanout.New(context.Background(), fanout.Options{Logger: logger})
 		return bus, func() { bus.Close() }, err
 	}
-	opt, err := goredis.ParseURL(c.redisURL)
+	rdb, err := c.redisClient()
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+		return nil, nil, err
 	}
-	rdb := goredis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	bus, err = fanout.New(ctx, fanout.Options{Redis: rdb, Logger: logger})
@@ -121,6 +120,16 @@ func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(
 		return nil, nil, fmt.Errorf("--redis %s: %v: start redis-server there, or point --redis at a running one", c.redisURL, err)
 	}
 	return bus, func() { bus.Close(); rdb.Close() }, nil
+}
+
+// redisClient returns a new client of --redis, or the usage error of a
+// URL go-redis cannot parse.
+func (c *fleetConfig) redisClient() (*goredis.Client, error) {
+	opt, err := goredis.ParseURL(c.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+	}
+	return goredis.NewClient(opt), nil
 }
 
 // advertise returns the URL other replicas forward requests to: the flag,

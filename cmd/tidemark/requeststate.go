@@ -29,8 +29,8 @@ type stateConfig struct {
 func stateFlags(fs *flag.FlagSet, c *stateConfig) {
 	fs.StringVar(&c.keysFile, "request-state-keys", "", "file of the key ring that seals requestState, shared by every replica: one base64 32-byte key per line, each optionally followed by the RFC 3339 time it starts to seal (path; empty: $"+requeststate.EnvKeys+", else a random key of this process)")
 	fs.DurationVar(&c.ttl, "request-state-ttl", requeststate.DefaultTTL, "how long a sealed requestState is accepted after it is issued (duration)")
-	fs.BoolVar(&c.singleUse, "request-state-single-use", false, "accept each requestState once; this process remembers the used ones until they expire, so another replica may accept a replay once more")
-	fs.IntVar(&c.usedMax, "request-state-used-max", requeststate.DefaultLedgerEntries, "with --request-state-single-use: most used requestStates remembered; beyond it retries are refused with reason capacity until some expire (states)")
+	fs.BoolVar(&c.singleUse, "request-state-single-use", false, "accept each requestState once: with --redis the replicas remember the used ones in Redis until they expire; without, this process does, so another process may accept a replay once more")
+	fs.IntVar(&c.usedMax, "request-state-used-max", requeststate.DefaultLedgerEntries, "with --request-state-single-use and no --redis: most used requestStates remembered; beyond it retries are refused with reason capacity until some expire (states)")
 }
 
 // check validates the requestState flags; the error is a usage error. An
@@ -49,9 +49,11 @@ func (c *stateConfig) check(upstream bool) error {
 
 // sealer loads the key ring and returns the Sealer of the demo, or of the
 // stdio gateway's bridge. Without a configured ring it uses a random key
-// and logs that retries must come back to this process: at WARN in a fleet
-// (inFleet), where they need not.
-func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.Sealer, error) {
+// and logs that retries must come back to this process: at WARN in a fleet,
+// where they need not. With --request-state-single-use the used states are
+// remembered in the fleet's Redis, or without --redis in this process.
+func (c *stateConfig) sealer(logger *slog.Logger, fleet *fleetConfig) (*requeststate.Sealer, error) {
+	inFleet := fleet.redisURL != ""
 	ring, source, err := requeststate.LoadRing(c.keysFile)
 	if err != nil {
 		return nil, fmt.Errorf("--request-state-keys: %w", err)
@@ -71,7 +73,15 @@ func (c *stateConfig) sealer(logger *slog.Logger, inFleet bool) (*requeststate.S
 		}
 	}
 	opts := requeststate.Options{TTL: c.ttl, Logger: logger}
-	if c.singleUse {
+	switch {
+	case c.singleUse && inFleet:
+		// The client lives as long as the process.
+		rdb, err := fleet.redisClient()
+		if err != nil {
+			return nil, err
+		}
+		opts.Ledger = requeststate.NewRedisLedger(rdb, "")
+	case c.singleUse:
 		opts.Ledger = requeststate.NewMemoryLedger(c.usedMax)
 	}
 	return requeststate.New(ring, opts), nil
@@ -84,7 +94,7 @@ func (c *serveConfig) requestStateSealer(logger *slog.Logger) (*requeststate.Sea
 	if c.upstream.url != "" {
 		return nil, nil
 	}
-	return c.state.sealer(logger, c.fleet.redisURL != "")
+	return c.state.sealer(logger, &c.fleet)
 }
 
 // warnReadable logs a warning when others than the file's owner may read

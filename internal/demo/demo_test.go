@@ -125,14 +125,15 @@ func (r *rotate) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // startFleet starts a redis-server and n `tidemark serve --redis`
-// replicas sharing it and a key ring, and returns their endpoints.
-func startFleet(t *testing.T, n int) []string {
+// replicas sharing it and a key ring, each with extra flags, and returns
+// their endpoints.
+func startFleet(t *testing.T, n int, extra ...string) []string {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	keys := writeKeys(t, fleetKey)
 	urls := make([]string, n)
 	for i := range urls {
-		_, urls[i] = startServe(t, "--redis", srv.URL(), "--replica-id", fmt.Sprintf("r%d", i), "--request-state-keys", keys)
+		_, urls[i] = startServe(t, append([]string{"--redis", srv.URL(), "--replica-id", fmt.Sprintf("r%d", i), "--request-state-keys", keys}, extra...)...)
 	}
 	return urls
 }
@@ -445,6 +446,20 @@ func TestConfirmSingleUseAcrossProcesses(t *testing.T) {
 	wantAccepted(t, "replay on A, which did not see the first use", got, err)
 	_, err = retryOn(t, urlA, nil, flow.retry)
 	wantRefused(t, "second replay on A", err, replay.ReasonStateReplayed)
+}
+
+// TestConfirmSingleUseAcrossFleet: with --request-state-single-use and
+// --redis, the replicas share the memory of used states: a state accepted
+// on B is refused as replayed on B and on C.
+func TestConfirmSingleUseAcrossFleet(t *testing.T) {
+	urls := startFleet(t, 3, "--request-state-single-use")
+	flow := askConfirm(t, urls[0], nil)
+	got, err := retryOn(t, urls[1], nil, flow.retry)
+	wantAccepted(t, "first use on B", got, err)
+	for _, i := range []int{1, 2} {
+		_, err = retryOn(t, urls[i], nil, flow.retry)
+		wantRefused(t, fmt.Sprintf("replay on replica %d", i), err, replay.ReasonStateReplayed)
+	}
 }
 
 // TestConfirmForeignUserAcrossProcesses: two processes of the demo behind
