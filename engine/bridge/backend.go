@@ -6,6 +6,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -142,6 +143,21 @@ func (b *Bridge) watch(c *conn) {
 		b.logger.Warn("the backend connection for sessionless requests ended; the next request opens a new one",
 			"connection", c.gen, "error", err)
 	}
+}
+
+// lost returns err as the client gets it (wireError), and when err says
+// the connection c is closed, forgets c at once: the next request opens a
+// new connection instead of failing on c until watch sees it end.
+func (b *Bridge) lost(c *conn, err error) error {
+	if errors.Is(err, mcp.ErrConnectionClosed) {
+		b.mu.Lock()
+		if b.conn == c {
+			b.conn = nil
+		}
+		b.mu.Unlock()
+		go c.cs.Close()
+	}
+	return wireError(err)
 }
 
 // newServer returns the *mcp.Server the sessionless requests are served

@@ -366,16 +366,21 @@ func TestSealedState(t *testing.T) {
 // with reason server_exited; the next request starts a new process.
 func TestBackendExit(t *testing.T) {
 	g := startGateway(t, tsEverything(t), 0, nil, nil)
-	cs := connect(t, g.url, nil, nil)
+	opts, progress := progressRecorder(nil)
+	cs := connect(t, g.url, nil, opts)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 20, "steps": 2}})
+		p := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 20, "steps": 40}}
+		p.SetProgressToken("mine")
+		_, err := cs.CallTool(ctx, p)
 		errc <- err
 	}()
 	pid := bridgePid(t, g, 1)
-	time.Sleep(200 * time.Millisecond) // the call reaches the backend
+	if got := progress(1); len(got) == 0 { // the call is running on the backend
+		t.Fatalf("no progress from the call within %v", wait)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func (b *Bridge) list(ctx context.Context, params mcp.Params) (mcp.Result, error
 		res, err = c.cs.Complete(ctx, &q)
 	}
 	if err != nil {
-		return nil, wireError(err)
+		return nil, b.lost(c, err)
 	}
 	return res, nil
 }
@@ -150,7 +150,7 @@ func relay[R any](ctx context.Context, b *Bridge, req mcp.Request, binding reque
 	defer done()
 	res, out, err := send(c, m, inner)
 	if err != nil {
-		return zero, wireError(err)
+		return zero, b.lost(c, err)
 	}
 	if *out, err = b.sealState(binding, *out); err != nil {
 		return zero, err
