@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -177,7 +178,7 @@ func (c *conn) meta(m mcp.Meta) mcp.Meta {
 // wireError returns the error a forwarded request answers the client with:
 // the backend's JSON-RPC error as the backend sent it (code, message and
 // data: the go-sdk client wraps it, and the wrapping would lose the data),
-// a lost backend as an internal error with reason server_exited, and
+// a lost backend (its connection closed or at EOF) as an internal error with reason server_exited, and
 // anything else as it is.
 func wireError(err error) error {
 	var wire *jsonrpc.Error
@@ -186,7 +187,10 @@ func wireError(err error) error {
 		return nil
 	case errors.As(err, &wire):
 		return wire
-	case errors.Is(err, mcp.ErrConnectionClosed):
+	// The go-sdk client fails the calls in flight with ErrConnectionClosed
+	// or with the read error (io.EOF from engineConn.Read), whichever of
+	// its closing and its reader comes first.
+	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF):
 		data, _ := json.Marshal(map[string]any{"reason": replay.ReasonServerExited})
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: data,
 			Message: "the MCP server behind this gateway ended before answering; the next request starts it again"}
