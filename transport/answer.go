@@ -47,10 +47,12 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 		return ref
 	}
 	if p.initialize != nil {
-		// A client that reads the initialize result finds its old token
-		// superseded already; a session whose initialize failed ends once
-		// the answer is written.
-		if h.initializeSucceeded(ctx, live) {
+		// A client that initializes again reads the result with its old
+		// token superseded already (so its answer waits for initialize's);
+		// a first initialize's stream opens at once, whenever its answer
+		// comes. A session whose initialize failed ends once the answer
+		// is written.
+		if p.supersedes != "" && h.initializeSucceeded(ctx, live) {
 			h.supersede(ctx, p.supersedes, userID(r))
 			p.supersedes = ""
 		}
