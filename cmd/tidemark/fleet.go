@@ -166,8 +166,8 @@ func defaultReplicaID() string {
 // a replica killed moments ago (its entry expires within the lease TTL) or
 // a live duplicate (it renews the entry). It waits up to twice the lease
 // TTL for the entry to go, then gives up: two live processes with one ID
-// would take each other's sessions at every request (regression, found by
-// a tester: TestDuplicateReplicaIDRefused).
+// would take each other's sessions at every request
+// (TestDuplicateReplicaIDRefused).
 func (c *fleetConfig) announceFirst(st *redis.Store, url string, logger *slog.Logger) error {
 	deadline := time.Now().Add(2 * c.leaseTTL)
 	warned := false

@@ -57,8 +57,8 @@ func probe(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		// The flag package stops at the first argument that is not a flag,
-		// so flags after the URL arrive here as arguments (regression: a
-		// tester's "probe URL --args ..." got only "got 3").
+		// so flags after the URL arrive here as arguments: the error says
+		// where they go.
 		hint := ""
 		if fs.NArg() > 1 && strings.HasPrefix(fs.Arg(1), "-") {
 			hint = ": flags go before the URL (tidemark probe [flags] URL)"
