@@ -233,6 +233,14 @@ func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.D
 			return nil
 		}
 		se := readStatusError("GET with Last-Event-ID", resp)
+		if resp.StatusCode == http.StatusConflict && time.Until(deadline) > 0 {
+			// The upstream still counts the cut connection as the
+			// stream's reader until it notices the cut (the go-sdk
+			// answers 409 "stream ID conflicts with ongoing stream"):
+			// the resume is tried again until the deadline.
+			cause, wait = se, nextBackoff(wait)
+			continue
+		}
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, "the call's upstream stream was cut and the upstream MCP server "+
 			"refused to resume it: "+se.Error())
 		return nil
