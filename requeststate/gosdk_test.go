@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,4 +201,37 @@ func resultText(res *mcp.CallToolResult) string {
 		}
 	}
 	return s
+}
+
+// TestRefusalStatus: under 2026-07-28 a refused requestState (-32602) is
+// answered with HTTP 400, as SEP-2575 requires of invalid params, and the
+// body is the JSON-RPC error with its reason (README, "Sealed
+// requestState").
+func TestRefusalStatus(t *testing.T) {
+	url := startReplica(t, requeststate.RandomRing())
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"transfer","arguments":{"amount":5},` +
+		`"requestState":"AAAA","inputResponses":{"confirm":{"action":"accept","content":{"ok":true}}},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization": "Bearer alice", "MCP-Protocol-Version": "2026-07-28",
+		"Mcp-Method": "tools/call", "Mcp-Name": "transfer",
+	} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), `"code":-32602`) ||
+		!strings.Contains(string(raw), `"reason":"`+string(replay.ReasonStateInvalid)+`"`) {
+		t.Errorf("retry with a state no ring sealed: %d %s; want 400 with JSON-RPC error -32602, reason %s", resp.StatusCode, raw, replay.ReasonStateInvalid)
+	}
 }
