@@ -109,6 +109,10 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	// A refusal names no session: the token an initialize set before its
+	// session failed to start never began (MCP 2025-11-25, "Session
+	// Management": the id comes with the InitializeResult).
+	h.Del("Mcp-Session-Id")
 	switch status {
 	case http.StatusMethodNotAllowed:
 		h.Set("Allow", "GET, POST, DELETE")

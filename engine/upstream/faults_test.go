@@ -35,7 +35,8 @@ func behindCutter(t *testing.T, up *testUpstream, marker string) (string, *fault
 // TestUnreachable: an upstream that cannot be reached answers 503
 // upstream_unreachable with Retry-After 1, for a new session's initialize
 // and for a call on a session whose upstream went away; nothing is
-// registered for the refused call, so the client can send it again.
+// registered for the refused call, so the client can send it again. The
+// refused initialize names no session: its response has no Mcp-Session-Id.
 func TestUnreachable(t *testing.T) {
 	ctx := testContext(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,6 +49,9 @@ func TestUnreachable(t *testing.T) {
 	g := newGateway(t, closed, upstream.Options{})
 	_, err = g.client.Initialize(ctx, "")
 	checkStatus(t, "initialize", err, http.StatusServiceUnavailable, replay.ReasonUpstreamUnreachable)
+	if se, _ := mcptest.AsStatusError(err); se != nil && se.Header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("refused initialize: Mcp-Session-Id %q, want none (the session never began)", se.Header.Get("Mcp-Session-Id"))
+	}
 
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
 	g = newGateway(t, up.URL(), upstream.Options{})
