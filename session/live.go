@@ -69,6 +69,10 @@ type Live struct {
 	// (Registry.clock); the least recently used session has the lowest.
 	used atomic.Uint64
 
+	// resumes counts the streams of this generation resumed here
+	// (NextResume).
+	resumes atomic.Uint64
+
 	// prior are the ledgers of earlier generations, from the record
 	// (lost.go); set at the start, then only read.
 	prior []ledger
@@ -95,6 +99,13 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *L
 
 // Token returns the session token.
 func (l *Live) Token() string { return l.token }
+
+// NextResume returns the resume part of the next priming event of a stream
+// of this generation resumed here (replay.Cursor): 1, 2, 3 and on. One
+// process serves a generation, and its live state here is this Live, so no
+// two priming events of one generation share a number, and the number says
+// nothing about the process's other sessions.
+func (l *Live) NextResume() uint64 { return l.resumes.Add(1) }
 
 // Generation returns the generation this Live serves.
 func (l *Live) Generation() uint64 { return l.gen }

@@ -141,3 +141,31 @@ func TestEventIDsUniqueOverSession(t *testing.T) {
 		t.Fatalf("saw %d ids, want 13: %v", len(l.seen), l.seen)
 	}
 }
+
+// TestResumePartPerGeneration: the resume part of a resumed stream's
+// priming id counts the resumes of that session generation only: 1, 2, 3
+// on one session, and 1 again on the next session's first resume, so an id
+// says nothing about how many resumes the process served for others.
+func TestResumePartPerGeneration(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, demo.NewServer(), nil, nil)
+	for _, name := range []string{"first", "second"} {
+		s := st.initialize(t, ctx, "")
+		evs := countdown(t, ctx, s, 2, 2, "tok")
+		cursor := evs[1].ID
+		want := []string{cursor + "-1", cursor + "-2", cursor + "-3"}
+		if name == "second" {
+			want = want[:1]
+		}
+		for _, w := range want {
+			r, err := s.Resume(ctx, cursor)
+			if err != nil {
+				t.Fatalf("%s session: resume %s: %v", name, cursor, err)
+			}
+			if got := next(t, r).ID; got != w {
+				t.Errorf("%s session: priming id %q, want %q", name, got, w)
+			}
+			r.Close()
+		}
+	}
+}

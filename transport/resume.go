@@ -8,7 +8,6 @@ package transport
 import (
 	"errors"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/metrics"
@@ -16,12 +15,6 @@ import (
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
-
-// resumes numbers the priming events of resumed streams: the resume part of
-// their ids (replay.Cursor). One counter serves the whole process, and a
-// session generation is served by one process (its owner), so no two
-// priming events of one generation share a number.
-var resumes atomic.Uint64
 
 // serveResume resumes the stream the cursor in Last-Event-ID names;
 // cursors are the header's values (lastEventID). Its checks run in the
@@ -62,7 +55,7 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version st
 		version = s.live.ProtocolVersion()
 	}
 	if version >= V20251125 {
-		s.preamble = h.resumePriming(s.cursor)
+		s.preamble = h.resumePriming(s.cursor, s.live.NextResume())
 	}
 	s.live.Logger().Info("stream resumed", "stream", s.stream, "cursor", cursors[0])
 	return h.serve(ctx, w, s)
@@ -182,12 +175,12 @@ func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusa
 
 // resumePriming returns the priming event a stream resumed at cursor c opens
 // with (SEP-1699), with the retry field when configured. Its id names c's
-// position with a resume part no other priming event carries
-// (replay.Cursor): the id is new, as every event id of a session must be,
+// position with resume as its resume part (Live.NextResume: no other
+// priming event of the generation carries it; replay.Cursor): the id is new, as every event id of a session must be,
 // and a client whose connection breaks before the next event resumes with
 // it from the same place.
-func (h *Handler) resumePriming(c replay.Cursor) []byte {
-	c.Resume = resumes.Add(1)
+func (h *Handler) resumePriming(c replay.Cursor, resume uint64) []byte {
+	c.Resume = resume
 	b := c.AppendText(append(make([]byte, 0, 128), "id: "...))
 	b = append(b, '\n')
 	if h.opts.Retry > 0 {
