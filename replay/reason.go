@@ -139,9 +139,11 @@ const (
 	// ReasonDuplicateRequestID: 400, a request ID already in flight on the
 	// session (JSON-RPC 2.0: IDs are unique per sender).
 	ReasonDuplicateRequestID Reason = "duplicate_request_id"
-	// ReasonBatchTooLarge: 400, a batch with more requests than a session
-	// may have in flight at once (session.Options.MaxCallsPerSession): it
-	// can never be accepted as sent, however long the client waits.
+	// ReasonBatchTooLarge: 400, a batch of more messages (requests,
+	// notifications and responses together) than a session may have calls
+	// in flight at once (session.Options.MaxCallsPerSession): it can never
+	// be accepted as sent, however long the client waits, and none of its
+	// messages is delivered.
 	ReasonBatchTooLarge Reason = "batch_too_large"
 	// ReasonOriginForbidden: 403, an Origin that is not allowed (MCP
 	// 2025-11-25, "Security Warning").

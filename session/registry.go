@@ -67,7 +67,8 @@ type Options struct {
 	// MaxCallsPerSession is the most requests (calls with an id) one
 	// session may have in flight at once; Live.OpenStream refuses more with
 	// ErrTooManyCalls, so one client cannot make a session hold unbounded
-	// state. Default 128.
+	// state. It also bounds the messages of one JSON-RPC batch (package
+	// transport refuses more with 400 batch_too_large). Default 128.
 	MaxCallsPerSession int
 	// TombstoneTTL is how long an ended session's token keeps answering 404
 	// as "ended" rather than "unknown". Default 24 hours.
@@ -184,6 +185,11 @@ func (r *Registry) evictOverBudget(token string) {
 
 // Owner returns the identity this registry writes into records it owns.
 func (r *Registry) Owner() string { return r.opts.Owner }
+
+// MaxCallsPerSession returns Options.MaxCallsPerSession with its default
+// applied: the most calls one session may have in flight, which is also
+// the most messages one JSON-RPC batch may hold (package transport).
+func (r *Registry) MaxCallsPerSession() int { return r.opts.MaxCallsPerSession }
 
 // Log returns the event log the registry appends through.
 func (r *Registry) Log() *eventlog.Log { return r.log }

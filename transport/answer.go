@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -68,10 +67,11 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 }
 
 // openStream opens the stream of calls on live's session and returns its
-// number. Refusals: 400 batch_too_large for more calls than a session may
-// have in flight at all, 429 too_many_calls when answers must come first,
-// 400 duplicate_request_id, and the delivery's 404 or 503 when the stream's
+// number. Refusals: 429 too_many_calls when answers must come first, 400
+// duplicate_request_id, and the delivery's 404 or 503 when the stream's
 // opening event cannot be stored. A refusal about one call carries its id.
+// A batch of more calls than a session may have in flight at all never
+// gets here: decodeMessages refused it (400 batch_too_large).
 func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*jsonrpc.Request, asJSON, primed bool) (uint64, *refusal) {
 	retry := time.Duration(0)
 	if primed {
@@ -82,12 +82,7 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 		return streamID, nil
 	}
 	var ref *refusal
-	var limit *session.CallLimitError
 	switch {
-	case errors.As(err, &limit) && limit.Sent > limit.Limit:
-		ref = refuse(replay.ReasonBatchTooLarge, fmt.Sprintf(
-			"a batch of %d requests is more than the %d a session may have in flight at once: it can never be accepted; send at most %d requests per batch",
-			limit.Sent, limit.Limit, limit.Limit))
 	case errors.Is(err, session.ErrTooManyCalls):
 		ref = refuse(replay.ReasonTooManyCalls, err.Error()+": wait for answers before sending more requests on this session")
 	case errors.Is(err, session.ErrDuplicateID):

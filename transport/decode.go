@@ -25,13 +25,22 @@ const maxNesting = 1000
 const maxExactID = 1 << 53
 
 // decodeMessages decodes a POST body: one JSON-RPC message, or a non-empty
-// array of them when the protocol version allows batches (2025-03-26,
-// which is also the version assumed when the header is absent). It reports
-// whether the body was a batch. Refusals, in this order: 400 parse_error
-// for an empty body, one nested deeper than maxNesting, or one that is not
-// JSON; 400 batch_not_allowed; 400 invalid_request for an empty batch, a
-// message that is not JSON-RPC 2.0, or an id MCP forbids.
-func decodeMessages(body []byte, version string) ([]jsonrpc.Message, bool, *refusal) {
+// array of at most maxBatch of them when the protocol version allows
+// batches (2025-03-26, which is also the version assumed when the header
+// is absent). It reports whether the body was a batch. Refusals, in this
+// order: 400 parse_error for an empty body, one nested deeper than
+// maxNesting, or one that is not JSON; 400 batch_not_allowed; 400
+// invalid_request for an empty batch; 400 batch_too_large for a batch of
+// more than maxBatch messages; 400 invalid_request for a message that is
+// not JSON-RPC 2.0, or an id MCP forbids.
+//
+// The batch is counted before any of its messages is decoded: the go-sdk
+// decoder (jsonrpc.DecodeMessage, v1.8.0) allocates a 32 KiB read buffer
+// for each JSON value it decodes, two for a request or notification,
+// whatever the message's size: a body of small messages costs far more to
+// decode than its length says, and only a bound on their number bounds
+// that work.
+func decodeMessages(body []byte, version string, maxBatch int) ([]jsonrpc.Message, bool, *refusal) {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, false, refuse(replay.ReasonParseError, "request body is empty")
@@ -55,6 +64,11 @@ func decodeMessages(body []byte, version string) ([]jsonrpc.Message, bool, *refu
 		}
 		if err := json.Unmarshal(trimmed, &raws); err != nil || len(raws) == 0 {
 			return nil, false, refuse(replay.ReasonInvalidRequest, "a batch must be a non-empty array of messages")
+		}
+		if len(raws) > maxBatch {
+			return nil, false, refuse(replay.ReasonBatchTooLarge, fmt.Sprintf(
+				"a batch of %d messages is more than the %d one batch may hold: it can never be accepted; send at most %d messages per batch",
+				len(raws), maxBatch, maxBatch))
 		}
 	}
 	msgs := make([]jsonrpc.Message, 0, len(raws))

@@ -15,10 +15,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/eventlog"
@@ -159,19 +161,11 @@ func TestBatchOverCallLimit(t *testing.T) {
 		}
 		return []byte("[" + strings.Join(parts, ",") + "]")
 	}
-	post := func(body []byte) *mcptest.StatusError {
-		t.Helper()
-		req, _ := s.NewRequest(ctx, http.MethodPost, body)
-		resp, err := st.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mcptest.ReadStatusError(resp)
-	}
+	post := func(body []byte) *mcptest.StatusError { t.Helper(); return postRaw(t, ctx, st, s, body) }
 
 	se := post(batch(echo(1), echo(2), echo(3)))
 	checkRefusal(t, se, http.StatusBadRequest, "batch_too_large")
-	want := "a batch of 3 requests is more than the 2 a session may have in flight at once: it can never be accepted; send at most 2 requests per batch"
+	want := "a batch of 3 messages is more than the 2 one batch may hold: it can never be accepted; send at most 2 messages per batch"
 	if se.Body.Message != want || se.Header.Get("Retry-After") != "" {
 		t.Fatalf("message %q, Retry-After %q; want %q and none", se.Body.Message, se.Header.Get("Retry-After"), want)
 	}
@@ -202,6 +196,87 @@ func TestBatchOverCallLimit(t *testing.T) {
 	if err != nil || len(msgs) != 2 {
 		t.Fatalf("a batch of 2 after the answer: %v, %d messages, want the 2 responses", err, len(msgs))
 	}
+}
+
+// TestBatchLimitCountsEveryMessage: the batch limit
+// (session.Options.MaxCallsPerSession) counts every message of a batch,
+// notifications and responses as well as requests, so a batch of 45,000
+// notifications is refused 400 batch_too_large (id null, no Retry-After)
+// before any of its messages is decoded or delivered, and the session is
+// unharmed: a batch of exactly the limit is accepted and delivered whole.
+func TestBatchLimitCountsEveryMessage(t *testing.T) {
+	ctx := testContext(t)
+	var rootsChanged atomic.Int64
+	server := mcp.NewServer(&mcp.Implementation{Name: "roots", Version: "1"}, &mcp.ServerOptions{
+		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) { rootsChanged.Add(1) },
+	})
+	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxCallsPerSession: 4}}, nil)
+	s := st.initialize(t, ctx, "2025-03-26")
+	notify := `{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`
+	ping := func(id int) string { return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id) }
+	batch := func(msgs ...string) []byte { return []byte("[" + strings.Join(msgs, ",") + "]") }
+	post := func(body []byte) *mcptest.StatusError { t.Helper(); return postRaw(t, ctx, st, s, body) }
+	many := make([]string, 45000)
+	for i := range many {
+		many[i] = notify
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		n    int
+	}{
+		{"5 notifications", batch(notify, notify, notify, notify, notify), 5},
+		{"2 calls and 3 notifications", batch(ping(1), notify, ping(2), notify, notify), 5},
+		{"45,000 notifications", batch(many...), 45000},
+	} {
+		se := post(tc.body)
+		checkRefusal(t, se, http.StatusBadRequest, "batch_too_large")
+		want := fmt.Sprintf("a batch of %d messages is more than the 4 one batch may hold: it can never be accepted; send at most 4 messages per batch", tc.n)
+		if se.Body.Message != want || string(se.Body.ID) != "null" || se.Header.Get("Retry-After") != "" {
+			t.Errorf("%s: message %q, id %s, Retry-After %q; want %q, null and none",
+				tc.name, se.Body.Message, se.Body.ID, se.Header.Get("Retry-After"), want)
+		}
+	}
+	// A batch of exactly the limit is delivered whole, and nothing of the
+	// refused ones was: the server sees 4 notifications, not more.
+	resp, err := s.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil),
+		mcptest.MustNotify("notifications/roots/list_changed", nil), mcptest.MustNotify("notifications/roots/list_changed", nil),
+		mcptest.MustNotify("notifications/roots/list_changed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("a batch of 4 notifications: HTTP %d, want 202", resp.StatusCode)
+	}
+	// The session still answers, after every notification before it.
+	str, err := s.Call(ctx, mcptest.MustCall(9, "ping", nil))
+	if err != nil {
+		t.Fatalf("ping after the refusals: %v", err)
+	}
+	if _, err := str.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for rootsChanged.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // room for any stray delivery to show
+	if got := rootsChanged.Load(); got != 4 {
+		t.Fatalf("the server saw %d roots/list_changed notifications, want 4", got)
+	}
+}
+
+// postRaw POSTs body as it is on s's session and returns the answer as a
+// status error, whatever its status.
+func postRaw(t *testing.T, ctx context.Context, st *stack, s *mcptest.Session, body []byte) *mcptest.StatusError {
+	t.Helper()
+	req, _ := s.NewRequest(ctx, http.MethodPost, body)
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcptest.ReadStatusError(resp)
 }
 
 // TestCapacityEvictsOnlySessionsWithoutCalls: when MaxSessions are live, a

@@ -43,7 +43,9 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //     Mcp-Session-Id (400 session_id_invalid);
 //  2. the body (readBody: 413, 408, 400 parse_error) and its messages
 //     (decodeMessages: 400 parse_error, batch_not_allowed,
-//     invalid_request); initialize alone (400 invalid_request);
+//     invalid_request, batch_too_large for a batch of more messages than
+//     a session may have calls in flight); initialize alone (400
+//     invalid_request);
 //  3. new calls while the server drains (503 unavailable);
 //  4. the session: created by initialize (initialize.go: 503 capacity,
 //     unavailable), or named by Mcp-Session-Id (postSession: 400
@@ -51,8 +53,8 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //     batch_not_allowed by the version the session negotiated);
 //  5. notifications and responses alone are delivered (202, or the
 //     delivery's 404, 503); calls get their stream and an answer
-//     (answer.go: 400 duplicate_request_id, batch_too_large, 429
-//     too_many_calls, the delivery's 404, 503).
+//     (answer.go: 400 duplicate_request_id, 429 too_many_calls, the
+//     delivery's 404, 503).
 func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version string) *refusal {
 	if ref := postHeaders(r); ref != nil {
 		return ref
@@ -65,7 +67,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	if ref != nil {
 		return ref
 	}
-	msgs, batch, ref := decodeMessages(body, version)
+	msgs, batch, ref := decodeMessages(body, version, h.reg.MaxCallsPerSession())
 	if ref != nil {
 		return ref
 	}

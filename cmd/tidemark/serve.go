@@ -71,7 +71,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes of events retained across all sessions of this process, newest events included: over it the oldest go first, and a session whose newest event is the oldest left is evicted; also sets the memory limit, twice this plus 768 MiB (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
 	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
-	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session; more answer 429 too_many_calls (requests)")
+	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session, and most messages in one JSON-RPC batch; more answer 429 too_many_calls, a larger batch 400 batch_too_large (requests)")
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
