@@ -37,6 +37,15 @@ func (s Status) String() string {
 	}
 }
 
+// NotFoundMessage returns the message of the 404 session_not_found a
+// token whose status is s answers, whatever the request's method: it names
+// the status in the words of DESIGN.md's vocabulary (unknown, evicted,
+// superseded) and what the client does next. It names no part of the
+// token: the request that gets it may not hold the token.
+func (s Status) NotFoundMessage() string {
+	return "session is " + s.String() + ": send initialize to start a new session"
+}
+
 // Session is what the replay decision needs of a session record.
 type Session struct {
 	Status     Status
@@ -153,7 +162,7 @@ func (d Decision) Message() string {
 	case SessionRequired:
 		return "Mcp-Session-Id header is required to resume a stream"
 	case SessionNotFound:
-		return fmt.Sprintf("session is %s: send initialize to start a new session", s.Status)
+		return s.Status.NotFoundMessage()
 	case CursorMalformed:
 		return "Last-Event-ID is not a cursor of this session: " + d.Detail
 	case GenerationMismatch:

@@ -340,6 +340,8 @@ func StatusOf(err error) (st replay.Status, ok bool) {
 			return replay.Superseded, true
 		}
 		return replay.Evicted, true
+	case errors.Is(err, store.ErrEnded):
+		return replay.Evicted, true // ended, and the error does not say why
 	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return replay.Unknown, true
 	}

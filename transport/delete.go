@@ -32,7 +32,7 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) *refusal {
 	case err != nil:
 		return lookupRefusal(err)
 	case status != replay.Live:
-		return lookupRefusal(session.ErrNotFound)
+		return refuse(replay.ReasonSessionNotFound, status.NotFoundMessage())
 	case rec.UserID != "" && rec.UserID != userID(r):
 		return lookupRefusal(session.ErrForbidden)
 	}

@@ -133,6 +133,22 @@ func (st *stack) initialize(t *testing.T, ctx context.Context, version string) *
 	return s
 }
 
+// supersede sends initialize again with s's token, which supersedes s's
+// session, and returns the token of the session that replaces it.
+func supersede(t *testing.T, ctx context.Context, s *mcptest.Session) string {
+	t.Helper()
+	resp, err := s.Post(ctx, mcptest.MustCall(9, "initialize", &mcp.InitializeParams{
+		ProtocolVersion: "2025-11-25", ClientInfo: &mcp.Implementation{Name: "again", Version: "1"}, Capabilities: &mcp.ClientCapabilities{},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mcptest.ReadAnswer(resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Get("Mcp-Session-Id")
+}
+
 // bounds returns the session's event log bounds.
 func (st *stack) bounds(t *testing.T, token string) store.Bounds {
 	t.Helper()

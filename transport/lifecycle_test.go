@@ -44,6 +44,73 @@ func wantGone(t *testing.T, ctx context.Context, s *mcptest.Session, cursor stri
 	wantRefusal(t, s.Delete(ctx), http.StatusNotFound, "session_not_found")
 }
 
+// TestNotFoundIsOneMessagePerState: a token that answers 404 answers it
+// with the same reason, code and message whatever the request's method
+// (POST of a call or a notification, GET, GET with Last-Event-ID,
+// DELETE), the message naming the state the registry knows it in: unknown
+// (never issued, or a value holding a live token twice), evicted
+// (deleted) or superseded. No 404 names any part of a session token.
+func TestNotFoundIsOneMessagePerState(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	live := st.initialize(t, ctx, "")
+	deleted := st.initialize(t, ctx, "")
+	deletedCursor := countdown(t, ctx, deleted, 2, 1, "d")[1].ID
+	if err := deleted.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	superseded := st.initialize(t, ctx, "")
+	supersededCursor := countdown(t, ctx, superseded, 3, 1, "s")[1].ID
+	replacement := supersede(t, ctx, superseded)
+	liveCursor := countdown(t, ctx, live, 4, 1, "l")[1].ID
+
+	cases := []struct {
+		name    string
+		s       *mcptest.Session
+		cursor  string
+		message string
+	}{
+		{"never issued", st.client.SessionFor("NEVERISSUEDNEVERISSUEDNEVE", "2025-11-25"), liveCursor,
+			"session is unknown: send initialize to start a new session"},
+		{"a live token twice", st.client.SessionFor(live.Token+","+live.Token, "2025-11-25"), liveCursor,
+			"session is unknown: send initialize to start a new session"},
+		{"deleted", deleted, deletedCursor, "session is evicted: send initialize to start a new session"},
+		{"superseded", superseded, supersededCursor, "session is superseded: send initialize to start a new session"},
+	}
+	secrets := []string{live.Token, deleted.Token, superseded.Token, replacement}
+	for _, tc := range cases {
+		methods := map[string]func() error{
+			"POST call": func() error {
+				_, err := tc.s.Call(ctx, mcptest.ToolCall(20, "echo", map[string]any{"text": "x"}, nil))
+				return err
+			},
+			"POST notification": func() error {
+				resp, err := tc.s.Post(ctx, mcptest.MustNotify("notifications/roots/list_changed", nil))
+				if err != nil {
+					return err
+				}
+				return mcptest.ReadStatusError(resp)
+			},
+			"GET":                    func() error { _, err := tc.s.Get(ctx); return err },
+			"GET with Last-Event-ID": func() error { _, err := tc.s.Resume(ctx, tc.cursor); return err },
+			"DELETE":                 func() error { return tc.s.Delete(ctx) },
+		}
+		for method, do := range methods {
+			se, ok := mcptest.AsStatusError(do())
+			if !ok || se.Status != http.StatusNotFound || se.Reason() != "session_not_found" || se.Body.Code != -32001 ||
+				se.Body.Message != tc.message || string(se.Body.ID) != "null" {
+				t.Errorf("%s, %s: %+v; want 404 session_not_found -32001, id null, %q", tc.name, method, se, tc.message)
+				continue
+			}
+			for _, tok := range secrets {
+				if strings.Contains(string(se.RawBody), store.Prefix(tok)) {
+					t.Errorf("%s, %s: the 404 %s names the prefix of a session token", tc.name, method, se.RawBody)
+				}
+			}
+		}
+	}
+}
+
 func TestDelete(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)

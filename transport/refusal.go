@@ -149,7 +149,7 @@ func lookupRefusal(err error) *refusal {
 	case errors.As(err, &ref):
 		return ref
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
-		ref = refuse(replay.ReasonSessionNotFound, "the session is unknown, ended or superseded: send initialize to start a new session")
+		ref = notFound(err)
 	case errors.Is(err, session.ErrForbidden):
 		ref = refuse(replay.ReasonSessionForbidden, "the session belongs to another user")
 	case errors.Is(err, engine.ErrCapacity):
@@ -163,6 +163,15 @@ func lookupRefusal(err error) *refusal {
 	return ref
 }
 
+// notFound returns the 404 session_not_found of a token whose lookup or
+// delivery failed with err, an error that says the session is unknown or
+// ended (session.StatusOf): its message names the state, the same for
+// every method (replay.Status.NotFoundMessage), and never the token.
+func notFound(err error) *refusal {
+	st, _ := session.StatusOf(err)
+	return refuse(replay.ReasonSessionNotFound, st.NotFoundMessage())
+}
+
 // deliveryRefusal returns the refusal for a failure to hand a message to
 // live's session, or to store what answering it needs (an opening event, a
 // state change, the bounds a resume is decided on), and logs the failure
@@ -171,7 +180,7 @@ func deliveryRefusal(live *session.Live, err error) *refusal {
 	var ref *refusal
 	switch {
 	case errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound):
-		ref = refuse(replay.ReasonSessionNotFound, "the session ended: send initialize to start a new session")
+		ref = notFound(err)
 	case errors.Is(err, store.ErrFenced):
 		// Another replica took the session over; the next attempt reaches it.
 		ref = refuse(replay.ReasonOwnerMoved, "another replica took the session over: retry the request")

@@ -22,7 +22,6 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
@@ -153,17 +152,7 @@ func (fx *refusalFixture) startMain(t *testing.T, ctx context.Context) {
 	}
 	superseded := fx.addSession(t, ctx, mainServer, "superseded", "")
 	fx.values["cursor:superseded"] = countdown(t, ctx, superseded, 2, 1, "s")[1].ID
-	again := fx.servers[mainServer].client.SessionFor(superseded.Token, superseded.ProtocolVersion)
-	resp, err := again.Post(ctx, mcptest.MustCall(9, "initialize", &mcp.InitializeParams{
-		ProtocolVersion: "2025-11-25", ClientInfo: &mcp.Implementation{Name: "again", Version: "1"}, Capabilities: &mcp.ClientCapabilities{},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mcptest.ReadAnswer(resp); err != nil {
-		t.Fatal(err)
-	}
-	fx.values["token:replacement"] = resp.Header.Get("Mcp-Session-Id")
+	fx.values["token:replacement"] = supersede(t, ctx, superseded)
 
 	recreated := fx.addSession(t, ctx, mainServer, "recreated", "")
 	fx.values["gen1:recreated"] = countdown(t, ctx, recreated, 2, 1, "r")[1].ID
