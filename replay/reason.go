@@ -152,7 +152,8 @@ const (
 	// (DNS rebinding).
 	ReasonHostForbidden Reason = "host_forbidden"
 	// ReasonMethodNotAllowed: 405, an HTTP method other than GET, POST and
-	// DELETE.
+	// DELETE; under protocol 2026-07-28 and later, any method but POST (MCP
+	// 2026-07-28, basic/transports: GET and DELETE answer 405).
 	ReasonMethodNotAllowed Reason = "method_not_allowed"
 	// ReasonPathNotFound: 404, a path that is not the MCP endpoint.
 	ReasonPathNotFound Reason = "path_not_found"

@@ -116,7 +116,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	case http.MethodDelete:
 		return h.serveDELETE(w, r)
 	}
-	return refuse(replay.ReasonMethodNotAllowed, "method "+r.Method+" is not allowed; use GET, POST or DELETE")
+	ref := refuse(replay.ReasonMethodNotAllowed, "method "+r.Method+" is not allowed; use GET, POST or DELETE")
+	ref.allow = allowStateful
+	return ref
 }
 
 // PathNotFound returns a handler for every path of a server but its MCP

@@ -100,12 +100,24 @@ func lastEventID(r *http.Request) ([]string, bool) {
 	return vals, ok
 }
 
-// postHeaders applies the header rules of a POST, in this order:
-// Content-Type must be application/json (415 content_type), Accept must
-// admit application/json and text/event-stream (406 not_acceptable), the
-// body must not be content-encoded (415 content_type), and Last-Event-ID
-// belongs on GET only (400 last_event_id_on_post).
+// postHeaders applies the header rules of a POST of the stateful era, in
+// this order: postMedia's (415, 406, 415), then Last-Event-ID belongs on
+// GET only (400 last_event_id_on_post).
 func postHeaders(r *http.Request) *refusal {
+	if ref := postMedia(r); ref != nil {
+		return ref
+	}
+	if len(r.Header.Values("Last-Event-ID")) > 0 {
+		return refuse(replay.ReasonLastEventIDOnPost, "Last-Event-ID is only meaningful on GET: resume a stream with GET")
+	}
+	return nil
+}
+
+// postMedia applies the media rules of a POST of either era, in this
+// order: Content-Type must be application/json (415 content_type), Accept
+// must admit application/json and text/event-stream (406 not_acceptable),
+// and the body must not be content-encoded (415 content_type).
+func postMedia(r *http.Request) *refusal {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != mediaJSON {
 		return refuse(replay.ReasonContentType, "Content-Type must be application/json, not "+quote(r.Header.Get("Content-Type")))
@@ -119,9 +131,6 @@ func postHeaders(r *http.Request) *refusal {
 				return refuse(replay.ReasonContentType, "Content-Encoding "+quote(ce)+" is not accepted: send the JSON body uncompressed")
 			}
 		}
-	}
-	if len(r.Header.Values("Last-Event-ID")) > 0 {
-		return refuse(replay.ReasonLastEventIDOnPost, "Last-Event-ID is only meaningful on GET: resume a stream with GET")
 	}
 	return nil
 }

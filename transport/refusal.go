@@ -29,6 +29,15 @@ const (
 	codeServerError     = -32000
 )
 
+// The Allow header of a 405 refusal in each protocol era: the stateful
+// era's endpoint serves GET (a stream), POST and DELETE (MCP 2025-11-25,
+// basic/transports); the sessionless era's serves POST alone (MCP
+// 2026-07-28, basic/transports).
+const (
+	allowStateful    = "GET, POST, DELETE"
+	allowSessionless = "POST"
+)
+
 // retryAfterSeconds is the Retry-After value, in seconds, of every 429 and
 // 503 refusal (RFC 9110, section 10.2.3).
 const retryAfterSeconds = 1
@@ -41,6 +50,9 @@ type refusal struct {
 	message string         // what went wrong and what to do next
 	data    map[string]any // fields of error.data besides reason
 	id      jsonrpc.ID     // the request's id when known; null otherwise
+	// allow is the Allow header of a 405 refusal: the methods the request's
+	// protocol era serves (RFC 9110, section 15.5.6).
+	allow string
 	// logged says the caller logged the refusal already, with more than
 	// write knows (the session and the cursor): write does not log it again.
 	logged bool
@@ -115,7 +127,7 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
 	h.Del("Mcp-Session-Id")
 	switch status {
 	case http.StatusMethodNotAllowed:
-		h.Set("Allow", "GET, POST, DELETE")
+		h.Set("Allow", ref.allow)
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -28,11 +29,32 @@ func (h *Handler) isSessionless(r *http.Request, version string, versionRef *ref
 	return (version == "" || versionRef != nil) && r.Method == http.MethodPost && h.sessionlessBody(r)
 }
 
-// serveSessionless hands r to Options.Sessionless; without one, r is
-// refused 400 protocol_version.
+// serveSessionless hands r to Options.Sessionless. Its checks run in this
+// order: a handler is set (400 protocol_version), the method is POST (405
+// method_not_allowed with Allow: POST: the revision has no standalone
+// stream and no session to end), and postMedia's (415 content_type, 406
+// not_acceptable). The request goes on without Mcp-Session-Id and
+// Last-Event-ID, which a server of the revision ignores, and no session
+// ID is minted or echoed (MCP 2026-07-28, basic/transports, "Earlier
+// Streamable HTTP Revisions"). The handler's own answers (the revision's
+// JSON-RPC errors: header mismatch, unsupported version) are its.
 func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, version string) *refusal {
 	if h.opts.Sessionless == nil {
 		return refuse(replay.ReasonProtocolVersion, "protocol version "+version+" (sessionless era) is not served here")
+	}
+	if r.Method != http.MethodPost {
+		ref := refuse(replay.ReasonMethodNotAllowed, "method "+r.Method+" is not allowed under protocol version "+version+
+			", which has no standalone stream and no sessions: send each request with POST")
+		ref.allow = allowSessionless
+		return ref
+	}
+	if ref := postMedia(r); ref != nil {
+		return ref
+	}
+	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
+		r = r.Clone(r.Context())
+		r.Header.Del(wire.HeaderSession)
+		r.Header.Del(wire.HeaderLastEventID)
 	}
 	h.opts.Sessionless.ServeHTTP(w, r)
 	return nil
