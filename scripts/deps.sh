@@ -32,10 +32,11 @@ npm_packages=(
 # Debian packages, one line each, PACKAGE:COMMAND; PACKAGE is installed
 # with apt-get when COMMAND is not on PATH. Example: redis-server:redis-server
 apt_packages=(
-	redis-server:redis-server # fleet store tests: internal/redistest
-	curl:curl                 # README's curl walkthrough: interop/
-	prometheus:prometheus     # a real Prometheus scrapes tidemark serve: cmd/tidemark
-	prometheus:promtool       # promtool checks the metrics and the alert rules: cmd/tidemark, deploy/prometheus
+	redis-server:redis-server     # fleet store tests: internal/redistest
+	redis-sentinel:redis-sentinel # Sentinel failover tests: internal/redistest.StartSentinels
+	curl:curl                     # README's curl walkthrough: interop/
+	prometheus:prometheus         # a real Prometheus scrapes tidemark serve: cmd/tidemark
+	prometheus:promtool           # promtool checks the metrics and the alert rules: cmd/tidemark, deploy/prometheus
 )
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)

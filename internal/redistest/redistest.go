@@ -31,6 +31,17 @@ type Options struct {
 	// Default (false): no persistence at all (`save ""`, `appendonly no`);
 	// a restart starts empty.
 	AppendOnly bool
+
+	// ReplicaOf makes the server a replica of the primary at this
+	// host:port (`replicaof`), syncing without the diskless-sync delay.
+	// Start returns once the server answers PING, not once it is in sync:
+	// see WaitInSync. Default (""): a primary.
+	ReplicaOf string
+
+	// Cluster starts the server with `cluster-enabled yes` and a node
+	// timeout of 1 s, and replicas that fail over however long their link
+	// was down, for StartCluster.
+	Cluster bool
 }
 
 // readyTimeout bounds how long Start waits for redis-server to accept
@@ -139,6 +150,14 @@ func (s *Server) start() bool {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, "--repl-diskless-sync-delay", "0")
+	if host, port, ok := strings.Cut(s.opts.ReplicaOf, ":"); ok {
+		args = append(args, "--replicaof", host, port)
+	}
+	if s.opts.Cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0")
 	}
 	s.proc = testenv.StartCmd(s.t, exec.Command(s.bin, args...))
 	deadline := time.Now().Add(readyTimeout)

@@ -32,10 +32,19 @@ const (
 	// Prometheus is the prometheus server and promtool on PATH (Debian
 	// package prometheus).
 	Prometheus = "prometheus"
+	// RedisSentinel is the redis-sentinel executable on PATH (Debian
+	// package redis-sentinel), as internal/redistest.StartSentinels runs
+	// it.
+	RedisSentinel = "redis-sentinel"
+	// RedisCLI is the redis-cli executable on PATH (Debian package
+	// redis-tools, installed with redis-server), which
+	// internal/redistest.StartCluster runs to create a cluster.
+	RedisCLI = "redis-cli"
 )
 
 // Need checks, in order, that each of tools (NodeJS, NPMPackages,
-// RedisServer, Prometheus) is installed, and ends the test at the first that is not:
+// RedisServer, RedisSentinel, RedisCLI, Prometheus) is installed, and
+// ends the test at the first that is not:
 // t.Skip with how to install it, or t.Fatal when $CI is set. A test that
 // needs a tool calls it first, before any work. An unknown tool name is a
 // bug in the test: t.Fatal.
@@ -47,9 +56,10 @@ func Need(t testing.TB, tools ...string) {
 			present(t, nodePath(t), "Node.js 22")
 		case NPMPackages:
 			present(t, modulesPath(t), "the npm packages")
-		case RedisServer:
-			if _, err := exec.LookPath(RedisServer); err != nil {
-				missing(t, "redis-server is not installed (not found in PATH): install it with `apt-get install -y redis-server` (scripts/deps.sh does this)")
+		case RedisServer, RedisSentinel, RedisCLI:
+			pkg := map[string]string{RedisServer: "redis-server", RedisSentinel: "redis-sentinel", RedisCLI: "redis-tools"}[tool]
+			if _, err := exec.LookPath(tool); err != nil {
+				missing(t, "%s is not installed (not found in PATH): install it with `apt-get install -y %s` (scripts/deps.sh does this)", tool, pkg)
 			}
 		case Prometheus:
 			for _, cmd := range []string{"prometheus", "promtool"} {
@@ -58,7 +68,7 @@ func Need(t testing.TB, tools ...string) {
 				}
 			}
 		default:
-			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer, Prometheus)
+			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q, %q, %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer, RedisSentinel, RedisCLI, Prometheus)
 		}
 	}
 }
@@ -74,6 +84,18 @@ func NeedNode(t testing.TB) {
 func NeedRedis(t testing.TB) {
 	t.Helper()
 	Need(t, RedisServer)
+}
+
+// NeedRedisSentinel is Need(t, RedisServer, RedisSentinel).
+func NeedRedisSentinel(t testing.TB) {
+	t.Helper()
+	Need(t, RedisServer, RedisSentinel)
+}
+
+// NeedRedisCLI is Need(t, RedisServer, RedisCLI).
+func NeedRedisCLI(t testing.TB) {
+	t.Helper()
+	Need(t, RedisServer, RedisCLI)
 }
 
 // present ends the test as Need says when path, which scripts/deps.sh
