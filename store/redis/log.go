@@ -12,14 +12,27 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// boundsFields are the rec fields a bounds reply carries, in order.
-var boundsFields = [...]string{"gen", "floor", "hwm", "cum", "base", "oldest"}
+// boundsFields are the rec fields a bounds reply carries, in order: the
+// visible HWM third (vis; a record written before it existed has none,
+// and then hwm counts), the HWM of the stored events last.
+var boundsFields = [...]string{"gen", "floor", "vis", "cum", "base", "oldest", "hwm"}
 
-// Append implements store.Log: one script checks the generation, adds the
-// events with IDs HWM+1, HWM+2, … and moves the HWM and the byte count.
+// Append implements store.Log: one script checks the generation (and the
+// failover guard, failover.go), adds the events with IDs HWM+1, HWM+2, …
+// and moves the HWM and the byte count; once the replicas hold them
+// (replicate.go) a second script makes them visible to readers.
 func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
-	args := make([]any, 0, 2+6*len(evs))
-	args = append(args, strconv.FormatUint(gen, 10), strconv.Itoa(len(evs)))
+	primary, n, err := s.replicas(ctx, "append", token)
+	if err != nil {
+		return store.Bounds{}, err
+	}
+	visible := "1" // nothing to wait for: visible at once
+	if n > 0 {
+		visible = "0"
+	}
+	args := make([]any, 0, 4+6*len(evs))
+	args = append(args, strconv.FormatUint(gen, 10), strconv.Itoa(len(evs)),
+		strconv.FormatUint(s.acked(token, gen), 10), visible)
 	for _, e := range evs {
 		stream := ""
 		if e.Stream != store.NewStream {
@@ -32,12 +45,28 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		args = append(args, stream, strconv.Itoa(int(e.Kind)), end,
 			strconv.FormatInt(int64(e.Retry), 10), encTime(e.Time), string(e.Data))
 	}
-	rest, err := s.run(ctx, s.scripts.append, "append", token, gen, args...)
+	rest, err := s.runOn(ctx, primary, n, s.scripts.append, "append", token, gen, args...)
 	if err != nil {
+		if endsWrites(err) {
+			s.marks.Delete(token)
+		}
 		return store.Bounds{}, err
 	}
 	b := decBounds(rest)
-	first := b.HWM - uint64(len(evs)) + 1
+	if len(evs) == 0 {
+		return b, nil
+	}
+	hwm := u64(str(at(rest, 6)))
+	// The replicas hold the events: the guard may publish them on a
+	// promoted replica, since readers may see them on this primary as
+	// soon as publish runs, before its wait returns.
+	s.setAcked(token, gen, hwm)
+	if n > 0 {
+		if b, err = s.publish(ctx, primary, n, token, gen, hwm); err != nil {
+			return store.Bounds{}, err
+		}
+	}
+	first := hwm - uint64(len(evs)) + 1
 	for i := range evs {
 		evs[i].Seq = first + uint64(i)
 		evs[i].Generation = gen
@@ -79,6 +108,10 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 	msgs, err := xr.Result()
 	if err != nil {
 		return nil, store.Bounds{}, fail(ctx, "read", token, err)
+	}
+	// Events above the visible HWM are not replicated yet.
+	for len(msgs) > 0 && seqOf(msgs[len(msgs)-1]) > b.HWM {
+		msgs = msgs[:len(msgs)-1]
 	}
 	if len(msgs) == 0 {
 		return nil, b, nil
@@ -122,12 +155,17 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 	return decBounds(vals), nil
 }
 
-// decBounds builds Bounds from the values of boundsFields.
+// decBounds builds Bounds from the values of boundsFields; the HWM is the
+// visible one.
 func decBounds(v []any) store.Bounds {
+	vis := str(at(v, 2))
+	if vis == "" {
+		vis = str(at(v, 6))
+	}
 	b := store.Bounds{
 		Generation: u64(str(at(v, 0))),
 		Floor:      u64(str(at(v, 1))),
-		HWM:        u64(str(at(v, 2))),
+		HWM:        u64(vis),
 		Bytes:      i64(str(at(v, 3))) - i64(str(at(v, 4))),
 		Oldest:     decTime(str(at(v, 5))),
 	}
@@ -137,12 +175,17 @@ func decBounds(v []any) store.Bounds {
 	return b
 }
 
+// seqOf returns the sequence of a log entry: its ID's first part.
+func seqOf(m goredis.XMessage) uint64 {
+	ms, _, _ := strings.Cut(m.ID, "-")
+	return u64(ms)
+}
+
 // decEvent builds an Event from a log entry (keys.go).
 func decEvent(m goredis.XMessage) store.Event {
-	ms, _, _ := strings.Cut(m.ID, "-")
 	get := func(f string) string { return str(m.Values[f]) }
 	return store.Event{
-		Seq:        u64(ms),
+		Seq:        seqOf(m),
 		Generation: u64(get("gen")),
 		Stream:     u64(get("stream")),
 		Kind:       store.Kind(u64(get("kind"))),

@@ -52,6 +52,17 @@
 // again. Redis must not evict keys (maxmemory-policy noeviction, the
 // default): an evicted record is a session lost without a tombstone.
 //
+// # Sentinel, Cluster and failover
+//
+// Options.URL names one server, a primary that Redis Sentinel manages, or
+// a Redis Cluster (client.go). Every key of a session shares one hash
+// tag (keys.go), so each script and transaction touches one Cluster slot.
+// Writes clients may rely on wait for the primary's replicas (WAIT,
+// replicate.go), and appended events become visible to readers only
+// after that; a Store also detects a primary that came back with less
+// than it acknowledged and moves those sessions to a new generation
+// (failover.go).
+//
 // A Redis that cannot be reached, or that refuses a command (loading,
 // out of memory, read-only replica), yields errors wrapping
 // store.ErrUnavailable; the store recovers by itself when Redis returns.
@@ -73,7 +84,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -99,11 +109,33 @@ const wakeLinger = time.Minute
 
 // Options configures a Store.
 type Options struct {
-	// URL locates Redis, in the syntax of go-redis's ParseURL:
+	// URL locates Redis, in the syntax of go-redis's parsers (client.go):
+	// one server as ParseURL reads it,
 	// redis://[[user]:password@]host[:port][/db], rediss://… for TLS, or
-	// unix:///path/to/socket?db=N. Required: New fails when it is empty or
-	// does not parse.
+	// unix:///path/to/socket?db=N; a primary managed by Redis Sentinel as
+	// ParseFailoverURL reads it, when the URL has a master_name parameter:
+	// redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&…;
+	// a Redis Cluster as ParseClusterURL reads it, when the URL has addr
+	// parameters and no master_name: redis://NODE:PORT?addr=NODE2:PORT&…
+	// (one seed node: redis://NODE:PORT?addr=NODE:PORT). Required: New
+	// fails when it is empty or does not parse.
 	URL string
+
+	// Replicas is how many replicas must hold a write (Redis WAIT) before
+	// it counts as done and its events become visible to readers
+	// (replicate.go): zero (the default) means every replica connected to
+	// the primary at the time (ROLE, read at most every second), which
+	// are the replicas a failover may promote; N > 0 means at least N;
+	// negative means none (a single Redis, or a fleet that accepts losing
+	// the last writes in a failover; see README, "Fleet mode").
+	Replicas int
+
+	// ReplicationTimeout bounds each WAIT. A write not held by Replicas
+	// replicas within it fails with ErrUnavailable although the primary
+	// stored it: an append then ends its generation (its events never
+	// become visible; the next request continues at generation+1). Keep
+	// it below Timeout. Default (zero): DefaultReplicationTimeout, 1 s.
+	ReplicationTimeout time.Duration
 
 	// Prefix starts every key the store writes, so that several fleets (or
 	// test runs) can share one Redis database without seeing each other's
@@ -151,8 +183,8 @@ type Options struct {
 // number of Stores (in any number of processes) may share one Redis: they
 // see one another's writes, and fencing holds across them.
 type Store struct {
-	rdb      *goredis.Client // ordinary commands
-	wdb      *goredis.Client // blocking reads of Wait (MaxWaits connections)
+	rdb      goredis.UniversalClient // ordinary commands
+	wdb      goredis.UniversalClient // blocking reads of Wait (MaxWaits connections)
 	prefix   string
 	now      func() time.Time
 	timeout  time.Duration
@@ -160,6 +192,8 @@ type Store struct {
 	blockFor time.Duration
 	maxWaits int
 	scripts  scripts
+	repl     *replication
+	marks    sync.Map // session token → ackMark (failover.go)
 
 	// closing is cancelled by Close; it releases blocked Waits.
 	closing context.Context
@@ -167,9 +201,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	closed bool
-	waits  sync.WaitGroup // Waits in progress
-	idle   []*waitConn    // Wait connections not in use
-	inUse  int            // Wait connections in use
+	waits  sync.WaitGroup                  // Waits in progress
+	idle   map[*goredis.Client][]*waitConn // Wait connections not in use, by server
+	inUse  int                             // Wait connections in use
 }
 
 var _ store.Store = (*Store)(nil)
@@ -182,7 +216,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.URL == "" {
 		return nil, errors.New("redis store: Options.URL is empty")
 	}
-	ro, err := goredis.ParseURL(opts.URL)
+	ep, err := parseEndpoint(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: URL %q: %w", opts.URL, err)
 	}
@@ -194,6 +228,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		blockFor: opts.WaitBlock,
 		maxWaits: opts.MaxWaits,
 		scripts:  newScripts(),
+		repl:     newReplication(opts.Replicas, opts.ReplicationTimeout, ep.kind),
+		idle:     make(map[*goredis.Client][]*waitConn),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -213,52 +249,29 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if s.maxWaits <= 0 {
 		s.maxWaits = DefaultMaxWaits
 	}
+	s.repl.timeout = min(s.repl.timeout, s.timeout)
 	poolSize := opts.PoolSize
 	if poolSize <= 0 {
 		poolSize = 10 * runtime.GOMAXPROCS(0)
 	}
-
-	base := func(ro *goredis.Options) {
-		ro.ClientName = "tidemark"
-		// Resending a script whose reply was lost could apply it twice.
-		ro.MaxRetries = -1
-		ro.DialTimeout = s.timeout
-		// One dial attempt per call: with Redis down a request should fail
-		// (503) within one DialTimeout, not after go-redis's five attempts.
-		ro.DialerRetries = 1
-		ro.ReadTimeout = s.timeout
-		ro.WriteTimeout = s.timeout
-		// Maintenance notifications are a Redis Enterprise/Cloud feature;
-		// skip the handshake on every new connection.
-		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	}
-	mo := *ro
-	base(&mo)
-	mo.ContextTimeoutEnabled = true
-	mo.PoolSize = poolSize
-	mo.MaxActiveConns = poolSize
-	// Transactions (MULTI/EXEC reads) share the ordinary pool, so PoolSize
-	// is the whole count of ordinary connections.
-	mo.PipelinePoolSize = -1
-	s.rdb = goredis.NewClient(&mo)
-
-	wo := *ro
-	base(&wo)
+	s.rdb = ep.client(tuning{timeout: s.timeout, pool: poolSize, ctxTimeout: true})
 	// A Wait's context is honoured by CLIENT UNBLOCK (wait.go), not by
 	// socket deadlines, so a cancelled Wait keeps its connection healthy.
-	wo.ContextTimeoutEnabled = false
-	wo.PoolSize = s.maxWaits
-	wo.MaxActiveConns = s.maxWaits
-	wo.PipelinePoolSize = -1
-	s.wdb = goredis.NewClient(&wo)
+	s.wdb = ep.client(tuning{timeout: s.timeout, pool: s.maxWaits, ctxTimeout: false})
 
 	s.closing, s.close = context.WithCancel(context.Background())
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("redis store: connect %s: %w: %w", ro.Addr, store.ErrUnavailable, err)
+		return nil, fmt.Errorf("redis store: connect %s: %w: %w", ep, store.ErrUnavailable, err)
 	}
+	// The replication IDs are read before the first write, so that a
+	// failover right after it is seen as a change.
+	seen := map[string]string{}
+	s.replIDsChanged(seen)
+	s.waits.Add(1)
+	go s.watch(seen)
 	return s, nil
 }
 
@@ -279,9 +292,7 @@ func (s *Store) Close() error {
 	idle := s.idle
 	s.idle = nil
 	s.mu.Unlock()
-	for _, wc := range idle {
-		wc.conn.Close()
-	}
+	closeIdle(idle)
 	return errors.Join(s.wdb.Close(), s.rdb.Close())
 }
 
@@ -315,6 +326,12 @@ func status(op, token string, gen uint64, reply []any) ([]any, error) {
 	case "fenced":
 		want, _ := strconv.ParseUint(str(at(reply, 1)), 10, 64)
 		return nil, &store.FencedError{Token: token, Op: op, Have: gen, Want: want}
+	case "lost":
+		// guardLua moved the session to a new generation: this writer's
+		// generation lost acknowledged events in a failover.
+		want, _ := strconv.ParseUint(str(at(reply, 1)), 10, 64)
+		return nil, fmt.Errorf("redis store: %s session %s: events up to the acknowledged high-water mark were lost in a Redis failover (HWM now %s); the session continues at generation %d: %w",
+			op, store.Prefix(token), str(at(reply, 2)), want, &store.FencedError{Token: token, Op: op, Have: gen, Want: want})
 	case "exists":
 		return nil, fmt.Errorf("redis store: %s session %s: %w (%s)", op, store.Prefix(token), store.ErrExists, str(at(reply, 1)))
 	}
@@ -334,6 +351,7 @@ func missing(op, token string, tomb *goredis.StringCmd) error {
 func (s *Store) run(ctx context.Context, sc *goredis.Script, op, token string, gen uint64, args ...any) ([]any, error) {
 	reply, err := sc.Run(ctx, s.rdb, s.keys(token).all(), args...).Slice()
 	if err != nil {
+		s.reroute(ctx)
 		return nil, fail(ctx, op, token, err)
 	}
 	return status(op, token, gen, reply)
@@ -347,6 +365,7 @@ func (s *Store) tx(ctx context.Context, op, token string, fn func(goredis.Pipeli
 		return nil
 	})
 	if err != nil && !errors.Is(err, goredis.Nil) {
+		s.reroute(ctx)
 		return fail(ctx, op, token, err)
 	}
 	return nil

@@ -21,7 +21,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines, except go-redis's redial of a
+// node that a failover test killed: it sleeps a second between attempts
+// and ends by itself once its pool is closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // open returns a Store on srv, closed at the end of the test.
 func open(t testing.TB, srv *redistest.Server, opts redis.Options) *redis.Store {
@@ -64,10 +69,15 @@ func msgs(datas ...string) []store.Event {
 // prefix on one redis-server, which is a fresh, empty store.
 func TestContract(t *testing.T) {
 	testenv.NeedRedis(t)
-	srv := redistest.Start(t, redistest.Options{})
+	runContract(t, redistest.Start(t, redistest.Options{}).URL())
+}
+
+// runContract runs the store contract on the Redis at url, each subtest
+// with its own key prefix.
+func runContract(t *testing.T, url string) {
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Prefix: fmt.Sprintf("contract%d:", n.Add(1))})
+		s, err := redis.New(context.Background(), redis.Options{URL: url, Prefix: fmt.Sprintf("contract%d:", n.Add(1))})
 		if err != nil {
 			t.Fatal(err)
 		}

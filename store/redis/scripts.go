@@ -26,8 +26,8 @@ local function gone()
 end
 local function int(n) return string.format('%d', n) end
 local function bounds()
-  local h = redis.call('HMGET', rec, 'gen', 'floor', 'hwm', 'cum', 'base', 'oldest')
-  return {'ok', h[1], h[2], h[3], h[4], h[5], h[6]}
+  local h = redis.call('HMGET', rec, 'gen', 'floor', 'vis', 'cum', 'base', 'oldest', 'hwm')
+  return {'ok', h[1], h[2], h[3] or h[7], h[4], h[5], h[6], h[7]}
 end
 local function field(entry, name)
   for i = 1, #entry, 2 do
@@ -47,7 +47,7 @@ if redis.call('EXISTS', tomb) == 1 then return {'exists', 'tombstoned'} end
 redis.call('DEL', log, wake)
 redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
   'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
-  'floor', '1', 'hwm', '0', 'cum', '0', 'base', '0', 'oldest', '')
+  'floor', '1', 'hwm', '0', 'vis', '0', 'cum', '0', 'base', '0', 'oldest', '')
 return {'ok'}
 `
 
@@ -59,7 +59,7 @@ if not h[1] then return gone() end
 if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
 redis.call('HINCRBY', rec, 'gen', 1)
 redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
-  'floor', int(tonumber(h[2]) + 1), 'base', h[3], 'oldest', '')
+  'floor', int(tonumber(h[2]) + 1), 'vis', h[2], 'base', h[3], 'oldest', '')
 redis.call('DEL', log)
 poke('claim')
 local r = redis.call('HGETALL', rec)
@@ -121,22 +121,29 @@ redis.call('PEXPIRE', wake, ARGV[3])
 return {'ok'}
 `
 
-// appendLua: ARGV gen n, then per event: stream kind end retry time
-// data. A stream of "" marks an event that opens a stream (store.NewStream):
-// its stream number is its own sequence. Events get HWM+1, HWM+2, … as
-// entry IDs, and the record's HWM and byte count move in the same step.
-const appendLua = prelude + `
+// appendLua: ARGV gen n acked visible, then per event: stream kind end
+// retry time data. A stream of "" marks an event that opens a stream
+// (store.NewStream): its stream number is its own sequence. Events get
+// HWM+1, HWM+2, … as entry IDs, and the record's HWM and byte count move
+// in the same step; the visible HWM too when visible is "1", else later
+// (publishLua, once replicas hold the events). acked is the highest
+// sequence of this generation this writer had held by the replicas
+// (guardLua).
+const appendLua = prelude + guardLua + `
 local h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum', 'floor')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
+local lost = guard(ARGV[3])
+if lost then return lost end
+h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum', 'floor')
 local n = tonumber(ARGV[2])
 if n == 0 then return bounds() end
 local hwm, cum = tonumber(h[2]), tonumber(h[3])
 if hwm < tonumber(h[4]) then
-  redis.call('HSET', rec, 'oldest', ARGV[7])
+  redis.call('HSET', rec, 'oldest', ARGV[9])
 end
 for i = 0, n - 1 do
-  local b = 3 + i * 6
+  local b = 5 + i * 6
   hwm = hwm + 1
   cum = cum + #ARGV[b + 5] + 64
   local seq = int(hwm)
@@ -146,6 +153,7 @@ for i = 0, n - 1 do
     'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
 end
 redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
+if ARGV[4] == '1' then redis.call('HSET', rec, 'vis', int(hwm)) end
 return bounds()
 `
 
@@ -156,7 +164,7 @@ const trimLua = prelude + `
 local h = redis.call('HMGET', rec, 'gen', 'hwm', 'floor', 'cum')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
-local hwm, cur = tonumber(h[2]), tonumber(h[3])
+local hwm, cur = tonumber(redis.call('HGET', rec, 'vis') or h[2]), tonumber(h[3])
 local nf = tonumber(ARGV[2])
 if nf > hwm + 1 then nf = hwm + 1 end
 if nf <= cur then return bounds() end
@@ -186,9 +194,24 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return ''
 `
 
+// publishLua: ARGV gen hwm. Makes the events up to hwm visible to
+// readers (the rec's vis field) once they are replicated (replicate.go),
+// and wakes waiters.
+const publishLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'vis', 'hwm')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
+local to = math.min(tonumber(ARGV[2]), tonumber(h[3]))
+if tonumber(h[2] or '0') < to then
+  redis.call('HSET', rec, 'vis', int(to))
+  poke('publish')
+end
+return bounds()
+`
+
 // scripts holds one compiled (hashed) copy of each script per Store.
 type scripts struct {
-	create, claim, renew, saveState, touch, end, append, trim, announceFirst *redis.Script
+	create, claim, renew, saveState, touch, end, append, trim, publish, announceFirst *redis.Script
 }
 
 func newScripts() scripts {
@@ -201,6 +224,7 @@ func newScripts() scripts {
 		end:       redis.NewScript(endLua),
 		append:    redis.NewScript(appendLua),
 		trim:      redis.NewScript(trimLua),
+		publish:   redis.NewScript(publishLua),
 
 		announceFirst: redis.NewScript(announceFirstLua),
 	}

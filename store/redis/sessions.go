@@ -13,7 +13,7 @@ import (
 // Create implements store.Sessions. It fails with ErrExists for a token
 // with a record or an unexpired tombstone.
 func (s *Store) Create(ctx context.Context, rec store.Record) error {
-	_, err := s.run(ctx, s.scripts.create, "create", rec.Token, rec.Generation,
+	_, err := s.runReplicated(ctx, s.scripts.create, "create", rec.Token, rec.Generation,
 		strconv.FormatUint(rec.Generation, 10), rec.Owner, encTime(rec.LeaseUntil), rec.UserID,
 		string(rec.State), encTime(rec.Created), encTime(rec.LastSeen))
 	return err
@@ -44,7 +44,7 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 // one script, which also drops the log of the older generations and sets
 // the floor to HWM+1.
 func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
-	rest, err := s.run(ctx, s.scripts.claim, "claim", token, from,
+	rest, err := s.runReplicated(ctx, s.scripts.claim, "claim", token, from,
 		strconv.FormatUint(from, 10), owner, encTime(leaseUntil))
 	if err != nil {
 		return store.Record{}, err
@@ -65,7 +65,7 @@ func (s *Store) Renew(ctx context.Context, token, owner string, gen uint64, leas
 
 // SaveState implements store.Sessions.
 func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state []byte) error {
-	_, err := s.run(ctx, s.scripts.saveState, "save state", token, gen,
+	_, err := s.runReplicated(ctx, s.scripts.saveState, "save state", token, gen,
 		strconv.FormatUint(gen, 10), string(state))
 	return err
 }
@@ -84,8 +84,11 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, t
 	if d := tombstoneUntil.Sub(s.now()); d > 0 {
 		ttl = int64((d + time.Millisecond - 1) / time.Millisecond)
 	}
-	_, err := s.run(ctx, s.scripts.end, "end", token, 0,
+	_, err := s.runReplicated(ctx, s.scripts.end, "end", token, 0,
 		string(reason), strconv.FormatInt(ttl, 10), strconv.FormatInt(wakeLinger.Milliseconds(), 10))
+	if err == nil || endsWrites(err) {
+		s.marks.Delete(token)
+	}
 	return err
 }
 

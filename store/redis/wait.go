@@ -17,18 +17,20 @@ import (
 const unblockRetry = 5 * time.Millisecond
 
 // waitConn is a connection reserved for blocking reads, with the id Redis
-// gave it (CLIENT ID), which CLIENT UNBLOCK names.
+// gave it (CLIENT ID), which CLIENT UNBLOCK names, and the client of the
+// server it is connected to (one node of a Cluster).
 type waitConn struct {
 	conn *goredis.Conn
 	id   int64
+	node *goredis.Client
 }
 
 // snap is what a Wait compares with its cursor: the session's generation,
-// floor and HWM, and the ID of the newest entry of its wake stream, all
-// read in one MULTI/EXEC.
+// floor, visible HWM and the HWM of the stored events, and the ID of the
+// newest entry of its wake stream, all read in one MULTI/EXEC.
 type snap struct {
-	gen, floor, hwm uint64
-	wake            string
+	gen, floor, hwm, stored uint64
+	wake                    string
 }
 
 // Wait implements store.Log. See the package documentation ("Waiting") for
@@ -63,13 +65,11 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 		if cur.gen != first.gen || cur.hwm > after || cur.floor > after+1 {
 			return nil
 		}
-		var appended bool
-		appended, err = s.block(wctx, k, token, after, cur.wake)
-		if err != nil {
+		// Entries up to cur.stored are in the log but not visible yet
+		// (replicate.go): only a later append, or the publish's wake
+		// entry, is news.
+		if _, err = s.block(wctx, k, token, max(after, cur.stored), cur.wake); err != nil {
 			return s.waitErr(ctx, token, err)
-		}
-		if appended {
-			return nil // an entry above after is in the log: HWM > after
 		}
 		cur, err = s.snapshot(wctx, k, token)
 	}
@@ -94,7 +94,7 @@ func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error
 	var tomb *goredis.StringCmd
 	var wake *goredis.XMessageSliceCmd
 	if err := s.tx(ctx, "wait", token, func(p goredis.Pipeliner) {
-		h = p.HMGet(ctx, k.rec, "gen", "floor", "hwm")
+		h = p.HMGet(ctx, k.rec, "gen", "floor", "vis", "hwm")
 		tomb = p.Get(ctx, k.tomb)
 		wake = p.XRevRangeN(ctx, k.wake, "+", "-", 1)
 	}); err != nil {
@@ -107,7 +107,10 @@ func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error
 	if vals[0] == nil {
 		return snap{}, missing("wait", token, tomb)
 	}
-	sn := snap{gen: u64(str(vals[0])), floor: u64(str(vals[1])), hwm: u64(str(vals[2])), wake: "0-0"}
+	sn := snap{gen: u64(str(vals[0])), floor: u64(str(vals[1])), hwm: u64(str(vals[2])), stored: u64(str(vals[3])), wake: "0-0"}
+	if vals[2] == nil {
+		sn.hwm = sn.stored // a record written before vis existed
+	}
 	if msgs, err := wake.Result(); err == nil && len(msgs) > 0 {
 		sn.wake = msgs[0].ID
 	}
@@ -120,8 +123,9 @@ func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error
 // PollInterval instead.
 func (s *Store) block(ctx context.Context, k keys, token string, after uint64, wake string) (appended bool, err error) {
 	for attempt := 0; ; attempt++ {
-		wc, reused, err := s.getWaitConn(ctx)
+		wc, reused, err := s.getWaitConn(ctx, k.log)
 		if err != nil {
+			s.reroute(ctx)
 			return false, fail(ctx, "wait", token, err)
 		}
 		if wc == nil {
@@ -147,6 +151,7 @@ func (s *Store) block(ctx context.Context, k keys, token string, after uint64, w
 			s.dropIdle()
 			continue
 		}
+		s.reroute(ctx)
 		return false, fail(ctx, "wait", token, err)
 	}
 }
@@ -161,7 +166,7 @@ func (s *Store) xread(ctx context.Context, wc *waitConn, k keys, after uint64, w
 		defer close(unblocked)
 		for {
 			uctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-			n, err := s.rdb.ClientUnblock(uctx, wc.id).Result()
+			n, err := s.unblock(uctx, k.log, wc.id)
 			cancel()
 			if err != nil || n == 1 {
 				return // released, or Redis is gone and the read fails by itself
@@ -195,13 +200,18 @@ func (s *Store) xread(ctx context.Context, wc *waitConn, k keys, after uint64, w
 	return appended, err
 }
 
-// getWaitConn returns an idle wait connection (reused = true), or a new one,
-// or nil when MaxWaits connections are in use.
-func (s *Store) getWaitConn(ctx context.Context) (wc *waitConn, reused bool, err error) {
+// getWaitConn returns an idle wait connection to the server that holds
+// key (reused = true), or a new one, or nil when MaxWaits connections are
+// in use.
+func (s *Store) getWaitConn(ctx context.Context, key string) (wc *waitConn, reused bool, err error) {
+	node, err := primaryFor(ctx, s.wdb, key)
+	if err != nil {
+		return nil, false, err
+	}
 	s.mu.Lock()
-	if n := len(s.idle); n > 0 {
-		wc = s.idle[n-1]
-		s.idle = s.idle[:n-1]
+	if n := len(s.idle[node]); n > 0 {
+		wc = s.idle[node][n-1]
+		s.idle[node] = s.idle[node][:n-1]
 		s.inUse++
 		s.mu.Unlock()
 		return wc, true, nil
@@ -212,7 +222,7 @@ func (s *Store) getWaitConn(ctx context.Context) (wc *waitConn, reused bool, err
 	}
 	s.inUse++
 	s.mu.Unlock()
-	conn := s.wdb.Conn()
+	conn := node.Conn()
 	id, err := conn.ClientID(ctx).Result()
 	if err != nil {
 		conn.Close()
@@ -221,7 +231,7 @@ func (s *Store) getWaitConn(ctx context.Context) (wc *waitConn, reused bool, err
 		s.mu.Unlock()
 		return nil, false, err
 	}
-	return &waitConn{conn: conn, id: id}, false, nil
+	return &waitConn{conn: conn, id: id, node: node}, false, nil
 }
 
 // putWaitConn returns wc to the idle list, or closes it when it failed or
@@ -230,7 +240,7 @@ func (s *Store) putWaitConn(wc *waitConn, healthy bool) {
 	s.mu.Lock()
 	s.inUse--
 	if healthy && !s.closed {
-		s.idle = append(s.idle, wc)
+		s.idle[wc.node] = append(s.idle[wc.node], wc)
 		wc = nil
 	}
 	s.mu.Unlock()
@@ -243,9 +253,26 @@ func (s *Store) putWaitConn(wc *waitConn, healthy bool) {
 func (s *Store) dropIdle() {
 	s.mu.Lock()
 	idle := s.idle
-	s.idle = nil
+	s.idle = make(map[*goredis.Client][]*waitConn)
 	s.mu.Unlock()
-	for _, wc := range idle {
-		wc.conn.Close()
+	closeIdle(idle)
+}
+
+// closeIdle closes the connections of idle.
+func closeIdle(idle map[*goredis.Client][]*waitConn) {
+	for _, wcs := range idle {
+		for _, wc := range wcs {
+			wc.conn.Close()
+		}
 	}
+}
+
+// unblock sends CLIENT UNBLOCK id, on the ordinary pool, to the server
+// that holds key, and returns how many clients it released.
+func (s *Store) unblock(ctx context.Context, key string, id int64) (int64, error) {
+	node, err := primaryFor(ctx, s.rdb, key)
+	if err != nil {
+		return 0, err
+	}
+	return node.ClientUnblock(ctx, id).Result()
 }
