@@ -31,6 +31,9 @@ const (
 	defaultLeaseRenew = 3 * time.Second
 )
 
+// urlForms says, in usage errors, which --redis URLs are valid.
+const urlForms = "want redis://HOST:PORT/DB, a Sentinel URL with master_name, or a Cluster URL with addr parameters; see README, Fleet mode"
+
 // fleetConfig holds the fleet flags of `tidemark serve`.
 type fleetConfig struct {
 	redisURL     string // empty: not a fleet
@@ -38,14 +41,18 @@ type fleetConfig struct {
 	leaseTTL     time.Duration
 	leaseRenew   time.Duration
 	advertiseURL string // empty: http://<resolved listen address><path>
+	replicas     int    // redis.Options.Replicas
+	replTimeout  time.Duration
 }
 
 // fleetFlags declares the fleet flags on fs.
 func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
-	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL (redis://HOST:PORT/DB), shared by every replica; any replica serves any session (URL; empty: no fleet)")
+	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL, shared by every replica; any replica serves any session: redis://HOST:PORT/DB, Sentinel redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&addr=SENTINEL3:PORT, Cluster redis://NODE:PORT?addr=NODE2:PORT&addr=NODE3:PORT (URL; empty: no fleet)")
 	fs.StringVar(&c.replicaID, "replica-id", "", "this replica's ID in session records and in the replica directory, unique in the fleet (text; empty: hostname-RANDOM, new at each start)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", defaultLeaseTTL, "with --redis: how long this replica's ownership of a session lasts unless renewed; another replica takes over a session this long after its owner died (duration)")
 	fs.DurationVar(&c.leaseRenew, "lease-renew", defaultLeaseRenew, "with --redis: how often leases are renewed and this replica re-announced; well below --lease-ttl (duration)")
+	fs.IntVar(&c.replicas, "redis-replicas", 0, "with --redis: how many Redis replicas must hold a write (WAIT) before it counts and its events become visible (replicas; 0: every replica connected to the primary, the ones a failover may promote; -1: none, so a failover can lose the last writes)")
+	fs.DurationVar(&c.replTimeout, "redis-replication-timeout", redis.DefaultReplicationTimeout, "with --redis: how long a write waits for --redis-replicas; past it the write fails, the call answers 503 unavailable and the session continues at generation+1 (duration)")
 	fs.StringVar(&c.advertiseURL, "advertise-url", "", "with --redis: the URL other replicas forward this replica's sessions' requests to (URL; empty: http://HOST:PORT of the listener plus --path, with the host name when listening on all interfaces)")
 }
 
@@ -61,6 +68,10 @@ func (c *fleetConfig) check(dataDir string) error {
 		return fmt.Errorf("--lease-ttl must be positive, not %v", c.leaseTTL)
 	case c.leaseRenew <= 0 || c.leaseRenew >= c.leaseTTL:
 		return fmt.Errorf("--lease-renew (%v) must be positive and below --lease-ttl (%v)", c.leaseRenew, c.leaseTTL)
+	case c.replTimeout <= 0 || c.replTimeout >= redis.DefaultTimeout:
+		return fmt.Errorf("--redis-replication-timeout (%v) must be positive and below %v, the Redis command timeout", c.replTimeout, redis.DefaultTimeout)
+	case c.replicas < -1:
+		return fmt.Errorf("--redis-replicas must be -1 or more, not %d", c.replicas)
 	}
 	return nil
 }
@@ -71,12 +82,12 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	// go-redis reports each failed dial on its own logger (stderr); the
 	// store's errors already say it, in this process's log format.
 	goredis.SetLogger(redisLog{logger})
-	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL})
+	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL, Replicas: c.replicas, ReplicationTimeout: c.replTimeout})
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%v): start redis-server there, or point --redis at a running one", c.redisURL, err)
 	case err != nil:
-		return nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+		return nil, fmt.Errorf("--redis %s: %v (%s)", c.redisURL, err, urlForms)
 	}
 	if c.replicaID == "" {
 		c.replicaID = defaultReplicaID()
@@ -122,14 +133,15 @@ func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(
 	return bus, func() { bus.Close(); rdb.Close() }, nil
 }
 
-// redisClient returns a new client of --redis, or the usage error of a
-// URL go-redis cannot parse.
-func (c *fleetConfig) redisClient() (*goredis.Client, error) {
-	opt, err := goredis.ParseURL(c.redisURL)
+// redisClient returns a new client of --redis (one server, Sentinel or
+// Cluster, as for the store), or the usage error of a URL go-redis cannot
+// parse.
+func (c *fleetConfig) redisClient() (goredis.UniversalClient, error) {
+	rdb, err := redis.NewClient(c.redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %s: %v (want redis://HOST:PORT/DB)", c.redisURL, err)
+		return nil, fmt.Errorf("--redis %s: %v (%s)", c.redisURL, err, urlForms)
 	}
-	return goredis.NewClient(opt), nil
+	return rdb, nil
 }
 
 // advertise returns the URL other replicas forward requests to: the flag,
