@@ -65,12 +65,14 @@ func (c *cutter) filter(_ int, chunk []byte) faultproxy.Decision {
 	return faultproxy.Decision{Forward: len(chunk)}
 }
 
-// fleet is a redis-server and replicas r0, r1, … of `tidemark serve`.
+// fleet is a redis-server (or a Sentinel or Cluster deployment) and
+// replicas r0, r1, … of `tidemark serve`.
 type fleet struct {
 	t     *testing.T
 	bin   string
-	redis *redistest.Server
-	extra []string // more serve flags
+	redis *redistest.Server // nil on Sentinel and Cluster
+	url   string            // --redis
+	extra []string          // more serve flags
 	r     []*replica
 	st    *redis.Store // the test's own view of Redis
 }
@@ -79,11 +81,21 @@ type fleet struct {
 // --lease-ttl 2s and --lease-renew 400ms unless extra says otherwise.
 func newFleet(t *testing.T, n int, ropts redistest.Options, extra ...string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, bin: testenv.BuildTidemark(t), redis: redistest.Start(t, ropts), extra: extra}
+	srv := redistest.Start(t, ropts)
+	f := newFleetOn(t, srv.URL(), n, extra...)
+	f.redis = srv
+	return f
+}
+
+// newFleetOn starts n replicas as newFleet does, on the Redis deployment
+// at url (a Sentinel or Cluster URL).
+func newFleetOn(t *testing.T, url string, n int, extra ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, bin: testenv.BuildTidemark(t), url: url, extra: extra}
 	for i := range n {
 		f.r = append(f.r, f.start(fmt.Sprintf("r%d", i)))
 	}
-	st, err := redis.New(context.Background(), redis.Options{URL: f.redis.URL()})
+	st, err := redis.New(context.Background(), redis.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +107,7 @@ func newFleet(t *testing.T, n int, ropts redistest.Options, extra ...string) *fl
 // start starts the replica id and waits until it serves.
 func (f *fleet) start(id string) *replica {
 	f.t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--redis", f.redis.URL(), "--replica-id", id,
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--redis", f.url, "--replica-id", id,
 		"--lease-ttl", leaseTTL.String(), "--lease-renew", leaseRenew.String(), "--log-level", "DEBUG"}, f.extra...)
 	p := testenv.StartProcess(f.t, f.bin, args...)
 	endpoint := testenv.ServeURL(f.t, p)
@@ -350,7 +362,11 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // replica, and replays from any replica are exact.
 func TestRoundRobin(t *testing.T) {
 	testenv.NeedRedis(t)
-	f := newFleet(t, 3, redistest.Options{})
+	roundRobinScenario(t, newFleet(t, 3, redistest.Options{}))
+}
+
+// roundRobinScenario is the scenario of TestRoundRobin on the fleet f.
+func roundRobinScenario(t *testing.T, f *fleet) {
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
 	rr := &roundRobin{of: 3}

@@ -134,15 +134,7 @@ func TestRedisRestart(t *testing.T) {
 
 	// a's finished stream replays exactly from progress 4, on both.
 	for _, i := range []int{0, 1} {
-		st, err := f.on(i, a).Resume(ctx, at4)
-		if err != nil {
-			t.Fatalf("replay of a on %s: %v", f.r[i].id, err)
-		}
-		evs, err := st.Collect()
-		st.Close()
-		if err != nil || len(evs) != 1+6+1 || !evs[0].ResumesFrom(at4) || !isResult(evs, 2, "countdown of 10 finished") {
-			t.Fatalf("replay of a on %s: %v, %d events, want priming + progress 5..10 + result", f.r[i].id, err, len(evs))
-		}
+		evs := replayFrom4(t, ctx, f, i, a, at4)
 		for k, ev := range evs[1:7] {
 			if p, _ := progressOf(t, ev); p != 5+k {
 				t.Fatalf("replay of a on %s: event %d is progress %d, want %d", f.r[i].id, k+1, p, 5+k)
@@ -237,4 +229,21 @@ func TestServeRedisRefused(t *testing.T) {
 	p = testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--redis", srv.URL())
 	testenv.ServeURL(t, p)
 	p.WaitFor(t, `level=WARN msg="Redis persistence is unsafe for a fleet: .*" reason=unsafe_persistence persistence="appendonly no, appendfsync everysec, save \\"3600 1\\""`, 5*time.Second)
+}
+
+// replayFrom4 resumes a's finished countdown of 10 on replica i from
+// at4, the cursor of its progress 4, and returns the events, which must
+// be the priming event resuming from at4, six more and the result.
+func replayFrom4(t *testing.T, ctx context.Context, f *fleet, i int, a, at4 string) []mcptest.Event {
+	t.Helper()
+	st, err := f.on(i, a).Resume(ctx, at4)
+	if err != nil {
+		t.Fatalf("replay of a on %s: %v", f.r[i].id, err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 1+6+1 || !evs[0].ResumesFrom(at4) || !isResult(evs, 2, "countdown of 10 finished") {
+		t.Fatalf("replay of a on %s: %v, %d events, want priming + progress 5..10 + result", f.r[i].id, err, len(evs))
+	}
+	return evs
 }

@@ -111,7 +111,11 @@ func lastID(evs []mcptest.Event) string {
 // delivered twice.
 func TestOwnerKilled(t *testing.T) {
 	testenv.NeedRedis(t)
-	f := newFleet(t, 3, redistest.Options{})
+	ownerKilled(t, newFleet(t, 3, redistest.Options{}))
+}
+
+// ownerKilled is the scenario of TestOwnerKilled on the fleet f.
+func ownerKilled(t *testing.T, f *fleet) {
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
 
@@ -172,7 +176,11 @@ func TestOwnerKilled(t *testing.T) {
 // fenced.
 func TestZombieFenced(t *testing.T) {
 	testenv.NeedRedis(t)
-	f := newFleet(t, 2, redistest.Options{})
+	zombieFenced(t, newFleet(t, 2, redistest.Options{}))
+}
+
+// zombieFenced is the scenario of TestZombieFenced on the fleet f.
+func zombieFenced(t *testing.T, f *fleet) {
 	ctx := testCtx(t, 60*time.Second)
 	l := newLedger(t)
 
