@@ -5,16 +5,29 @@ package fleettest_test
 //
 //	go test -run '^$' -bench . -benchtime 3x ./internal/fleettest/
 //
+// BenchmarkCalls16 needs a duration instead (-benchtime 5s): one op is
+// one call. The figures of BENCHMARKS.md, "Sentinel and Cluster ÷ one
+// Redis", come from
+//
+//	go test -run '^$' -bench 'StreamOne|Calls16' -benchtime 5s -count 3 ./internal/fleettest/
+//
 // Servers: memory (one `tidemark serve`, memory store), and fleets of two
 // `tidemark serve --redis` replicas on a redis-server without persistence
 // (redis) or with appendonly yes + appendfsync always (redis-aof). For the
 // fleets, "owner" sends every request to the replica that owns the
 // session, "forwarded" sends them to the other one, which forwards them.
-// The client (this process) and the servers share the machine's cores.
+// Then the deployments that survive the loss of a Redis server (issue 14),
+// one `tidemark serve` each, every request sent to it: sentinel (a
+// primary, one replica, three redis-sentinel processes) and cluster (three
+// primaries with a replica each), with the replication wait (the default
+// --redis-replicas 0: every write waits for the primary's replica) and
+// without it (-nowait: --redis-replicas -1). The client (this process) and
+// the servers share the machine's cores.
 //
-// Metrics: events/s (progress notifications received per second), and for
-// BenchmarkTakeover the time from kill -9 of a session's owner to the first
-// successful POST for that session on another replica (takeover-ms).
+// Metrics: events/s (progress notifications received per second), calls/s
+// (tools/call round trips per second), and for BenchmarkTakeover the time
+// from kill -9 of a session's owner to the first successful POST for that
+// session on another replica (takeover-ms).
 
 import (
 	"context"
@@ -22,9 +35,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
@@ -58,6 +74,27 @@ func benchSetups(b *testing.B) []setup {
 		_, r0 := benchServe(b, bin, "--redis", srv.URL(), "--replica-id", "b0")
 		_, r1 := benchServe(b, bin, "--redis", srv.URL(), "--replica-id", "b1")
 		out = append(out, setup{kind.name + "/owner", r0, r0}, setup{kind.name + "/forwarded", r0, r1})
+	}
+	return append(out, failoverSetups(b, bin)...)
+}
+
+// failoverSetups starts a Sentinel deployment and a Cluster, and on each
+// one `tidemark serve` with the replication wait and one without
+// (-nowait).
+func failoverSetups(b *testing.B, bin string) []setup {
+	primary := redistest.Start(b, redistest.Options{})
+	replica := redistest.Start(b, redistest.Options{ReplicaOf: primary.Addr()})
+	replica.WaitInSync()
+	ss := redistest.StartSentinels(b, primary)
+	ss.WaitReady(1)
+	cluster := redistest.StartCluster(b)
+	var out []setup
+	for _, d := range []struct{ name, url string }{{"sentinel", ss.URL()}, {"cluster", cluster.URL()}} {
+		for _, w := range []struct{ suffix, replicas string }{{"", "0"}, {"-nowait", "-1"}} {
+			name := d.name + w.suffix
+			_, url := benchServe(b, bin, "--redis", d.url, "--redis-replicas", w.replicas, "--replica-id", name)
+			out = append(out, setup{name + "/owner", url, url})
+		}
 	}
 	return out
 }
@@ -124,6 +161,64 @@ func BenchmarkStreamOne(b *testing.B) {
 			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkCalls16: 16 sessions, each calling countdown {n: 1} (no
+// progress token) again as soon as its answer arrives; calls/s is the
+// aggregate rate of round trips answered with the tool's result.
+func BenchmarkCalls16(b *testing.B) {
+	testenv.NeedRedis(b)
+	const sessions = 16
+	for _, s := range benchSetups(b) {
+		b.Run(s.name, func(b *testing.B) {
+			ctx := context.Background()
+			var all []*mcptest.Session
+			for range sessions {
+				all = append(all, s.newSession(b, ctx))
+			}
+			var next atomic.Int64
+			errs := make(chan error, sessions)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, sess := range all {
+				wg.Go(func() {
+					for id := next.Add(1); id <= int64(b.N); id = next.Add(1) {
+						if err := callOnce(ctx, sess, 10+id); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+	}
+}
+
+// callOnce calls countdown {n: 1} and checks that the answer is its
+// result.
+func callOnce(ctx context.Context, s *mcptest.Session, id int64) error {
+	resp, err := s.Post(ctx, mcptest.ToolCall(id, "countdown", map[string]any{"n": 1}, nil))
+	if err != nil {
+		return err
+	}
+	msgs, err := mcptest.ReadAnswer(resp)
+	if err != nil {
+		return err
+	}
+	if len(msgs) != 1 {
+		return fmt.Errorf("call %d answered %v, want its result", id, msgs)
+	}
+	if r, ok := msgs[0].(*jsonrpc.Response); !ok || r.ID != mcptest.ID(id) || r.Error != nil {
+		return fmt.Errorf("call %d answered %v, want its result", id, msgs[0])
+	}
+	return nil
 }
 
 // BenchmarkStream64: 64 sessions, each one stream at a time: per op, every
