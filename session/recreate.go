@@ -18,7 +18,8 @@ import (
 // re-creating its live state at generation+1 if no live process holds it
 // (after a restart on a durable store, after the engine session ended, or
 // after the lease of another replica lapsed). Errors: ErrNotFound, ErrEnded
-// (also a *store.EndedError), ErrForbidden, ErrClosed, a *RemoteError
+// (also a *store.EndedError; from the moment the session's end begins,
+// see End), ErrForbidden, ErrClosed, a *RemoteError
 // (ErrRemote) when another owner holds the session under a lease that has
 // not lapsed, and the store's errors (store.ErrUnavailable).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
@@ -59,6 +60,10 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			// takes its place.
 			r.removeLocked(cur)
 			engineEnded = true
+		}
+		if ended, ok := r.endingReason(token); ok {
+			r.mu.Unlock()
+			return nil, ended // its end has begun: never re-created
 		}
 		if wait, ok := r.starting[token]; ok {
 			r.mu.Unlock()
@@ -106,7 +111,8 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			return nil, re
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
-			r.End(ctx, token, store.EndIdle)
+			r.mu.Lock()
+			r.endLocked(ctx, token, store.EndIdle)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
 		}
 		st, prior, err := decodeState(rec.State)

@@ -110,7 +110,7 @@ type Registry struct {
 	lease  leaseRules
 	logger *slog.Logger
 
-	// mu guards live, starting, reserved, lru, closed and each Live's
+	// mu guards live, starting, ending, reserved, lru, closed and each Live's
 	// dropped, lruKey and lruIndex. Requests only read live (RLock);
 	// recency is an atomic stamp on each Live (Live.used, from clock), so
 	// a lookup writes nothing shared, and the least recently used session
@@ -121,8 +121,13 @@ type Registry struct {
 	mu       sync.RWMutex
 	live     map[string]*Live         // token → live state of this process
 	starting map[string]chan struct{} // tokens being re-created
-	reserved int                      // room taken by sessions being started (see reserve)
-	lru      recency                  // eviction order of the sessions in live not known to be busy (room.go)
+	// ending holds the tokens whose end has begun, with its reason, until
+	// the store has ended their records: the session has left live, and
+	// its record is still live in the store, so Get and Status answer
+	// from here that it ended instead of reading (and re-creating) it.
+	ending   map[string]store.EndReason
+	reserved int     // room taken by sessions being started (see reserve)
+	lru      recency // eviction order of the sessions in live not known to be busy (room.go)
 	closed   bool
 	clock    atomic.Uint64 // recency stamps: each use takes the next
 
@@ -169,6 +174,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		lease:    leaseRules{owner: opts.Owner, ttl: opts.Lease},
 		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
+		ending:   make(map[string]store.EndReason),
 	}
 	log.SetEvict(r.evictOverBudget)
 	return r
@@ -250,15 +256,64 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 
 // End ends token's session with reason: its live state is closed, its
 // record and event log are removed, and a tombstone answers for the token
-// for TombstoneTTL. Connections tailing it see the end and close.
+// for TombstoneTTL. Connections tailing it see the end and close. From the
+// moment End begins, Get and Status answer that the session ended with
+// reason, and no request re-creates it; a re-creation of the token already
+// under way is waited for, then ended. Ending a session whose end has
+// begun already returns a *store.EndedError with that end's reason.
 func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
 	r.mu.Lock()
+	for {
+		wait, ok := r.starting[token]
+		if !ok {
+			break
+		}
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r.mu.Lock()
+	}
+	return r.endLocked(ctx, token, reason)
+}
+
+// endLocked ends token's session as End does, without waiting for a
+// re-creation of it under way (recreate calls it for the token it is
+// re-creating). r.mu must be held; endLocked releases it.
+func (r *Registry) endLocked(ctx context.Context, token string, reason store.EndReason) error {
+	if why, ok := r.ending[token]; ok {
+		r.mu.Unlock()
+		return &store.EndedError{Token: token, Reason: why}
+	}
 	l := r.live[token]
 	if l != nil {
 		r.removeLocked(l)
 	}
+	r.ending[token] = reason
 	r.mu.Unlock()
+	defer r.endDone(token)
 	return r.ended(ctx, token, l, reason)
+}
+
+// endingReason reports whether token's end has begun and not yet
+// completed in the store, and its reason. r.mu must be held (read or
+// write).
+func (r *Registry) endingReason(token string) (*store.EndedError, bool) {
+	why, ok := r.ending[token]
+	if !ok {
+		return nil, false
+	}
+	return &store.EndedError{Token: token, Reason: why}, true
+}
+
+// endDone forgets that token's end is under way, once the store has
+// ended its record (or failed to).
+func (r *Registry) endDone(token string) {
+	r.mu.Lock()
+	delete(r.ending, token)
+	r.mu.Unlock()
 }
 
 // ended ends token's session in the store with reason and closes l, its
@@ -312,9 +367,17 @@ func (r *Registry) closeInBackground(l *Live) {
 
 // Status returns what the registry knows of token for the replay decision,
 // without starting anything: Live with the record's generation, Evicted or
-// Superseded for a tombstone, Unknown otherwise (see StatusOf). Errors are
+// Superseded for a tombstone or a session whose end has begun (End),
+// Unknown otherwise (see StatusOf). Errors are
 // the store's (store.ErrUnavailable).
 func (r *Registry) Status(ctx context.Context, token string) (replay.Status, store.Record, error) {
+	r.mu.RLock()
+	ended, ending := r.endingReason(token)
+	r.mu.RUnlock()
+	if ending {
+		st, _ := StatusOf(ended)
+		return st, store.Record{Token: token}, nil
+	}
 	rec, err := r.st.Get(ctx, token)
 	if st, ok := StatusOf(err); ok {
 		return st, rec, nil

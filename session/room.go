@@ -43,8 +43,13 @@ func (r *Registry) reserve(ctx context.Context) error {
 	}
 	r.removeLocked(victim)
 	r.reserved++
+	if !dead {
+		// From now until its record ends, the victim answers as ended.
+		r.ending[victim.token] = store.EndCapacity
+	}
 	r.mu.Unlock()
 	if !dead {
+		defer r.endDone(victim.token)
 		// The victim's token answers 404 at once; its engine session
 		// closes in the background: the creator does not wait for another
 		// session's teardown (a gateway's subprocess may take its stop
