@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
@@ -124,7 +125,7 @@ func TestEvictionSkipsBusySessions(t *testing.T) {
 	// a's call ends (never delivered, so released): a can go, b cannot,
 	// although a was used after b.
 	f.reg.Get(ctx, a.Token(), "")
-	a.ReleaseCalls(ctx, sa, callsA)
+	a.ReleaseCalls(ctx, sa, callsA, replay.ReasonClientGone)
 	detach := a.Attach() // a standalone stream is open on a
 	defer detach()
 	c, err := f.reg.Create(ctx, "")

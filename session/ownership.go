@@ -141,7 +141,7 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	}
 	go func() {
 		defer r.closing.Done()
-		l.eng.Close()
+		l.close(reason)
 	}()
 }
 

@@ -59,6 +59,7 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 			// The engine session died on its own: the next generation
 			// takes its place.
 			r.removeLocked(cur)
+			defer cur.releaseSpans(replay.ReasonEngineEnded) // once mu is released
 			engineEnded = true
 		}
 		if ended, ok := r.endingReason(token); ok {
@@ -180,7 +181,7 @@ func (r *Registry) Recreate(ctx context.Context, token string) (*Live, error) {
 	r.mu.Lock()
 	if l, ok := r.live[token]; ok && r.removeLocked(l) {
 		r.mu.Unlock()
-		l.eng.Close()
+		l.close(replay.ReasonEngineEnded)
 	} else {
 		r.mu.Unlock()
 	}

@@ -322,7 +322,7 @@ func (r *Registry) endDone(token string) {
 func (r *Registry) ended(ctx context.Context, token string, l *Live, reason store.EndReason) error {
 	err := r.endRecord(ctx, token, reason)
 	if l != nil {
-		l.eng.Close()
+		l.close(replay.Reason(reason))
 		l.logger.Info("session ended", "reason", string(reason))
 		if err == nil {
 			r.recordEnded(l, reason)
@@ -349,19 +349,20 @@ func (r *Registry) endRecord(ctx context.Context, token string, reason store.End
 }
 
 // closeInBackground closes l's engine session on a goroutine of its own,
-// which Close waits for; once the registry is closed, it closes it at once.
-func (r *Registry) closeInBackground(l *Live) {
+// which Close waits for, and ends the spans of its calls in flight with
+// reason; once the registry is closed, it closes it at once.
+func (r *Registry) closeInBackground(l *Live, reason replay.Reason) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		l.eng.Close()
+		l.close(reason)
 		return
 	}
 	r.closing.Add(1)
 	r.mu.Unlock()
 	go func() {
 		defer r.closing.Done()
-		l.eng.Close()
+		l.close(reason)
 	}()
 }
 
@@ -463,7 +464,7 @@ func (r *Registry) Close() error {
 	r.lru = nil
 	r.mu.Unlock()
 	for _, l := range all {
-		l.eng.Close()
+		l.close(replay.ReasonShutdown)
 	}
 	r.releaseLeases(all)
 	r.closing.Wait()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -48,7 +49,9 @@ func (r *Registry) reserve(ctx context.Context) error {
 		r.ending[victim.token] = store.EndCapacity
 	}
 	r.mu.Unlock()
-	if !dead {
+	if dead {
+		victim.releaseSpans(replay.ReasonEngineEnded)
+	} else {
 		defer r.endDone(victim.token)
 		// The victim's token answers 404 at once; its engine session
 		// closes in the background: the creator does not wait for another
@@ -59,7 +62,7 @@ func (r *Registry) reserve(ctx context.Context) error {
 		if err == nil {
 			r.recordEnded(victim, store.EndCapacity)
 		}
-		r.closeInBackground(victim)
+		r.closeInBackground(victim, replay.ReasonCapacity)
 	}
 	return nil
 }

@@ -321,7 +321,7 @@ func TestReleaseCalls(t *testing.T) {
 	if err := l.Deliver(ctx, a, engine.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	l.ReleaseCalls(ctx, s, []*jsonrpc.Request{b})
+	l.ReleaseCalls(ctx, s, []*jsonrpc.Request{b}, replay.ReasonClientGone)
 	// a's response, then the end: on a's response when it came after the
 	// release, else on an id-only event appended by the release.
 	var got []store.Event

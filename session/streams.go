@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
@@ -69,7 +70,8 @@ type openStream struct {
 // application/json. It fails, registering nothing, with ErrDuplicateID if an
 // ID is already in flight, with a *CallLimitError (ErrTooManyCalls) if the
 // session would have more than Options.MaxCallsPerSession calls in flight,
-// and with the store's error if the append fails.
+// and with the store's error if the append fails (the calls' spans then
+// end with that error's reason, storeReason).
 func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
 	l.mu.Lock()
 	if limit := l.reg.opts.MaxCallsPerSession; len(l.calls)+len(calls) > limit {
@@ -117,9 +119,12 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	err := l.append(ctx, &ev)
 	l.mu.Lock()
 	if err != nil {
+		spans := make([]tracing.Span, 0, len(calls))
 		for _, c := range calls {
+			spans = append(spans, l.calls[c.ID].span)
 			delete(l.calls, c.ID)
 		}
+		defer endReleased(spans, storeReason(err))
 		unpark := l.releaseMapsLocked()
 		l.mu.Unlock()
 		if unpark {
@@ -146,14 +151,18 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 // reached), so their ids can be sent again and the stream's end falls on
 // its last delivered call; when every call of the stream is answered or
 // released, an id-only event marked End closes it. Calls that are not in
-// flight on stream are ignored.
-func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc.Request) {
+// flight on stream are ignored. The span of each released call ends with
+// reason (tracing.Span.EndReleased): why it was not delivered.
+func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc.Request, reason replay.Reason) {
 	l.mu.Lock()
 	ended := false
+	var spans []tracing.Span
 	for _, c := range calls {
-		if cl, ok := l.calls[c.ID]; !ok || cl.stream != stream {
+		cl, ok := l.calls[c.ID]
+		if !ok || cl.stream != stream {
 			continue
 		}
+		spans = append(spans, cl.span)
 		delete(l.calls, c.ID)
 		l.ledger.release(stream, c.ID)
 		if s := l.streams[stream]; s != nil {
@@ -166,6 +175,7 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 	}
 	unpark := l.releaseMapsLocked()
 	l.mu.Unlock()
+	endReleased(spans, reason)
 	if unpark {
 		l.reg.unpark(l)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -36,13 +37,18 @@ func (r *Registry) Sweep(ctx context.Context) {
 // removeDead removes the sessions whose engine session died on its own
 // from the registry, without ending them.
 func (r *Registry) removeDead() {
+	var dead []*Live
 	r.mu.Lock()
 	for _, l := range r.live {
 		if l.dead() {
 			r.removeLocked(l)
+			dead = append(dead, l)
 		}
 	}
 	r.mu.Unlock()
+	for _, l := range dead {
+		l.releaseSpans(replay.ReasonEngineEnded)
+	}
 }
 
 // Run sweeps every interval and, when Options.Lease > 0, renews the

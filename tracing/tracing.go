@@ -25,8 +25,8 @@ const scope = "github.com/tidemark-mcp/tidemark"
 
 // Attribute keys of Tidemark's own span attributes.
 const (
-	// AttrReason is the refusal's reason (replay.Reason), or "replay" for
-	// an accepted resume.
+	// AttrReason is the refusal's reason (replay.Reason), "replay" for an
+	// accepted resume, or why a call got no answer (Span.EndReleased).
 	AttrReason = attribute.Key("tidemark.reason")
 	// AttrCursor is the Last-Event-ID of a resume.
 	AttrCursor = attribute.Key("tidemark.cursor")
@@ -179,6 +179,21 @@ func (s Span) EndRequest(errorType string) {
 		}
 		s.span.SetStatus(codes.Error, errorType)
 	}
+	s.span.End()
+}
+
+// EndReleased ends the request span of a call that gets no answer from
+// this process: released undelivered (the client's connection was cut, or
+// the delivery failed), or left in flight when its session or generation
+// ended. reason says why (replay.ReasonClientGone, the session's end
+// reason, ...); it is recorded as error.type and tidemark.reason, and as
+// the Error status's description.
+func (s Span) EndReleased(reason replay.Reason) {
+	if s.span == nil {
+		return
+	}
+	s.span.SetAttributes(semconv.ErrorTypeKey.String(string(reason)), AttrReason.String(string(reason)))
+	s.span.SetStatus(codes.Error, string(reason))
 	s.span.End()
 }
 

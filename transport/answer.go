@@ -112,11 +112,16 @@ func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, strea
 				undelivered = append(undelivered, r)
 			}
 		}
-		live.ReleaseCalls(ctx, streamID, undelivered)
+		ref := deliveryRefusal(live, err)
+		why := ref.reason
+		if ctx.Err() != nil {
+			why = replay.ReasonClientGone // the client's connection was cut during the delivery
+		}
+		live.ReleaseCalls(ctx, streamID, undelivered, why)
 		if p.initialize != nil {
 			h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
 		}
-		return deliveryRefusal(live, err)
+		return ref
 	}
 	return nil
 }
