@@ -63,6 +63,12 @@ type Session struct {
 type EventAt struct {
 	Found  bool   // false: the event is no longer retained
 	Stream uint64 // the stream the event belongs to, when Found
+	// Lost, with Found false, says the event is missing although the
+	// session's bounds say it is retained: the store lost the log (deleted
+	// outside Tidemark, or evicted by Redis), not compaction. The
+	// outcome is the same 409 cursor_compacted; its message and data
+	// (logLost) say what happened.
+	Lost bool
 }
 
 // Input is everything the decision reads. It is plain data: Decide performs
@@ -148,7 +154,8 @@ type Decision struct {
 	// Session is the session the decision was made against.
 	Session Session
 	// Detail explains a CursorMalformed outcome (the parse error, or which
-	// check failed); empty otherwise.
+	// check failed), or a CursorCompacted one whose events the store lost
+	// (EventAt.Lost); empty otherwise.
 	Detail string
 }
 
@@ -176,6 +183,9 @@ func (d Decision) Message() string {
 		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; "+
 			"the stream's requests are lost: send them again, or initialize a new session", c.Generation, s.Generation)
 	case CursorCompacted:
+		if d.Detail != "" {
+			return d.Detail + "; the stream cannot be resumed and its requests are lost: send them again, or initialize a new session"
+		}
 		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; "+
 			"the stream cannot be resumed: send its requests again, or initialize a new session", c.Sequence, s.Floor)
 	case CursorAhead:
@@ -187,7 +197,9 @@ func (d Decision) Message() string {
 }
 
 // Data returns the fields of d for a JSON-RPC error's `data` member: always
-// "reason", plus the generations, floor or high-water mark that explain it.
+// "reason", plus the generations, floor or high-water mark that explain it,
+// and for a cursor whose events the store lost, "logLost" (true) and
+// "detail".
 func (d Decision) Data() map[string]any {
 	m := map[string]any{"reason": d.Outcome.Reason()}
 	switch d.Outcome {
@@ -197,6 +209,10 @@ func (d Decision) Data() map[string]any {
 	case CursorCompacted:
 		m["floor"] = d.Session.Floor
 		m["cursorSequence"] = d.Cursor.Sequence
+		if d.Detail != "" {
+			m["logLost"] = true
+			m["detail"] = d.Detail
+		}
 	case CursorAhead:
 		m["hwm"] = d.Session.HWM
 		m["cursorSequence"] = d.Cursor.Sequence
@@ -248,9 +264,14 @@ func Decide(in Input) Decision {
 	case in.At == nil:
 		d.Outcome = NeedEvent
 	case !in.At.Found:
-		// Compaction ran between reading the bounds and reading the event:
-		// the event is gone, which is the compacted row.
+		// Compaction ran between reading the bounds and reading the event,
+		// or the store lost the log: the event is gone, which is the
+		// compacted row.
 		d.Outcome = CursorCompacted
+		if in.At.Lost {
+			d.Detail = fmt.Sprintf("the session's event log is missing from the store, although the session's record says "+
+				"sequences %d to %d are retained (it was deleted outside Tidemark, or evicted by Redis)", s.Floor, s.HWM)
+		}
 	case in.At.Stream != c.Stream:
 		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("event %d belongs to stream %d, not %d", c.Sequence, in.At.Stream, c.Stream)
 	default:

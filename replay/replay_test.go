@@ -89,9 +89,12 @@ func runDecide(t *testing.T, d *datadriven.TestData) string {
 			r := strings.NewReplacer("{tag}", replay.Tag(testToken), "{other}", replay.Tag(otherToken))
 			in.LastEventID = r.Replace(val)
 		case "at":
-			if val == "gone" {
+			switch val {
+			case "gone":
 				in.At = &replay.EventAt{}
-			} else {
+			case "lost":
+				in.At = &replay.EventAt{Lost: true}
+			default:
 				in.At = &replay.EventAt{Found: true, Stream: num()}
 			}
 		default:

@@ -39,6 +39,12 @@ var (
 	// full, connection lost). Nothing of the failed call was stored; the
 	// caller may retry later.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrLogLost: the session's record says events from its floor to its
+	// HWM are retained, but its log does not hold them: the log was
+	// removed outside the store (deleted by hand, or evicted by Redis
+	// under a maxmemory-policy other than noeviction). The events cannot
+	// come back; a read that meets the gap fails with it.
+	ErrLogLost = errors.New("event log lost")
 )
 
 // EndedError is returned, wrapping ErrEnded, for a token with a tombstone.
@@ -273,7 +279,9 @@ type Log interface {
 	// Read returns, in sequence order, at most max events of the current
 	// generation with Seq > after, and the bounds at the time of the read.
 	// Events below the floor are gone; Read does not report them, callers
-	// compare after with Bounds.Floor. Errors: ErrNotFound, *EndedError.
+	// compare after with Bounds.Floor. Errors: ErrNotFound, *EndedError,
+	// and ErrLogLost from a backend that can detect that events the bounds
+	// say are retained are missing (store/redis).
 	Read(ctx context.Context, token string, after uint64, max int) ([]Event, Bounds, error)
 
 	// Wait blocks until the session's HWM exceeds after, its generation

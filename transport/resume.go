@@ -133,7 +133,9 @@ func status(err error) (replay.Status, *refusal) {
 
 // decide applies the replay decision to in, the input of r, looking up the
 // event at the cursor's sequence when the decision asks for it
-// (replay.NeedEvent), and returns the decision and that event. repeated
+// (replay.NeedEvent), and returns the decision and that event. A store
+// that lost the log (store.ErrLogLost) gives the event as lost
+// (replay.EventAt.Lost): 409 cursor_compacted saying so. repeated
 // says the Last-Event-ID header was repeated, which the refusal says.
 func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *replay.Input, repeated bool) (replay.Decision, store.Event, *refusal) {
 	d := replay.Decide(*in)
@@ -143,11 +145,17 @@ func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *
 	var at store.Event
 	if d.Outcome == replay.NeedEvent {
 		ev, found, err := h.reg.Log().At(r.Context(), token, d.Cursor.Sequence)
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrLogLost):
+			// The bounds say the event is retained; the store lost it.
+			live.Logger().Warn("event log lost", "reason", replay.ReasonCursorCompacted, "cursor", clip(in.LastEventID), "error", err)
+			in.At = &replay.EventAt{Lost: true}
+		case err != nil:
 			return d, at, deliveryRefusal(live, err)
+		default:
+			at = ev
+			in.At = &replay.EventAt{Found: found, Stream: ev.Stream}
 		}
-		at = ev
-		in.At = &replay.EventAt{Found: found, Stream: ev.Stream}
 		d = replay.Decide(*in)
 	}
 	return d, at, nil

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -113,6 +114,9 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 	for len(msgs) > 0 && seqOf(msgs[len(msgs)-1]) > b.HWM {
 		msgs = msgs[:len(msgs)-1]
 	}
+	if err := checkRetained(token, after, b, msgs); err != nil {
+		return nil, store.Bounds{}, err
+	}
 	if len(msgs) == 0 {
 		return nil, b, nil
 	}
@@ -121,6 +125,27 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 		out[i] = decEvent(m)
 	}
 	return out, b, nil
+}
+
+// checkRetained returns an error wrapping store.ErrLogLost when msgs, the
+// log's entries after after read in one transaction with b, do not start
+// with the first sequence b says is retained after after: the log key was
+// deleted or evicted (Redis removes a whole key, never part of a stream),
+// while the record, a key of its own, kept the bounds.
+func checkRetained(token string, after uint64, b store.Bounds, msgs []goredis.XMessage) error {
+	want := max(after+1, b.Floor)
+	if want > b.HWM {
+		return nil // nothing retained after after
+	}
+	got := "none"
+	if len(msgs) > 0 {
+		if seqOf(msgs[0]) == want {
+			return nil
+		}
+		got = fmt.Sprintf("sequence %d", seqOf(msgs[0]))
+	}
+	return fmt.Errorf("redis store: read session %s: %w: the record says sequences %d to %d are retained, the log holds %s at %d "+
+		"(its key was deleted, or evicted by Redis: set maxmemory-policy noeviction)", store.Prefix(token), store.ErrLogLost, b.Floor, b.HWM, got, want)
 }
 
 // Trim implements store.Log: XTRIM MINID floor, with the floor, the byte
