@@ -335,6 +335,14 @@ const (
 	// ReasonUnsafePersistence: Redis persists data in a way that can lose
 	// acknowledged writes.
 	ReasonUnsafePersistence Reason = "unsafe_persistence"
+	// ReasonEvictionUnknown: Redis's maxmemory-policy could not be read
+	// (CONFIG GET refused, as managed services often do), so whether Redis
+	// may evict sessions is unknown.
+	ReasonEvictionUnknown Reason = "eviction_unknown"
+	// ReasonUnsafeEviction: Redis's maxmemory-policy is not noeviction:
+	// over maxmemory Redis may evict a session's record (the session then
+	// answers 404) or its event log (its events are lost).
+	ReasonUnsafeEviction Reason = "unsafe_eviction"
 	// ReasonReplicaIDInUse: another live replica announces this replica ID.
 	ReasonReplicaIDInUse Reason = "replica_id_in_use"
 	// ReasonSignal: the process received a stop signal.

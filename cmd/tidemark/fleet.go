@@ -47,7 +47,7 @@ type fleetConfig struct {
 
 // fleetFlags declares the fleet flags on fs.
 func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
-	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL, shared by every replica; any replica serves any session: redis://HOST:PORT/DB, Sentinel redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&addr=SENTINEL3:PORT, Cluster redis://NODE:PORT?addr=NODE2:PORT&addr=NODE3:PORT (URL; empty: no fleet)")
+	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL, shared by every replica; any replica serves any session: redis://HOST:PORT/DB, Sentinel redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&addr=SENTINEL3:PORT, Cluster redis://NODE:PORT?addr=NODE2:PORT&addr=NODE3:PORT; Redis must run with maxmemory-policy noeviction, warned at start otherwise (URL; empty: no fleet)")
 	fs.StringVar(&c.replicaID, "replica-id", "", "this replica's ID in session records and in the replica directory, unique in the fleet (text; empty: hostname-RANDOM, new at each start)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", defaultLeaseTTL, "with --redis: how long this replica's ownership of a session lasts unless renewed; another replica takes over a session this long after its owner died (duration)")
 	fs.DurationVar(&c.leaseRenew, "lease-renew", defaultLeaseRenew, "with --redis: how often leases are renewed and this replica re-announced; well below --lease-ttl (duration)")
@@ -107,7 +107,24 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	default:
 		logger.Info("redis persistence", "persistence", p.String())
 	}
+	checkEviction(ctx, st, logger)
 	return st, nil
+}
+
+// checkEviction warns, in one line, when Redis may evict the store's keys
+// (maxmemory-policy other than noeviction), or when its policy cannot be
+// read. Warned, not refused, as unsafe persistence is: Redis evicts only
+// once it reaches maxmemory.
+func checkEviction(ctx context.Context, st *redis.Store, logger *slog.Logger) {
+	policy, err := st.EvictionPolicy(ctx)
+	switch {
+	case err != nil:
+		logger.Warn("cannot read Redis's maxmemory-policy; make sure it is noeviction: under any other policy Redis may evict sessions, which then answer 404, or their event logs",
+			"reason", replay.ReasonEvictionUnknown, "error", err)
+	case policy != redis.NoEviction:
+		logger.Warn("Redis may evict sessions: a session Redis evicts answers 404 and its events are lost; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)",
+			"reason", replay.ReasonUnsafeEviction, "maxmemory_policy", policy)
+	}
 }
 
 // openBus returns the Bus that carries the notifications of
