@@ -188,7 +188,9 @@ func (c *conn) cancelled(cl *call) bool {
 // stream whose events carry IDs (last is the newest) is resumed upstream
 // with GET and Last-Event-ID, after the retry the upstream asked for, and
 // the new stream returned; otherwise the upstream session is checked and
-// the call fails. Everything is bounded by Options.ResumeTimeout. It
+// the call fails. Everything is bounded by Options.ResumeTimeout, until
+// which a resume the upstream could not be reached for, or refused with
+// 409, is tried again (resumeTimedOut says which it was). It
 // returns nil when the call has been answered or failed, or its generation
 // ended.
 func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.Duration, cause error) *http.Response {
@@ -202,13 +204,13 @@ func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.D
 		return nil
 	}
 	wait := retry
+	var refused *statusError // the last resume's 409, nil when the last attempt did not reach the upstream
 	for {
 		if !sleep(ctx, min(wait, time.Until(deadline))) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the call's upstream stream was cut and the "+
-				"upstream MCP server could not be reached within %v to resume it: %v", c.e.opts.ResumeTimeout, cause))
+			c.resumeTimedOut(cl, refused, cause)
 			return nil
 		}
 		t := c.target(cl.header)
@@ -220,7 +222,7 @@ func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.D
 		}
 		resp, err := c.e.do(req, nil)
 		if err != nil {
-			cause, wait = err, nextBackoff(wait)
+			cause, wait, refused = err, nextBackoff(wait), nil
 			continue
 		}
 		switch kindOf(resp, t.session != "") {
@@ -238,13 +240,27 @@ func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.D
 			// stream's reader until it notices the cut (the go-sdk
 			// answers 409 "stream ID conflicts with ongoing stream"):
 			// the resume is tried again until the deadline.
-			cause, wait = se, nextBackoff(wait)
+			cause, wait, refused = se, nextBackoff(wait), se
 			continue
 		}
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, "the call's upstream stream was cut and the upstream MCP server "+
 			"refused to resume it: "+se.Error())
 		return nil
 	}
+}
+
+// resumeTimedOut fails a call whose cut stream could not be resumed within
+// Options.ResumeTimeout: upstream_stream_cut when the last resume reached
+// the upstream and was refused with 409 (refused), upstream_unreachable
+// when it did not reach it (cause).
+func (c *conn) resumeTimedOut(cl *call, refused *statusError, cause error) {
+	if refused != nil {
+		c.failCall(cl, replay.ReasonUpstreamStreamCut, fmt.Sprintf("the call's upstream stream was cut and the upstream "+
+			"MCP server refused every resume for %v (%v); send the call again", c.e.opts.ResumeTimeout, refused))
+		return
+	}
+	c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the call's upstream stream was cut and the "+
+		"upstream MCP server could not be reached within %v to resume it: %v", c.e.opts.ResumeTimeout, cause))
 }
 
 // checkSession fails a call whose answer stream was cut and cannot be

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
@@ -136,6 +138,56 @@ func TestCutWithoutIDs(t *testing.T) {
 	if n := len(up.requests(http.MethodPost, "ping")); n != 1 {
 		t.Errorf("the upstream got %d pings, want 1", n)
 	}
+	evs = call(t, ctx, s, countdown(3, 2, 0, "tok2"))
+	if got := toolText(t, response(t, evs)); got != "countdown of 2 finished" {
+		t.Errorf("next call's result %q", got)
+	}
+	if c := cursor(t, evs[len(evs)-1]); c.Generation != 1 {
+		t.Errorf("next call at generation %d, want 1", c.Generation)
+	}
+}
+
+// TestCutResumeRefused: the upstream's events carry IDs, the connection
+// between the gateway and the upstream is cut after progress 3 of 8, and
+// the upstream answers every resume 409 (as the go-sdk does while it
+// counts the cut connection as the stream's reader). The gateway tries
+// again until Options.ResumeTimeout, then fails the call with
+// upstream_stream_cut at generation 1 and a message that says the
+// upstream was reached and refused, never that it could not be reached;
+// the session goes on in the same generation.
+func TestCutResumeRefused(t *testing.T) {
+	ctx := testContext(t)
+	up := newUpstream(t, mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	up.refuseResumes.Store(true)
+	u, _ := behindCutter(t, up, `"progress":3,`)
+	const timeout = 500 * time.Millisecond
+	g := newGateway(t, u, upstream.Options{ResumeTimeout: timeout})
+	s := g.initialize(t, ctx)
+
+	evs := call(t, ctx, s, countdown(2, 8, 20, "tok"))
+	if got := progressValues(t, evs); !slices.Equal(got, steps(3)) {
+		t.Errorf("progress before the cut %v, want %v", got, steps(3))
+	}
+	resp := response(t, evs)
+	reason, gen := errorData(t, resp)
+	if reason != string(replay.ReasonUpstreamStreamCut) || gen != 1 {
+		t.Errorf("call failed with reason %q generation %v, want %q generation 1", reason, gen, replay.ReasonUpstreamStreamCut)
+	}
+	var resumes int
+	for _, r := range up.requests(http.MethodGet, "") {
+		if r.header.Get("Last-Event-ID") != "" {
+			resumes++
+		}
+	}
+	if resumes < 2 {
+		t.Errorf("the upstream got %d resumes, want at least 2 (tried again after a 409)", resumes)
+	}
+	want := "the call's upstream stream was cut and the upstream MCP server refused every resume for 500ms " +
+		"(upstream answered GET with Last-Event-ID with HTTP 409: stream ID conflicts with ongoing stream); send the call again"
+	if msg := resp.Error.(*jsonrpc.Error).Message; msg != want {
+		t.Errorf("message %q\nwant %q", msg, want)
+	}
+	up.refuseResumes.Store(false)
 	evs = call(t, ctx, s, countdown(3, 2, 0, "tok2"))
 	if got := toolText(t, response(t, evs)); got != "countdown of 2 finished" {
 		t.Errorf("next call's result %q", got)

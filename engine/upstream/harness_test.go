@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,6 +64,12 @@ type testUpstream struct {
 	opts    mcp.StreamableHTTPOptions
 	release chan struct{} // closed at the end of the test: hang returns
 	hanging chan struct{} // receives when hang starts
+
+	// refuseResumes, when set, answers every GET with Last-Event-ID 409
+	// as the go-sdk does while it still counts the stream's cut
+	// connection as its reader ("stream ID conflicts with ongoing
+	// stream"), whatever the handler would answer.
+	refuseResumes atomic.Bool
 
 	mu       sync.Mutex
 	h        http.Handler
@@ -167,6 +174,10 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.received = append(u.received, rec)
 	h := u.h
 	u.mu.Unlock()
+	if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" && u.refuseResumes.Load() {
+		http.Error(w, "stream ID conflicts with ongoing stream", http.StatusConflict)
+		return
+	}
 	h.ServeHTTP(w, r)
 	if id := w.Header().Get("Mcp-Session-Id"); id != "" && rec.rpc == "initialize" {
 		u.mu.Lock()

@@ -25,7 +25,8 @@
 //     cursors answer 409;
 //   - a call's answer stream is cut: resumed upstream with the upstream's
 //     own Last-Event-ID when its events carry IDs; otherwise, or when the
-//     upstream refuses the resume, the call fails (upstream_stream_cut),
+//     upstream refuses the resume (with 409, on every try until
+//     Options.ResumeTimeout), the call fails (upstream_stream_cut),
 //     after a ping has told whether the upstream session survived (404:
 //     upstream_session_lost as above), all within Options.ResumeTimeout;
 //   - it cannot be reached: the message is not handed over and the
