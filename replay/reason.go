@@ -80,6 +80,7 @@ var statuses = map[Reason]int{
 	ReasonOwnerMoved:          http.StatusServiceUnavailable,
 	ReasonOwnerUnreachable:    http.StatusServiceUnavailable,
 	ReasonUpstreamUnreachable: http.StatusServiceUnavailable,
+	ReasonLoopDetected:        http.StatusLoopDetected,
 }
 
 // Outcomes of the replay decision (DESIGN.md, "The replay decision").
@@ -181,6 +182,12 @@ const (
 	// ReasonOwnerUnreachable: 503 with Retry-After, the replica that holds
 	// the session's lease cannot be reached.
 	ReasonOwnerUnreachable Reason = "owner_unreachable"
+	// ReasonLoopDetected: 508 Loop Detected (RFC 5842, section 7.2), the
+	// request's Via header (RFC 9110, section 7.6.3) already names this
+	// process: a gateway's upstream leads back to it, directly or through
+	// other gateways or a load balancer, and serving the request would send
+	// it round again without limit.
+	ReasonLoopDetected Reason = "loop_detected"
 )
 
 // Refusals of a requestState that a retried request carries (package

@@ -76,7 +76,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route runs the checks every request shares, in this order, and hands the
 // request to the function of its kind, returning that function's refusal:
-//  1. Host, then Origin (403 host_forbidden, origin_forbidden; security.go);
+//  1. a Via that names this process (508 loop_detected; security.go), then
+//     Host, then Origin (403 host_forbidden, origin_forbidden);
 //  2. a POST's Content-Length over MaxBodyBytes (413 body_too_large), before
 //     anything reads the body;
 //  3. the era: a sessionless request goes to serveSessionless
@@ -86,6 +87,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //  6. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
 //     any other answers 405 method_not_allowed.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
+	if ref := checkLoop(r); ref != nil {
+		return ref
+	}
 	if ref := h.checkOriginAndHost(r); ref != nil {
 		return ref
 	}

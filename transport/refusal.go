@@ -81,7 +81,7 @@ func (ref *refusal) code() int {
 		return codeSessionNotFound
 	}
 	switch ref.reason.Status() {
-	case http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusLoopDetected:
 		return codeServerError
 	}
 	return codeInvalidRequest

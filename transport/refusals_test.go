@@ -28,6 +28,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/transport"
@@ -88,6 +89,7 @@ const (
 
 func newRefusalFixture(t *testing.T, ctx context.Context) *refusalFixture {
 	fx := &refusalFixture{servers: map[string]*refusalServer{}, sessions: map[string]*refusalSession{}, values: map[string]string{}}
+	fx.values["via"] = via.Pseudonym()
 	fx.startMain(t, ctx)
 	fx.startAuth(t, ctx)
 	fx.startDraining(t, ctx)

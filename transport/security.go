@@ -1,5 +1,6 @@
-// security.go holds the DNS-rebinding defences every request passes first:
-// the Host of a request on a loopback listener, and its Origin.
+// security.go holds the checks every request passes first: the Via that
+// would make it go round a loop, and the DNS-rebinding defences, the Host of
+// a request on a loopback listener and its Origin.
 
 package transport
 
@@ -10,8 +11,22 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
+
+// checkLoop refuses a request whose Via header already names this process
+// (package via) with 508 loop_detected (RFC 5842, section 7.2): a gateway
+// of this process sent it, and its upstream led back here, directly or
+// through other gateways or a load balancer. Served, it would open another
+// upstream request to the same place, without end.
+func checkLoop(r *http.Request) *refusal {
+	if !via.Loops(r.Header) {
+		return nil
+	}
+	return refuse(replay.ReasonLoopDetected, "this request came back to the server that sent it upstream (its Via header names "+
+		via.Pseudonym()+"): the gateway's --upstream leads back to itself; point --upstream at the MCP server, not at a gateway in front of it")
+}
 
 // checkOriginAndHost applies the two DNS-rebinding defences (MCP
 // 2025-11-25, basic/transports "Security Warning", and
