@@ -7,11 +7,16 @@ package main
 // (README.md, "Gateway mode").
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +76,65 @@ func (c *upstreamConfig) check(stdioMode bool) error {
 		return errors.New("--upstream-connect-timeout, --upstream-timeout and --upstream-resume-timeout must be positive")
 	}
 	return nil
+}
+
+// resolveTimeout bounds the look-up of the --upstream host's addresses at
+// start (notSelf).
+const resolveTimeout = 2 * time.Second
+
+// notSelf refuses an --upstream URL that names this server's own listener
+// ln: every request would come back to the gateway, which would send it
+// upstream again, to itself, without end. It resolves the URL's host; an
+// address of the listener, or, when the listener takes every interface, a
+// loopback address or one of this machine's, on the listener's port, is
+// this server. A host that does not resolve passes: the loop that cannot be
+// seen here is refused at run time with 508 loop_detected (package via).
+func (c *upstreamConfig) notSelf(ln net.Addr) error {
+	if c.url == "" {
+		return nil
+	}
+	u, err := url.Parse(c.url)
+	listen, ok := ln.(*net.TCPAddr)
+	if err != nil || !ok {
+		return nil // upstream.New refuses a URL that does not parse
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if port != strconv.Itoa(listen.Port) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+	if err != nil {
+		return nil
+	}
+	local := localAddrs()
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		self := listen.IP.Equal(net.IP(ip.AsSlice())) ||
+			(listen.IP.IsUnspecified() && (ip.IsLoopback() || local[ip]))
+		if self {
+			return fmt.Errorf("--upstream %s is this server's own address (it listens on %s): every request would come back to it without end; "+
+				"point --upstream at the MCP server to front (e.g. --upstream http://127.0.0.1:3001/mcp), or give --addr another port", c.url, ln)
+		}
+	}
+	return nil
+}
+
+// localAddrs returns the addresses of this machine's interfaces; none when
+// they cannot be read.
+func localAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out[p.Addr().Unmap()] = true
+		}
+	}
+	return out
 }
 
 // engineHandler returns the handler of the MCP server that c serves and

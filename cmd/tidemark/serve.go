@@ -212,6 +212,12 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
 		return 1
 	}
+	if err := c.upstream.notSelf(ln.Addr()); err != nil {
+		ln.Close()
+		b.close()
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 2
+	}
 	opts := c.options(b, logger)
 	op.configure(opts)
 	if b.fleet != nil {

@@ -133,10 +133,16 @@ func (c *conn) readAnswer(ctx context.Context, cl *call, resp *http.Response, wi
 }
 
 // answerFromError answers a call the upstream refused with an HTTP error:
-// with the JSON-RPC response to the call its body holds, if any (MCP
-// servers send a JSON-RPC error with the HTTP status), else with an
-// upstream_error naming the status.
+// 508 Loop Detected (the upstream leads back to this process; package via)
+// fails it with loop_detected; otherwise with the JSON-RPC response to the
+// call its body holds, if any (MCP servers send a JSON-RPC error with the
+// HTTP status), else with an upstream_error naming the status.
 func (c *conn) answerFromError(ctx context.Context, cl *call, se *statusError) {
+	if se.status == http.StatusLoopDetected {
+		c.failCall(cl, replay.ReasonLoopDetected, "the upstream MCP server leads back to this gateway (it answered "+
+			cl.method+" with 508 Loop Detected): point --upstream at the MCP server itself, not at a gateway in front of it")
+		return
+	}
 	if msgs, err := wire.DecodeAnswer(se.body); err == nil {
 		for _, m := range msgs {
 			if r, ok := m.(*jsonrpc.Response); ok && r.ID == cl.id && c.take(cl.id) != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
@@ -36,9 +37,10 @@ type target struct {
 // newRequest returns a request to the upstream (wire.NewRequest): the
 // forwarded headers of t.header and Options.Header, then the media types of
 // method, the session, the protocol version (from 2025-06-18 on) and
-// Last-Event-ID.
+// Last-Event-ID, and a Via of t.header's entries and this process's
+// (package via), by which a loop back to a process it passed is refused.
 func (e *Engine) newRequest(ctx context.Context, method string, body []byte, t target) (*http.Request, error) {
-	extra := make(http.Header, len(e.forward)+len(e.opts.Header))
+	extra := make(http.Header, len(e.forward)+len(e.opts.Header)+1)
 	for _, name := range e.forward {
 		if vs := t.header.Values(name); len(vs) > 0 {
 			extra[name] = vs
@@ -58,6 +60,7 @@ func (e *Engine) newRequest(ctx context.Context, method string, body []byte, t t
 	if t.lastEvent != "" {
 		req.Header.Set(wire.HeaderLastEventID, t.lastEvent)
 	}
+	via.Append(req.Header, t.header)
 	return req, nil
 }
 

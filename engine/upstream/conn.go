@@ -21,6 +21,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/routing"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -115,14 +116,18 @@ func (c *conn) target(hdr http.Header) target {
 	return target{session: c.session, version: c.version, header: hdr}
 }
 
-// forwarded returns the Options.Forward headers of a client request, and
-// keeps them as the session's latest for the requests the gateway makes on
-// its own.
+// forwarded returns the Options.Forward headers of a client request and
+// its Via (which the upstream requests made for it extend, so that a loop
+// back to any process it passed is seen; package via), and keeps them as
+// the session's latest for the requests the gateway makes on its own.
 func (c *conn) forwarded(h http.Header) http.Header {
-	if len(c.e.forward) == 0 || h == nil {
+	if h == nil {
 		return nil
 	}
-	out := make(http.Header, len(c.e.forward))
+	out := make(http.Header, len(c.e.forward)+1)
+	if vs := h.Values(via.Header); len(vs) > 0 {
+		out[via.Header] = append([]string(nil), vs...)
+	}
 	for _, name := range c.e.forward {
 		if vs := h.Values(name); len(vs) > 0 {
 			out[name] = append([]string(nil), vs...)

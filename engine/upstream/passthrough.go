@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -28,7 +29,8 @@ const maxIDPeek = 64 << 10
 // each request goes to the upstream URL with its method and body, and with
 // these headers only: Content-Type, Accept, MCP-Protocol-Version and every
 // other Mcp-* header but Mcp-Session-Id (that era has no sessions), the
-// Options.Forward headers, and Options.Header. The upstream's status,
+// Options.Forward headers, Options.Header, and Via with this process's
+// entry appended (package via: a loop back here is refused 508). The upstream's status,
 // headers and body come back as they are, each SSE event flushed as it
 // arrives. Tidemark keeps nothing of these requests: no session, no event
 // log, no cursor. When the upstream cannot be reached the answer is 503
@@ -70,6 +72,7 @@ func (e *Engine) sessionlessHeader(in http.Header) http.Header {
 	for name, vs := range e.opts.Header {
 		out[http.CanonicalHeaderKey(name)] = append([]string(nil), vs...)
 	}
+	via.Append(out, in)
 	return out
 }
 
