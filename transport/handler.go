@@ -90,7 +90,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	if ref := checkLoop(r); ref != nil {
 		return ref
 	}
-	if ref := h.checkOriginAndHost(r); ref != nil {
+	if ref := checkOriginAndHost(r, &h.opts); ref != nil {
 		return ref
 	}
 	if r.Method == http.MethodPost {

@@ -28,6 +28,26 @@ func checkLoop(r *http.Request) *refusal {
 		via.Pseudonym()+"): the gateway's --upstream leads back to itself; point --upstream at the MCP server, not at a gateway in front of it")
 }
 
+// GuardOriginAndHost returns next behind the DNS-rebinding defences of the
+// MCP endpoint (the checks of Handler.ServeHTTP's first step, with opts'
+// AllowedOrigins and DisableLocalhostProtection): a request they refuse
+// gets 403 host_forbidden or origin_forbidden with a JSON-RPC error body,
+// logged at DEBUG on opts.Logger, and never reaches next. It is for the
+// other listeners of a server that a page of a foreign origin must not
+// read either, such as tidemark serve's operator listener (metrics, token
+// prefixes in the session inspector).
+func GuardOriginAndHost(next http.Handler, opts Options) http.Handler {
+	opts = opts.withDefaults()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ref := checkOriginAndHost(r, &opts); ref != nil {
+			closeUntilBodyRead(w, r)
+			ref.write(w, opts.Logger)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // checkOriginAndHost applies the two DNS-rebinding defences (MCP
 // 2025-11-25, basic/transports "Security Warning", and
 // basic/security_best_practices "Local MCP Server Compromise"):
@@ -35,8 +55,8 @@ func checkLoop(r *http.Request) *refusal {
 //     in Host, else 403 host_forbidden;
 //   - a request with an Origin header must come from the request's own host
 //     or an allowed origin, else 403 origin_forbidden.
-func (h *Handler) checkOriginAndHost(r *http.Request) *refusal {
-	if !h.opts.DisableLocalhostProtection {
+func checkOriginAndHost(r *http.Request, opts *Options) *refusal {
+	if !opts.DisableLocalhostProtection {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
 			if isLoopback(addr.String()) && !isLoopback(r.Host) {
 				return refuse(replay.ReasonHostForbidden, "Host "+quote(r.Host)+" is not a loopback name on a loopback listener (DNS rebinding protection)")
@@ -50,14 +70,14 @@ func (h *Handler) checkOriginAndHost(r *http.Request) *refusal {
 	if len(origins) > 1 {
 		return refuse(replay.ReasonOriginForbidden, "Origin header is repeated")
 	}
-	if !h.originAllowed(origins[0], r.Host) {
+	if !originAllowed(origins[0], r.Host, opts.AllowedOrigins) {
 		return refuse(replay.ReasonOriginForbidden, "Origin "+quote(origins[0])+" is not allowed")
 	}
 	return nil
 }
 
-func (h *Handler) originAllowed(origin, host string) bool {
-	for _, o := range h.opts.AllowedOrigins {
+func originAllowed(origin, host string, allowed []string) bool {
+	for _, o := range allowed {
 		if o == "*" || strings.EqualFold(o, origin) {
 			return true
 		}

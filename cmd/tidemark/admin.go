@@ -28,6 +28,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/tracing"
+	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // operatorConfig holds the flag of the operator's listener.
@@ -93,9 +94,12 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 	if err != nil {
 		return o, fmt.Errorf("--metrics-addr: listen on %s: %v (choose another address)", c.addr, err)
 	}
-	o.srv = &http.Server{Handler: admin.Handler(admin.Options{
+	// The MCP listener's Host and Origin checks keep a page of a foreign
+	// origin (DNS rebinding) from reading metrics and token prefixes.
+	h := transport.GuardOriginAndHost(admin.Handler(admin.Options{
 		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o,
-	}), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
+	}), transport.Options{Logger: logger})
+	o.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 	go func() {
 		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("metrics listener failed", "error", err)
