@@ -55,25 +55,29 @@ func (e *NotReadyError) Error() string { return string(e.Reason) + ": " + e.Err.
 func (e *NotReadyError) Unwrap() error { return e.Err }
 
 // Handler returns the listener's handler. Every answer is JSON except
-// /metrics (Prometheus text or OpenMetrics, as the scraper asks).
+// /metrics (Prometheus text or OpenMetrics, as the scraper asks). Its
+// endpoints serve GET (and HEAD); another method gets 405 with Allow (RFC
+// 9110, section 15.5.6), an unknown path 404.
 func Handler(opts Options) http.Handler {
 	mux := http.NewServeMux()
 	if opts.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+		// OpenMetrics when the scraper's Accept asks for it (Prometheus
+		// does), the text format 0.0.4 otherwise.
+		mux.Handle("/metrics", onlyGET(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})))
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/healthz", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("/readyz", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		serveReady(w, r, opts.Ready)
-	})
+	})))
 	if opts.Sessions != nil {
-		mux.HandleFunc("GET /debug/sessions", func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("/debug/sessions", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			serveSessions(w, r, opts.Sessions)
-		})
-		mux.HandleFunc("GET /debug/sessions/{prefix}", func(w http.ResponseWriter, r *http.Request) {
+		})))
+		mux.Handle("/debug/sessions/{prefix}", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			serveSession(w, r, opts.Sessions)
-		})
+		})))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{
@@ -81,6 +85,24 @@ func Handler(opts Options) http.Handler {
 		})
 	})
 	return mux
+}
+
+// allowed is the Allow header of every endpoint's 405.
+const allowed = "GET, HEAD"
+
+// onlyGET serves GET and HEAD with next, and answers any other method 405
+// Method Not Allowed with Allow: GET, HEAD and a JSON body that says so.
+func onlyGET(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", allowed)
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]any{
+				"error": "method " + r.Method + " is not allowed on " + r.URL.Path + ": use GET",
+			})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // serveReady answers 200 {"ready":true} when every check passes, else 503

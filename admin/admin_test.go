@@ -124,3 +124,84 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("/mcp on the operator's listener: %d, want 404", code)
 	}
 }
+
+// TestMetricsNegotiatesOpenMetrics: /metrics answers the OpenMetrics
+// format to a scraper whose Accept asks for it first (as Prometheus does),
+// ending with "# EOF", and the text format 0.0.4 to any other Accept.
+func TestMetricsNegotiatesOpenMetrics(t *testing.T) {
+	reg := prom.NewRegistry()
+	rec, _ := prom.New(reg)
+	rec.Refused(replay.ReasonGenerationMismatch)
+	srv := httptest.NewServer(admin.Handler(admin.Options{Gatherer: reg}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		accept, contentType, sample, end string
+	}{
+		{"application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+			"application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores",
+			`tidemark_refusals_total{reason="generation_mismatch",status="409"} 1.0`, "# EOF\n"},
+		{"text/plain",
+			"text/plain; version=0.0.4; charset=utf-8; escaping=underscores",
+			`tidemark_refusals_total{reason="generation_mismatch",status="409"} 1`, ""},
+		{"", "text/plain; version=0.0.4; charset=utf-8; escaping=underscores",
+			`tidemark_refusals_total{reason="generation_mismatch",status="409"} 1`, ""},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || got != tc.contentType {
+			t.Errorf("Accept %q: %d Content-Type %q, want 200 %q", tc.accept, resp.StatusCode, got, tc.contentType)
+		}
+		if !strings.Contains(string(body), "\n"+tc.sample+"\n") || !strings.HasSuffix(string(body), tc.end) ||
+			(tc.end == "" && strings.Contains(string(body), "# EOF")) {
+			t.Errorf("Accept %q: the body lacks %q or does not end as it should (%q)", tc.accept, tc.sample, tc.end)
+		}
+	}
+}
+
+// TestEndpointsAllowGETOnly: another method than GET or HEAD on an
+// endpoint answers 405 with Allow: GET, HEAD and a JSON body naming the
+// method and the path; an unknown path still answers 404.
+func TestEndpointsAllowGETOnly(t *testing.T) {
+	reg := prom.NewRegistry()
+	srv := httptest.NewServer(admin.Handler(admin.Options{Gatherer: reg, Sessions: sessions{}}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow, body  string
+	}{
+		{http.MethodPost, "/healthz", 405, "GET, HEAD", `{"error":"method POST is not allowed on /healthz: use GET"}`},
+		{http.MethodDelete, "/readyz", 405, "GET, HEAD", `{"error":"method DELETE is not allowed on /readyz: use GET"}`},
+		{http.MethodPut, "/metrics", 405, "GET, HEAD", `{"error":"method PUT is not allowed on /metrics: use GET"}`},
+		{http.MethodPost, "/debug/sessions", 405, "GET, HEAD", `{"error":"method POST is not allowed on /debug/sessions: use GET"}`},
+		{http.MethodPost, "/debug/sessions/ABC", 405, "GET, HEAD", `{"error":"method POST is not allowed on /debug/sessions/ABC: use GET"}`},
+		{http.MethodHead, "/healthz", 200, "", ``},
+		{http.MethodPost, "/other", 404, "", `{"error":"no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions or /debug/sessions/{token prefix}"}`},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var compact strings.Builder
+		if len(body) > 0 {
+			var v any
+			json.Unmarshal(body, &v)
+			b, _ := json.Marshal(v)
+			compact.Write(b)
+		}
+		if resp.StatusCode != tc.status || resp.Header.Get("Allow") != tc.allow || compact.String() != tc.body {
+			t.Errorf("%s %s: %d Allow %q %s; want %d Allow %q %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), compact.String(), tc.status, tc.allow, tc.body)
+		}
+	}
+}
