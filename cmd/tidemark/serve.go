@@ -75,7 +75,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
-	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most request bytes held by calls being answered, summed over the process; a POST over it answers 503 inflight_bytes (bytes; -1: no bound)")
+	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most request bytes held by calls being answered, summed over the process; a POST over it answers 503 inflight_bytes; at least --max-body-bytes (bytes; -1: no bound)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM lets calls in flight finish (new calls get 503) before streams close with a final retry field (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -162,6 +162,11 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-inflight-bytes %d: want a positive number of bytes, or -1 for no bound", c.maxInflight)
 	case c.maxBody <= 0:
 		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
+	case c.maxInflight != -1 && c.maxInflight < c.maxBody:
+		// A body between the two would pass the body limit and then be
+		// refused 503 with Retry-After at every attempt, for ever.
+		return fmt.Errorf("--max-inflight-bytes %d is below --max-body-bytes %d: a POST body between them could never be served, and would be told to retry for ever; "+
+			"set --max-inflight-bytes to at least %d (or -1 for no bound), or lower --max-body-bytes", c.maxInflight, c.maxBody, c.maxBody)
 	case c.shutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace %v: want zero or a positive duration", c.shutdownGrace)
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
