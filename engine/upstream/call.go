@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -169,6 +170,12 @@ func (c *conn) readCallStream(ctx context.Context, cl *call, resp *http.Response
 		if answered || ctx.Err() != nil || !c.inFlight(cl.id) {
 			return
 		}
+		if errors.Is(err, sse.ErrEventTooLarge) {
+			// A resume would send the same event again.
+			c.failCall(cl, replay.ReasonUpstreamStreamCut, "the upstream MCP server sent the call's stream "+err.Error()+
+				"; the call fails (resuming would send the same event again): the answer must be smaller")
+			return
+		}
 		if resp = c.afterCut(ctx, cl, last, retry, err); resp == nil {
 			return
 		}
@@ -278,6 +285,10 @@ func (c *conn) resumeTimedOut(cl *call, refused *statusError, cause error) {
 func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, cause error) {
 	cut := fmt.Sprintf("the call's upstream stream ended before its answer, and the upstream MCP server cannot resume "+
 		"it (its events carry no IDs): %v", cause)
+	if errors.Is(cause, errBeforeFirstEvent) {
+		cut = fmt.Sprintf("the call's upstream stream ended before its answer and before its first event, so there is no "+
+			"event ID to resume it from: %v", cause)
+	}
 	if c.target(nil).session == "" {
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
 		return

@@ -26,15 +26,22 @@ import (
 // until handle reports true (the message the reader waited for), and closes
 // resp. It returns the upstream's ID of the newest event and the newest
 // retry field (starting from last and retry), whether handle reported true,
-// and the error that ended the stream (io.EOF: the upstream ended it).
-// Events without data (priming events) and data that is not a JSON-RPC
-// message are skipped.
+// and the error that ended the stream (io.EOF: the upstream ended it),
+// which wraps errBeforeFirstEvent when the stream ended before any event,
+// and sse.ErrEventTooLarge, with the limit, when an event was over
+// maxMessageBytes. Events without data (priming events) and data that is
+// not a JSON-RPC message are skipped.
 func (c *conn) readStream(resp *http.Response, last string, retry time.Duration, handle func(jsonrpc.Message) bool) (string, time.Duration, bool, error) {
 	defer resp.Body.Close()
 	rd := sse.NewReader(resp.Body, maxMessageBytes)
-	for {
+	for events := 0; ; events++ {
 		ev, err := rd.Next()
-		if err != nil {
+		switch {
+		case errors.Is(err, sse.ErrEventTooLarge):
+			return last, retry, false, fmt.Errorf("an event over %d bytes, the gateway's limit on one upstream message: %w", maxMessageBytes, err)
+		case err != nil && events == 0:
+			return last, retry, false, fmt.Errorf("%w: %w", errBeforeFirstEvent, err)
+		case err != nil:
 			return last, retry, false, err
 		}
 		if ev.HasID {
@@ -57,6 +64,11 @@ func (c *conn) readStream(resp *http.Response, last string, retry time.Duration,
 		}
 	}
 }
+
+// errBeforeFirstEvent is wrapped by readStream's error when the stream
+// ended before its first event: whether the upstream's events carry IDs is
+// not known, and there is none to resume from.
+var errBeforeFirstEvent = errors.New("the stream ended before its first event")
 
 // relay hands a message of the upstream to the outbox and reports whether
 // it is the response to via, the client call whose stream carried it (the

@@ -1,0 +1,123 @@
+package upstream_test
+
+// What the gateway tells a client whose call's upstream stream it cannot
+// carry on: an event over the size limit, and a stream cut before its
+// first event by an upstream whose events carry IDs.
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine/upstream"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// scriptedUpstream is an MCP server over HTTP on loopback whose events
+// carry IDs and whose tools/call answer is written by call: it answers
+// initialize and ping with JSON, notifications with 202, GET with 405 and
+// DELETE with 204.
+func scriptedUpstream(t *testing.T, call func(w http.ResponseWriter)) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		case http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		m, err := jsonrpc.DecodeMessage(body)
+		req, ok := m.(*jsonrpc.Request)
+		if err != nil || !ok || !req.IsCall() {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		result := json.RawMessage(`{}`)
+		switch req.Method {
+		case "initialize":
+			w.Header().Set("Mcp-Session-Id", "up-1")
+			result = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"scripted","version":"1"}}`)
+		case "tools/call":
+			call(w)
+			return
+		}
+		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: result})
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL + "/mcp"
+}
+
+// sseHeader starts an SSE answer with a priming event whose ID is e1.
+func sseHeader(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(w, "id: e1\nretry: 50\ndata: \n\n")
+	w.(http.Flusher).Flush()
+}
+
+// failedCall calls a tool through a gateway to up and returns the error
+// message and reason of the call's answer.
+func failedCall(t *testing.T, up string) (string, string) {
+	ctx := testContext(t)
+	g := newGateway(t, up, upstream.Options{ResumeTimeout: 2 * time.Second})
+	s := g.initialize(t, ctx)
+	evs := call(t, ctx, s, mcptest.ToolCall(2, "big", map[string]any{}, nil))
+	r := response(t, evs)
+	reason, gen := errorData(t, r)
+	if gen != 1 {
+		t.Errorf("generation %v, want 1", gen)
+	}
+	return r.Error.(*jsonrpc.Error).Message, reason
+}
+
+// TestUpstreamEventTooLarge: an upstream event over the gateway's limit on
+// one message (16 MiB) fails the call at once with upstream_stream_cut and
+// a message that names the limit, not a lack of event IDs (the events
+// carry IDs) and not a resume (which would send the event again).
+func TestUpstreamEventTooLarge(t *testing.T) {
+	up := scriptedUpstream(t, func(w http.ResponseWriter) {
+		sseHeader(w)
+		io.WriteString(w, `id: e2`+"\n"+`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`)
+		io.WriteString(w, strings.Repeat("x", 20<<20))
+		io.WriteString(w, "\"}}\n\n")
+	})
+	msg, reason := failedCall(t, up)
+	want := "the upstream MCP server sent the call's stream an event over 16777216 bytes, the gateway's limit on one upstream message: " +
+		"sse: event too large; the call fails (resuming would send the same event again): the answer must be smaller"
+	if reason != string(replay.ReasonUpstreamStreamCut) || msg != want {
+		t.Fatalf("call failed with %q %q, want %q %q", reason, msg, replay.ReasonUpstreamStreamCut, want)
+	}
+}
+
+// TestUpstreamCutBeforeFirstEvent: an upstream answer stream that ends
+// before its first event (a relay dropped the connection) cannot be
+// resumed, for want of an event ID, whether or not the upstream's events
+// carry IDs: the call fails with upstream_stream_cut, and the message says
+// that, not that the events carry no IDs.
+func TestUpstreamCutBeforeFirstEvent(t *testing.T) {
+	up := scriptedUpstream(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	msg, reason := failedCall(t, up)
+	want := "the call's upstream stream ended before its answer and before its first event, so there is no event ID to resume it from: " +
+		"the stream ended before its first event: "
+	if reason != string(replay.ReasonUpstreamStreamCut) || !strings.HasPrefix(msg, want) || strings.Contains(msg, "carry no IDs") {
+		t.Fatalf("call failed with %q %q, want %q and a message starting %q", reason, msg, replay.ReasonUpstreamStreamCut, want)
+	}
+}
