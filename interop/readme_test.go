@@ -256,16 +256,17 @@ func (s substitution) unknown(cmd string) []string {
 }
 
 // TestProbeToolThatAsksTheClient backs README's advice on servers whose
-// tools ask the client: `tidemark probe --tool confirm` (the demo's
-// elicitation tool) against `tidemark serve` stops before any check with
-// exit 1, because the probe declares no elicitation capability and the
-// server's tool fails without asking.
+// tools ask the client: `tidemark probe --tool confirm --args
+// '{"question":"ok?"}'`, as README writes it, against `tidemark serve`
+// stops before any check with exit 1, because the probe declares no
+// elicitation capability and the demo's elicitation tool fails without
+// asking.
 func TestProbeToolThatAsksTheClient(t *testing.T) {
 	t.Parallel()
 	bin := testenv.BuildTidemark(t)
 	server := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0")
 	url := testenv.ServeURL(t, server)
-	probe := testenv.StartProcess(t, bin, "probe", "--tool", "confirm", "--args", `{"question":"proceed?"}`, url)
+	probe := testenv.StartProcess(t, bin, "probe", "--tool", "confirm", "--args", `{"question":"ok?"}`, url)
 	waitExit(t, probe, clientBound)
 	var exit *exec.ExitError
 	if err := probe.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 1 {

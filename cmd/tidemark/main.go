@@ -29,7 +29,8 @@ import (
 const usage = `tidemark serves MCP over resumable Streamable HTTP.
 
 Usage:
-  tidemark serve [flags]   serve the built-in demo server (countdown, echo, confirm)
+  tidemark serve [flags]   serve the built-in demo server: tools countdown,
+                           echo, confirm and notify, resource demo://readme
   tidemark serve [flags] --stdio -- COMMAND [ARGS...]
                            gateway mode: serve the stdio MCP server COMMAND,
                            one subprocess per session generation

@@ -64,3 +64,17 @@ func TestServeUnknownPath(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpNamesTheDemo: `tidemark help` names every tool of the demo
+// server and its resource, as README's opening section does.
+func TestHelpNamesTheDemo(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"help"}, &out, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("tidemark help: exit %d", code)
+	}
+	for _, name := range []string{"countdown", "echo", "confirm", "notify", "demo://readme"} {
+		if !strings.Contains(out.String(), name) {
+			t.Errorf("tidemark help does not name %s:\n%s", name, out.String())
+		}
+	}
+}
