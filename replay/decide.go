@@ -181,7 +181,7 @@ func (d Decision) Message() string {
 				"send the stream's requests again, or initialize a new session", c.Generation, s.Generation)
 		}
 		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; "+
-			"the stream's requests are lost: send them again, or initialize a new session", c.Generation, s.Generation)
+			"the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session", c.Generation, s.Generation)
 	case CursorCompacted:
 		if d.Detail != "" {
 			return d.Detail + "; the stream cannot be resumed and its requests are lost: send them again, or initialize a new session"

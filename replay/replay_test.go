@@ -265,7 +265,7 @@ func TestGenerationMismatchMessage(t *testing.T) {
 		want string
 	}{
 		{3, "cursor generation 3 != live generation 4: the session's state was re-created, refusing cross-generation replay; " +
-			"the stream's requests are lost: send them again, or initialize a new session"},
+			"the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session"},
 		{99, "cursor generation 99 > live generation 4: no such generation was issued, refusing cross-generation replay; " +
 			"send the stream's requests again, or initialize a new session"},
 	} {
