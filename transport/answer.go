@@ -63,7 +63,11 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 	if asJSON {
 		return h.answerJSON(ctx, w, live, streamID, after, p.batch)
 	}
-	return h.serve(ctx, w, stream{live: live, stream: streamID, after: after, unprimed: !primed, kind: metrics.StreamPost})
+	s := stream{live: live, stream: streamID, after: after, unprimed: !primed, kind: metrics.StreamPost}
+	if primed {
+		s.opening = &store.Event{Seq: streamID, Generation: live.Generation(), Stream: streamID, Kind: store.KindPriming, Retry: max(h.opts.Retry, 0)}
+	}
+	return h.serve(ctx, w, s)
 }
 
 // openStream opens the stream of calls on live's session and returns its

@@ -325,7 +325,8 @@ func TestCapacityEvictsOnlySessionsWithoutCalls(t *testing.T) {
 
 // TestMessageLargerThanRetention: a response larger than the session's
 // whole byte retention (eventlog.Options.MaxBytes) is still delivered: the
-// newest event is never trimmed.
+// newest event is never trimmed, and the stream's priming event, which
+// retention may trim before the reader writes it, is written as stored.
 func TestMessageLargerThanRetention(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxBytes: 1 << 10}}, nil)
@@ -340,9 +341,13 @@ func TestMessageLargerThanRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := evs[len(evs)-1].Response()
+	if len(evs) != 2 {
+		t.Fatalf("stream had %d events, want 2: the priming event and the echo response", len(evs))
+	}
+	wantPriming(t, evs[0], "", time.Second)
+	r, ok := evs[1].Response()
 	if !ok {
-		t.Fatalf("stream ended with %+v, want the echo response", evs[len(evs)-1])
+		t.Fatalf("stream ended with %+v, want the echo response", evs[1])
 	}
 	if got := toolText(t, r); got != text {
 		t.Fatalf("echo returned %d bytes, want %d", len(got), len(text))

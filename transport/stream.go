@@ -44,6 +44,10 @@ type stream struct {
 	fresh bool
 	// kind labels the stream in metrics.
 	kind metrics.StreamKind
+	// opening is a POST stream's opening event (priming) as it was
+	// stored, until the first events are written: when retention trims it
+	// before it was written, serve writes it from here (nil: not primed).
+	opening *store.Event
 	// cursor is the client's cursor of a resumed stream.
 	cursor replay.Cursor
 	// replay measures a resumed stream's replay (replayed.go).
@@ -105,6 +109,16 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	rd := l.Reader(s.stream, s.after)
 	for {
 		evs, err := rd.Next(ctx)
+		if err != nil && s.opening != nil && errors.Is(err, eventlog.ErrCompacted) {
+			// Retention trimmed the opening event before it was written
+			// (an answer larger than the session's retention followed it
+			// at once, and the newest event is the one kept). It was
+			// stored, so it is written as it was appended, and the reader
+			// goes on after it: the client gets the answer, and a cursor.
+			evs, err = []store.Event{*s.opening}, nil
+			rd = l.Reader(s.stream, s.opening.Seq)
+		}
+		s.opening = nil
 		if err != nil {
 			switch {
 			case h.shuttingDown():
