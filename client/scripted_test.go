@@ -221,7 +221,8 @@ func TestRepeatedEventsDroppedAndRetryHonoured(t *testing.T) {
 
 // TestSilentResumeBounded: the server accepts the resume's connection and
 // never answers it. The call fails with ErrStreamLost once ResumeTimeout
-// (500 ms here) has passed since the break, not later.
+// (500 ms here) has passed since the break, and well before anything else
+// would end it.
 func TestSilentResumeBounded(t *testing.T) {
 	var (
 		mu       sync.Mutex
@@ -255,7 +256,9 @@ func TestSilentResumeBounded(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Cursor != "b1" {
 		t.Errorf("CallError = %+v, want cursor b1", ce)
 	}
-	if took < 500*time.Millisecond || took > time.Second {
-		t.Errorf("call failed %v after the break, want 500ms to 1s", took)
+	// Unbounded, the call would wait for the test's own deadline; the
+	// upper bound leaves room for a loaded machine's scheduling.
+	if took < 500*time.Millisecond || took > 5*time.Second {
+		t.Errorf("call failed %v after the break, want 500ms to 5s", took)
 	}
 }
