@@ -298,12 +298,17 @@ func TestCallsAcrossRestarts(t *testing.T) {
 					}
 				})
 			}
-			for range restarts {
+			// Each restart comes once the client has re-initialized after
+			// the one before (on a loaded machine a new process may take
+			// most of a fixed pause to start), then 1.5 s of calls.
+			for i := range restarts {
+				waitFor(t, func() bool { return rec.count(client.EventReinitialized) >= i })
 				time.Sleep(1500 * time.Millisecond)
 				srv.Kill()
 				<-srv.Done()
 				srv, _ = startServe(t, u.Host, args...)
 			}
+			waitFor(t, func() bool { return rec.count(client.EventReinitialized) >= restarts })
 			time.Sleep(1500 * time.Millisecond)
 			stop()
 			waitGroup(t, &wg, restartBound+5*time.Second)
