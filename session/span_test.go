@@ -7,7 +7,10 @@ package session_test
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"go.opentelemetry.io/otel/codes"
@@ -123,19 +126,31 @@ func TestSpanOfEndedSession(t *testing.T) {
 	checkSpans(t, rec, want)
 }
 
-// checkSpans checks that the spans of calls rec saw end are want, in
+// checkSpans checks that the spans of calls rec saw end are want, in any
 // order; initialize's span, which every session has, is left out.
 func checkSpans(t *testing.T, rec *tracetest.SpanRecorder, want []endedSpan) {
 	t.Helper()
 	var got []endedSpan
-	for _, s := range ended(rec) {
-		if s.name != "initialize" {
-			got = append(got, s)
+	// A span ends just after its answer is stored, which is when a reader
+	// can see the answer: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		got = got[:0]
+		for _, s := range ended(rec) {
+			if s.name != "initialize" {
+				got = append(got, s)
+			}
+		}
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
 		}
 	}
 	if len(got) != len(want) {
 		t.Fatalf("ended spans %+v, want %+v", got, want)
 	}
+	// Calls answered and released concurrently end in either order.
+	byID := func(a, b endedSpan) int { return strings.Compare(a.id, b.id) }
+	slices.SortFunc(got, byID)
+	want = slices.SortedFunc(slices.Values(want), byID)
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("ended span %d: %+v, want %+v", i, got[i], want[i])
