@@ -116,10 +116,12 @@ func New(st store.Log, opts Options) *Log {
 func (l *Log) Store() store.Log { return l.st }
 
 // Append stamps evs with the current time, appends them under generation gen
-// and applies retention. On success each event's Seq and Generation are set.
-// Errors are the store's (*store.FencedError when gen is stale,
-// store.ErrEnded, store.ErrNotFound, store.ErrUnavailable), wrapped with the
-// session and generation; nothing was appended when an error is returned.
+// and applies retention. On success each event's Seq and Generation are set;
+// a pipelined store may not have stored them yet (readers see them once it
+// has: store.Log). Errors are the store's (*store.FencedError when gen is
+// stale, store.ErrEnded, store.ErrNotFound, store.ErrUnavailable,
+// *store.LostError), wrapped with the session and generation; nothing was
+// appended when an error is returned.
 func (l *Log) Append(ctx context.Context, token string, gen uint64, evs ...store.Event) error {
 	now := l.opts.Now()
 	for i := range evs {
@@ -241,6 +243,13 @@ func (l *Log) Sweep(ctx context.Context) {
 		}
 		l.account(tok, l.retain(ctx, tok, b, now))
 	}
+}
+
+// Sync returns once the events appended to the session so far are stored,
+// or with the store's *store.LostError when they could not be
+// (store.Log.Sync).
+func (l *Log) Sync(ctx context.Context, token string) error {
+	return l.st.Sync(ctx, token)
 }
 
 // Bounds returns the session's bounds from the store.

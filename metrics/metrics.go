@@ -145,6 +145,7 @@ const (
 	OpRead      = "read"
 	OpTrim      = "trim"
 	OpBounds    = "bounds"
+	OpSync      = "sync"
 )
 
 // Discard is a Recorder that records nothing.

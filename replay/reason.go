@@ -257,6 +257,10 @@ const (
 	// ReasonStoreError: the store failed a write for another cause; the
 	// generation ends rather than leave a gap a client cannot see.
 	ReasonStoreError Reason = "store_error"
+	// ReasonGenerationLost: events a pipelined store had accepted could
+	// not be stored (store.ErrLost); the generation ends, so that no
+	// client ever sees a gap.
+	ReasonGenerationLost Reason = "generation_lost"
 )
 
 // Why a stream's connection ended (log lines).

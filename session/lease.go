@@ -119,12 +119,15 @@ func (lr leaseRules) takeoverReason(prev store.Record, engineEnded bool) replay.
 func (lr leaseRules) release(now time.Time) time.Time { return now }
 
 // lostReason returns the log reason for a renewal or append error that
-// means this registry's generation is over (replay.ReasonFenced or
-// replay.ReasonSessionNotFound), or "" for a transient error.
+// means this registry's generation is over (replay.ReasonFenced,
+// replay.ReasonGenerationLost or replay.ReasonSessionNotFound), or "" for
+// a transient error.
 func lostReason(err error) replay.Reason {
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		return replay.ReasonFenced
+	case errors.Is(err, store.ErrLost):
+		return replay.ReasonGenerationLost
 	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
 		return replay.ReasonSessionNotFound
 	}

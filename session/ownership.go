@@ -132,7 +132,7 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	if held {
 		r.log.Forget(l.token)
 		msg := "live state dropped: this process no longer owns the generation"
-		if reason == replay.ReasonUnavailable {
+		if reason == replay.ReasonUnavailable || reason == replay.ReasonGenerationLost {
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it, and the line says so.
 			msg = "live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation+1"

@@ -177,7 +177,24 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		ending:   make(map[string]store.EndReason),
 	}
 	log.SetEvict(r.evictOverBudget)
+	if n, ok := st.(store.LossNotifier); ok {
+		n.NotifyLost(r.lost)
+	}
 	return r
+}
+
+// lost is the store's LossNotifier callback: generation gen of token's
+// session could not store events it had accepted, so this process drops
+// it (its streams close, its handlers stop), and the next request claims
+// generation+1, or answers 503 while the store is unavailable. Resuming a
+// stream of the lost generation then answers 409 generation_mismatch.
+func (r *Registry) lost(token string, gen uint64, err error) {
+	r.mu.RLock()
+	l := r.live[token]
+	r.mu.RUnlock()
+	if l != nil && l.gen == gen {
+		r.drop(l, lostReason(err), err)
+	}
 }
 
 // evictOverBudget is the event log's evict function (eventlog.Log.SetEvict):

@@ -45,7 +45,35 @@ var (
 	// under a maxmemory-policy other than noeviction). The events cannot
 	// come back; a read that meets the gap fails with it.
 	ErrLogLost = errors.New("event log lost")
+	// ErrLost: events of the session's current generation were accepted
+	// by Append (their sequences assigned) and then could not be stored.
+	// That generation is over: it can store nothing more, and only a
+	// Claim of the next generation (or End) leaves it. The returned error
+	// is a *LostError.
+	ErrLost = errors.New("generation lost: accepted events could not be stored")
 )
+
+// LostError is returned, wrapping ErrLost and the error that kept the
+// events from being stored (which wraps ErrUnavailable or ErrFenced), by
+// every later Append and Wait of a generation whose events could not be
+// stored.
+type LostError struct {
+	Token      string
+	Generation uint64
+	// Seq is the lowest sequence that was assigned and not stored.
+	Seq uint64
+	// Err is why the events could not be stored.
+	Err error
+}
+
+// Error names the session by its token prefix, the generation and the
+// first sequence lost, and says why.
+func (e *LostError) Error() string {
+	return fmt.Sprintf("session %s gen %d: %s from sequence %d: %v", Prefix(e.Token), e.Generation, ErrLost, e.Seq, e.Err)
+}
+
+// Unwrap returns ErrLost and the cause.
+func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
 
 // EndedError is returned, wrapping ErrEnded, for a token with a tombstone.
 type EndedError struct {
@@ -255,9 +283,20 @@ type Sessions interface {
 //   - Order: Append assigns each session's sequences in increasing order
 //     without gaps; concurrent Appends to one session are serialized, and
 //     the events of one Append are contiguous.
-//   - Durability: when Append returns nil the events are as durable as the
-//     backend promises (see Sessions), so a client can never hold a cursor
-//     above the durable high-water mark.
+//   - Durability and visibility (DESIGN.md, "Delivery rules": log first):
+//     Append may return once it has assigned the sequences, before the
+//     events are stored (a pipelined store commits them in the
+//     background, many at once). Read, Wait and Bounds report only
+//     stored events: the high-water mark they give is the session's
+//     durable watermark, and an event becomes visible to them only once
+//     it is as durable as the backend promises (see Sessions), so no
+//     connection sends, and no client holds a cursor above, an event that
+//     a crash could take back. Sync waits for what was appended.
+//   - Loss: when accepted events cannot be stored, none of them, and no
+//     later event of that generation, is ever stored after a gap: the
+//     generation is lost (*LostError); its later Appends and its Waits
+//     fail, and a LossNotifier hears of it once. Events stored before the
+//     loss stay readable.
 //   - Fencing: Append stores nothing and fails with a *FencedError if gen is
 //     not the record's current generation, checked atomically with the
 //     write, so a paused or partitioned old owner cannot write after a
@@ -271,10 +310,22 @@ type Log interface {
 	// Append adds evs to the session's log under generation gen. It sets
 	// each event's Seq and Generation (in the slice it was given), and the
 	// Stream of an event given Stream == NewStream to its Seq, and returns
-	// the bounds after the append. It does not keep evs after it returns
-	// (the caller may reuse the slice; the events' Data it may keep).
-	// Errors: *FencedError, ErrNotFound, *EndedError, ErrUnavailable.
+	// the bounds as they will be once the events are stored (HWM: the
+	// last sequence assigned). A pipelined store returns before that, and
+	// makes a caller wait only while the session's events not yet stored
+	// exceed the store's documented bound (back-pressure). It does not
+	// keep evs after it returns (the caller may reuse the slice; the
+	// events' Data it may keep). Errors: *FencedError, ErrNotFound,
+	// *EndedError, ErrUnavailable, *LostError, and ctx.Err() when ctx
+	// ends while the append waits for room (nothing is appended then).
 	Append(ctx context.Context, token string, gen uint64, evs []Event) (Bounds, error)
+
+	// Sync returns once every event appended to the session before the
+	// call is stored, or with the *LostError of a generation whose events
+	// could not be, or ctx.Err(). A store whose Append stores before it
+	// returns returns nil at once. Errors besides: ErrNotFound,
+	// *EndedError.
+	Sync(ctx context.Context, token string) error
 
 	// Read returns, in sequence order, at most max events of the current
 	// generation with Seq > after, and the bounds at the time of the read.
@@ -285,19 +336,34 @@ type Log interface {
 	Read(ctx context.Context, token string, after uint64, max int) ([]Event, Bounds, error)
 
 	// Wait blocks until the session's HWM exceeds after, its generation
-	// changes, its floor rises above after+1, it ends, or ctx is done. It
-	// returns nil in the first three cases (the caller reads again), the
-	// error of Read for an ended session, and ctx.Err() when ctx is done.
+	// changes, its floor rises above after+1, it ends, its generation is
+	// lost, or ctx is done. It returns nil in the first three cases (the
+	// caller reads again), the error of Read for an ended session, the
+	// *LostError of a lost generation, and ctx.Err() when ctx is done.
 	Wait(ctx context.Context, token string, after uint64) error
 
 	// Trim removes the events of generation gen with Seq < floor, raising
-	// the replay floor to floor (at most HWM+1). A floor at or below the
+	// the replay floor to floor (at most HWM+1, HWM being the durable
+	// watermark: events not yet stored are not trimmed). A floor at or below the
 	// current one changes nothing. Errors: *FencedError if gen is not
 	// current, ErrNotFound, *EndedError.
 	Trim(ctx context.Context, token string, gen uint64, floor uint64) (Bounds, error)
 
 	// Bounds returns the session's bounds. Errors: ErrNotFound, *EndedError.
 	Bounds(ctx context.Context, token string) (Bounds, error)
+}
+
+// LossNotifier is implemented by pipelined stores (see Log, "Loss"). The
+// session registry registers with it, so that a generation whose events
+// could not be stored ends at once in the process that holds it: its
+// streams close, and the next request claims generation+1 (a resume of the
+// lost generation then answers 409 generation_mismatch), or answers 503
+// while the store is unavailable.
+type LossNotifier interface {
+	// NotifyLost makes f hear of every lost generation, once, with the
+	// session token, the generation and the *LostError. f runs on the
+	// store's committer and must not block on the store.
+	NotifyLost(f func(token string, gen uint64, err error))
 }
 
 // Store is a backend: sessions and their logs in one place, so that fencing

@@ -43,6 +43,7 @@ type sseWriter struct {
 	mu        sync.Mutex
 	buf       []byte
 	final     bool         // the final frame is written: nothing may follow it
+	started   bool         // something was written: the status is sent
 	lastWrite atomic.Int64 // unix nanoseconds
 }
 
@@ -163,8 +164,22 @@ func (sw *sseWriter) flushLocked(b []byte) error {
 	return sw.rc.Flush()
 }
 
+// refuseUnstarted reports whether nothing was written yet, and then
+// refuses every later write, so that the caller may answer with a refusal
+// instead of 200 and a stream.
+func (sw *sseWriter) refuseUnstarted() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.started {
+		return false
+	}
+	sw.final = true
+	return true
+}
+
 // writeLocked writes b to the response's buffer without flushing it.
 func (sw *sseWriter) writeLocked(b []byte) error {
+	sw.started = true
 	now := time.Now()
 	sw.rc.SetWriteDeadline(now.Add(sw.timeout))
 	if _, err := sw.w.Write(b); err != nil {

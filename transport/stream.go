@@ -80,7 +80,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 
 	sw := newSSEWriter(w, h.opts.WriteTimeout, l.Tag(), l.Generation(), att)
 	sw.unprimed = s.unprimed
-	w.WriteHeader(http.StatusOK)
+	// The status (200) goes out with the first write, so that a stream
+	// whose first event could never be stored is refused instead (503).
 	h.opts.Metrics.StreamOpened(s.kind)
 	defer h.opts.Metrics.StreamClosed(s.kind)
 	s.replay.check(h.opts.Metrics, s.after)
@@ -120,6 +121,11 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 		}
 		s.opening = nil
 		if err != nil {
+			if errors.Is(err, store.ErrLost) && sw.refuseUnstarted() {
+				// Not one event of the stream was stored: the request
+				// failed, and the client may send it again (generation+1).
+				return deliveryRefusal(l, err)
+			}
 			switch {
 			case h.shuttingDown():
 				h.endAtShutdown(l, rd, sw)
@@ -168,6 +174,7 @@ func (h *Handler) start(ctx context.Context, l *session.Live, s stream) (uint64,
 func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWriter) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
 	defer cancel()
+	h.reg.Log().Sync(ctx, l.Token()) // what was appended becomes readable, or never will
 	if b, err := h.reg.Log().Bounds(ctx, l.Token()); err == nil {
 		for {
 			evs, err := rd.NextUpTo(ctx, b.HWM)
@@ -241,6 +248,8 @@ func streamEndReason(err error) replay.Reason {
 		return replay.ReasonCursorCompacted
 	case errors.Is(err, eventlog.ErrGenerationChanged):
 		return replay.ReasonGenerationMismatch
+	case errors.Is(err, store.ErrLost):
+		return replay.ReasonGenerationLost
 	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
 		return replay.ReasonSessionNotFound
 	default:

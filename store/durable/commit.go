@@ -18,7 +18,14 @@ const maxGroup = 1024
 type commitReq struct {
 	b     *pebble.Batch
 	grows bool // adds data: refused while the file system is low on space
-	done  chan error
+	// done receives the outcome; nil for a pipelined append, whose
+	// outcome the committer records in the session (pipeline.go), and for
+	// a trim, which nobody waits for.
+	done chan error
+	app  *appendReq // a pipelined append: the events are in b
+	// meta names a session whose log meta the committer writes with the
+	// group, from its image (a Trim's).
+	meta *sess
 }
 
 // committer commits the batches of all sessions in groups, one fsync per
@@ -40,14 +47,29 @@ func newCommitter(s *Store) *committer {
 // error that kept it from being stored (nothing of b is then stored). The
 // batch is closed.
 func (s *Store) commit(b *pebble.Batch, grows bool) error {
-	r := commitReq{b: b, grows: grows, done: make(chan error, 1)}
-	select {
-	case s.c.in <- r:
-	case <-s.c.done:
-		b.Close()
-		return s.unavailable("commit")
+	return s.commitReq(commitReq{b: b, grows: grows})
+}
+
+// commitReq is commit for a request that may name a session whose meta
+// the committer writes.
+func (s *Store) commitReq(r commitReq) error {
+	r.done = make(chan error, 1)
+	if err := s.enqueue(r); err != nil {
+		return err
 	}
 	return <-r.done
+}
+
+// enqueue hands r to the committer. It fails, closing r.b, once the
+// committer has stopped.
+func (s *Store) enqueue(r commitReq) error {
+	select {
+	case s.c.in <- r:
+		return nil
+	case <-s.c.done:
+		r.b.Close()
+		return s.unavailable("commit")
+	}
 }
 
 func (c *committer) stop() {
@@ -62,9 +84,17 @@ func (c *committer) run() {
 		select {
 		case first = <-c.in:
 		case <-c.quit:
-			// Writers hold the store's close lock shared while they wait,
-			// so nothing can be queued once Close holds it exclusively.
-			return
+			// Writers hold the store's close lock shared while they
+			// queue, so nothing is queued once Close holds it
+			// exclusively; the pipelined appends queued before are
+			// committed now.
+			for {
+				group := c.take(nil)
+				if len(group) == 0 {
+					return
+				}
+				c.commitGroup(group)
+			}
 		}
 		group := []commitReq{first}
 		if w := c.s.opts.CommitWindow; w > 0 {
@@ -80,20 +110,26 @@ func (c *committer) run() {
 			}
 			t.Stop()
 		}
-	drain:
-		for len(group) < maxGroup {
-			select {
-			case r := <-c.in:
-				group = append(group, r)
-			default:
-				break drain
-			}
-		}
-		c.commitGroup(group)
+		c.commitGroup(c.take(group))
 	}
 }
 
-// commitGroup commits the batches of group with one fsync and answers each.
+// take adds to group what is queued, without waiting, up to maxGroup.
+func (c *committer) take(group []commitReq) []commitReq {
+	for len(group) < maxGroup {
+		select {
+		case r := <-c.in:
+			group = append(group, r)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// commitGroup commits the batches of group with one fsync and answers each:
+// the pipelined appends in it become visible, or their generations are
+// lost (pipeline.go).
 func (c *committer) commitGroup(group []commitReq) {
 	var lowErr error
 	for _, r := range group {
@@ -104,22 +140,31 @@ func (c *committer) commitGroup(group []commitReq) {
 	}
 	gb := c.s.db.NewBatch()
 	var members []commitReq
+	var p pipelined
 	for _, r := range group {
-		if r.grows && lowErr != nil {
+		var err error
+		switch {
+		case r.app != nil && p.dropped(r.app):
 			r.b.Close()
-			r.done <- lowErr
 			continue
-		}
-		if err := gb.Apply(r.b, nil); err != nil {
-			r.b.Close()
-			r.done <- fmt.Errorf("durable store: %w: %v", store.ErrUnavailable, err)
-			continue
+		case r.grows && lowErr != nil:
+			err = lowErr
+		default:
+			if aerr := gb.Apply(r.b, nil); aerr != nil {
+				err = fmt.Errorf("durable store: %w: %v", store.ErrUnavailable, aerr)
+			}
 		}
 		r.b.Close()
+		if err != nil {
+			c.answer(r, &p, err)
+			continue
+		}
+		p.add(r)
 		members = append(members, r)
 	}
 	var err error
 	if len(members) > 0 {
+		p.writeMeta(gb)
 		err = gb.Commit(pebble.Sync)
 		c.s.groups.Add(1)
 	}
@@ -128,7 +173,27 @@ func (c *committer) commitGroup(group []commitReq) {
 		err = fmt.Errorf("durable store: commit: %w: %v", store.ErrUnavailable, err)
 	}
 	for _, r := range members {
-		r.done <- err
+		c.answer(r, &p, err)
+	}
+	if err == nil {
+		c.s.publish(&p)
+	}
+	p.notify(c.s)
+}
+
+// answer reports err (nil: stored) to r's caller, or, for a pipelined
+// append that failed, loses its generation.
+func (c *committer) answer(r commitReq, p *pipelined, err error) {
+	if r.app == nil {
+		if r.done != nil {
+			r.done <- err
+		} else if r.meta != nil {
+			r.meta.pend.Release(1, 0) // a trim (log.go, cut)
+		}
+		return
+	}
+	if err != nil {
+		p.lose(r.app, err)
 	}
 }
 

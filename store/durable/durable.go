@@ -22,11 +22,22 @@
 // Every write (Append, Create, Claim, Renew, SaveState, Touch, Trim, End) is
 // one atomic Pebble batch handed to a single committer goroutine, which
 // commits the batches waiting for it together with one fsync (group commit
-// across all sessions) and only then lets their callers return. Append
-// makes its events visible to Read and Wait only after that fsync, so no
-// connection can send an event, and no client can hold a cursor, above the
-// durable high-water mark. Options.CommitWindow trades latency for fewer
-// fsyncs.
+// across all sessions and streams). Append is pipelined: it assigns the
+// sequences, queues the events and returns, so a producer never waits for
+// an fsync, and the events of many Appends share the next one while
+// producers append into the group after it. Each session's durable
+// watermark (its image's HWM) moves only after that fsync, and Read and
+// Wait never pass it, so no connection can send an event, and no client
+// can hold a cursor, above the durable high-water mark. The other writes
+// return once their fsync is done; Claim and End first wait for the
+// session's queued events. A session may have at most
+// Options.MaxPendingEvents and MaxPendingBytes queued; an Append beyond
+// them waits (back-pressure). A group that cannot be stored (the file
+// system low on space) loses the generations of the sessions whose events
+// it held (store.ErrLost): those events are never visible, the later
+// Appends of those generations fail, their Waits return the
+// *store.LostError, and the LossNotifier hears of it; Claim starts the
+// next generation. Options.CommitWindow trades latency for fewer fsyncs.
 //
 // # Fencing
 //
@@ -76,6 +87,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/agequeue"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/internal/image"
+	"github.com/tidemark-mcp/tidemark/store/internal/pending"
 )
 
 // Defaults of Options.
@@ -160,6 +172,14 @@ type Options struct {
 	// SweepInterval is how often expired tombstones are deleted and idle
 	// inherited sessions ended. Default 1 minute; negative: never (tests).
 	SweepInterval time.Duration
+	// MaxPendingEvents bounds the events of one session that Append has
+	// accepted and the committer not yet stored; an Append beyond it
+	// waits (back-pressure), so a tool that floods faster than the disk
+	// syncs holds bounded memory. Default (zero) 4096 events.
+	MaxPendingEvents int
+	// MaxPendingBytes bounds the bytes (store.Event.Size) of those
+	// events in the same way. Default (zero) 4 MiB.
+	MaxPendingBytes int64
 	// Logger receives the engine's and the sweeper's messages. Default:
 	// slog.Default().
 	Logger *slog.Logger
@@ -194,16 +214,31 @@ type Store struct {
 
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	pendLimits pending.Limits                                            // Options.MaxPending*
+	onLost     atomic.Pointer[func(token string, gen uint64, err error)] // see NotifyLost
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.LossNotifier = (*Store)(nil)
+)
 
 // sess is one live session: its image (record and log bounds) exactly as
-// last committed (Trim raises the floor first), and its write lock.
+// last committed (Trim raises the floor first), its write lock, and the
+// events appended and not yet stored.
 type sess struct {
 	image.Image
 	token string
-	age   *agequeue.Item[*sess] // in Store.bound.q while it holds 2 events or more
+	// next is the highest sequence assigned while it is above the image's
+	// HWM (events wait for the committer, or were lost); guarded by wmu
+	// and by the image's lock.
+	next uint64
+	// nextOldest is the Time of the first event queued into an empty log
+	// (Append's bounds report it before the committer does).
+	nextOldest time.Time
+	pend       pending.Count
+	age        *agequeue.Item[*sess] // in Store.bound.q while it holds 2 events or more
 	// wmu serializes the writes of the session, held from the fencing check
 	// to the end of the commit.
 	wmu sync.Mutex

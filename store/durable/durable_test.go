@@ -251,6 +251,7 @@ func TestTruncatedManifestRecovers(t *testing.T) {
 	if _, err := s.Append(ctx, "tok", 1, events(2000, time.Now())); err != nil {
 		t.Fatal(err)
 	}
+	s.Sync(ctx, "tok")
 	s.Compact(ctx)
 	s.Close()
 	files, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
@@ -344,10 +345,13 @@ func fill(t *testing.T, dir string, left uint64) string {
 	}
 }
 
-// TestDiskFull: when the file system runs low, appends fail with
-// store.ErrUnavailable (and ErrNoSpace), store nothing, and lose nothing
-// already committed; the transport answers 503 unavailable; once space is
-// back, appends work again. Opening on a full file system is refused.
+// TestDiskFull: when the file system runs low, the events appended are
+// never stored nor visible: the generation is lost (store.ErrLost, its
+// cause wrapping store.ErrUnavailable and ErrNoSpace), its later appends
+// fail, its Waits return, the LossNotifier hears of it once, and nothing
+// committed is lost; Claim starts the next generation on the full disk;
+// the transport answers 503 unavailable; once space is back, appends work
+// again. Opening on a full file system is refused.
 func TestDiskFull(t *testing.T) {
 	mnt := tmpfs(t, 48<<20)
 	dir := filepath.Join(mnt, "data")
@@ -357,26 +361,63 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	var lost []string
+	var lostMu sync.Mutex
+	s.NotifyLost(func(token string, gen uint64, err error) {
+		lostMu.Lock()
+		lost = append(lost, fmt.Sprintf("%s gen %d: %v", token, gen, errors.Is(err, store.ErrLost)))
+		lostMu.Unlock()
+	})
 	if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Append(ctx, "tok", 1, events(100, time.Now())); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Sync(ctx, "tok"); err != nil {
+		t.Fatal(err)
+	}
 	filler := fill(t, mnt, minFree-1<<20)
 
+	waited := make(chan error, 1)
+	go func() { waited <- s.Wait(ctx, "tok", 100) }()
 	evs := events(1, time.Now())
-	_, err = s.Append(ctx, "tok", 1, evs)
-	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, durable.ErrNoSpace) || evs[0].Seq != 0 {
-		t.Fatalf("Append on a full disk = %v (seq %d), want ErrUnavailable and ErrNoSpace, seq unset", err, evs[0].Seq)
+	if _, err = s.Append(ctx, "tok", 1, evs); err != nil || evs[0].Seq != 101 {
+		t.Fatalf("Append on a full disk = %v (seq %d), want accepted as 101", err, evs[0].Seq)
+	}
+	err = s.Sync(ctx, "tok")
+	var le *store.LostError
+	if !errors.As(err, &le) || le.Seq != 101 || le.Generation != 1 || !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, durable.ErrNoSpace) {
+		t.Fatalf("Sync after an append on a full disk = %v, want LostError from 101 wrapping ErrUnavailable and ErrNoSpace", err)
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, store.ErrLost) {
+			t.Fatalf("Wait on the lost generation = %v, want ErrLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait on the lost generation did not return")
+	}
+	if _, err := s.Append(ctx, "tok", 1, events(1, time.Now())); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("Append to the lost generation = %v, want ErrLost", err)
 	}
 	got, b, err := s.Read(ctx, "tok", 0, 1000)
 	if err != nil || len(got) != 100 || b.HWM != 100 || got[99].Seq != 100 {
-		t.Fatalf("after the refused append: %d events, HWM %d, %v; want the 100 committed", len(got), b.HWM, err)
+		t.Fatalf("after the lost append: %d events, HWM %d, %v; want the 100 committed", len(got), b.HWM, err)
 	}
-	// Removing data still works when the disk is full.
+	lostMu.Lock()
+	heard := append([]string(nil), lost...)
+	lostMu.Unlock()
+	if len(heard) != 1 || heard[0] != "tok gen 1: true" {
+		t.Fatalf("LossNotifier heard %q, want one loss of tok gen 1", heard)
+	}
+	// Removing data still works when the disk is full, and Claim leaves
+	// the lost generation.
 	if _, err := s.Trim(ctx, "tok", 1, 11); err != nil {
 		t.Fatalf("Trim on a full disk: %v", err)
+	}
+	if _, err := s.Claim(ctx, "tok", "p", 1, time.Time{}); err != nil {
+		t.Fatalf("Claim on a full disk: %v", err)
 	}
 	if _, err := durable.Open(filepath.Join(mnt, "other"), durable.Options{MinFreeBytes: minFree, Logger: quiet()}); !errors.Is(err, durable.ErrNoSpace) || !strings.Contains(err.Error(), "free space on its file system") {
 		t.Fatalf("Open on a full file system = %v, want ErrNoSpace with advice", err)
@@ -412,15 +453,20 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("echo once space is back: %v, %v", evs, err)
 	}
 	more := events(1, time.Now())
-	if _, err := s.Append(ctx, "tok", 1, more); err != nil || more[0].Seq != 101 {
-		t.Fatalf("Append once space is back: seq %d, %v; want 101", more[0].Seq, err)
+	if _, err := s.Append(ctx, "tok", 2, more); err != nil || more[0].Seq != 101 || s.Sync(ctx, "tok") != nil {
+		t.Fatalf("Append to generation 2 once space is back: seq %d, %v; want 101, stored", more[0].Seq, err)
 	}
 }
 
-// nopClose keeps the handler from closing a store the test closes itself.
+// nopClose keeps the handler from closing a store the test closes itself;
+// it passes the store's losses on, as the store would.
 type nopClose struct{ store.Store }
 
 func (nopClose) Close() error { return nil }
+
+func (n nopClose) NotifyLost(f func(token string, gen uint64, err error)) {
+	n.Store.(store.LossNotifier).NotifyLost(f)
+}
 
 // TestMaxBytes: over the bound, the oldest events go first, until the
 // total is the bound less a sixteenth.
@@ -434,10 +480,12 @@ func TestMaxBytes(t *testing.T) {
 	if _, err := s.Append(ctx, "old", 1, events(500, t0)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Append(ctx, "new", 1, events(500, t0.Add(time.Minute)))
-	if err != nil {
+	if _, err := s.Append(ctx, "new", 1, events(500, t0.Add(time.Minute))); err != nil {
 		t.Fatal(err)
 	}
+	s.Sync(ctx, "old")
+	s.Sync(ctx, "new")
+	b, _ := s.Bounds(ctx, "new")
 	// 116,000 bytes against 100,000 - 6,250: the oldest 192 events go
 	// (22,272 bytes, the fewest that free 22,250), all of "old".
 	old, _ := s.Bounds(ctx, "old")
@@ -472,6 +520,7 @@ func TestMaxBytesKeepsTheNewestEvent(t *testing.T) {
 		if _, err := s.Append(ctx, tok, 1, events(1, t0.Add(time.Duration(i)*time.Second))); err != nil {
 			t.Fatal(err)
 		}
+		s.Sync(ctx, tok)
 	}
 	for i := range 30 {
 		b, err := s.Bounds(ctx, fmt.Sprintf("s%02d", i))
@@ -489,6 +538,7 @@ func TestMaxBytesKeepsTheNewestEvent(t *testing.T) {
 		if _, err := s.Append(ctx, "more", 1, events(1, t0.Add(time.Hour+time.Duration(i)*time.Second))); err != nil {
 			t.Fatal(err)
 		}
+		s.Sync(ctx, "more")
 	}
 	if b, _ := s.Bounds(ctx, "more"); b.Floor != 10 || b.HWM != 10 {
 		t.Fatalf("session more = %+v, want its older events trimmed and its newest kept (floor 10, HWM 10)", b)

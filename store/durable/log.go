@@ -10,62 +10,64 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// Append implements store.Log. The events and the new log meta are one
-// batch, committed with the group's fsync; only then are they visible to
-// Read and Wait. When the retained bytes exceed Options.MaxBytes
+// Append implements store.Log, pipelined: it assigns the sequences, hands
+// the events to the committer and returns; the committer stores them with
+// the next group's fsync, and only then are they visible to Read and Wait
+// (durable.go, "Durability and group commit"). It waits first while the
+// session's events not yet stored exceed Options.MaxPendingEvents or
+// MaxPendingBytes. When the retained bytes exceed Options.MaxBytes
 // afterwards, the oldest events of the store are trimmed (see Options).
-// Besides the contract's errors it fails with an error wrapping both
-// store.ErrUnavailable and ErrNoSpace when the file system is low on space;
-// nothing is appended then.
+// Besides the contract's errors it fails with a *store.LostError once a
+// group holding the generation's events could not be stored (the file
+// system low on space: its cause wraps both store.ErrUnavailable and
+// ErrNoSpace).
 func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
 	var out store.Bounds
 	err := s.fenced("append", token, gen, func(ss *sess) error {
 		ss.Lock()
-		m := ss.metaLocked()
+		lost := ss.Lost
 		ss.Unlock()
+		if lost != nil {
+			return lost
+		}
 		if len(evs) == 0 {
-			ss.Lock()
-			out = ss.BoundsLocked()
-			ss.Unlock()
+			out = s.assignedBounds(ss)
 			return nil
 		}
-		// Sequences are set in a copy: the caller's slice changes only
-		// once the events are durable.
-		stamped := make([]store.Event, len(evs))
-		b := s.db.NewBatch()
 		var added int64
 		for i := range evs {
-			e := evs[i]
-			e.Seq, e.Generation = m.hwm+1+uint64(i), gen
+			added += evs[i].Size()
+		}
+		if err := ss.pend.Reserve(ctx, len(evs), added, s.pendLimits); err != nil {
+			return fmt.Errorf("durable store: append session %s gen %d: waiting for room: %w", store.Prefix(token), gen, err)
+		}
+		first := s.assigned(ss) + 1
+		ss.Lock()
+		if first-1 < ss.Floor { // the log, queued events included, is empty
+			ss.nextOldest = evs[0].Time
+		}
+		ss.Unlock()
+		b := s.db.NewBatch()
+		for i := range evs {
+			e := &evs[i]
+			e.Seq, e.Generation = first+uint64(i), gen
 			if e.Stream == store.NewStream {
 				e.Stream = e.Seq
 			}
-			stamped[i] = e
-			b.Set(eventKey(token, e.Seq), encodeEvent(&e), nil)
-			added += e.Size()
-		}
-		n := m
-		n.hwm += uint64(len(evs))
-		n.bytes += added
-		if m.hwm < m.floor { // the log was empty: the first event is the oldest
-			n.oldest = evs[0].Time
-		}
-		b.Set(tokenKey(kindMeta, token), encodeMeta(n), nil)
-		if err := s.commit(b, true); err != nil {
-			return fmt.Errorf("durable store: append session %s gen %d: %w", store.Prefix(token), gen, err)
-		}
-		for i := range evs {
-			evs[i].Seq, evs[i].Generation, evs[i].Stream = stamped[i].Seq, gen, stamped[i].Stream
+			b.Set(eventKey(token, e.Seq), encodeEvent(e), nil)
 		}
 		ss.Lock()
-		ss.HWM, ss.Bytes, ss.Oldest = n.hwm, n.bytes, n.oldest
-		ss.WakeLocked()
-		out = ss.BoundsLocked()
+		ss.next = first + uint64(len(evs)) - 1
 		ss.Unlock()
-		s.total.Add(added)
-		if m.hwm <= m.floor { // it held at most one event: it may now be trimmed
-			s.requeue(ss)
+		a := &appendReq{ss: ss, gen: gen, first: first, n: len(evs), bytes: added, oldest: evs[0].Time}
+		if err := s.enqueue(commitReq{b: b, grows: true, app: a}); err != nil {
+			ss.Lock()
+			ss.next = first - 1
+			ss.Unlock()
+			ss.pend.Release(len(evs), added)
+			return fmt.Errorf("durable store: append session %s gen %d: %w", store.Prefix(token), gen, err)
 		}
+		out = s.assignedBounds(ss)
 		return nil
 	})
 	if err != nil {
@@ -73,11 +75,61 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 	}
 	if s.needsTrim(s.total.Load()) {
 		s.enforceBound(ctx)
-		if b, err := s.Bounds(ctx, token); err == nil {
-			out = b
-		}
 	}
 	return out, nil
+}
+
+// assigned returns the highest sequence assigned in ss: its durable HWM,
+// or above it while appended events wait for the committer. The caller
+// holds ss.wmu.
+func (s *Store) assigned(ss *sess) uint64 {
+	ss.Lock()
+	defer ss.Unlock()
+	return max(ss.next, ss.HWM)
+}
+
+// assignedBounds returns ss's bounds as they will be once what was
+// appended is stored. The caller holds ss.wmu.
+func (s *Store) assignedBounds(ss *sess) store.Bounds {
+	_, bytes := ss.pend.Len()
+	ss.Lock()
+	defer ss.Unlock()
+	b := ss.BoundsLocked()
+	if ss.next > b.HWM {
+		if b.HWM < b.Floor {
+			b.Oldest = ss.nextOldest
+		}
+		b.HWM = ss.next
+		b.Events = int(b.HWM - b.Floor + 1)
+		b.Bytes += bytes
+	}
+	return b
+}
+
+// Sync implements store.Log: it waits until the committer has taken every
+// event appended to the session so far, stored or lost, then applies the
+// directory bound (Options.MaxBytes) to what is stored, as Append does.
+func (s *Store) Sync(ctx context.Context, token string) error {
+	if err := s.shared("sync"); err != nil {
+		return err
+	}
+	ss, err := s.lookup(token)
+	s.rw.RUnlock()
+	if err != nil {
+		return err
+	}
+	if err := ss.pend.Drain(ctx); err != nil {
+		return err
+	}
+	if s.needsTrim(s.total.Load()) {
+		s.enforceBound(ctx)
+	}
+	ss.Lock()
+	defer ss.Unlock()
+	if ss.Ended != nil {
+		return ss.Ended
+	}
+	return ss.Lost
 }
 
 // Read implements store.Log.
@@ -211,8 +263,9 @@ func (s *Store) trim(ss *sess, floor uint64) (store.Bounds, error) {
 // cut removes ss's events from its floor up while more, given each event's
 // sequence and stored value in turn, returns true; the event at which it
 // returns false becomes the floor. The floor rises in memory before the
-// events are deleted, so no Read returns events below it meanwhile; if the
-// deletion fails, the events stay on disk until a later Trim, Claim or End.
+// events are deleted, so no Read returns events below it meanwhile; the
+// deletion is committed with the next group, without waiting for it; if
+// it fails, the events stay on disk until a later Trim, Claim or End.
 // The caller holds ss.wmu and s.rw shared.
 func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bounds, error) {
 	token := ss.token
@@ -264,8 +317,16 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 
 	b := s.db.NewBatch()
 	b.DeleteRange(eventKey(token, m.floor), eventKey(token, n.floor), nil)
-	b.Set(tokenKey(kindMeta, token), encodeMeta(n), nil)
-	if err := s.commit(b, false); err != nil {
+	// Pipelined as appends are: the caller (retention, after an append)
+	// does not wait for the fsync. The committer writes the log meta from
+	// the image with the group, so that it holds the events of a group
+	// being committed now too.
+	// It counts as a pending event of the session until committed, so
+	// that Claim and End, which wait for none to be pending, never share
+	// its group (whose meta would overwrite theirs).
+	ss.pend.Reserve(context.Background(), 1, 0, s.pendLimits)
+	if err := s.enqueue(commitReq{b: b, meta: ss}); err != nil {
+		ss.pend.Release(1, 0)
 		return store.Bounds{}, fmt.Errorf("durable store: trim session %s to %d: %w", store.Prefix(token), n.floor, err)
 	}
 	return out, nil

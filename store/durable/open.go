@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/pending"
 )
 
 // FormatVersion is the layout version of data directories this build
@@ -131,11 +132,12 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, opts: opts, logger: logger, db: db, lock: lock, fsCloser: fsCloser,
-		closing:   make(chan struct{}),
-		sessions:  make(map[string]*sess),
-		owners:    make(map[string]bool),
-		sweepStop: make(chan struct{}),
-		sweepDone: make(chan struct{}),
+		closing:    make(chan struct{}),
+		sessions:   make(map[string]*sess),
+		owners:     make(map[string]bool),
+		sweepStop:  make(chan struct{}),
+		sweepDone:  make(chan struct{}),
+		pendLimits: pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes}.OrDefault(),
 	}
 	if err := s.load(); err != nil {
 		db.Close()

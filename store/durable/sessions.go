@@ -169,6 +169,9 @@ func (s *Store) putRecord(ss *sess, rec store.Record, grows bool) error {
 func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
 	var out store.Record
 	err := s.fenced("claim", token, from, func(ss *sess) error {
+		if err := ss.pend.Drain(ctx); err != nil {
+			return fmt.Errorf("durable store: claim %s gen %d: %w", store.Prefix(token), from, err)
+		}
 		rec := ss.Rec
 		rec.Generation = from + 1
 		rec.Owner = owner
@@ -186,6 +189,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		}
 		ss.Lock()
 		ss.ClaimLocked(rec)
+		ss.next = 0
 		ss.Unlock()
 		s.total.Add(-oldBytes)
 		s.requeue(ss)
@@ -243,9 +247,11 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, t
 	return err
 }
 
-// end ends ss; the caller holds ss.wmu and s.rw shared.
+// end ends ss, once the committer has taken what ss has pending; the
+// caller holds ss.wmu and s.rw shared.
 func (s *Store) end(ss *sess, reason store.EndReason, until time.Time) error {
 	token := ss.token
+	ss.pend.Drain(context.Background())
 	tb, _ := json.Marshal(tombJSON{Reason: reason, Until: until})
 	b := s.db.NewBatch()
 	b.Delete(tokenKey(kindRecord, token), nil)

@@ -309,6 +309,13 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 	return ss.Bounds()
 }
 
+// Sync implements store.Log: Append stores before it returns, so there is
+// nothing to wait for; it reports the errors of Bounds.
+func (s *Store) Sync(ctx context.Context, token string) error {
+	_, err := s.Bounds(ctx, token)
+	return err
+}
+
 // Close implements store.Store: later calls fail with ErrUnavailable.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -160,6 +160,23 @@ func (s *Store) ReadAppend(ctx context.Context, token string, after uint64, max 
 	return dst, b, err
 }
 
+// Sync implements store.Log; it is timed: it lasts as long as the
+// wrapped store takes to store what was appended (a commit).
+func (s *Store) Sync(ctx context.Context, token string) error {
+	start := time.Now()
+	err := s.st.Sync(ctx, token)
+	s.done(metrics.OpSync, start, err)
+	return err
+}
+
+// NotifyLost implements store.LossNotifier with the wrapped store's, when
+// it has one; otherwise no generation is ever lost and f is never called.
+func (s *Store) NotifyLost(f func(token string, gen uint64, err error)) {
+	if n, ok := s.st.(store.LossNotifier); ok {
+		n.NotifyLost(f)
+	}
+}
+
 // Wait implements store.Log; waiting is not timed (it lasts until an
 // event comes).
 func (s *Store) Wait(ctx context.Context, token string, after uint64) error {

@@ -18,34 +18,19 @@ import (
 // and then hwm counts), the HWM of the stored events last.
 var boundsFields = [...]string{"gen", "floor", "vis", "cum", "base", "oldest", "hwm"}
 
-// Append implements store.Log: one script checks the generation (and the
+// appendNow appends evs and returns when Redis has stored them and, on a
+// primary with replicas, once the replicas hold them and their
+// publication (replicate.go): one script checks the generation (and the
 // failover guard, failover.go), adds the events with IDs HWM+1, HWM+2, …
-// and moves the HWM and the byte count; once the replicas hold them
-// (replicate.go) a second script makes them visible to readers.
-func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
+// and moves the HWM and the byte count; a second script makes them
+// visible to readers. The pipelined Append (pipeline.go) uses it for a
+// session's first append in this process, which learns the HWM.
+func (s *Store) appendNow(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
 	primary, n, err := s.replicas(ctx, "append", token)
 	if err != nil {
 		return store.Bounds{}, err
 	}
-	visible := "1" // nothing to wait for: visible at once
-	if n > 0 {
-		visible = "0"
-	}
-	args := make([]any, 0, 4+6*len(evs))
-	args = append(args, strconv.FormatUint(gen, 10), strconv.Itoa(len(evs)),
-		strconv.FormatUint(s.acked(token, gen), 10), visible)
-	for _, e := range evs {
-		stream := ""
-		if e.Stream != store.NewStream {
-			stream = strconv.FormatUint(e.Stream, 10)
-		}
-		end := "0"
-		if e.End {
-			end = "1"
-		}
-		args = append(args, stream, strconv.Itoa(int(e.Kind)), end,
-			strconv.FormatInt(int64(e.Retry), 10), encTime(e.Time), string(e.Data))
-	}
+	args := appendArgs(gen, s.acked(token, gen), n == 0, evs)
 	rest, err := s.runOn(ctx, primary, n, s.scripts.append, "append", token, gen, args...)
 	if err != nil {
 		if endsWrites(err) {
@@ -76,6 +61,33 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		}
 	}
 	return b, nil
+}
+
+// appendArgs returns the ARGV of the append script for evs: gen n acked
+// visible, then per event stream kind end retry time data. acked is the
+// failover guard's mark (failover.go); visible says the events need no
+// replication wait and are visible to readers at once.
+func appendArgs(gen, acked uint64, visible bool, evs []store.Event) []any {
+	vis := "0"
+	if visible {
+		vis = "1"
+	}
+	args := make([]any, 0, 5+6*len(evs))
+	args = append(args, strconv.FormatUint(gen, 10), strconv.Itoa(len(evs)),
+		strconv.FormatUint(acked, 10), vis)
+	for _, e := range evs {
+		stream := ""
+		if e.Stream != store.NewStream {
+			stream = strconv.FormatUint(e.Stream, 10)
+		}
+		end := "0"
+		if e.End {
+			end = "1"
+		}
+		args = append(args, stream, strconv.Itoa(int(e.Kind)), end,
+			strconv.FormatInt(int64(e.Retry), 10), encTime(e.Time), string(e.Data))
+	}
+	return args
 }
 
 // Read implements store.Log: the bounds and the events come from one

@@ -45,6 +45,10 @@ func TestReadLogLost(t *testing.T) {
 	if _, err := s.Append(ctx, "tok", 1, msgs("d")); err != nil {
 		t.Fatal(err)
 	}
+	// A pipelined append is readable once it is stored.
+	if err := s.Sync(ctx, "tok"); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := s.Read(ctx, "tok", 2, 10); !errors.Is(err, store.ErrLogLost) {
 		t.Errorf("Read after 2, once d is appended: %v, want store.ErrLogLost", err)
 	}

@@ -86,6 +86,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/pending"
 )
 
 // Defaults of Options.
@@ -173,6 +174,15 @@ type Options struct {
 	// ErrUnavailable. Default (zero): DefaultTimeout, 5 s.
 	Timeout time.Duration
 
+	// MaxPendingEvents bounds the events of one session that Append has
+	// accepted and Redis not yet acknowledged (pipeline.go); an Append
+	// beyond it waits (back-pressure). Default (zero) 4096 events.
+	MaxPendingEvents int
+
+	// MaxPendingBytes bounds the bytes (store.Event.Size) of those events
+	// in the same way. Default (zero) 4 MiB.
+	MaxPendingBytes int64
+
 	// Now returns the current time; End turns a tombstone's expiry time
 	// into a Redis TTL (expiry − Now), so tombstones do not depend on the
 	// Redis server's clock. Default (nil): time.Now.
@@ -194,6 +204,7 @@ type Store struct {
 	scripts  scripts
 	repl     *replication
 	marks    sync.Map // session token → ackMark (failover.go)
+	pl       pipeline // pipelined appends (pipeline.go)
 
 	// closing is cancelled by Close; it releases blocked Waits.
 	closing context.Context
@@ -206,7 +217,10 @@ type Store struct {
 	inUse  int                             // Wait connections in use
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.LossNotifier = (*Store)(nil)
+)
 
 // New connects to Redis and returns a Store. It pings Redis once, so that a
 // fleet replica can refuse to start without it: an unreachable Redis fails
@@ -260,6 +274,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.wdb = ep.client(tuning{timeout: s.timeout, pool: s.maxWaits, ctxTimeout: false})
 
 	s.closing, s.close = context.WithCancel(context.Background())
+	s.pl.init(pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes})
+	go s.commitLoop()
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
@@ -287,6 +303,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.close()
+	<-s.pl.done // the appends queued before Close are sent
 	s.waits.Wait()
 	s.mu.Lock()
 	idle := s.idle

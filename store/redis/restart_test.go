@@ -132,11 +132,14 @@ func TestRestartKeepsSessions(t *testing.T) {
 	mustWake(t, "an append after the restart", done, nil)
 }
 
-// TestAppendAcrossKill: a writer appends without pause while redis-server
-// is killed (SIGKILL) and restarted. Every acknowledged event is in the
-// log afterwards, sequences are 1..HWM with no gap, and no event is stored
-// twice; an append that failed may or may not be there (its reply was
-// lost), but only once.
+// TestAppendAcrossKill: a writer appends without pause, and syncs every
+// ten appends, while redis-server is killed (SIGKILL) and restarted.
+// Every event acknowledged (accepted, then a Sync returned nil) is in the
+// log afterwards at the sequence Append gave it, sequences are 1..HWM with
+// no gap, and no event is stored twice; the generation is lost (an error
+// wrapping ErrUnavailable) and the events accepted since the last good
+// Sync may or may not be there (a reply was lost), but only once and at
+// their own sequences.
 func TestAppendAcrossKill(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
@@ -144,40 +147,48 @@ func TestAppendAcrossKill(t *testing.T) {
 	s := open(t, srv, redis.Options{Timeout: time.Second})
 	create(t, s, "tok")
 
-	acked := map[string]uint64{} // data → seq
-	failed := map[string]bool{}
-	stop := make(chan struct{})
+	acked := map[string]uint64{}  // data → seq, stored for sure
+	failed := map[string]uint64{} // data → seq, accepted, fate unknown
+	var lostErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		var unsure []string
+		seqs := map[string]uint64{}
 		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
 			d := fmt.Sprintf("e%d", i)
 			evs := msgs(d)
-			if _, err := s.Append(ctx, "tok", 1, evs); err != nil {
-				if !errors.Is(err, store.ErrUnavailable) {
-					t.Errorf("Append(%s) = %v, want nil or ErrUnavailable", d, err)
-					return
+			_, err := s.Append(ctx, "tok", 1, evs)
+			if err == nil {
+				unsure = append(unsure, d)
+				seqs[d] = evs[0].Seq
+				if i%10 != 9 {
+					continue
 				}
-				failed[d] = true
-				time.Sleep(10 * time.Millisecond)
-				continue
+				err = s.Sync(ctx, "tok")
 			}
-			acked[d] = evs[0].Seq
+			for _, u := range unsure {
+				if err == nil {
+					acked[u] = seqs[u]
+				} else {
+					failed[u] = seqs[u]
+				}
+			}
+			unsure = nil
+			if err != nil {
+				lostErr = err
+				return
+			}
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
 	srv.Kill()
-	time.Sleep(200 * time.Millisecond)
+	<-done
 	srv.Restart()
 	recoverStore(t, s, "tok")
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	<-done
+	if !errors.Is(lostErr, store.ErrUnavailable) || !errors.Is(lostErr, store.ErrLost) {
+		t.Fatalf("the appends ended with %v, want a LostError wrapping ErrUnavailable", lostErr)
+	}
 	if t.Failed() {
 		return
 	}
@@ -199,11 +210,15 @@ func TestAppendAcrossKill(t *testing.T) {
 			t.Fatalf("event %s stored twice", d)
 		}
 		seen[d] = true
-		if seq, ok := acked[d]; ok && seq != e.Seq {
-			t.Fatalf("event %s acknowledged with seq %d, stored at %d", d, seq, e.Seq)
+		seq, ok := acked[d]
+		if !ok {
+			seq, ok = failed[d]
 		}
-		if _, ok := acked[d]; !ok && !failed[d] {
+		if !ok {
 			t.Fatalf("event %s stored but never appended", d)
+		}
+		if seq != e.Seq {
+			t.Fatalf("event %s appended as seq %d, stored at %d", d, seq, e.Seq)
 		}
 	}
 	for d, seq := range acked {
@@ -234,6 +249,19 @@ func TestRedisDown(t *testing.T) {
 
 	srv.Kill()
 	mustWake(t, "Redis dying", waiting, store.ErrUnavailable)
+	// A pipelined append is accepted, then lost: never stored, and its
+	// generation takes no more appends.
+	lost := msgs("c")
+	if _, err := s.Append(ctx, "tok", 1, lost); err != nil || lost[0].Seq != 3 {
+		t.Fatalf("Append with Redis down: seq %d, %v; want accepted as 3", lost[0].Seq, err)
+	}
+	var le *store.LostError
+	if err := s.Sync(ctx, "tok"); !errors.As(err, &le) || le.Seq != 3 || le.Generation != 1 || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Sync with Redis down = %v, want a LostError from 3 wrapping ErrUnavailable", err)
+	}
+	if _, err := s.Append(ctx, "tok", 1, msgs("d")); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("Append to the lost generation = %v, want ErrLost", err)
+	}
 	calls := map[string]func() error{
 		"Create": func() error { return s.Create(ctx, store.Record{Token: "new", Generation: 1}) },
 		"Get":    func() error { _, err := s.Get(ctx, "tok"); return err },
@@ -241,7 +269,6 @@ func TestRedisDown(t *testing.T) {
 		"Renew":  func() error { return s.Renew(ctx, "tok", "p1", 1, time.Time{}) },
 		"Touch":  func() error { return s.Touch(ctx, "tok", time.Now()) },
 		"End":    func() error { return s.End(ctx, "tok", store.EndDeleted, time.Now().Add(time.Hour)) },
-		"Append": func() error { _, err := s.Append(ctx, "tok", 1, msgs("c")); return err },
 		"Read":   func() error { _, _, err := s.Read(ctx, "tok", 0, 10); return err },
 		"Trim":   func() error { _, err := s.Trim(ctx, "tok", 1, 2); return err },
 		"Bounds": func() error { _, err := s.Bounds(ctx, "tok"); return err },
@@ -262,9 +289,12 @@ func TestRedisDown(t *testing.T) {
 
 	srv.Restart()
 	recoverStore(t, s, "tok")
+	if _, err := s.Claim(ctx, "tok", "p1", 1, time.Time{}); err != nil {
+		t.Fatalf("Claim of the lost generation after Redis returned: %v", err)
+	}
 	evs := msgs("c")
-	if _, err := s.Append(ctx, "tok", 1, evs); err != nil || evs[0].Seq != 3 {
-		t.Fatalf("Append after Redis returned: seq %d, %v; want 3", evs[0].Seq, err)
+	if _, err := s.Append(ctx, "tok", 2, evs); err != nil || evs[0].Seq != 3 {
+		t.Fatalf("Append to generation 2 after Redis returned: seq %d, %v; want 3 (the lost event was never stored)", evs[0].Seq, err)
 	}
 	if err := s.Wait(ctx, "tok", 2); err != nil {
 		t.Fatalf("Wait after Redis returned = %v", err)

@@ -44,6 +44,7 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 // one script, which also drops the log of the older generations and sets
 // the floor to HWM+1.
 func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
+	defer s.barrier(ctx, token)()
 	rest, err := s.runReplicated(ctx, s.scripts.claim, "claim", token, from,
 		strconv.FormatUint(from, 10), owner, encTime(leaseUntil))
 	if err != nil {
@@ -80,6 +81,7 @@ func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
 // tombstoneUntil − Now (rounded up to a millisecond); a tombstoneUntil not
 // after Now leaves no tombstone, so the token is unknown at once.
 func (s *Store) End(ctx context.Context, token string, reason store.EndReason, tombstoneUntil time.Time) error {
+	defer s.barrier(ctx, token)()
 	var ttl int64
 	if d := tombstoneUntil.Sub(s.now()); d > 0 {
 		ttl = int64((d + time.Millisecond - 1) / time.Millisecond)

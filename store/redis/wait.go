@@ -58,7 +58,13 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 
 	k := s.keys(token)
 	first, err := s.snapshot(wctx, k, token)
+	// A generation this process lost (pipeline.go) ends the Wait at once.
+	lctx, lostErr := s.lostContext(token, first.gen)
+	defer context.AfterFunc(lctx, cancel)()
 	for cur := first; ; {
+		if le := lostErr(); le != nil {
+			return le
+		}
 		if err != nil {
 			return s.waitErr(ctx, token, err)
 		}
@@ -68,7 +74,11 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 		// Entries up to cur.stored are in the log but not visible yet
 		// (replicate.go): only a later append, or the publish's wake
 		// entry, is news.
-		if _, err = s.block(wctx, k, token, max(after, cur.stored), cur.wake); err != nil {
+		_, err = s.block(wctx, k, token, max(after, cur.stored), cur.wake)
+		if le := lostErr(); le != nil {
+			return le
+		}
+		if err != nil {
 			return s.waitErr(ctx, token, err)
 		}
 		cur, err = s.snapshot(wctx, k, token)

@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Trim", testTrim},
 		{"Wait", testWait},
 		{"ConcurrentAppends", testConcurrentAppends},
+		{"Sync", testSync},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +49,15 @@ func create(t *testing.T, s store.Store, token string) store.Record {
 		t.Fatalf("Create(%s): %v", token, err)
 	}
 	return rec
+}
+
+// settle waits until what was appended to token is stored (store.Log.Sync):
+// a pipelined store makes it visible to Read only then.
+func settle(t *testing.T, s store.Store, token string) {
+	t.Helper()
+	if err := s.Sync(context.Background(), token); err != nil {
+		t.Fatalf("Sync(%s): %v", token, err)
+	}
 }
 
 func msgs(datas ...string) []store.Event {
@@ -161,6 +171,7 @@ func testAppendRead(t *testing.T, s store.Store) {
 	if _, err := s.Append(ctx, "tok-r", 1, open); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, s, "tok-r")
 	if open[0].Seq != 5 || open[0].Stream != 5 || open[1].Stream != 0 {
 		t.Fatalf("opening event: seq %d stream %d (next event stream %d); want 5, 5 and 0", open[0].Seq, open[0].Stream, open[1].Stream)
 	}
@@ -259,6 +270,7 @@ func testClaim(t *testing.T, s store.Store) {
 	if evs[0].Seq != 3 || evs[0].Generation != 2 {
 		t.Fatalf("first event of gen 2: seq %d gen %d, want 3 and 2 (sequences continue)", evs[0].Seq, evs[0].Generation)
 	}
+	settle(t, s, "tok-c")
 	got, _, _ := s.Read(ctx, "tok-c", 0, 10)
 	if len(got) != 1 || got[0].Seq != 3 {
 		t.Fatalf("Read after Claim = %+v, want only seq 3", got)
@@ -296,6 +308,7 @@ func testTrim(t *testing.T, s store.Store) {
 	if _, err := s.Append(ctx, "tok-t", 1, msgs("a", "b", "c", "d", "e")); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, s, "tok-t")
 	b, err := s.Trim(ctx, "tok-t", 1, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -378,6 +391,7 @@ func testConcurrentAppends(t *testing.T, s store.Store) {
 		}()
 	}
 	wg.Wait()
+	settle(t, s, "tok-x")
 	got, b, err := s.Read(ctx, "tok-x", 0, 10000)
 	if err != nil {
 		t.Fatal(err)
@@ -389,5 +403,47 @@ func testConcurrentAppends(t *testing.T, s store.Store) {
 		if e.Seq != uint64(i+1) {
 			t.Fatalf("event %d has seq %d: gap or disorder", i, e.Seq)
 		}
+	}
+}
+
+// testSync: events appended are visible, in order and without a gap, once
+// Sync returns, and Append's bounds count them already; Sync of an unknown
+// or ended session fails as Read does.
+func testSync(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	create(t, s, "tok-s")
+	var bytes int64
+	for i := range 100 {
+		data := fmt.Sprintf("e%d", i)
+		bytes += 64 + int64(len(data))
+		b, err := s.Append(ctx, "tok-s", 1, msgs(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.HWM != uint64(i+1) || b.Floor != 1 || b.Events != i+1 || b.Bytes != bytes || !b.Oldest.Equal(epoch) {
+			t.Fatalf("Append %d returned %+v, want HWM %d, floor 1, %d events of %d bytes, oldest %v", i, b, i+1, i+1, bytes, epoch)
+		}
+	}
+	settle(t, s, "tok-s")
+	got, b, err := s.Read(ctx, "tok-s", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 || b.HWM != 100 || b.Events != 100 || b.Bytes != bytes {
+		t.Fatalf("after Sync: %d events, bounds %+v; want 100 events, HWM 100, %d bytes", len(got), b, bytes)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) || string(e.Data) != fmt.Sprintf("e%d", i) {
+			t.Fatalf("event %d read back as seq %d %q", i, e.Seq, e.Data)
+		}
+	}
+	if err := s.Sync(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Sync(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := s.End(ctx, "tok-s", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx, "tok-s"); !errors.Is(err, store.ErrEnded) {
+		t.Fatalf("Sync after End = %v, want ErrEnded", err)
 	}
 }

@@ -32,6 +32,9 @@ type Image struct {
 	// Ended is the error every call reports once the session ended (a
 	// *store.EndedError), nil while it lives.
 	Ended error
+	// Lost is the *store.LostError of the current generation once events
+	// it accepted could not be stored, nil otherwise; a Claim clears it.
+	Lost error
 	// notify is closed and cleared when Waits must look again; nil while
 	// nobody waits, so that a change with no waiter allocates nothing.
 	notify chan struct{}
@@ -96,6 +99,7 @@ func (im *Image) CheckLocked(op string, gen uint64) error {
 // It wakes the Waits.
 func (im *Image) ClaimLocked(rec store.Record) {
 	im.Rec = rec
+	im.Lost = nil
 	im.Floor, im.Bytes, im.Oldest = im.HWM+1, 0, time.Time{}
 	im.WakeLocked()
 }
@@ -109,6 +113,18 @@ func (im *Image) EndLocked(reason store.EndReason) {
 	im.WakeLocked()
 }
 
+// LoseLocked records that the current generation is lost with err (a
+// *store.LostError), unless it is already, and wakes the Waits. It reports
+// whether it recorded it.
+func (im *Image) LoseLocked(err error) bool {
+	if im.Lost != nil || im.Ended != nil {
+		return false
+	}
+	im.Lost = err
+	im.WakeLocked()
+	return true
+}
+
 // WakeLocked wakes every Wait on the session.
 func (im *Image) WakeLocked() {
 	if im.notify != nil {
@@ -119,7 +135,8 @@ func (im *Image) WakeLocked() {
 
 // Wait implements store.Log.Wait for the session: it blocks until HWM
 // exceeds after, the generation changes, Floor rises above after+1, the
-// session ends (it returns Ended), or ctx is done (ctx.Err()). A store that
+// session ends (it returns Ended), its generation is lost (it returns
+// Lost), or ctx is done (ctx.Err()). A store that
 // can close under a Wait gives closing, a channel it closes then, and the
 // error to return; a nil closing never fires.
 func (im *Image) Wait(ctx context.Context, after uint64, closing <-chan struct{}, closed func() error) error {
@@ -134,6 +151,10 @@ func (im *Image) Wait(ctx context.Context, after uint64, closing <-chan struct{}
 		case im.HWM > after || im.Floor > after+1 || im.Rec.Generation != gen:
 			im.Unlock()
 			return nil
+		case im.Lost != nil:
+			err := im.Lost
+			im.Unlock()
+			return err
 		}
 		if im.notify == nil {
 			im.notify = make(chan struct{})

@@ -1,0 +1,79 @@
+package durable_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/floodtest"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// TestDiskFullMidFlood (issue 11): the file system (a real tmpfs) fills up
+// while a tool floods progress notifications. The client receives only
+// stored events, every one of them (its last cursor is the stored
+// high-water mark), none twice and none skipped; the stream ends; resuming
+// it answers 409 generation_mismatch (the session continues at
+// generation+1, which Claim writes without growing the directory); a new
+// call answers 503 unavailable while the disk is full, and works once
+// space is back.
+func TestDiskFullMidFlood(t *testing.T) {
+	mnt := tmpfs(t, 48<<20)
+	const minFree = 8 << 20
+	s, err := durable.Open(filepath.Join(mnt, "data"), durable.Options{MinFreeBytes: minFree, SweepInterval: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{Store: nopClose{s}, Retention: eventlog.Options{Budget: -1}, Transport: transport.Options{Logger: quiet()}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	sess, err := (&mcptest.Client{URL: srv.URL, HTTP: srv.Client()}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var filler string
+	got := floodtest.Flood(t, sess, 200, func() { filler = fill(t, mnt, minFree-1<<20) })
+
+	b, err := s.Bounds(ctx, sess.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := floodtest.Contiguous(t, got, b.HWM)
+	if last.Sequence != b.HWM || last.Generation != 1 || b.Generation != 1 {
+		t.Fatalf("the client's last cursor is gen %d seq %d; the store holds gen %d up to %d: want every stored event delivered",
+			last.Generation, last.Sequence, b.Generation, b.HWM)
+	}
+	t.Logf("%d events delivered before the disk filled, the last at the stored HWM %d", len(got), b.HWM)
+
+	_, err = sess.Resume(ctx, last.String())
+	var se *mcptest.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
+		t.Fatalf("resume of the lost generation's stream = %v, want 409 generation_mismatch", err)
+	}
+	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != string(replay.ReasonUnavailable) {
+		t.Fatalf("a call on the full disk = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
+	}
+	os.Remove(filler)
+	st, err := sess.Call(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "back"}, nil))
+	if err != nil {
+		t.Fatalf("a call once space is back: %v", err)
+	}
+	if evs, err := st.Collect(); err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(4)) {
+		t.Fatalf("echo once space is back: %v, %v", evs, err)
+	}
+}

@@ -1,0 +1,437 @@
+package redis
+
+// This file holds the pipelined Append (issue 11): an append assigns the
+// sequences at once, queues the events and returns; one committer
+// goroutine per Store sends each session's queued events as one append
+// script call (one round trip, and with appendfsync always one fsync
+// inside Redis, for many events), the calls of all sessions pipelined in
+// one round trip, while producers append into the next batch. Readers read
+// Redis, which holds only what its scripts stored and replies to no reader
+// before its append-only file is written, so an event is visible only once
+// Redis acknowledged it. Fencing stays in the script: each call checks the
+// generation, and also that its first sequence is HWM+1, so no batch is
+// ever stored after a gap.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/pending"
+)
+
+// Bounds on one round trip, so that each stays well within
+// Options.Timeout however much is queued: at most maxCallEvents events or
+// maxCallBytes bytes per session's script call, and maxRoundTripBytes
+// over all the calls of a round trip; the rest waits for the next one.
+const (
+	maxCallEvents     = 512
+	maxCallBytes      = 1 << 20
+	maxRoundTripBytes = 4 << 20
+)
+
+// sessIdle is how long a session's pipeline state outlives its last
+// append; its next append after that learns the HWM from Redis again.
+const sessIdle = time.Minute
+
+// appendAtLua is the append script with one more check, first: ARGV's
+// last element is the sequence the caller assigned to the first event,
+// and anything but HWM+1 is refused with "gap" HWM.
+var appendAtLua = prelude + `
+local g = redis.call('HMGET', rec, 'gen', 'hwm')
+if g[1] and g[1] == ARGV[1] and tonumber(g[2]) + 1 ~= tonumber(ARGV[#ARGV]) then
+  return {'gap', g[2]}
+end
+` + strings.TrimPrefix(appendLua, prelude)
+
+// pipeline is the Store's pipelined append state.
+type pipeline struct {
+	script *goredis.Script
+	limits pending.Limits
+	onLost func(token string, gen uint64, err error)
+
+	mu    sync.Mutex
+	sess  map[string]*psess
+	dirty map[*psess]bool // sessions with queued events
+	kick  chan struct{}   // cap 1: the committer has work
+	done  chan struct{}   // closed when the committer has stopped
+}
+
+// psess is one session's pipeline state in this process.
+type psess struct {
+	token string
+	// wmu serializes the session's Appends, Claim and End in this process.
+	wmu sync.Mutex
+
+	// Guarded by pipeline.mu:
+	gen    uint64       // generation of next; 0: unknown
+	next   uint64       // highest sequence assigned
+	b      store.Bounds // bounds as Redis last reported them
+	queue  []store.Event
+	lost   *store.LostError
+	used   time.Time
+	lostCx context.Context // cancelled when the generation is lost
+	loseFn context.CancelFunc
+
+	pend pending.Count
+}
+
+func (p *pipeline) init(limits pending.Limits) {
+	p.script = goredis.NewScript(appendAtLua)
+	p.limits = limits.OrDefault()
+	p.sess = make(map[string]*psess)
+	p.dirty = make(map[*psess]bool)
+	p.kick = make(chan struct{}, 1)
+	p.done = make(chan struct{})
+}
+
+// get returns token's pipeline state, made when create is set (else nil).
+func (p *pipeline) get(token string, create bool) *psess {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := p.sess[token]
+	if ps == nil && create {
+		ps = &psess{token: token}
+		ps.lostCx, ps.loseFn = context.WithCancel(context.Background())
+		p.sess[token] = ps
+	}
+	return ps
+}
+
+// Append implements store.Log, pipelined (see the file's comment). A
+// session's first append in this process, or its first of a generation,
+// is stored before it returns, to learn the HWM. It waits while the
+// session's queued events exceed Options.MaxPendingEvents or
+// MaxPendingBytes.
+func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
+	p := &s.pl
+	var ps *psess
+	for {
+		ps = p.get(token, true)
+		ps.wmu.Lock()
+		p.mu.Lock()
+		current := p.sess[token] == ps
+		p.mu.Unlock()
+		if current {
+			break
+		}
+		ps.wmu.Unlock() // forgotten by a Claim or End meanwhile (barrier)
+	}
+	defer ps.wmu.Unlock()
+	p.mu.Lock()
+	known, lost := ps.gen == gen && ps.gen != 0, ps.lost
+	p.mu.Unlock()
+	if known && lost != nil {
+		return store.Bounds{}, lost
+	}
+	if !known {
+		return s.appendFirst(ctx, ps, gen, evs)
+	}
+	var bytes int64
+	for i := range evs {
+		bytes += evs[i].Size()
+	}
+	if err := ps.pend.Reserve(ctx, len(evs), bytes, p.limits); err != nil {
+		return store.Bounds{}, fmt.Errorf("redis store: append session %s gen %d: waiting for room: %w", store.Prefix(token), gen, err)
+	}
+	p.mu.Lock()
+	if ps.lost != nil { // lost while this append waited for room
+		lost := ps.lost
+		p.mu.Unlock()
+		ps.pend.Release(len(evs), bytes)
+		return store.Bounds{}, lost
+	}
+	if s.closing.Err() != nil {
+		p.mu.Unlock()
+		ps.pend.Release(len(evs), bytes)
+		return store.Bounds{}, fmt.Errorf("redis store: append session %s: %w: store closed", store.Prefix(token), store.ErrUnavailable)
+	}
+	for i := range evs {
+		e := &evs[i]
+		ps.next++
+		e.Seq, e.Generation = ps.next, gen
+		if e.Stream == store.NewStream {
+			e.Stream = e.Seq
+		}
+		ps.queue = append(ps.queue, *e)
+	}
+	ps.used = s.now()
+	p.dirty[ps] = true
+	out := ps.b
+	_, queued := ps.pend.Len()
+	out.HWM, out.Bytes = ps.next, out.Bytes+queued
+	if out.HWM >= out.Floor {
+		out.Events = int(out.HWM - out.Floor + 1)
+	}
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	return out, nil
+}
+
+// appendFirst stores evs at once (appendNow) after the session's queued
+// events, and makes its result the pipeline state of generation gen.
+func (s *Store) appendFirst(ctx context.Context, ps *psess, gen uint64, evs []store.Event) (store.Bounds, error) {
+	if err := ps.pend.Drain(ctx); err != nil {
+		return store.Bounds{}, err
+	}
+	b, err := s.appendNow(ctx, ps.token, gen, evs)
+	if err != nil {
+		return b, err
+	}
+	s.pl.mu.Lock()
+	ps.gen, ps.next, ps.b, ps.lost, ps.used = gen, b.HWM, b, nil, s.now()
+	if ps.loseFn != nil && ps.lostCx.Err() != nil {
+		ps.lostCx, ps.loseFn = context.WithCancel(context.Background())
+	}
+	s.pl.mu.Unlock()
+	return b, nil
+}
+
+// Sync implements store.Log.
+func (s *Store) Sync(ctx context.Context, token string) error {
+	if ps := s.pl.get(token, false); ps != nil {
+		if err := ps.pend.Drain(ctx); err != nil {
+			return err
+		}
+		s.pl.mu.Lock()
+		lost := ps.lost
+		s.pl.mu.Unlock()
+		if lost != nil {
+			return lost
+		}
+	}
+	_, err := s.Bounds(ctx, token)
+	return err
+}
+
+// NotifyLost implements store.LossNotifier.
+func (s *Store) NotifyLost(f func(token string, gen uint64, err error)) {
+	s.pl.mu.Lock()
+	s.pl.onLost = f
+	s.pl.mu.Unlock()
+}
+
+// barrier waits, for Claim and End, until token's queued events are
+// stored or lost, and holds the session's appends until the returned
+// function runs, which forgets the pipeline state: the next append learns
+// the new HWM and generation from Redis.
+func (s *Store) barrier(ctx context.Context, token string) func() {
+	ps := s.pl.get(token, false)
+	if ps == nil {
+		return func() {}
+	}
+	ps.wmu.Lock()
+	ps.pend.Drain(ctx)
+	return func() {
+		s.pl.mu.Lock()
+		ps.gen = 0
+		if s.pl.sess[token] == ps {
+			delete(s.pl.sess, token)
+		}
+		s.pl.mu.Unlock()
+		ps.wmu.Unlock()
+	}
+}
+
+// lostContext returns a context cancelled when generation gen of token is
+// lost in this process (never, when nothing is known of it), and the
+// *LostError then.
+func (s *Store) lostContext(token string, gen uint64) (context.Context, func() error) {
+	ps := s.pl.get(token, false)
+	if ps == nil {
+		return context.Background(), func() error { return nil }
+	}
+	s.pl.mu.Lock()
+	defer s.pl.mu.Unlock()
+	if ps.gen != gen {
+		return context.Background(), func() error { return nil }
+	}
+	return ps.lostCx, func() error {
+		s.pl.mu.Lock()
+		defer s.pl.mu.Unlock()
+		if ps.lost != nil {
+			return ps.lost
+		}
+		return nil
+	}
+}
+
+// batch is one session's part of a round trip.
+type batch struct {
+	ps  *psess
+	gen uint64
+	evs []store.Event
+	n   int
+	b   int64
+	cmd *goredis.Cmd
+}
+
+// commitLoop is the committer: it sends what is queued, one round trip
+// at a time, until the Store closes, then sends what is left.
+func (s *Store) commitLoop() {
+	defer close(s.pl.done)
+	sweep := time.NewTicker(sessIdle)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-s.pl.kick:
+			s.commitOnce()
+		case <-sweep.C:
+			s.sweepIdle()
+		case <-s.closing.Done():
+			s.commitOnce()
+			return
+		}
+	}
+}
+
+// commitOnce sends every session's queued events, one script call per
+// session, pipelined, and records the outcome; it repeats while more was
+// queued meanwhile.
+func (s *Store) commitOnce() {
+	for {
+		p := &s.pl
+		p.mu.Lock()
+		var bs []*batch
+		var total int64
+		for ps := range p.dirty {
+			if total >= maxRoundTripBytes {
+				break // the rest goes in the next round trip
+			}
+			if len(ps.queue) > 0 && ps.lost == nil {
+				b := &batch{ps: ps, gen: ps.gen}
+				for b.n < len(ps.queue) && b.n < maxCallEvents && b.b < maxCallBytes {
+					b.b += ps.queue[b.n].Size()
+					b.n++
+				}
+				b.evs = ps.queue[:b.n:b.n]
+				ps.queue = ps.queue[b.n:]
+				total += b.b
+				bs = append(bs, b)
+			}
+			if len(ps.queue) == 0 || ps.lost != nil {
+				ps.queue = nil
+				delete(p.dirty, ps)
+			}
+		}
+		p.mu.Unlock()
+		if len(bs) == 0 {
+			return
+		}
+		s.send(bs)
+	}
+}
+
+// send runs bs in one pipelined round trip and records each outcome.
+func (s *Store) send(bs []*batch) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	for _, b := range bs {
+		args := appendArgs(b.gen, s.acked(b.ps.token, b.gen), true, b.evs)
+		args = append(args, strconv.FormatUint(b.evs[0].Seq, 10))
+		b.cmd = s.pl.script.EvalSha(ctx, pipe, s.keys(b.ps.token).all(), args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && isNoScript(err) {
+		// Redis lost its script cache (a restart): load it and resend.
+		if lerr := s.pl.script.Load(ctx, s.rdb).Err(); lerr == nil {
+			pipe = s.rdb.Pipeline()
+			for _, b := range bs {
+				args := appendArgs(b.gen, s.acked(b.ps.token, b.gen), true, b.evs)
+				args = append(args, strconv.FormatUint(b.evs[0].Seq, 10))
+				b.cmd = s.pl.script.EvalSha(ctx, pipe, s.keys(b.ps.token).all(), args...)
+			}
+			_, err = pipe.Exec(ctx)
+		}
+	}
+	var lost []*store.LostError
+	for _, b := range bs {
+		if le := s.settle(ctx, b); le != nil {
+			lost = append(lost, le)
+		}
+	}
+	s.pl.mu.Lock()
+	f := s.pl.onLost
+	s.pl.mu.Unlock()
+	for _, le := range lost {
+		if f != nil {
+			f(le.Token, le.Generation, le)
+		}
+	}
+	for _, b := range bs {
+		b.ps.pend.Release(b.n, b.b)
+	}
+}
+
+// settle records b's outcome: the bounds Redis reported, or the loss of
+// its generation (then its later queued events are dropped).
+func (s *Store) settle(ctx context.Context, b *batch) *store.LostError {
+	reply, err := b.cmd.Slice()
+	var rest []any
+	if err == nil {
+		rest, err = status("append", b.ps.token, b.gen, reply)
+	} else {
+		err = fail(ctx, "append", b.ps.token, err)
+	}
+	if err == nil && str(at(reply, 0)) == "gap" {
+		err = fmt.Errorf("redis store: append session %s: %w: Redis holds HWM %s, the batch starts at %d", store.Prefix(b.ps.token), store.ErrUnavailable, str(at(reply, 1)), b.evs[0].Seq)
+	}
+	p := &s.pl
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := b.ps
+	if err == nil {
+		if ps.gen == b.gen {
+			ps.b = decBounds(rest)
+		}
+		return nil
+	}
+	if ps.gen != b.gen || ps.lost != nil {
+		return nil
+	}
+	ps.lost = &store.LostError{Token: ps.token, Generation: b.gen, Seq: b.evs[0].Seq, Err: err}
+	ps.loseFn()
+	dropped := ps.queue
+	ps.queue = nil
+	var bytes int64
+	for i := range dropped {
+		bytes += dropped[i].Size()
+	}
+	if len(dropped) > 0 {
+		// Released here, not by send: these events were never sent.
+		defer ps.pend.Release(len(dropped), bytes)
+	}
+	return ps.lost
+}
+
+// sweepIdle forgets the pipeline state of sessions with nothing queued
+// and no append for sessIdle.
+func (s *Store) sweepIdle() {
+	cutoff := s.now().Add(-sessIdle)
+	p := &s.pl
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tok, ps := range p.sess {
+		if len(ps.queue) == 0 && ps.used.Before(cutoff) && ps.wmu.TryLock() {
+			if n, _ := ps.pend.Len(); n == 0 {
+				ps.gen = 0
+				delete(p.sess, tok)
+			}
+			ps.wmu.Unlock()
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
