@@ -95,6 +95,7 @@ func (r *report) markdown() string {
 	r.tableG(&b)
 	r.ratios(&b)
 	r.gateway(&b)
+	r.storeRatios(&b)
 	r.goals(&b)
 	r.beforeAfter(&b)
 	if r.notes != "" {

@@ -94,6 +94,10 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 	for _, v := range variants {
 		out = append(out, serverSpec{name: v.name, role: roleTidemark, argv: tidemarkServe(v.args...),
 			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`"})
+		if tc.baselineBin != "" {
+			out = append(out, serverSpec{name: v.name + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin, v.args...),
+				label: "`tidemark serve " + strings.Join(v.args, " ") + "` built from the baseline commit (--baseline)"})
+		}
 	}
 	gosdk := serverSpec{name: "gosdk", role: rolePeer, argv: peer("gosdk"),
 		label: "go-sdk v1.8.0 StreamableHTTPHandler + MemoryEventStore (same internal/demo server)"}
