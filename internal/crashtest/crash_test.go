@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -35,7 +36,8 @@ type received struct {
 }
 
 // TestCrashConsistency runs `tidemark serve --data-dir` 50 times on one
-// directory. Each time 8 sessions (the same 8 tokens throughout) run an
+// directory (issue 11 asks for 20 kills during a progress flood on several
+// sessions; this does 50). Each time 8 sessions (the same 8 tokens throughout) run an
 // endless countdown with no delay, so every session appends as fast as
 // group commit allows; at a random moment (5 to 300 ms into the appends)
 // the server gets SIGKILL. The directory is then opened with the durable
@@ -43,16 +45,22 @@ type received struct {
 // that is gap-free from the replay floor to the high-water mark with every
 // event intact (decodable, of this generation), and every cursor any client
 // received at or below the stored high-water mark, naming the very event
-// the client got.
+// the client got; no event reached the client twice, and none of its
+// stream was skipped between the first and the last it received. After
+// each restart, the newest cursor of every session's previous run answers
+// 409 generation_mismatch.
 func TestCrashConsistency(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	var tokens []*mcptest.Session
+	var last []string // per session, the newest cursor its client received in the previous run
 	totalCursors := 0
 	start := time.Now()
+	var slowest time.Duration // the longest run, restart to check
 
 	for iter := range iterations {
+		began := time.Now()
 		p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "INFO")
 		url := testenv.ServeURL(t, p)
 		hc := &http.Client{Transport: &http.Transport{}}
@@ -66,6 +74,8 @@ func TestCrashConsistency(t *testing.T) {
 				}
 				tokens = append(tokens, s)
 			}
+		} else {
+			resumeOld(ctx, t, iter, client, tokens, last)
 		}
 		recv := make([]*received, sessions)
 		var wg sync.WaitGroup
@@ -107,8 +117,18 @@ func TestCrashConsistency(t *testing.T) {
 			t.FailNow()
 		}
 		totalCursors += check(t, dir, iter, tokens, recv)
+		slowest = max(slowest, time.Since(began))
+		last = make([]string, sessions)
+		for i, r := range recv {
+			for _, ev := range r.events {
+				if ev.HasID && ev.ID != "" {
+					last[i] = ev.ID
+				}
+			}
+		}
 	}
-	t.Logf("%d kill -9 runs, %d cursors checked against the stored logs, in %v", iterations, totalCursors, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d kill -9 runs, %d cursors checked against the stored logs, in %v (the slowest run %v)",
+		iterations, totalCursors, time.Since(start).Round(time.Millisecond), slowest.Round(time.Millisecond))
 }
 
 // check opens the data directory and verifies every session after run iter;
@@ -182,6 +202,7 @@ func check(t *testing.T, dir string, iter int, sessions []*mcptest.Session, recv
 		recv[i].mu.Lock()
 		got := recv[i].events
 		recv[i].mu.Unlock()
+		checkOnce(t, iter, i, got, stored)
 		for _, ev := range got {
 			if !ev.HasID || ev.ID == "" {
 				continue
@@ -213,4 +234,55 @@ func wireData(e store.Event) []byte {
 		return nil
 	}
 	return e.Data
+}
+
+// checkOnce fails unless the events a client received on one stream have
+// strictly increasing sequences (none twice) and include every stored event
+// of that stream between the first and the last received (none skipped).
+func checkOnce(t *testing.T, iter, i int, got []mcptest.Event, stored map[uint64]store.Event) {
+	t.Helper()
+	seen := map[uint64]bool{}
+	var first, prev, stream uint64
+	for _, ev := range got {
+		if !ev.HasID || ev.ID == "" {
+			continue
+		}
+		c, err := replay.Parse(ev.ID)
+		if err != nil {
+			t.Fatalf("iteration %d session %d: cursor %q: %v", iter, i, ev.ID, err)
+		}
+		if c.Sequence <= prev {
+			t.Fatalf("iteration %d session %d: cursor %s after sequence %d: delivered twice or out of order", iter, i, ev.ID, prev)
+		}
+		if first == 0 {
+			first, stream = c.Sequence, c.Stream
+		}
+		prev = c.Sequence
+		seen[c.Sequence] = true
+	}
+	for seq := first; seq <= prev && first > 0; seq++ {
+		if e, ok := stored[seq]; ok && e.Stream == stream && !seen[seq] {
+			t.Fatalf("iteration %d session %d: stored event %d of stream %d was skipped (received %d to %d)", iter, i, seq, stream, first, prev)
+		}
+	}
+}
+
+// resumeOld resumes, after a restart, each session's newest cursor of the
+// previous run: every one must answer 409 generation_mismatch.
+func resumeOld(ctx context.Context, t *testing.T, iter int, client *mcptest.Client, tokens []*mcptest.Session, last []string) {
+	t.Helper()
+	for i, s := range tokens {
+		if last[i] == "" {
+			continue
+		}
+		s.Client = client
+		st, err := s.Resume(ctx, last[i])
+		var se *mcptest.StatusError
+		if !errors.As(err, &se) || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
+			if st != nil {
+				st.Close()
+			}
+			t.Fatalf("iteration %d session %d: resume of %s after the restart = %v, want 409 generation_mismatch", iter, i, last[i], err)
+		}
+	}
 }
