@@ -113,9 +113,12 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 	l.mu.Unlock()
 
 	// The opening event carries the calls' ids, never sent to a client:
-	// they tell a later generation which requests the stream carried.
+	// they tell a later generation which requests the stream carried. It
+	// lingers: the calls' first messages follow it at once, and a
+	// pipelined store then stores it in their commit, so the stream's
+	// first write waits for one commit, not two in a row.
 	ids, data := encodeIDs(calls)
-	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry, Data: data}
+	ev := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Retry: retry, Data: data, Linger: true}
 	err := l.append(ctx, &ev)
 	l.mu.Lock()
 	if err != nil {

@@ -203,7 +203,20 @@ type Event struct {
 	// Data is the JSON-RPC message of a KindMessage event. Stores and readers
 	// must not modify it after Append.
 	Data []byte
+	// Linger tells a pipelined store that no connection waits for this
+	// event alone: it may hold the event back, for at most LingerMax (2 ms),
+	// so that it is stored in one commit with the session's next append,
+	// which follows it soon (a POST stream's opening event is followed by
+	// its call's answer). It changes when the event is stored, never its
+	// order or what is stored; Read does not report it.
+	Linger bool
 }
+
+// LingerMax is the longest a store holds back an event whose Event.Linger is
+// set before it stores it without the append that should follow: short
+// next to a call that has work to do, and long enough for a fast call's
+// answer to be appended (a few hundred microseconds on a loaded machine).
+const LingerMax = 2 * time.Millisecond
 
 // Size returns the number of bytes an event counts for in retention limits:
 // its Data plus a fixed 64-byte overhead for the other fields.

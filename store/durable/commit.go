@@ -28,6 +28,10 @@ type commitReq struct {
 	meta *sess
 }
 
+// lingers reports whether r is a pipelined append of events that may wait
+// for the session's next append (store.Event.Linger).
+func (r commitReq) lingers() bool { return r.app != nil && r.app.linger }
+
 // committer commits the batches of all sessions in groups, one fsync per
 // group (group commit).
 type committer struct {
@@ -35,6 +39,15 @@ type committer struct {
 	in   chan commitReq
 	quit chan struct{}
 	done chan struct{}
+	// held are the lingering appends set aside, in the order queued, each
+	// until its deadline or until its session appends again (hold).
+	held []heldReq
+}
+
+// heldReq is a lingering append the committer holds back until until.
+type heldReq struct {
+	r     commitReq
+	until time.Time
 }
 
 func newCommitter(s *Store) *committer {
@@ -80,23 +93,14 @@ func (c *committer) stop() {
 func (c *committer) run() {
 	defer close(c.done)
 	for {
-		var first commitReq
-		select {
-		case first = <-c.in:
-		case <-c.quit:
-			// Writers hold the store's close lock shared while they
-			// queue, so nothing is queued once Close holds it
-			// exclusively; the pipelined appends queued before are
-			// committed now.
-			for {
-				group := c.take(nil)
-				if len(group) == 0 {
-					return
-				}
-				c.commitGroup(group)
-			}
+		first, ok := c.wait()
+		if !ok {
+			return
 		}
-		group := []commitReq{first}
+		if first == nil {
+			continue // held appends came due, and are committed
+		}
+		group := []commitReq{*first}
 		if w := c.s.opts.CommitWindow; w > 0 {
 			t := time.NewTimer(w)
 		window:
@@ -110,8 +114,80 @@ func (c *committer) run() {
 			}
 			t.Stop()
 		}
-		c.commitGroup(c.take(group))
+		if group = c.hold(c.take(group), time.Now()); len(group) > 0 {
+			c.commitGroup(group)
+		}
 	}
+}
+
+// wait returns the next request queued. Meanwhile it commits the held
+// appends that come due (then it returns nil), and when the store closes
+// it commits everything queued or held and returns false.
+func (c *committer) wait() (*commitReq, bool) {
+	var due <-chan time.Time
+	if len(c.held) > 0 {
+		t := time.NewTimer(time.Until(c.held[0].until))
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case r := <-c.in:
+		return &r, true
+	case <-due:
+		c.commitGroup(c.hold(c.take(nil), time.Now()))
+		return nil, true
+	case <-c.quit:
+		// Writers hold the store's close lock shared while they queue,
+		// so nothing is queued once Close holds it exclusively; the
+		// pipelined appends queued before, and those held back, are
+		// committed now.
+		group := c.hold(nil, time.Now().Add(time.Duration(1<<62)))
+		for group = c.take(group); len(group) > 0; group = c.take(nil) {
+			c.commitGroup(group)
+		}
+		return nil, false
+	}
+}
+
+// hold returns what of group and of the held appends to commit now: the
+// held appends that are due at now or whose session has a request in
+// group that does not linger, before group's requests, then group's
+// requests except the lingering appends of sessions with nothing else in
+// it, which it holds back for Options.Linger. A session's requests keep
+// their order: its held appends go no later than its next request.
+func (c *committer) hold(group []commitReq, now time.Time) []commitReq {
+	urgent := make(map[*sess]bool)
+	for _, r := range group {
+		if r.app != nil && !r.lingers() {
+			urgent[r.app.ss] = true
+		}
+	}
+	var out []commitReq
+	keep := c.held[:0]
+	for _, h := range c.held {
+		if !h.until.After(now) || urgent[h.r.app.ss] {
+			urgent[h.r.app.ss] = true // its later lingering appends go too
+			out = append(out, h.r)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	linger := c.s.opts.Linger
+	if linger == 0 {
+		linger = store.LingerMax
+	}
+	for _, r := range group {
+		if linger > 0 && r.lingers() && !urgent[r.app.ss] {
+			keep = append(keep, heldReq{r: r, until: now.Add(linger)})
+			continue
+		}
+		out = append(out, r)
+	}
+	if len(keep) < len(c.held) {
+		clear(c.held[len(keep):]) // no reference to the released requests
+	}
+	c.held = keep
+	return out
 }
 
 // take adds to group what is queued, without waiting, up to maxGroup.

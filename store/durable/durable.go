@@ -172,6 +172,11 @@ type Options struct {
 	// SweepInterval is how often expired tombstones are deleted and idle
 	// inherited sessions ended. Default 1 minute; negative: never (tests).
 	SweepInterval time.Duration
+	// Linger is how long the committer holds back an append whose events
+	// all linger (store.Event.Linger: a POST stream's opening event) for
+	// the session's next append, so that both share one fsync. Default
+	// (zero) store.LingerMax, 2 ms; negative: never held back.
+	Linger time.Duration
 	// MaxPendingEvents bounds the events of one session that Append has
 	// accepted and the committer not yet stored; an Append beyond it
 	// waits (back-pressure), so a tool that floods faster than the disk

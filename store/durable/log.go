@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/internal/pending"
 )
 
 // Append implements store.Log, pipelined: it assigns the sequences, hands
@@ -59,7 +60,7 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		ss.Lock()
 		ss.next = first + uint64(len(evs)) - 1
 		ss.Unlock()
-		a := &appendReq{ss: ss, gen: gen, first: first, n: len(evs), bytes: added, oldest: evs[0].Time}
+		a := &appendReq{ss: ss, gen: gen, first: first, n: len(evs), bytes: added, oldest: evs[0].Time, linger: pending.Lingers(evs)}
 		if err := s.enqueue(commitReq{b: b, grows: true, app: a}); err != nil {
 			ss.Lock()
 			ss.next = first - 1

@@ -23,6 +23,7 @@ type appendReq struct {
 	n      int
 	bytes  int64
 	oldest time.Time // the Time of the first event
+	linger bool      // every event lingers (store.Event.Linger): the committer may hold it back
 }
 
 // pipelined is what one group does to the sessions it touches.

@@ -226,6 +226,7 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		if evs[i].Stream == store.NewStream {
 			evs[i].Stream = ss.HWM
 		}
+		evs[i].Linger = false // stored at once: nothing to hold back
 		ss.Bytes += evs[i].Size()
 	}
 	ss.events.push(evs)

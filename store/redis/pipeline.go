@@ -54,6 +54,7 @@ end
 type pipeline struct {
 	script *goredis.Script
 	limits pending.Limits
+	linger time.Duration // Options.Linger, defaulted; negative: none
 	onLost func(token string, gen uint64, err error)
 
 	mu    sync.Mutex
@@ -82,9 +83,13 @@ type psess struct {
 	pend pending.Count
 }
 
-func (p *pipeline) init(limits pending.Limits) {
+func (p *pipeline) init(limits pending.Limits, linger time.Duration) {
 	p.script = goredis.NewScript(appendAtLua)
 	p.limits = limits.OrDefault()
+	p.linger = linger
+	if linger == 0 {
+		p.linger = store.LingerMax
+	}
 	p.sess = make(map[string]*psess)
 	p.dirty = make(map[*psess]bool)
 	p.kick = make(chan struct{}, 1)
@@ -170,11 +175,22 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		out.Events = int(out.HWM - out.Floor + 1)
 	}
 	p.mu.Unlock()
+	if p.linger > 0 && pending.Lingers(evs) {
+		// Sent with the session's next append, or with any other
+		// session's round trip, or after Options.Linger.
+		time.AfterFunc(p.linger, p.wake)
+	} else {
+		p.wake()
+	}
+	return out, nil
+}
+
+// wake tells the committer that events are queued.
+func (p *pipeline) wake() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	return out, nil
 }
 
 // appendFirst stores evs at once (appendNow) after the session's queued

@@ -174,6 +174,13 @@ type Options struct {
 	// ErrUnavailable. Default (zero): DefaultTimeout, 5 s.
 	Timeout time.Duration
 
+	// Linger is how long an append whose events all linger
+	// (store.Event.Linger: a POST stream's opening event) waits for the
+	// session's next append, or another session's round trip, so that it
+	// shares their script call. Default (zero) store.LingerMax, 2 ms;
+	// negative: never held back.
+	Linger time.Duration
+
 	// MaxPendingEvents bounds the events of one session that Append has
 	// accepted and Redis not yet acknowledged (pipeline.go); an Append
 	// beyond it waits (back-pressure). Default (zero) 4096 events.
@@ -274,7 +281,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.wdb = ep.client(tuning{timeout: s.timeout, pool: s.maxWaits, ctxTimeout: false})
 
 	s.closing, s.close = context.WithCancel(context.Background())
-	s.pl.init(pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes})
+	s.pl.init(pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes}, opts.Linger)
 	go s.commitLoop()
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -2,13 +2,29 @@
 // accepted and not yet stored, and makes producers wait while they exceed
 // a bound (back-pressure, issue 11): a tool that produces faster than the
 // disk or Redis can store makes its own appends wait, so the process's
-// memory stays bounded. store/durable and store/redis share it.
+// memory stays bounded. It also says which accepted events may wait for
+// their session's next append (Lingers). store/durable and store/redis
+// share it.
 package pending
 
 import (
 	"context"
 	"sync"
+
+	"github.com/tidemark-mcp/tidemark/store"
 )
+
+// Lingers reports whether every event of evs may be held back, up to
+// store.LingerMax, to be stored with the session's next append
+// (store.Event.Linger).
+func Lingers(evs []store.Event) bool {
+	for i := range evs {
+		if !evs[i].Linger {
+			return false
+		}
+	}
+	return len(evs) > 0
+}
 
 // Defaults of Limits.
 const (
