@@ -164,6 +164,13 @@ func (sw *sseWriter) flushLocked(b []byte) error {
 	return sw.rc.Flush()
 }
 
+// wrote reports whether something was written: the status is sent.
+func (sw *sseWriter) wrote() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.started
+}
+
 // refuseUnstarted reports whether nothing was written yet, and then
 // refuses every later write, so that the caller may answer with a refusal
 // instead of 200 and a stream.

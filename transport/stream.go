@@ -99,6 +99,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 
 	var helpers sync.WaitGroup
 	defer helpers.Wait() // runs after cancel: no write after serve returns
+	reqCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	helpers.Add(1)
@@ -121,10 +122,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 		}
 		s.opening = nil
 		if err != nil {
-			if errors.Is(err, store.ErrLost) && sw.refuseUnstarted() {
-				// Not one event of the stream was stored: the request
-				// failed, and the client may send it again (generation+1).
-				return deliveryRefusal(l, err)
+			if ref := h.refuseUnstored(reqCtx, l, sw, err); ref != nil {
+				return ref
 			}
 			switch {
 			case h.shuttingDown():
@@ -143,6 +142,31 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			return nil
 		}
 	}
+}
+
+// refuseUnstored returns the refusal of a stream whose reader stopped
+// with err before anything was written, when its events could not be
+// stored (the store's *store.LostError, 503 unavailable; or the session's
+// end, 404): the request failed and the client may send it again. The
+// reader may stop with the loss itself, or first see the session's
+// generation dropped for it; the store's Sync tells which. It returns nil,
+// and the stream ends, when the client went away, the server shuts down,
+// something was written, or nothing was lost.
+func (h *Handler) refuseUnstored(reqCtx context.Context, l *session.Live, sw *sseWriter, err error) *refusal {
+	if reqCtx.Err() != nil || h.shuttingDown() || sw.wrote() {
+		return nil
+	}
+	if !errors.Is(err, store.ErrLost) {
+		ctx, cancel := context.WithTimeout(reqCtx, h.opts.WriteTimeout)
+		defer cancel()
+		if err = h.reg.Log().Sync(ctx, l.Token()); err == nil || ctx.Err() != nil {
+			return nil
+		}
+	}
+	if !sw.refuseUnstarted() {
+		return nil
+	}
+	return deliveryRefusal(l, err)
 }
 
 // start returns the position a new standalone stream's reader starts
