@@ -34,9 +34,9 @@ func TestSentinelFleet(t *testing.T) {
 	ss.WaitReady(1)
 	// A lease longer than the failover: the takeover tests cover lapsed leases.
 	f := newFleetOn(t, ss.URL(), 3, "--lease-ttl", "10s", "--lease-renew", "1s")
-	failover(t, f, func(string) bool { return true }, func(a, at4 string) {
+	failover(t, f, func(string) bool { return true }, func(a, busy, at4 string) {
 		primary.Kill()
-		unavailable(t, testCtx(t, 10*time.Second), f, 0, a, at4)
+		unavailable(t, testCtx(t, 10*time.Second), f, 0, busy, a, at4)
 		ss.WaitPrimary(replica.Addr())
 	})
 }
@@ -62,15 +62,16 @@ func TestClusterFleet(t *testing.T) {
 			}
 			return p == first
 		}
-		failover(t, f, on, func(string, string) { c.FailoverAndBack(first) })
+		failover(t, f, on, func(string, string, string) { c.FailoverAndBack(first) })
 	})
 }
 
 // failover runs the failover scenario of TestSentinelFleet on f: two
 // sessions for which on reports true run countdowns while disrupt
 // replaces the Redis primary that holds them.
-// disrupt gets the token of a third session, idle, and a cursor of it.
-func failover(t *testing.T, f *fleet, on func(token string) bool, disrupt func(idle, cursor string)) {
+// disrupt gets the token of a third session, idle, the token of one of
+// the two busy sessions, and a cursor of the idle one.
+func failover(t *testing.T, f *fleet, on func(token string) bool, disrupt func(idle, busy, cursor string)) {
 	ctx := testCtx(t, 90*time.Second)
 	l := newLedger(t)
 
@@ -99,7 +100,7 @@ func failover(t *testing.T, f *fleet, on func(token string) bool, disrupt func(i
 	}
 
 	disrupted := time.Now()
-	disrupt(a, at4)
+	disrupt(a, running[0], at4)
 	t.Logf("a replica was promoted %v after the disruption began", time.Since(disrupted).Round(time.Millisecond))
 	var got [][]mcptest.Event
 	for i, sr := range readers {

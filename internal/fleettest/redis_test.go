@@ -17,19 +17,24 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// unavailable checks that a POST and a resuming GET for token, sent to
-// replica i while Redis is down, are refused with 503 unavailable.
-func unavailable(t *testing.T, ctx context.Context, f *fleet, i int, token, cursor string) {
+// unavailable checks that a POST for posted and a resuming GET for
+// resumed, sent to replica i while Redis is down, are refused with 503
+// unavailable. The POST goes to a session that is not idle: the store
+// accepts an append before Redis acknowledges it, so a call on a replica
+// that has not yet seen the outage ends its session's generation (its
+// events could not be stored), as a running tool's does.
+func unavailable(t *testing.T, ctx context.Context, f *fleet, i int, posted, resumed, cursor string) {
 	t.Helper()
-	resp, err := f.on(i, token).Post(ctx, mcptest.ToolCall(90, "echo", map[string]any{"text": "outage"}, nil))
+	resp, err := f.on(i, posted).Post(ctx, mcptest.ToolCall(90, "echo", map[string]any{"text": "outage"}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantRefusal(t, mcptest.ReadStatusError(resp), http.StatusServiceUnavailable, "unavailable")
-	_, err = f.on(i, token).Resume(ctx, cursor)
+	_, err = f.on(i, resumed).Resume(ctx, cursor)
 	wantRefusal(t, err, http.StatusServiceUnavailable, "unavailable")
 }
 
@@ -75,7 +80,7 @@ func TestRedisRestart(t *testing.T) {
 	// to try to store events: that generation cannot go on without a gap.
 	time.Sleep(300 * time.Millisecond)
 	for _, i := range []int{0, 1} {
-		unavailable(t, ctx, f, i, a, at4)
+		unavailable(t, ctx, f, i, b, a, at4)
 		_, err := f.r[i].client.Initialize(ctx, "")
 		wantRefusal(t, err, http.StatusServiceUnavailable, "unavailable")
 	}
@@ -152,7 +157,7 @@ func TestRedisRestart(t *testing.T) {
 	if rec := f.record(b); rec.Owner != "r1" || rec.Generation != 2 {
 		t.Fatalf("record of b: owner %q gen %d, want r1 gen 2", rec.Owner, rec.Generation)
 	}
-	f.r[1].proc.WaitFor(t, `session=`+regexp.QuoteMeta(store.Prefix(b))+` generation=1 reason=unavailable`, time.Second)
+	f.r[1].proc.WaitFor(t, `session=`+regexp.QuoteMeta(store.Prefix(b))+` generation=1 reason=`+string(replay.ReasonGenerationLost), time.Second)
 }
 
 // TestRedisRestartWithoutPersistence: a Redis without persistence forgets

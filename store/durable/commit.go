@@ -211,6 +211,7 @@ func (c *committer) commitGroup(group []commitReq) {
 	for _, r := range group {
 		if r.grows {
 			lowErr = c.s.checkSpace()
+			c.s.low.Store(lowErr != nil)
 			break
 		}
 	}

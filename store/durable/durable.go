@@ -215,7 +215,12 @@ type Store struct {
 
 	total  atomic.Int64 // retained event bytes across sessions
 	groups atomic.Int64 // group commits (fsyncs) so far, for tests
-	bound  bound        // the sessions MaxBytes trims first, and its reports
+	// low is set while the last group that added data found the file
+	// system low on space: Append then checks the space itself and fails
+	// at once, losing nothing, instead of accepting events whose group
+	// would fail and lose their generation.
+	low   atomic.Bool
+	bound bound // the sessions MaxBytes trims first, and its reports
 
 	sweepStop chan struct{}
 	sweepDone chan struct{}

@@ -419,6 +419,11 @@ func TestDiskFull(t *testing.T) {
 	if _, err := s.Claim(ctx, "tok", "p", 1, time.Time{}); err != nil {
 		t.Fatalf("Claim on a full disk: %v", err)
 	}
+	// Once a group found the disk full, an append fails at once and
+	// loses nothing: generation 2 goes on at 101 once space is back.
+	if _, err := s.Append(ctx, "tok", 2, events(1, time.Now())); !errors.Is(err, durable.ErrNoSpace) || errors.Is(err, store.ErrLost) {
+		t.Fatalf("Append to generation 2 on a full disk = %v, want ErrNoSpace at once, not a loss", err)
+	}
 	if _, err := durable.Open(filepath.Join(mnt, "other"), durable.Options{MinFreeBytes: minFree, Logger: quiet()}); !errors.Is(err, durable.ErrNoSpace) || !strings.Contains(err.Error(), "free space on its file system") {
 		t.Fatalf("Open on a full file system = %v, want ErrNoSpace with advice", err)
 	}

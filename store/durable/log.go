@@ -21,7 +21,9 @@ import (
 // Besides the contract's errors it fails with a *store.LostError once a
 // group holding the generation's events could not be stored (the file
 // system low on space: its cause wraps both store.ErrUnavailable and
-// ErrNoSpace).
+// ErrNoSpace), and, while the last group that added data found the space
+// low and it still is, at once with an error wrapping both, appending
+// nothing (the generation goes on once space is back).
 func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
 	var out store.Bounds
 	err := s.fenced("append", token, gen, func(ss *sess) error {
@@ -30,6 +32,12 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		ss.Unlock()
 		if lost != nil {
 			return lost
+		}
+		if s.low.Load() {
+			if err := s.checkSpace(); err != nil {
+				return fmt.Errorf("durable store: append session %s gen %d: %w", store.Prefix(token), gen, err)
+			}
+			s.low.Store(false)
 		}
 		if len(evs) == 0 {
 			out = s.assignedBounds(ss)

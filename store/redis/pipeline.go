@@ -14,10 +14,12 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -55,6 +57,12 @@ type pipeline struct {
 	script *goredis.Script
 	limits pending.Limits
 	linger time.Duration // Options.Linger, defaulted; negative: none
+	// down is set while the last round trip to Redis failed: appends are
+	// then stored before they return (appendFirst), so that during an
+	// outage an append fails with ErrUnavailable and loses nothing,
+	// instead of being accepted and losing its generation. The first
+	// append that Redis stores clears it.
+	down   atomic.Bool
 	onLost func(token string, gen uint64, err error)
 
 	mu    sync.Mutex
@@ -135,7 +143,7 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 	if known && lost != nil {
 		return store.Bounds{}, lost
 	}
-	if !known {
+	if !known || p.down.Load() {
 		return s.appendFirst(ctx, ps, gen, evs)
 	}
 	var bytes int64
@@ -194,15 +202,29 @@ func (p *pipeline) wake() {
 }
 
 // appendFirst stores evs at once (appendNow) after the session's queued
-// events, and makes its result the pipeline state of generation gen.
+// events, and makes its result the pipeline state of generation gen. It
+// fails with the *store.LostError of gen when its queued events were lost.
 func (s *Store) appendFirst(ctx context.Context, ps *psess, gen uint64, evs []store.Event) (store.Bounds, error) {
 	if err := ps.pend.Drain(ctx); err != nil {
 		return store.Bounds{}, err
 	}
+	s.pl.mu.Lock()
+	lost := ps.lost
+	if ps.gen != gen {
+		lost = nil
+	}
+	s.pl.mu.Unlock()
+	if lost != nil {
+		return store.Bounds{}, lost
+	}
 	b, err := s.appendNow(ctx, ps.token, gen, evs)
 	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			s.pl.down.Store(true)
+		}
 		return b, err
 	}
+	s.pl.down.Store(false)
 	s.pl.mu.Lock()
 	ps.gen, ps.next, ps.b, ps.lost, ps.used = gen, b.HWM, b, nil, s.now()
 	if ps.loseFn != nil && ps.lostCx.Err() != nil {
@@ -370,6 +392,7 @@ func (s *Store) send(bs []*batch) {
 			_, err = pipe.Exec(ctx)
 		}
 	}
+	s.pl.down.Store(err != nil)
 	var lost []*store.LostError
 	for _, b := range bs {
 		if le := s.settle(ctx, b); le != nil {
