@@ -38,7 +38,8 @@ func (b *book) note(token string, ev store.Event) {
 }
 
 // stormOwner is the writer of one session, as a replica's registry is:
-// it appends one event at a time and, when an append fails, ends its
+// it appends one event at a time, counting it acknowledged once Sync
+// returns (as a connection waits for it), and, when that fails, ends its
 // generation: it checks that every event it had acknowledged is still
 // stored (nothing acknowledged lost), then claims generation+1.
 type stormOwner struct {
@@ -59,6 +60,11 @@ func (o *stormOwner) run(ctx context.Context) {
 		o.n++
 		evs := []store.Event{{Stream: 1, Kind: store.KindMessage, Data: []byte(fmt.Sprintf("%s-%d", o.token, o.n)), Time: epoch}}
 		_, err := o.st.Append(ctx, o.token, o.gen, evs)
+		if err == nil {
+			// Append only assigns the sequence (pipeline.go); the event
+			// is acknowledged once Sync reports it stored and replicated.
+			err = o.st.Sync(ctx, o.token)
+		}
 		if err == nil {
 			o.book.note(o.token, evs[0])
 			o.acked = append(o.acked, evs[0])
@@ -242,7 +248,7 @@ func openURL(t *testing.T, url string, opts redis.Options) *redis.Store {
 // acknowledged. Both sessions move to generation 2 with floor HWM+1 at
 // the replica's HWM, so the old cursors answer 409 and no cursor is
 // reused: the idle one by the replication-ID watch, the busy one by that
-// or by its next append, which fails as fenced.
+// or by its next append, whose batch fails as fenced.
 func TestSentinelFailoverLoss(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
@@ -261,6 +267,9 @@ func TestSentinelFailoverLoss(t *testing.T) {
 	for _, tok := range []string{"busy", "idle"} {
 		if b, err := w.Append(ctx, tok, 1, msgs("d", "e")); err != nil || b.HWM != 5 {
 			t.Fatalf("append before the failover: %+v, %v; want HWM 5", b, err)
+		}
+		if err := w.Sync(ctx, tok); err != nil {
+			t.Fatalf("sync before the failover: %v", err)
 		}
 	}
 	primary.Kill()
@@ -281,6 +290,11 @@ func TestSentinelFailoverLoss(t *testing.T) {
 	var fe *store.FencedError
 	for {
 		_, err := w.Append(ctx, "busy", 1, msgs("f"))
+		if err == nil {
+			// A pipelined append learns of the fencing when its batch
+			// is sent; Sync reports it.
+			err = w.Sync(ctx, "busy")
+		}
 		if errors.As(err, &fe) {
 			break
 		}

@@ -8,7 +8,8 @@ package redis
 // one round trip, while producers append into the next batch. Readers read
 // Redis, which holds only what its scripts stored and replies to no reader
 // before its append-only file is written, so an event is visible only once
-// Redis acknowledged it. Fencing stays in the script: each call checks the
+// Redis acknowledged it, and on a primary with replicas only once they
+// hold it and its publication (roundtrip.go). Fencing stays in the script: each call checks the
 // generation, and also that its first sequence is HWM+1, so no batch is
 // ever stored after a gap.
 
@@ -16,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,15 +42,21 @@ const (
 // append; its next append after that learns the HWM from Redis again.
 const sessIdle = time.Minute
 
-// appendAtLua is the append script with one more check, first: ARGV's
-// last element is the sequence the caller assigned to the first event,
-// and anything but HWM+1 is refused with "gap" HWM.
-var appendAtLua = prelude + `
-local g = redis.call('HMGET', rec, 'gen', 'hwm')
-if g[1] and g[1] == ARGV[1] and tonumber(g[2]) + 1 ~= tonumber(ARGV[#ARGV]) then
-  return {'gap', g[2]}
-end
-` + strings.TrimPrefix(appendLua, prelude)
+// appendAtLua is the append script with one more check, after the
+// generation and the failover guard (so that a primary that lost
+// acknowledged events moves the session to a new generation rather than
+// refusing the batch): ARGV's last element is the sequence the caller
+// assigned to the first event, and anything but HWM+1 is refused with
+// "gap" HWM.
+var appendAtLua = func() string {
+	const after = "if lost then return lost end\n"
+	if !strings.Contains(appendLua, after) {
+		panic("redis store: appendLua has no failover guard to place the gap check after")
+	}
+	return strings.Replace(appendLua, after, after+`local at = redis.call('HGET', rec, 'hwm')
+if tonumber(at) + 1 ~= tonumber(ARGV[#ARGV]) then return {'gap', at} end
+`, 1)
+}()
 
 // pipeline is the Store's pipelined append state.
 type pipeline struct {
@@ -310,7 +316,10 @@ type batch struct {
 	evs []store.Event
 	n   int
 	b   int64
-	cmd *goredis.Cmd
+	// Set by send: the bounds Redis reported (the reply after "ok"),
+	// or why the batch was not stored and acknowledged.
+	rest []any
+	err  error
 }
 
 // commitLoop is the committer: it sends what is queued, one round trip
@@ -369,61 +378,12 @@ func (s *Store) commitOnce() {
 	}
 }
 
-// send runs bs in one pipelined round trip and records each outcome.
-func (s *Store) send(bs []*batch) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	pipe := s.rdb.Pipeline()
-	for _, b := range bs {
-		args := appendArgs(b.gen, s.acked(b.ps.token, b.gen), true, b.evs)
-		args = append(args, strconv.FormatUint(b.evs[0].Seq, 10))
-		b.cmd = s.pl.script.EvalSha(ctx, pipe, s.keys(b.ps.token).all(), args...)
-	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && isNoScript(err) {
-		// Redis lost its script cache (a restart): load it and resend.
-		if lerr := s.pl.script.Load(ctx, s.rdb).Err(); lerr == nil {
-			pipe = s.rdb.Pipeline()
-			for _, b := range bs {
-				args := appendArgs(b.gen, s.acked(b.ps.token, b.gen), true, b.evs)
-				args = append(args, strconv.FormatUint(b.evs[0].Seq, 10))
-				b.cmd = s.pl.script.EvalSha(ctx, pipe, s.keys(b.ps.token).all(), args...)
-			}
-			_, err = pipe.Exec(ctx)
-		}
-	}
-	s.pl.down.Store(err != nil)
-	var lost []*store.LostError
-	for _, b := range bs {
-		if le := s.settle(ctx, b); le != nil {
-			lost = append(lost, le)
-		}
-	}
-	s.pl.mu.Lock()
-	f := s.pl.onLost
-	s.pl.mu.Unlock()
-	for _, le := range lost {
-		if f != nil {
-			f(le.Token, le.Generation, le)
-		}
-	}
-	for _, b := range bs {
-		b.ps.pend.Release(b.n, b.b)
-	}
-}
-
 // settle records b's outcome: the bounds Redis reported, or the loss of
 // its generation (then its later queued events are dropped).
-func (s *Store) settle(ctx context.Context, b *batch) *store.LostError {
-	reply, err := b.cmd.Slice()
-	var rest []any
-	if err == nil {
-		rest, err = status("append", b.ps.token, b.gen, reply)
-	} else {
-		err = fail(ctx, "append", b.ps.token, err)
-	}
-	if err == nil && str(at(reply, 0)) == "gap" {
-		err = fmt.Errorf("redis store: append session %s: %w: Redis holds HWM %s, the batch starts at %d", store.Prefix(b.ps.token), store.ErrUnavailable, str(at(reply, 1)), b.evs[0].Seq)
+func (s *Store) settle(b *batch) *store.LostError {
+	rest, err := b.rest, b.err
+	if endsWrites(err) {
+		s.marks.Delete(b.ps.token)
 	}
 	p := &s.pl
 	p.mu.Lock()
