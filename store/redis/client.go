@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -90,11 +91,15 @@ func (e endpoint) client(t tuning) goredis.UniversalClient {
 	switch e.kind {
 	case topoSentinel:
 		o := *e.failover
+		// go-redis appends discovered sentinels and nodes to these
+		// slices: each client needs an array of its own.
+		o.SentinelAddrs = slices.Clone(o.SentinelAddrs)
 		t.apply(&o.ClientName, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout,
 			nil, &o.ContextTimeoutEnabled, &o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		return goredis.NewFailoverClient(&o)
 	case topoCluster:
 		o := *e.cluster
+		o.Addrs = slices.Clone(o.Addrs)
 		t.apply(&o.ClientName, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout,
 			&o.MaintNotificationsConfig, &o.ContextTimeoutEnabled, &o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		return goredis.NewClusterClient(&o)
