@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,6 +334,51 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+	// Last: it moves a primary to where c.Primaries does not look.
+	t.Run("stale_slot_map", func(t *testing.T) { staleSlotMap(t, c) })
+}
+
+// staleSlotMap: a session's primary is replaced by a graceful CLUSTER
+// FAILOVER between two pipelined appends, so the store's slot map still
+// names the old primary, now a replica that answers MOVED (or a primary
+// whose ROLE is replica). Redis never ran that batch: it goes again to
+// the new primary and the session keeps its generation, with every event
+// stored once and in order, instead of losing generation 1.
+func staleSlotMap(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	w := openURL(t, c.URL(), redis.Options{})
+	create(t, w, "stale")
+	for _, data := range []string{"a", "b"} { // the first is stored at once, the second pipelined
+		if _, err := w.Append(ctx, "stale", 1, msgs(data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(ctx, "stale"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := c.PrimaryFor(redis.DefaultPrefix + "{stale}:rec")
+	second := c.ReplicaOf(p)
+	if err := second.Do("CLUSTER", "FAILOVER"); err != nil {
+		t.Fatalf("CLUSTER FAILOVER on %s: %v", second.Addr(), err)
+	}
+	second.WaitRole("master")
+	if b, err := w.Append(ctx, "stale", 1, msgs("c")); err != nil || b.HWM != 3 {
+		t.Fatalf("append after the failover: %+v, %v; want HWM 3", b, err)
+	}
+	if err := w.Sync(ctx, "stale"); err != nil {
+		t.Fatalf("sync after the failover: %v; want the batch sent again to the new primary", err)
+	}
+	evs, b, err := w.Read(ctx, "stale", 0, 10)
+	if err != nil || b.Generation != 1 || b.HWM != 3 {
+		t.Fatalf("bounds after the failover: %+v, %v; want generation 1, HWM 3", b, err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%d:%s", e.Seq, e.Data))
+	}
+	if want := []string{"1:a", "2:b", "3:c"}; !slices.Equal(got, want) {
+		t.Fatalf("events after the failover: %v, want %v", got, want)
+	}
 }
 
 // TestPublishReplicated: an acknowledged append is readable on the

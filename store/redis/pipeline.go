@@ -38,6 +38,20 @@ const (
 	maxRoundTripBytes = 4 << 20
 )
 
+// A batch that Redis never ran (unexecuted: the primary it went to was
+// replaced, or could not be reached) goes again in a later round trip, as
+// long as resendWindow has not passed since the session's first such
+// failure: a failover that is over by then costs no generation, while a
+// primary that stays down ends the generation about as soon as an
+// unpipelined append's 503 would. The committer pauses before each such
+// round trip, resendPause and then twice the pause before, so that a
+// store that stays down gets a few dials (go-redis's pool stops dialling
+// for up to a second after as many failed dials as it has connections).
+const (
+	resendPause  = 50 * time.Millisecond
+	resendWindow = time.Second
+)
+
 // sessIdle is how long a session's pipeline state outlives its last
 // append; its next append after that learns the HWM from Redis again.
 const sessIdle = time.Minute
@@ -70,6 +84,9 @@ type pipeline struct {
 	// append that Redis stores clears it.
 	down   atomic.Bool
 	onLost func(token string, gen uint64, err error)
+	// pause is the committer's next pause before a resend (resendPause);
+	// zero after a round trip that resent nothing. The committer's alone.
+	pause time.Duration
 
 	mu    sync.Mutex
 	sess  map[string]*psess
@@ -85,14 +102,17 @@ type psess struct {
 	wmu sync.Mutex
 
 	// Guarded by pipeline.mu:
-	gen    uint64       // generation of next; 0: unknown
-	next   uint64       // highest sequence assigned
-	b      store.Bounds // bounds as Redis last reported them
-	queue  []store.Event
-	lost   *store.LostError
-	used   time.Time
-	lostCx context.Context // cancelled when the generation is lost
-	loseFn context.CancelFunc
+	gen   uint64       // generation of next; 0: unknown
+	next  uint64       // highest sequence assigned
+	b     store.Bounds // bounds as Redis last reported them
+	queue []store.Event
+	lost  *store.LostError
+	used  time.Time
+	// resendBy is when a batch Redis never ran stops being sent again
+	// (resendWindow after the first); zero while none is waiting.
+	resendBy time.Time
+	lostCx   context.Context // cancelled when the generation is lost
+	loseFn   context.CancelFunc
 
 	pend pending.Count
 }
@@ -317,9 +337,13 @@ type batch struct {
 	n   int
 	b   int64
 	// Set by send: the bounds Redis reported (the reply after "ok"),
-	// or why the batch was not stored and acknowledged.
-	rest []any
-	err  error
+	// or why the batch was not stored and acknowledged, and whether
+	// Redis never ran its script (unexecuted).
+	rest   []any
+	err    error
+	unsent bool
+	// Set by settle: the batch is queued again (see resendWindow).
+	resend bool
 }
 
 // commitLoop is the committer: it sends what is queued, one round trip
@@ -392,10 +416,21 @@ func (s *Store) settle(b *batch) *store.LostError {
 	if err == nil {
 		if ps.gen == b.gen {
 			ps.b = decBounds(rest)
+			ps.resendBy = time.Time{}
 		}
 		return nil
 	}
 	if ps.gen != b.gen || ps.lost != nil {
+		return nil
+	}
+	if now := time.Now(); b.unsent && s.closing.Err() == nil && (ps.resendBy.IsZero() || now.Before(ps.resendBy)) {
+		if ps.resendBy.IsZero() {
+			ps.resendBy = now.Add(resendWindow)
+		}
+		q := make([]store.Event, 0, len(b.evs)+len(ps.queue))
+		ps.queue = append(append(q, b.evs...), ps.queue...)
+		p.dirty[ps] = true
+		b.resend = true
 		return nil
 	}
 	ps.lost = &store.LostError{Token: ps.token, Generation: b.gen, Seq: b.evs[0].Seq, Err: err}

@@ -15,8 +15,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -42,7 +45,7 @@ func (s *Store) send(bs []*batch) {
 	for _, b := range bs {
 		primary, err := primaryFor(ctx, s.rdb, s.keys(b.ps.token).rec)
 		if err != nil {
-			b.err, down = fail(ctx, "append", b.ps.token, err), true
+			b.err, b.unsent, down = fail(ctx, "append", b.ps.token, err), true, true
 			continue
 		}
 		groups[primary] = append(groups[primary], b)
@@ -64,10 +67,12 @@ func (s *Store) send(bs []*batch) {
 	}
 	s.pl.down.Store(down)
 	var lost []*store.LostError
+	resend := false
 	for _, b := range bs {
 		if le := s.settle(b); le != nil {
 			lost = append(lost, le)
 		}
+		resend = resend || b.resend
 	}
 	s.pl.mu.Lock()
 	f := s.pl.onLost
@@ -78,7 +83,22 @@ func (s *Store) send(bs []*batch) {
 		}
 	}
 	for _, b := range bs {
-		b.ps.pend.Release(b.n, b.b)
+		if !b.resend {
+			b.ps.pend.Release(b.n, b.b)
+		}
+	}
+	if !resend {
+		s.pl.pause = 0
+		return
+	}
+	// Give the slot map's reload (reroute) time to finish before the
+	// batches go again.
+	s.pl.pause = max(resendPause, 2*s.pl.pause)
+	t := time.NewTimer(s.pl.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing.Done():
 	}
 }
 
@@ -91,7 +111,7 @@ func (s *Store) sendTo(ctx context.Context, primary *goredis.Client, bs []*batch
 	n, err := s.repl.need(ctx, primary)
 	if err != nil {
 		for _, b := range bs {
-			b.err = fail(ctx, "append", b.ps.token, err)
+			b.err, b.unsent = fail(ctx, "append", b.ps.token, err), true
 		}
 		return false
 	}
@@ -106,6 +126,7 @@ func (s *Store) sendTo(ctx context.Context, primary *goredis.Client, bs []*batch
 	var pcalls []*call
 	for i, b := range bs {
 		if b.rest, b.err = s.outcome(ctx, b, calls[i], werr); b.err != nil {
+			b.unsent = calls[i].err != nil && unexecuted(calls[i].err)
 			continue
 		}
 		hwm := u64(str(at(b.rest, 6)))
@@ -193,4 +214,25 @@ func (s *Store) outcome(ctx context.Context, b *batch, c *call, werr error) ([]a
 		return nil, fail(ctx, "append", token, werr)
 	}
 	return rest, nil
+}
+
+// unexecuted reports whether err, a script call's error, means Redis
+// never ran the script: the connection could not be made, or the node
+// refused the command before running it because the slot is not served
+// there (MOVED, ASK, a replica's READONLY), the cluster is down
+// (CLUSTERDOWN), or the node is not ready (TRYAGAIN, LOADING,
+// MASTERDOWN). Such a call can be sent again, after the slot map is read
+// again, without storing an event twice. A timeout or a connection lost
+// after the command went out is not one of these: Redis may have run it.
+func unexecuted(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	for _, prefix := range []string{"MOVED ", "ASK ", "READONLY ", "CLUSTERDOWN ", "TRYAGAIN ", "LOADING ", "MASTERDOWN "} {
+		if goredis.HasErrorPrefix(err, strings.TrimSpace(prefix)) {
+			return true
+		}
+	}
+	return false
 }
