@@ -382,3 +382,76 @@ func TestUsageUnderConcurrency(t *testing.T) {
 		t.Fatalf("Usage = %d, want %d (the sum of the sessions' retained bytes)", got, want)
 	}
 }
+
+// flakyReads is a store whose Read fails with store.ErrUnavailable while
+// fail is above zero (each failure counts one down; -1: for ever), as a
+// Redis client does until it has read a failover's new topology.
+type flakyReads struct {
+	store.Log
+	mu    sync.Mutex
+	fail  int
+	reads int
+}
+
+func (f *flakyReads) Read(ctx context.Context, token string, after uint64, max int) ([]store.Event, store.Bounds, error) {
+	f.mu.Lock()
+	f.reads++
+	failing := f.fail != 0
+	if f.fail > 0 {
+		f.fail--
+	}
+	f.mu.Unlock()
+	if failing {
+		return nil, store.Bounds{}, fmt.Errorf("flaky: %w: MOVED 9679 127.0.0.1:7001", store.ErrUnavailable)
+	}
+	return f.Log.Read(ctx, token, after, max)
+}
+
+// TestReaderRetriesUnavailable: a read that fails with ErrUnavailable is
+// tried again, so the Reader returns the events once the store answers
+// (three failures, then the events, at the same position); a store that
+// keeps failing ends the Reader with its error after five reads, with
+// pauses of 50, 100, 200 and 400 ms between them; a lost generation
+// (ErrLost) ends it at once.
+func TestReaderRetriesUnavailable(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New(memory.Options{})
+	if err := st.Create(ctx, store.Record{Token: "s", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f := &flakyReads{Log: st, fail: 3}
+	log := eventlog.New(f, eventlog.Options{})
+	for _, d := range []string{"a", "b"} {
+		if err := log.Append(ctx, "s", 1, msg(1, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := log.NewReader("s", 1, 1, 0).Next(ctx)
+	if err != nil || fmt.Sprint(datas(evs)) != "[1:a 2:b]" || f.reads != 4 {
+		t.Fatalf("Next over three failed reads = %v, %v after %d reads; want [1:a 2:b] after 4", datas(evs), err, f.reads)
+	}
+
+	f.fail, f.reads = -1, 0
+	start := time.Now()
+	_, err = log.NewReader("s", 1, 1, 0).Next(ctx)
+	if took := time.Since(start); !errors.Is(err, store.ErrUnavailable) || f.reads != 5 || took < 750*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("Next on a store that keeps failing = %v after %d reads, %v; want ErrUnavailable after 5 reads, 750 ms of pauses", err, f.reads, took)
+	}
+
+	lost := &store.LostError{Token: "s", Generation: 1, Seq: 3, Err: store.ErrUnavailable}
+	log = eventlog.New(lostReads{st, lost}, eventlog.Options{})
+	start = time.Now()
+	if _, err := log.NewReader("s", 1, 1, 0).Next(ctx); !errors.Is(err, store.ErrLost) || time.Since(start) > 40*time.Millisecond {
+		t.Fatalf("Next on a lost generation = %v after %v; want ErrLost at once", err, time.Since(start))
+	}
+}
+
+// lostReads is a store whose every Read fails with err.
+type lostReads struct {
+	store.Log
+	err error
+}
+
+func (l lostReads) Read(context.Context, string, uint64, int) ([]store.Event, store.Bounds, error) {
+	return nil, store.Bounds{}, l.err
+}

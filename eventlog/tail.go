@@ -2,14 +2,30 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // readBatch is how many events a Reader asks the store for at once.
 const readBatch = 256
+
+// A read or wait that fails with store.ErrUnavailable is tried again,
+// after a pause that starts at readRetryPause and doubles, until
+// readRetryWindow has passed since the first failure: a read changes
+// nothing, and a store client that found its primary replaced (a Redis
+// failover) answers again once it has read the new topology, which would
+// otherwise end a stream that had events to come, or answer a POST with a
+// stream holding none. The pauses double so that a store that stays down
+// gets a few reads per stream (four), not one every pause: a client's
+// connection pool stops dialling for a while after many failed dials.
+const (
+	readRetryPause  = 50 * time.Millisecond
+	readRetryWindow = time.Second
+)
 
 // Reader tails one stream of one session: the events of that stream after a
 // position, first those already in the log (replay), then new ones as they
@@ -63,6 +79,7 @@ func (r *Reader) NextUpTo(ctx context.Context, limit uint64) ([]store.Event, err
 
 func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) {
 	st := r.log.st
+	var retry retryState
 	for {
 		var evs []store.Event
 		var b store.Bounds
@@ -73,8 +90,12 @@ func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) 
 			evs, b, err = st.Read(ctx, r.token, r.pos, readBatch)
 		}
 		if err != nil {
+			if retry.again(ctx, err) {
+				continue
+			}
 			return nil, fmt.Errorf("eventlog: read session %s stream %d after %d: %w", store.Prefix(r.token), r.stream, r.pos, err)
 		}
+		retry = retryState{}
 		if b.Generation != r.gen {
 			return nil, fmt.Errorf("%w: session %s gen %d is now gen %d", ErrGenerationChanged, store.Prefix(r.token), r.gen, b.Generation)
 		}
@@ -107,7 +128,42 @@ func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) 
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if retry.again(ctx, err) {
+				continue
+			}
 			return nil, fmt.Errorf("eventlog: wait session %s stream %d after %d: %w", store.Prefix(r.token), r.stream, r.pos, err)
 		}
+	}
+}
+
+// retryState is a Reader's retries since its last successful read.
+type retryState struct {
+	by    time.Time     // readRetryWindow after the first failure
+	pause time.Duration // the next pause
+}
+
+// again reports, after a pause, whether a read that failed with err is
+// to be tried again: err wraps store.ErrUnavailable but not store.ErrLost
+// (a generation that lost events is over), ctx is not done, and the
+// window that began at the first failure has not passed.
+func (r *retryState) again(ctx context.Context, err error) bool {
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLost) {
+		return false
+	}
+	now := time.Now()
+	if r.by.IsZero() {
+		r.by, r.pause = now.Add(readRetryWindow), readRetryPause
+	}
+	if !now.Add(r.pause).Before(r.by) {
+		return false
+	}
+	t := time.NewTimer(r.pause)
+	defer t.Stop()
+	r.pause *= 2
+	select {
+	case <-t.C:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
 	}
 }
