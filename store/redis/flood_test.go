@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
@@ -26,8 +27,9 @@ import (
 // notifications. The client receives only stored events (after Redis
 // restarts from its append-only file, its last cursor is at or below the
 // stored high-water mark), none twice and none skipped; the stream ends;
-// resuming answers 503 unavailable while Redis is down, and 409
-// generation_mismatch once it is back.
+// resuming answers 503 unavailable while Redis is down, and, once the
+// outage has outlasted the resend of the unstored batch (the generation
+// is lost), 409 generation_mismatch when Redis is back.
 func TestRedisKilledMidFlood(t *testing.T) {
 	testenv.NeedRedis(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
@@ -51,6 +53,16 @@ func TestRedisKilledMidFlood(t *testing.T) {
 		t.Fatalf("resume while Redis is down = %v, want 503 unavailable", err)
 	}
 
+	// A batch Redis never ran is sent again for up to a second
+	// (pipeline.go, resendWindow): the generation is lost only once the
+	// outage outlasts that.
+	lost := time.Now().Add(5 * time.Second)
+	for err := s.Sync(ctx, sess.Token); !errors.Is(err, store.ErrLost); err = s.Sync(ctx, sess.Token) {
+		if time.Now().After(lost) {
+			t.Fatalf("sync while Redis is down = %v after 5s, want the generation lost", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	srv.Restart()
 	recoverStore(t, s, sess.Token)
 	b, err := s.Bounds(ctx, sess.Token)
