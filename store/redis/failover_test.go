@@ -491,5 +491,6 @@ func replicaBehind(t *testing.T, primary *redistest.Server, filter faultproxy.Fi
 	t.Cleanup(func() { proxy.Close() })
 	replica := redistest.Start(t, redistest.Options{ReplicaOf: proxy.Addr()})
 	replica.WaitInSync()
+	primary.WaitReplicaListed(replica) // what the store counts (ROLE)
 	return replica
 }

@@ -36,6 +36,9 @@ func TestRoundTripWaitsOnce(t *testing.T) {
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary.Addr()})
 	replica.WaitInSync()
+	// The store counts the replicas the primary lists as online (ROLE),
+	// which can lag the replica's own view of its link.
+	primary.WaitReplicaListed(replica)
 	w := open(t, primary, redis.Options{})
 	const sessions, each = 8, 10
 	for i := range sessions {
