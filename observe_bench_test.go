@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ import (
 // BENCHMARKS.md gives observed ÷ off.
 func BenchmarkToolCalls(b *testing.B) {
 	quiet := slog.New(slog.DiscardHandler)
-	b.Run("off", func(b *testing.B) { benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}}) })
+	b.Run("off", func(b *testing.B) { benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}}, 0) })
 	b.Run("observed", func(b *testing.B) {
 		recv := otlptest.StartHTTP(b)
 		exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(recv.Endpoint+"/v1/traces"))
@@ -39,11 +40,13 @@ func BenchmarkToolCalls(b *testing.B) {
 		}
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 		defer tp.Shutdown(context.Background())
-		benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}, Registerer: prometheus.NewRegistry(), TracerProvider: tp})
+		benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}, Registerer: prometheus.NewRegistry(), TracerProvider: tp}, 0)
 	})
 }
 
-func benchCalls(b *testing.B, opts *tidemark.Options) {
+// benchCalls runs the calls of BenchmarkToolCalls on a handler with opts:
+// GOMAXPROCS sessions at once, or sessions when it is positive.
+func benchCalls(b *testing.B, opts *tidemark.Options, sessions int) {
 	h := tidemark.NewHandler(demo.NewServer(), opts)
 	defer h.Close()
 	srv := httptest.NewServer(h)
@@ -52,6 +55,9 @@ func benchCalls(b *testing.B, opts *tidemark.Options) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	cpu := cpuTime(b)
+	if sessions > 0 {
+		b.SetParallelism((sessions + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	}
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		sess, err := client.Initialize(ctx, "")

@@ -1,0 +1,33 @@
+// stores_bench_test.go measures tool calls on each store that runs in the
+// process (BENCHMARKS.md, issue 11).
+
+package tidemark_test
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// BenchmarkToolCallsByStore measures tools/call round trips as
+// BenchmarkToolCalls does (echo over loopback HTTP, client in the
+// process), from 16 sessions at once as the benchmark program's workload
+// (a) does, on the memory store and on the durable store in a temporary
+// directory: durable ÷ memory per call, without a second process's
+// scheduling in the figures.
+func BenchmarkToolCallsByStore(b *testing.B) {
+	quiet := slog.New(slog.DiscardHandler)
+	b.Run("memory", func(b *testing.B) {
+		benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}}, 16)
+	})
+	b.Run("durable", func(b *testing.B) {
+		st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchCalls(b, &tidemark.Options{Store: st, Transport: transport.Options{Logger: quiet}}, 16)
+	})
+}
