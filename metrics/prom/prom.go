@@ -71,7 +71,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}, []string{"reason"}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidemark_sessions_created_total",
-			Help: "Sessions created (initialize succeeded) by this process.",
+			Help: "Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).",
 		}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidemark_streams_open",

@@ -69,7 +69,7 @@ tidemark_streams_open{kind="standalone"} 0
 # HELP tidemark_sessions_live Sessions whose live state this process holds.
 # TYPE tidemark_sessions_live gauge
 tidemark_sessions_live 2
-# HELP tidemark_sessions_created_total Sessions created (initialize succeeded) by this process.
+# HELP tidemark_sessions_created_total Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).
 # TYPE tidemark_sessions_created_total counter
 tidemark_sessions_created_total 1
 # HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended).
