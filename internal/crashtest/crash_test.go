@@ -204,12 +204,9 @@ func check(t *testing.T, dir string, iter int, sessions []*mcptest.Session, recv
 		recv[i].mu.Unlock()
 		checkOnce(t, iter, i, got, stored)
 		for _, ev := range got {
-			if !ev.HasID || ev.ID == "" {
+			c, ok := cursorOf(t, iter, i, ev)
+			if !ok {
 				continue
-			}
-			c, err := replay.Parse(ev.ID)
-			if err != nil {
-				t.Fatalf("iteration %d session %d: cursor %q: %v", iter, i, ev.ID, err)
 			}
 			if c.Generation != rec.Generation || c.Sequence > b.HWM {
 				t.Fatalf("iteration %d session %d: client holds cursor %s (gen %d seq %d), stored gen %d HWM %d",
@@ -225,6 +222,20 @@ func check(t *testing.T, dir string, iter int, sessions []*mcptest.Session, recv
 		}
 	}
 	return checked
+}
+
+// cursorOf returns the cursor of ev, which session i's client received
+// in iteration iter, and false for an event without an id.
+func cursorOf(t *testing.T, iter, i int, ev mcptest.Event) (replay.Cursor, bool) {
+	t.Helper()
+	if !ev.HasID || ev.ID == "" {
+		return replay.Cursor{}, false
+	}
+	c, err := replay.Parse(ev.ID)
+	if err != nil {
+		t.Fatalf("iteration %d session %d: cursor %q: %v", iter, i, ev.ID, err)
+	}
+	return c, true
 }
 
 // wireData is the data a connection sends for e: its message, or nothing
@@ -244,12 +255,9 @@ func checkOnce(t *testing.T, iter, i int, got []mcptest.Event, stored map[uint64
 	seen := map[uint64]bool{}
 	var first, prev, stream uint64
 	for _, ev := range got {
-		if !ev.HasID || ev.ID == "" {
+		c, ok := cursorOf(t, iter, i, ev)
+		if !ok {
 			continue
-		}
-		c, err := replay.Parse(ev.ID)
-		if err != nil {
-			t.Fatalf("iteration %d session %d: cursor %q: %v", iter, i, ev.ID, err)
 		}
 		if c.Sequence <= prev {
 			t.Fatalf("iteration %d session %d: cursor %s after sequence %d: delivered twice or out of order", iter, i, ev.ID, prev)
