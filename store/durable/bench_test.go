@@ -256,3 +256,33 @@ func BenchmarkReadNearLargeEvents(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReadNewest measures a live reader's read: the newest two
+// events of a session that holds 1,000 (800 flushed to a table, 200
+// in the memtable): point lookups (readPoints), not an iterator.
+func BenchmarkReadNewest(b *testing.B) {
+	dir := b.TempDir()
+	s, err := durable.Open(dir, durable.Options{Logger: quiet(), SweepInterval: -1, MinFreeBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for _, tok := range []string{"a", "b", "c"} {
+		s.Create(ctx, rec(tok, "p", time.Now()))
+		s.Append(ctx, tok, 1, events(800, time.Now()))
+		s.Sync(ctx, tok)
+	}
+	s.Compact(ctx)
+	for _, tok := range []string{"a", "b", "c"} {
+		s.Append(ctx, tok, 1, events(200, time.Now()))
+		s.Sync(ctx, tok)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		evs, _, err := s.Read(ctx, "b", 998, 256)
+		if err != nil || len(evs) != 2 {
+			b.Fatal(len(evs), err)
+		}
+	}
+}

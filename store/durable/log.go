@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -191,6 +192,9 @@ func max1(a, b uint64) uint64 {
 // readRange reads up to want events from start on, stopping at the first
 // missing sequence.
 func (s *Store) readRange(token string, start uint64, want int) ([]store.Event, error) {
+	if want <= pointReads {
+		return s.readPoints(token, start, want)
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(token, start), UpperBound: eventKey(token, start+uint64(want))})
 	if err != nil {
 		return nil, fmt.Errorf("durable store: read session %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
@@ -352,4 +356,32 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 		return store.Bounds{}, err
 	}
 	return ss.Bounds()
+}
+
+// pointReads is the most events readRange reads by point lookups (Get)
+// instead of an iterator: a live reader usually asks for the one or two
+// events just stored, and a lookup costs less than setting up an
+// iterator and seeking it.
+const pointReads = 2
+
+// readPoints is readRange for want events or fewer, by point lookups. It
+// stops at the first sequence not found, as readRange does.
+func (s *Store) readPoints(token string, start uint64, want int) ([]store.Event, error) {
+	evs := make([]store.Event, 0, want)
+	for seq := start; len(evs) < want; seq++ {
+		v, closer, err := s.db.Get(eventKey(token, seq))
+		if errors.Is(err, pebble.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("durable store: read session %s event %d: %w: %v", store.Prefix(token), seq, store.ErrUnavailable, err)
+		}
+		e, err := decodeEvent(seq, v)
+		closer.Close()
+		if err != nil {
+			return nil, fmt.Errorf("durable store: read session %s event %d: %w: %v", store.Prefix(token), seq, ErrCorrupt, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, nil
 }
