@@ -4,11 +4,15 @@
 package tidemark_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/store/redis"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -25,6 +29,15 @@ func BenchmarkToolCallsByStore(b *testing.B) {
 	})
 	b.Run("durable", func(b *testing.B) {
 		st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchCalls(b, &tidemark.Options{Store: st, Transport: transport.Options{Logger: quiet}}, 16)
+	})
+	b.Run("redis", func(b *testing.B) {
+		testenv.NeedRedis(b)
+		srv := redistest.Start(b, redistest.Options{AppendOnly: true})
+		st, err := redis.New(context.Background(), redis.Options{URL: srv.URL()})
 		if err != nil {
 			b.Fatal(err)
 		}
