@@ -163,6 +163,37 @@ func BenchmarkRead10k(b *testing.B) {
 	}
 }
 
+// BenchmarkReadNewest: a live reader's read, the newest two of 1,000
+// events, one MULTI/EXEC (HMGET, GET, XRANGE).
+func BenchmarkReadNewest(b *testing.B) {
+	testenv.NeedRedis(b)
+	ctx := context.Background()
+	for _, be := range backends(b) {
+		b.Run(be.name, func(b *testing.B) {
+			s := be.open(b, redis.Options{})
+			tok := session(b, s)
+			evs := make([]store.Event, 1000)
+			for i := range evs {
+				evs[i] = event()[0]
+			}
+			if _, err := s.Append(ctx, tok, 1, evs); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Sync(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				evs, _, err := s.Read(ctx, tok, 998, 256)
+				if err != nil || len(evs) != 2 {
+					b.Fatalf("Read: %d events, %v", len(evs), err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkWaitWake: a reader blocked in Wait on one store (replica) and a
 // writer appending through another; ns/op is the time from the start of
 // the Append to the return of the Wait it wakes.
