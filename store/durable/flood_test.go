@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/eventlog"
@@ -75,5 +76,69 @@ func TestDiskFullMidFlood(t *testing.T) {
 	}
 	if evs, err := st.Collect(); err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(4)) {
 		t.Fatalf("echo once space is back: %v, %v", evs, err)
+	}
+}
+
+// TestRetentionDuringFloodKeepsBytes: a tool floods progress
+// notifications while retention (MaxEvents 1,000) trims after each append;
+// the trims run while the committer publishes the session's pipelined
+// appends. The session's byte count stays the size of the events it
+// retains, and the directory opens again after Close with that count.
+// (A trim wrote back the count it had read before a publication, losing
+// the published events' bytes: the count went below zero within a few
+// thousand events, and the next Open refused the directory as damaged:
+// "log meta floor 47061 hwm 57060 bytes -6610020 is inconsistent".)
+func TestRetentionDuringFloodKeepsBytes(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{Store: nopClose{s}, Retention: eventlog.Options{MaxEvents: 1000, Budget: -1}, Transport: transport.Options{Logger: quiet()}})
+	srv := httptest.NewServer(h)
+	sess, err := (&mcptest.Client{URL: srv.URL, HTTP: srv.Client()}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream may end early (the reader falls more than 1,000 events
+	// behind and its position is trimmed) while the tool goes on: the
+	// store's count is what is checked, once 4,000 events are stored.
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 1000000, "delay_ms": 0}, "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := s.Bounds(ctx, sess.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.HWM >= 4000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bounds after 30 s of flood: %+v, want 4,000 events appended", b)
+		}
+	}
+	st.Close()
+	srv.Close()
+	h.Close()
+	if err := s.Sync(ctx, sess.Token); err != nil {
+		t.Fatal(err)
+	}
+	evs, b, err := s.Read(ctx, sess.Token, 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, e := range evs {
+		size += e.Size()
+	}
+	if b.Bytes != size || b.HWM < 4000 || len(evs) != b.Events {
+		t.Fatalf("bounds after the flood: %+v; the log holds %d events of %d bytes (want at least 4,000 appended)", b, len(evs), size)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	if got, err := s.Bounds(ctx, sess.Token); err != nil || got.Bytes != size || got.HWM != b.HWM {
+		t.Fatalf("bounds after reopen: %+v, %v; want HWM %d and %d bytes", got, err, b.HWM, size)
 	}
 }

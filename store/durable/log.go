@@ -319,12 +319,37 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 		defer ss.Unlock()
 		return ss.BoundsLocked(), nil
 	}
-	n.bytes -= removed
+	// The committer may have published more of the session's events
+	// since m was read (publish does not take ss.wmu): the floor is set
+	// and the removed bytes taken off the image as it is now, never the
+	// image of m written back over those events.
 	ss.Lock()
-	ss.Floor, ss.Bytes, ss.Oldest = n.floor, n.bytes, n.oldest
+	ss.Floor = n.floor
+	ss.Bytes -= removed
+	oldestUnknown := false
+	switch {
+	case n.floor <= m.hwm:
+		ss.Oldest = n.oldest
+	case ss.HWM < n.floor:
+		ss.Oldest = time.Time{} // empty; the next publication sets it
+	default:
+		oldestUnknown = true // every event of m went, and newer ones came
+	}
 	ss.WakeLocked()
 	out := ss.BoundsLocked()
 	ss.Unlock()
+	if oldestUnknown {
+		if v, closer, err := s.db.Get(eventKey(token, n.floor)); err == nil {
+			t := eventTime(v)
+			closer.Close()
+			ss.Lock()
+			if ss.Floor == n.floor {
+				ss.Oldest = t
+			}
+			out.Oldest = ss.Oldest
+			ss.Unlock()
+		}
+	}
 	s.total.Add(-removed)
 	s.requeue(ss)
 
