@@ -135,7 +135,7 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 		if reason == replay.ReasonUnavailable || reason == replay.ReasonGenerationLost {
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it, and the line says so.
-			msg = "live state dropped: an event could not be stored, so this generation ends; the next request re-creates the session at generation+1"
+			msg = "live state dropped: an event was not stored, or not confirmed stored, so this generation ends; the next request re-creates the session at generation+1"
 		}
 		l.logger.Warn(msg, "reason", reason, "error", err)
 	}

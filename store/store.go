@@ -46,11 +46,13 @@ var (
 	// come back; a read that meets the gap fails with it.
 	ErrLogLost = errors.New("event log lost")
 	// ErrLost: events of the session's current generation were accepted
-	// by Append (their sequences assigned) and then could not be stored.
+	// by Append (their sequences assigned) and then could not be stored,
+	// or their write's outcome is unknown (Redis went away after the
+	// write was sent: it may hold them, but no reader will ever see them).
 	// That generation is over: it can store nothing more, and only a
 	// Claim of the next generation (or End) leaves it. The returned error
 	// is a *LostError.
-	ErrLost = errors.New("generation lost: accepted events could not be stored")
+	ErrLost = errors.New("generation lost: accepted events were not stored, or not confirmed stored")
 )
 
 // LostError is returned, wrapping ErrLost and the error that kept the
@@ -62,7 +64,7 @@ type LostError struct {
 	Generation uint64
 	// Seq is the lowest sequence that was assigned and not stored.
 	Seq uint64
-	// Err is why the events could not be stored.
+	// Err is why the events were not stored or not confirmed stored.
 	Err error
 }
 
