@@ -114,10 +114,23 @@ func decodeMeta(b []byte) (meta, error) {
 	if ns := int64(binary.BigEndian.Uint64(b[24:])); ns != 0 {
 		m.oldest = time.Unix(0, ns)
 	}
-	if m.floor == 0 || m.floor > m.hwm+1 || m.bytes < 0 {
+	if m.floor == 0 || m.floor > m.hwm+1 {
 		return meta{}, fmt.Errorf("log meta floor %d hwm %d bytes %d is inconsistent", m.floor, m.hwm, m.bytes)
 	}
 	return m, nil
+}
+
+// errBadCount is a log meta's byte count below zero (or of events where
+// there are none): the events are there, and load counts them again.
+var errBadCount = errors.New("byte count inconsistent with the log")
+
+// checkCount returns errBadCount when m's byte count cannot be its
+// events' (below zero, or not zero for an empty log).
+func (m meta) checkCount() error {
+	if m.bytes < 0 || m.hwm < m.floor && m.bytes != 0 {
+		return errBadCount
+	}
+	return nil
 }
 
 // Event value: a fixed header, then Data.

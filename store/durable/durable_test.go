@@ -1,6 +1,7 @@
 package durable_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -653,5 +654,45 @@ func TestGroupCommit(t *testing.T) {
 	wg.Wait()
 	if g := s.Groups() - before; g > sessions*per/2 {
 		t.Fatalf("%d appends from %d sessions took %d fsyncs; want at most %d (grouped)", sessions*per, sessions, g, sessions*per/2)
+	}
+}
+
+// TestBadByteCountRecounted: a session whose log meta holds a byte count
+// below zero (what a trim racing the committer wrote before its fix) is
+// counted again from its events at Open, with a WARN line; the directory
+// opens, that session and the others are whole.
+func TestBadByteCountRecounted(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	for _, tok := range []string{"bad", "good"} {
+		if err := s.Create(ctx, rec(tok, "p", time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, tok, 1, events(10, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := s.Bounds(ctx, "bad")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable.SetMetaBytes(dir, "bad", -6610020); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s = open(t, dir, durable.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer s.Close()
+	for _, tok := range []string{"bad", "good"} {
+		b, err := s.Bounds(ctx, tok)
+		if err != nil || b.Bytes != want.Bytes || b.HWM != 10 || want.Bytes != 10*events(1, time.Now())[0].Size() {
+			t.Fatalf("%s after reopen: %+v, %v; want %d bytes, HWM 10", tok, b, err, want.Bytes)
+		}
+	}
+	if line := logs.String(); !strings.Contains(line, "level=WARN") || !strings.Contains(line, "bytes_stored=-6610020") ||
+		!strings.Contains(line, fmt.Sprintf("bytes_counted=%d", want.Bytes)) || !strings.Contains(line, "session=bad") {
+		t.Fatalf("log: %s; want a WARN line with the stored and counted bytes", line)
 	}
 }

@@ -279,6 +279,18 @@ func (s *Store) load() error {
 		if err != nil {
 			return fmt.Errorf("session %s: %w", store.Prefix(token), err)
 		}
+		if err := m.checkCount(); err != nil {
+			// A count, unlike the events, can be rebuilt: the session
+			// is kept, with its events counted again, rather than the
+			// whole directory refused.
+			bad := m.bytes
+			if m.bytes, err = s.countBytes(token, m); err != nil {
+				return fmt.Errorf("session %s: counting the bytes of events %d to %d: %w", store.Prefix(token), m.floor, m.hwm, err)
+			}
+			s.logger.Warn("durable store: a session's byte count was inconsistent; counted again from its events",
+				"session", store.Prefix(token), "floor", m.floor, "hwm", m.hwm, "bytes_stored", bad, "bytes_counted", m.bytes,
+				"reason", replay.ReasonStoreError)
+		}
 		ss.Floor, ss.HWM, ss.Bytes, ss.Oldest = m.floor, m.hwm, m.bytes, m.oldest
 		total += m.bytes
 		s.requeue(ss)
@@ -296,6 +308,28 @@ func (s *Store) load() error {
 	}
 	s.total.Store(total)
 	return nil
+}
+
+// countBytes returns the store.Event.Size total of token's events from
+// m.floor to m.hwm as stored.
+func (s *Store) countBytes(token string, m meta) (int64, error) {
+	if m.hwm < m.floor {
+		return 0, nil
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(token, m.floor), UpperBound: eventKey(token, m.hwm+1)})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return 0, err
+		}
+		n += eventSize(v)
+	}
+	return n, it.Close()
 }
 
 // Close stops the sweeper and the committer, waits for the writes in
