@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -148,7 +149,22 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.Re
 		},
 		Transport:     h.fwd,
 		FlushInterval: -1, // SSE: every event reaches the client as it comes
-		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ModifyResponse: func(resp *http.Response) error {
+			// An owner writes at least a keep-alive comment on an idle
+			// stream every 1.5 KeepAlive; one that sends nothing for
+			// twice that is stopped or cut off (its lease may have been
+			// taken over meanwhile): the stream ends, and the client's
+			// resume finds out where the session went.
+			if idle := 2 * h.opts.KeepAlive; idle > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				resp.Body = newIdleBody(resp.Body, idle, func() {
+					logger.Warn("the owner sent nothing on a forwarded stream for twice the keep-alive interval; the stream ends and the client resumes",
+						"reason", replay.ReasonOwnerUnreachable, "idle", idle)
+					cancel()
+				})
+			}
+			return nil
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		// Called before anything is written to w.
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
 			var de *dialError
@@ -169,4 +185,29 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.Re
 	logger.Debug("forwarding request", "method", r.Method)
 	proxy.ServeHTTP(w, r.WithContext(ctx))
 	return ref, unreachable
+}
+
+// idleBody is a forwarded SSE response body that calls stalled when no
+// byte has come for idle.
+type idleBody struct {
+	io.ReadCloser
+	idle time.Duration
+	t    *time.Timer
+}
+
+func newIdleBody(rc io.ReadCloser, idle time.Duration, stalled func()) *idleBody {
+	return &idleBody{ReadCloser: rc, idle: idle, t: time.AfterFunc(idle, stalled)}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.t.Reset(b.idle)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.t.Stop()
+	return b.ReadCloser.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,43 @@ func TestForwardOwnerUnreachable(t *testing.T) {
 	_, err = onB.Resume(ctx, "x")
 	if se, ok := mcptest.AsStatusError(err); !ok || se.Status != http.StatusServiceUnavailable || se.Reason() != replay.ReasonUnavailable.String() {
 		t.Fatalf("with the directory unavailable: %v, want 503 unavailable", err)
+	}
+}
+
+// TestForwardOwnerStalls: an owner that sends a forwarded stream's first
+// event and then nothing at all (stopped with SIGSTOP, or cut off; a live
+// owner writes a keep-alive comment at least every 1.5 KeepAlive) no
+// longer holds the client: the forwarding replica ends the stream after
+// twice its KeepAlive without a byte, and the client resumes.
+func TestForwardOwnerStalls(t *testing.T) {
+	ctx := testContext(t)
+	dir := &directory{urls: map[string]string{}}
+	st := memory.New(memory.Options{})
+	a := newStack(t, nil, &tidemark.Options{Store: st, Sessions: session.Options{Owner: "a", Lease: time.Minute}, Transport: transport.Options{Directory: dir}}, nil)
+	const keepAlive = 100 * time.Millisecond
+	b := newStack(t, nil, &tidemark.Options{Store: st, Sessions: session.Options{Owner: "b", Lease: time.Minute}, Transport: transport.Options{Directory: dir, KeepAlive: keepAlive}}, nil)
+	dir.set("b", b.srv.URL)
+	s := a.initialize(t, ctx, "2025-11-25")
+	release := make(chan struct{})
+	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "id: x-1-2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n")
+		w.(http.Flusher).Flush()
+		<-release // then nothing, as a stopped process
+	}))
+	defer stalled.Close()
+	defer close(release)
+	dir.set("a", stalled.URL)
+
+	st2, err := b.client.SessionFor(s.Token, s.ProtocolVersion).Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	evs, _ := st2.Collect()
+	if took := time.Since(start); len(evs) != 1 || evs[0].ID != "x-1-2" || took < 2*keepAlive || took > 2*time.Second {
+		t.Fatalf("forwarded stream of a stalled owner: %d events %v, ended after %v; want its one event, then the end after about %v",
+			len(evs), evs, took, 2*keepAlive)
 	}
 }
