@@ -95,6 +95,23 @@ func (b *timedBody) Read(p []byte) (int, error) {
 // isBodyTimeout reports whether err is a body read that timed out.
 func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
+// discardBody reads and drops a request body of at most MaxBodyBytes,
+// within BodyTimeout, before a refusal that does not look at it (508
+// loop_detected). The refusal then goes out on a connection whose request
+// was read to its end: a server that closes a connection with request bytes
+// still unread makes the kernel reset it, which can destroy the refusal on
+// its way to a sender still writing the body (a gateway streaming it,
+// whose proxy then reports "use of closed network connection" and passes
+// on a 508 without its body). A larger body, or one that does not come in
+// time, is left as it is (the connection closes).
+func (h *Handler) discardBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > h.opts.MaxBodyBytes {
+		return
+	}
+	bodyWithTimeout(w, r, h.opts.BodyTimeout)
+	io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+}
+
 // closeUntilBodyRead marks the response Connection: close when the request
 // declares a body (Content-Length other than 0, or chunked); a timedBody
 // read to its end lifts the mark. A refusal made before the body is read

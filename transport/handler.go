@@ -88,6 +88,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     any other answers 405 method_not_allowed.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	if ref := checkLoop(r); ref != nil {
+		h.discardBody(w, r)
 		return ref
 	}
 	if ref := checkOriginAndHost(r, &h.opts); ref != nil {
