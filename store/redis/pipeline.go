@@ -465,7 +465,3 @@ func (s *Store) sweepIdle() {
 		}
 	}
 }
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}

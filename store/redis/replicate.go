@@ -12,6 +12,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -147,7 +148,8 @@ func (s *Store) replicas(ctx context.Context, op, token string) (*goredis.Client
 	return primary, n, nil
 }
 
-// runOn runs a write script on primary, followed by WAIT n unless n is 0.
+// runOn runs a write script on primary, followed by WAIT n unless n is 0,
+// as a round trip of one call (roundTrip).
 // When fewer than n replicas acknowledge within
 // Options.ReplicationTimeout the call fails with an error wrapping
 // store.ErrUnavailable: the write happened on the primary but is not
@@ -157,40 +159,22 @@ func (s *Store) runOn(ctx context.Context, primary *goredis.Client, n int, sc *g
 	if n == 0 {
 		return s.run(ctx, sc, op, token, gen, args...)
 	}
-	keys := s.keys(token).all()
-	for attempt := 0; ; attempt++ {
-		var ev *goredis.Cmd
-		var wait *goredis.Cmd
-		_, _ = primary.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			ev = sc.EvalSha(ctx, p, keys, args...)
-			wait = p.Do(ctx, "WAIT", n, s.repl.timeout.Milliseconds())
-			return nil
-		})
-		reply, err := ev.Slice()
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := sc.Load(ctx, primary).Err(); err != nil {
-				return nil, fail(ctx, op, token, err)
-			}
-			continue
-		}
-		if err != nil {
-			s.reroute(ctx)
-			return nil, fail(ctx, op, token, err)
-		}
-		rest, err := status(op, token, gen, reply)
-		if err != nil {
-			return nil, err
-		}
-		acks, err := wait.Int64()
-		if err != nil {
-			return nil, fail(ctx, op, token, err)
-		}
-		if int(acks) < n {
-			return nil, fmt.Errorf("redis store: %s session %s: %w: replicated to %d of %d replicas within %v",
-				op, store.Prefix(token), store.ErrUnavailable, acks, n, s.repl.timeout)
-		}
-		return rest, nil
+	c := &call{keys: s.keys(token).all(), args: args}
+	werr := s.roundTrip(ctx, primary, n, sc, []*call{c})
+	if c.err != nil {
+		s.reroute(ctx)
+		return nil, fail(ctx, op, token, c.err)
 	}
+	rest, err := status(op, token, gen, c.reply)
+	switch {
+	case err != nil:
+		return nil, err
+	case errors.Is(werr, store.ErrUnavailable):
+		return nil, fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), werr)
+	case werr != nil:
+		return nil, fail(ctx, op, token, werr)
+	}
+	return rest, nil
 }
 
 // reroute makes a Cluster client read the slot map again after a command

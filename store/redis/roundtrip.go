@@ -166,7 +166,7 @@ func (s *Store) roundTrip(ctx context.Context, primary *goredis.Client, n int, s
 			}
 			return nil
 		})
-		if isNoScript(err) && attempt == 0 {
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 			if lerr := sc.Load(ctx, primary).Err(); lerr == nil {
 				continue
 			}
