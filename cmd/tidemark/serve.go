@@ -270,7 +270,8 @@ func (b *backing) close() {
 
 // openStore opens the store the flags choose (--data-dir, --redis, or the
 // memory store) and sets the process's memory limit from what remains in
-// this process's memory (setMemoryLimit). Its errors name the flag at
+// this process's memory (setMemoryLimit), and the floor under the
+// collector's heap goal (setHeapFloor). Its errors name the flag at
 // fault.
 func (c *serveConfig) openStore(logger *slog.Logger) (*backing, error) {
 	b := &backing{attrs: []any{"store", "memory"}}
@@ -294,7 +295,7 @@ func (c *serveConfig) openStore(logger *slog.Logger) (*backing, error) {
 		b.attrs = []any{"store", "redis", "replica", c.fleet.replicaID}
 		c.budget = -1 // Redis is not this process's memory
 	}
-	b.attrs = append(b.attrs, "memory_limit", setMemoryLimit(c.budget, b.st == nil))
+	b.attrs = append(b.attrs, "memory_limit", setMemoryLimit(c.budget, b.st == nil), "heap_floor", setHeapFloor(b.st == nil))
 	return b, nil
 }
 
