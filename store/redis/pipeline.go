@@ -113,6 +113,10 @@ type psess struct {
 	resendBy time.Time
 	lostCx   context.Context // cancelled when the generation is lost
 	loseFn   context.CancelFunc
+	// settled, made by a Wait that waits for this process's own queued
+	// events (waitQueued), is closed (and cleared) when a round trip
+	// settles a batch of the session, or its pipeline state is forgotten.
+	settled chan struct{}
 
 	pend pending.Count
 }
@@ -298,6 +302,7 @@ func (s *Store) barrier(ctx context.Context, token string) func() {
 	return func() {
 		s.pl.mu.Lock()
 		ps.gen = 0
+		ps.signal()
 		if s.pl.sess[token] == ps {
 			delete(s.pl.sess, token)
 		}
@@ -413,6 +418,7 @@ func (s *Store) settle(b *batch) *store.LostError {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := b.ps
+	defer ps.signal()
 	if err == nil {
 		if ps.gen == b.gen {
 			ps.b = decBounds(rest)
@@ -459,9 +465,70 @@ func (s *Store) sweepIdle() {
 		if len(ps.queue) == 0 && ps.used.Before(cutoff) && ps.wmu.TryLock() {
 			if n, _ := ps.pend.Len(); n == 0 {
 				ps.gen = 0
+				ps.signal()
 				delete(p.sess, tok)
 			}
 			ps.wmu.Unlock()
+		}
+	}
+}
+
+// signal wakes the Waits that wait for ps's queued events (waitQueued).
+// The caller holds pipeline.mu.
+func (ps *psess) signal() {
+	if ps.settled != nil {
+		close(ps.settled)
+		ps.settled = nil
+	}
+}
+
+// waitQueued is Wait for a session to which this process has appended
+// events above after that are not visible yet: their round trip, not
+// Redis, says when they are, so it waits for the committer to settle the
+// session's batches instead of reading the session's bounds and blocking
+// on its streams (three round trips each time a live reader catches up
+// with its own process's appends). It reports whether it handled the
+// Wait, and then returns what Wait returns: nil once the visible HWM
+// Redis reported exceeds after, the generation's *store.LostError, or
+// ctx.Err(). It does not handle (false) a session with no such events,
+// whose pipeline state is forgotten (a Claim or End in this process), or
+// a closing Store: Redis answers for those.
+func (s *Store) waitQueued(ctx context.Context, token string, after uint64) (bool, error) {
+	p := &s.pl
+	ps := p.get(token, false)
+	if ps == nil {
+		return false, nil
+	}
+	for {
+		p.mu.Lock()
+		inFlight, _ := ps.pend.Len()
+		switch {
+		case ps.gen == 0 || ps.next <= after:
+			p.mu.Unlock()
+			return false, nil
+		case ps.lost != nil:
+			lost := ps.lost
+			p.mu.Unlock()
+			return true, lost
+		case ps.b.HWM > after:
+			p.mu.Unlock()
+			return true, nil
+		case inFlight == 0:
+			// Nothing queued or in flight will move the HWM here.
+			p.mu.Unlock()
+			return false, nil
+		}
+		if ps.settled == nil {
+			ps.settled = make(chan struct{})
+		}
+		settled := ps.settled
+		p.mu.Unlock()
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-s.closing.Done():
+			return false, nil
 		}
 	}
 }

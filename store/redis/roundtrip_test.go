@@ -11,15 +11,20 @@ import (
 	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
-// waitCalls returns how many WAIT commands srv has run (INFO
-// commandstats).
+// waitCalls returns how many WAIT commands srv has run.
 func waitCalls(t *testing.T, srv *redistest.Server) int {
+	return cmdCalls(t, srv, "wait")
+}
+
+// cmdCalls returns how many times srv has run the command name (lower
+// case), from INFO commandstats.
+func cmdCalls(t *testing.T, srv *redistest.Server, name string) int {
 	t.Helper()
-	stat := srv.Info("commandstats")["cmdstat_wait"]
+	stat := srv.Info("commandstats")["cmdstat_"+name]
 	calls, _, _ := strings.Cut(strings.TrimPrefix(stat, "calls="), ",")
 	n, err := strconv.Atoi(calls)
 	if stat != "" && err != nil {
-		t.Fatalf("INFO commandstats: cmdstat_wait:%s", stat)
+		t.Fatalf("INFO commandstats: cmdstat_%s:%s", name, stat)
 	}
 	return n
 }

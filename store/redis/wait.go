@@ -50,6 +50,9 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 	s.waits.Add(1)
 	s.mu.Unlock()
 	defer s.waits.Done()
+	if handled, err := s.waitQueued(ctx, token, after); handled {
+		return err
+	}
 
 	// wctx ends with ctx or with Close, whichever comes first.
 	wctx, cancel := context.WithCancel(ctx)

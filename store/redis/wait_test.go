@@ -241,3 +241,48 @@ func TestWaitEndsWithSession(t *testing.T) {
 		mustWake(t, fmt.Sprintf("End of %s after %d ms", tok, i%5), done, store.ErrEnded)
 	}
 }
+
+// TestWaitForOwnAppendAsksRedisNothing: a Wait for events that this
+// process appended and Redis has not acknowledged yet (the primary is
+// paused with SIGSTOP) waits for the committer's round trip, and returns
+// nil once Redis stored them, having sent Redis no transaction and no
+// XREAD: a live reader that catches up with its own process's appends
+// costs no round trip but its next Read. A Wait for another process's
+// appends still blocks on Redis (TestWaitAcrossStores).
+func TestWaitForOwnAppendAsksRedisNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	s := open(t, srv, redis.Options{})
+	create(t, s, "tok")
+	// The first append is stored before it returns; the second loads the
+	// append script (NOSCRIPT), before the count.
+	for _, d := range []string{"a", "b"} {
+		if _, err := s.Append(ctx, "tok", 1, msgs(d)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(ctx, "tok"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	execs, xreads := cmdCalls(t, srv, "exec"), cmdCalls(t, srv, "xread")
+	srv.Pause()
+	b, err := s.Append(ctx, "tok", 1, msgs("c"))
+	if err != nil || b.HWM != 3 {
+		srv.Resume()
+		t.Fatalf("Append = %+v, %v; want HWM 3", b, err)
+	}
+	done := waitAsync(ctx, s, "tok", 2)
+	mustStayBlocked(t, "an append Redis has not stored", done, 200*time.Millisecond)
+	srv.Resume()
+	mustWake(t, "the round trip that stored the append", done, nil)
+	if got := cmdCalls(t, srv, "exec") - execs; got != 0 {
+		t.Errorf("Wait for its own append ran %d transactions (EXEC), want 0", got)
+	}
+	if got := cmdCalls(t, srv, "xread") - xreads; got != 0 {
+		t.Errorf("Wait for its own append ran %d XREADs, want 0", got)
+	}
+	evs, b, err := s.Read(ctx, "tok", 2, 10)
+	if err != nil || len(evs) != 1 || string(evs[0].Data) != "c" || b.HWM != 3 {
+		t.Fatalf("Read after the Wait = %d events, %+v, %v; want event 3 \"c\", HWM 3", len(evs), b, err)
+	}
+}
