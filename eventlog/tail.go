@@ -39,6 +39,7 @@ type Reader struct {
 	pos    uint64 // highest sequence examined
 	out    []store.Event
 	ra     readAppender // the store, when it can read into out
+	qw     queuedWaiter // the store, when it knows this process's unstored events
 }
 
 // readAppender is implemented by stores that can append what Read returns
@@ -48,12 +49,21 @@ type readAppender interface {
 	ReadAppend(ctx context.Context, token string, after uint64, max int, dst []store.Event) ([]store.Event, store.Bounds, error)
 }
 
+// queuedWaiter is implemented by pipelined stores that can tell, without
+// a round trip, that the next events a read would find after a position
+// are this process's own appends, not yet stored (store/redis): a Reader
+// then waits for them before it reads, instead of reading nothing first.
+type queuedWaiter interface {
+	Queued(token string, after uint64) bool
+}
+
 // NewReader returns a Reader of stream in generation gen of the session,
 // positioned after sequence after (the cursor the client holds, or the
 // sequence before the stream's first event).
 func (l *Log) NewReader(token string, gen, stream, after uint64) *Reader {
 	ra, _ := l.st.(readAppender)
-	return &Reader{log: l, token: token, gen: gen, stream: stream, pos: after, ra: ra}
+	qw, _ := l.st.(queuedWaiter)
+	return &Reader{log: l, token: token, gen: gen, stream: stream, pos: after, ra: ra, qw: qw}
 }
 
 // Position returns the highest sequence the Reader has examined.
@@ -81,6 +91,12 @@ func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) 
 	st := r.log.st
 	var retry retryState
 	for {
+		if r.qw != nil && r.pos < limit && r.qw.Queued(r.token, r.pos) {
+			// A read now would find nothing: wait for the store first.
+			if err := r.wait(ctx, &retry); err != nil {
+				return nil, err
+			}
+		}
 		var evs []store.Event
 		var b store.Bounds
 		var err error
@@ -124,16 +140,26 @@ func (r *Reader) next(ctx context.Context, limit uint64) ([]store.Event, error) 
 		if r.pos >= limit {
 			return nil, nil
 		}
-		if err := st.Wait(ctx, r.token, r.pos); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if retry.again(ctx, err) {
-				continue
-			}
-			return nil, fmt.Errorf("eventlog: wait session %s stream %d after %d: %w", store.Prefix(r.token), r.stream, r.pos, err)
+		if err := r.wait(ctx, &retry); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// wait waits for the store to have news after the Reader's position
+// (store.Log.Wait). A failure that retry lets the Reader try again after
+// its pause is not an error: the Reader reads again.
+func (r *Reader) wait(ctx context.Context, retry *retryState) error {
+	err := r.log.st.Wait(ctx, r.token, r.pos)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case retry.again(ctx, err):
+		return nil
+	}
+	return fmt.Errorf("eventlog: wait session %s stream %d after %d: %w", store.Prefix(r.token), r.stream, r.pos, err)
 }
 
 // retryState is a Reader's retries since its last successful read.

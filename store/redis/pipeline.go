@@ -482,6 +482,25 @@ func (ps *psess) signal() {
 	}
 }
 
+// Queued reports, without a round trip, whether this process has
+// appended events of token above after that Redis has not acknowledged
+// yet while, as far as its last acknowledgement says, none above after is
+// visible: a Read would find nothing, and a Wait waits for this process's
+// own round trip (waitQueued). A reader (eventlog.Reader) then waits
+// before it reads. False when this process knows nothing of the session's
+// appends (another process's appends are read from Redis).
+func (s *Store) Queued(token string, after uint64) bool {
+	p := &s.pl
+	ps := p.get(token, false)
+	if ps == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inFlight, _ := ps.pend.Len()
+	return ps.gen != 0 && ps.lost == nil && inFlight > 0 && ps.next > after && ps.b.HWM <= after
+}
+
 // waitQueued is Wait for a session to which this process has appended
 // events above after that are not visible yet: their round trip, not
 // Redis, says when they are, so it waits for the committer to settle the

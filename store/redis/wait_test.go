@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -284,5 +285,46 @@ func TestWaitForOwnAppendAsksRedisNothing(t *testing.T) {
 	evs, b, err := s.Read(ctx, "tok", 2, 10)
 	if err != nil || len(evs) != 1 || string(evs[0].Data) != "c" || b.HWM != 3 {
 		t.Fatalf("Read after the Wait = %d events, %+v, %v; want event 3 \"c\", HWM 3", len(evs), b, err)
+	}
+}
+
+// TestLiveReaderReadsOnce: a live eventlog.Reader whose next event is an
+// append of its own process not sent to Redis yet (it lingers,
+// store.Event.Linger, for 300 ms) waits for it before it reads
+// (Store.Queued), and gets it with one transaction (the Read that returns
+// it) and no XREAD; a Reader that read first read nothing, then read
+// again (two).
+func TestLiveReaderReadsOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	s := open(t, srv, redis.Options{Linger: 300 * time.Millisecond})
+	create(t, s, "tok")
+	for _, d := range []string{"a", "b"} {
+		if _, err := s.Append(ctx, "tok", 1, msgs(d)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(ctx, "tok"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := eventlog.New(s, eventlog.Options{Budget: -1}).NewReader("tok", 1, 1, 2)
+	execs, xreads := cmdCalls(t, srv, "exec"), cmdCalls(t, srv, "xread")
+	c := msgs("c")
+	c[0].Linger = true
+	if _, err := s.Append(ctx, "tok", 1, c); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Queued("tok", 2) || s.Queued("tok", 3) {
+		t.Fatalf("Queued(2), Queued(3) = %v, %v; want true, false", s.Queued("tok", 2), s.Queued("tok", 3))
+	}
+	evs, err := r.Next(ctx)
+	if err != nil || len(evs) != 1 || evs[0].Seq != 3 || string(evs[0].Data) != "c" {
+		t.Fatalf("Next = %d events, %v; want event 3 \"c\"", len(evs), err)
+	}
+	if got := cmdCalls(t, srv, "exec") - execs; got != 1 {
+		t.Errorf("the live read ran %d transactions (EXEC), want 1", got)
+	}
+	if got := cmdCalls(t, srv, "xread") - xreads; got != 0 {
+		t.Errorf("the live read ran %d XREADs, want 0", got)
 	}
 }
