@@ -35,6 +35,12 @@
 // UNBLOCK, sent on the ordinary pool, because go-redis does not interrupt
 // a blocking read when its context is cancelled.
 //
+// A Wait for events this process appended itself, queued or on their way
+// to Redis, asks Redis nothing: the committer's round trip settles them,
+// and the Wait returns when it does (waitQueued in pipeline.go). A reader
+// whose next events are such appends waits before it reads (Queued), so
+// a live stream costs one read per batch Redis acknowledged.
+//
 // # Durability and Redis restarts
 //
 // A call that returned nil is as durable as Redis made it. With
