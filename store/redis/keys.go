@@ -33,8 +33,14 @@ package redis
 // XRANGE from "N" reads from sequence N, XTRIM MINID N raises the floor to
 // N. Its fields: gen, stream, kind, end ("1" or "0"), retry (nanoseconds),
 // time (Unix nanoseconds, "" for zero), data, cum (the rec's cum after this
-// event). Every entry has the same fields, in the same order, which lets
-// Redis store the field names once per stream node.
+// event). An event whose kind, end and retry are all zero (a message that
+// does not end its stream: nearly every event of a flood) is stored
+// without those three fields, and a reader takes a missing field as zero,
+// as every version of this store has: Redis then runs and stores five
+// fields per event instead of eight, and readers parse five. Entries with
+// the same fields in the same order share their field names, stored once
+// per stream node; an entry with all eight in a node whose first entry
+// has five (or the other way round) stores its names itself.
 type keys struct {
 	rec, log, wake, tomb string
 }

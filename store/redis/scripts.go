@@ -122,7 +122,8 @@ return {'ok'}
 `
 
 // appendLua: ARGV gen n acked visible, then per event: stream kind end
-// retry time data. A stream of "" marks an event that opens a stream
+// retry time data; kind, end and retry are left out of an entry when all
+// three are "0" (keys.go). A stream of "" marks an event that opens a stream
 // (store.NewStream): its stream number is its own sequence. Events get
 // HWM+1, HWM+2, … as entry IDs, and the record's HWM and byte count move
 // in the same step; the visible HWM too when visible is "1", else later
@@ -149,8 +150,13 @@ for i = 0, n - 1 do
   local seq = int(hwm)
   local stream = ARGV[b]
   if stream == '' then stream = seq end
-  redis.call('XADD', log, seq .. '-0', 'gen', h[1], 'stream', stream, 'kind', ARGV[b + 1],
-    'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
+  if ARGV[b + 1] == '0' and ARGV[b + 2] == '0' and ARGV[b + 3] == '0' then
+    redis.call('XADD', log, seq .. '-0', 'gen', h[1], 'stream', stream,
+      'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
+  else
+    redis.call('XADD', log, seq .. '-0', 'gen', h[1], 'stream', stream, 'kind', ARGV[b + 1],
+      'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
+  end
 end
 redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
 if ARGV[4] == '1' then redis.call('HSET', rec, 'vis', int(hwm)) end
