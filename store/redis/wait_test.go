@@ -255,16 +255,7 @@ func TestWaitForOwnAppendAsksRedisNothing(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := open(t, srv, redis.Options{})
 	create(t, s, "tok")
-	// The first append is stored before it returns; the second loads the
-	// append script (NOSCRIPT), before the count.
-	for _, d := range []string{"a", "b"} {
-		if _, err := s.Append(ctx, "tok", 1, msgs(d)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Sync(ctx, "tok"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendStored(t, s, "tok", "a", "b")
 	execs, xreads := cmdCalls(t, srv, "exec"), cmdCalls(t, srv, "xread")
 	srv.Pause()
 	b, err := s.Append(ctx, "tok", 1, msgs("c"))
@@ -299,14 +290,7 @@ func TestLiveReaderReadsOnce(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := open(t, srv, redis.Options{Linger: 300 * time.Millisecond})
 	create(t, s, "tok")
-	for _, d := range []string{"a", "b"} {
-		if _, err := s.Append(ctx, "tok", 1, msgs(d)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Sync(ctx, "tok"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendStored(t, s, "tok", "a", "b")
 	r := eventlog.New(s, eventlog.Options{Budget: -1}).NewReader("tok", 1, 1, 2)
 	execs, xreads := cmdCalls(t, srv, "exec"), cmdCalls(t, srv, "xread")
 	c := msgs("c")
@@ -326,5 +310,21 @@ func TestLiveReaderReadsOnce(t *testing.T) {
 	}
 	if got := cmdCalls(t, srv, "xread") - xreads; got != 0 {
 		t.Errorf("the live read ran %d XREADs, want 0", got)
+	}
+}
+
+// appendStored appends one message per data to token's generation 1 and
+// waits until each is stored: the first append is stored before it
+// returns, the second loads the pipelined append script (NOSCRIPT), so
+// that a test counting Redis commands after it counts only its own.
+func appendStored(t *testing.T, s *redis.Store, token string, datas ...string) {
+	t.Helper()
+	for _, d := range datas {
+		if _, err := s.Append(context.Background(), token, 1, msgs(d)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(context.Background(), token); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
