@@ -98,7 +98,7 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 	var tomb *goredis.StringCmd
 	var xr *goredis.XMessageSliceCmd
 	want := max > 0 && after < math.MaxUint64
-	if err := s.tx(ctx, "read", token, func(p goredis.Pipeliner) {
+	if err := s.readTx(ctx, "read", token, func(p goredis.Pipeliner) {
 		h = p.HMGet(ctx, k.rec, boundsFields[:]...)
 		tomb = p.Get(ctx, k.tomb)
 		if want {

@@ -401,6 +401,29 @@ func (s *Store) tx(ctx context.Context, op, token string, fn func(goredis.Pipeli
 	return nil
 }
 
+// readTx is tx for a transaction that changes nothing (Read, Wait's
+// snapshot): it returns ctx.Err() as soon as ctx ends, instead of when a
+// stopped or unreachable Redis answers or the read timeout passes
+// (go-redis does not interrupt a read blocked on its socket when the
+// context is cancelled). A stream whose generation was lost while Redis
+// stood still otherwise stayed open, with no keep-alive, until Redis
+// answered. The transaction goes on in the background until Redis
+// answers or Options.Timeout passes; fn's commands are then read by no
+// one.
+func (s *Store) readTx(ctx context.Context, op, token string, fn func(goredis.Pipeliner)) error {
+	if ctx.Done() == nil {
+		return s.tx(ctx, op, token, fn)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.tx(ctx, op, token, fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Time encoding: Unix nanoseconds in decimal, "" for the zero time. Times
 // outside the years 1678–2262 (int64 nanoseconds) do not survive.
 func encTime(t time.Time) string {

@@ -106,7 +106,7 @@ func (s *Store) snapshot(ctx context.Context, k keys, token string) (snap, error
 	var h *goredis.SliceCmd
 	var tomb *goredis.StringCmd
 	var wake *goredis.XMessageSliceCmd
-	if err := s.tx(ctx, "wait", token, func(p goredis.Pipeliner) {
+	if err := s.readTx(ctx, "wait", token, func(p goredis.Pipeliner) {
 		h = p.HMGet(ctx, k.rec, "gen", "floor", "vis", "hwm")
 		tomb = p.Get(ctx, k.tomb)
 		wake = p.XRevRangeN(ctx, k.wake, "+", "-", 1)

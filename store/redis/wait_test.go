@@ -328,3 +328,41 @@ func appendStored(t *testing.T, s *redis.Store, token string, datas ...string) {
 		}
 	}
 }
+
+// TestReadEndsWithItsContext: a Read, and a Wait that must ask Redis,
+// return ctx's error within 500 ms of its cancellation while Redis is
+// stopped (SIGSTOP), instead of when Redis answers or the 3 s timeout
+// passes: the stream of a generation lost during the stop then ends once
+// the transport cancels its reader (the newcomer's attack of 2026-12-02:
+// streams stayed open, with no keep-alive, until Redis came back).
+func TestReadEndsWithItsContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := open(t, srv, redis.Options{Timeout: 3 * time.Second})
+	create(t, s, "tok")
+	appendStored(t, s, "tok", "a")
+	for _, op := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Read", func(ctx context.Context) error { _, _, err := s.Read(ctx, "tok", 0, 10); return err }},
+		{"Wait", func(ctx context.Context) error { return s.Wait(ctx, "tok", 1) }},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			srv.Pause()
+			defer srv.Resume()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- op.call(ctx) }()
+			time.Sleep(100 * time.Millisecond)
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("%s returned %v after its context was cancelled, want context.Canceled", op.name, err)
+				}
+			case <-time.After(500 * time.Millisecond):
+				t.Fatalf("%s still blocked 500 ms after its context was cancelled, Redis stopped", op.name)
+			}
+		})
+	}
+}
