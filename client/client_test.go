@@ -444,6 +444,10 @@ func (b *primingBody) Read(p []byte) (int, error) {
 // duplicate, no second report of a stream.
 func wantRefusalEvents(t *testing.T, rec *recorder, old string, calls map[string]int, n int) {
 	t.Helper()
+	// A stream's fenced event follows the failure of its calls
+	// (conn.fenceStream): a test that has every call's error may still be
+	// ahead of the last stream's event.
+	waitFor(t, func() bool { return rec.count(client.EventFenced) >= n })
 	rec.mu.Lock()
 	var evs []client.Event
 	for _, e := range rec.events {
