@@ -72,9 +72,10 @@ const heapFloor = 16 << 20
 // The runtime has no such setting (GOMEMLIMIT is a ceiling), so after
 // each cycle a cleanup sets the GC percent that puts the next goal at the
 // floor, from the live heap the cycle marked (runtime/metrics
-// /gc/heap/live:bytes), never below 100. gctuner (bytedance/gopkg) does
-// the same from HeapInuse, which is not the heap the percent applies to:
-// its goals missed a 64 MiB floor by almost half (36.8 MiB).
+// /gc/heap/live:bytes), never below 100. gctuner (bytedance/gopkg)
+// computes the percent from HeapInuse, which is not the heap the percent
+// applies to, and so misses the floor (a 36.8 MiB goal for a 64 MiB floor
+// under TestHeapFloor's load).
 func setHeapFloor(eventsInHeap bool) int64 {
 	if eventsInHeap || os.Getenv("GOGC") != "" {
 		return 0

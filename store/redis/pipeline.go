@@ -482,23 +482,64 @@ func (ps *psess) signal() {
 	}
 }
 
-// Queued reports, without a round trip, whether this process has
-// appended events of token above after that Redis has not acknowledged
-// yet while, as far as its last acknowledgement says, none above after is
-// visible: a Read would find nothing, and a Wait waits for this process's
-// own round trip (waitQueued). A reader (eventlog.Reader) then waits
-// before it reads. False when this process knows nothing of the session's
-// appends (another process's appends are read from Redis).
-func (s *Store) Queued(token string, after uint64) bool {
-	p := &s.pl
-	ps := p.get(token, false)
-	if ps == nil {
-		return false
-	}
+// ownState is what this process knows of a session's events above a
+// cursor (pipeline.own).
+type ownState int
+
+const (
+	// notOwn: none of them is this process's queued or in-flight append
+	// (or its pipeline state is forgotten): Redis answers.
+	notOwn ownState = iota
+	// ownLost: the generation that appended them is lost.
+	ownLost
+	// ownVisible: Redis acknowledged an event above the cursor.
+	ownVisible
+	// ownPending: the next events above the cursor are this process's
+	// appends, queued or in flight, and none above it is visible yet.
+	ownPending
+)
+
+// own returns what this process knows of token's events above after,
+// with the lost generation's error for ownLost, under one lock. For a
+// caller that will wait (wait set) and ownPending, it also returns the
+// channel that settle closes next (psess.settled).
+func (p *pipeline) own(token string, after uint64, wait bool) (ownState, *store.LostError, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	ps := p.sess[token]
+	if ps == nil {
+		return notOwn, nil, nil
+	}
 	inFlight, _ := ps.pend.Len()
-	return ps.gen != 0 && ps.lost == nil && inFlight > 0 && ps.next > after && ps.b.HWM <= after
+	switch {
+	case ps.gen == 0 || ps.next <= after:
+		return notOwn, nil, nil
+	case ps.lost != nil:
+		return ownLost, ps.lost, nil
+	case ps.b.HWM > after:
+		return ownVisible, nil, nil
+	case inFlight == 0:
+		return notOwn, nil, nil // nothing queued or in flight will move the HWM here
+	}
+	if !wait {
+		return ownPending, nil, nil
+	}
+	if ps.settled == nil {
+		ps.settled = make(chan struct{})
+	}
+	return ownPending, nil, ps.settled
+}
+
+// Queued reports, without a round trip, whether the next events of token
+// above after are this process's own appends, queued or in flight, with
+// none above after visible yet (ownPending): a Read would find nothing,
+// and a Wait waits for this process's own round trip (waitQueued). A
+// reader (eventlog.Reader) then waits before it reads. False when this
+// process knows nothing of the session's appends (another process's
+// appends are read from Redis).
+func (s *Store) Queued(token string, after uint64) bool {
+	st, _, _ := s.pl.own(token, after, false)
+	return st == ownPending
 }
 
 // waitQueued is Wait for a session to which this process has appended
@@ -509,39 +550,21 @@ func (s *Store) Queued(token string, after uint64) bool {
 // with its own process's appends). It reports whether it handled the
 // Wait, and then returns what Wait returns: nil once the visible HWM
 // Redis reported exceeds after, the generation's *store.LostError, or
-// ctx.Err(). It does not handle (false) a session with no such events,
-// whose pipeline state is forgotten (a Claim or End in this process), or
-// a closing Store: Redis answers for those.
+// ctx.Err(). It does not handle (false) a session with no such events
+// (notOwn: none queued or in flight, or its pipeline state forgotten by a
+// Claim or End in this process), or a closing Store: Redis answers for
+// those.
 func (s *Store) waitQueued(ctx context.Context, token string, after uint64) (bool, error) {
-	p := &s.pl
-	ps := p.get(token, false)
-	if ps == nil {
-		return false, nil
-	}
 	for {
-		p.mu.Lock()
-		inFlight, _ := ps.pend.Len()
-		switch {
-		case ps.gen == 0 || ps.next <= after:
-			p.mu.Unlock()
+		st, lost, settled := s.pl.own(token, after, true)
+		switch st {
+		case notOwn:
 			return false, nil
-		case ps.lost != nil:
-			lost := ps.lost
-			p.mu.Unlock()
+		case ownLost:
 			return true, lost
-		case ps.b.HWM > after:
-			p.mu.Unlock()
+		case ownVisible:
 			return true, nil
-		case inFlight == 0:
-			// Nothing queued or in flight will move the HWM here.
-			p.mu.Unlock()
-			return false, nil
 		}
-		if ps.settled == nil {
-			ps.settled = make(chan struct{})
-		}
-		settled := ps.settled
-		p.mu.Unlock()
 		select {
 		case <-settled:
 		case <-ctx.Done():
