@@ -101,9 +101,10 @@ func (s *Store) assigned(ss *sess) uint64 {
 // assignedBounds returns ss's bounds as they will be once what was
 // appended is stored. The caller holds ss.wmu.
 func (s *Store) assignedBounds(ss *sess) store.Bounds {
-	_, bytes := ss.pend.Len()
 	ss.Lock()
 	defer ss.Unlock()
+	// Read under the lock publish releases the pending count under.
+	_, bytes := ss.pend.Len()
 	b := ss.BoundsLocked()
 	if ss.next > b.HWM {
 		if b.HWM < b.Floor {

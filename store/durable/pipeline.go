@@ -144,10 +144,12 @@ func (s *Store) publish(p *pipelined) {
 		}
 		ss.HWM = g.last
 		ss.Bytes += g.bytes
+		// Released under the lock, so that assignedBounds never counts
+		// the group's bytes both as stored and as pending.
+		ss.pend.Release(g.n, g.bytes)
 		ss.WakeLocked()
 		ss.Unlock()
 		s.total.Add(g.bytes)
-		ss.pend.Release(g.n, g.bytes)
 		if few {
 			s.requeue(ss)
 		}
