@@ -12,8 +12,8 @@ import (
 // Reason is a stable, machine-readable word that says why Tidemark refused a
 // request, ended a stream, a generation or a session, or logged a fault. The
 // same word is `error.data.reason` in JSON-RPC error bodies, the `reason`
-// field of log lines and the `reason` label of metrics (STYLE.md, "Errors,
-// logs, metrics: one vocabulary"). This file is the one catalogue of them:
+// field of log lines and the `reason` label of metrics (DESIGN.md,
+// "Reasons"). This file is the one catalogue of them:
 // every layer takes its reasons from here and never writes the word again.
 //
 // A Reason never changes once released: clients and alerting rules match on

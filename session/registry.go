@@ -218,7 +218,7 @@ func (r *Registry) MaxCallsPerSession() int { return r.opts.MaxCallsPerSession }
 func (r *Registry) Log() *eventlog.Log { return r.log }
 
 // NewToken returns a fresh session token: 130 bits from crypto/rand in
-// base32 (26 characters), never reissued (DESIGN.md, Vocabulary).
+// base32 (26 characters), never reissued (DESIGN.md, "Vocabulary").
 func NewToken() string { return rand.Text() }
 
 // Create starts a new session at generation 1 for userID ("" when
@@ -403,10 +403,10 @@ func (r *Registry) Status(ctx context.Context, token string) (replay.Status, sto
 	return replay.Unknown, rec, err
 }
 
-// StatusOf returns the session status (replay.Status, row 2 of the replay
-// decision in DESIGN.md) that an error of Get or Status means: nil is Live,
-// ErrNotFound (or store.ErrNotFound) is Unknown, and an ended session
-// (ErrEnded, a *store.EndedError) is Superseded when it ended as
+// StatusOf returns the session status (replay.Status, row 2 of the table;
+// DESIGN.md, "The replay decision") that an error of Get or Status means:
+// nil is Live, ErrNotFound (or store.ErrNotFound) is Unknown, and an ended
+// session (ErrEnded, a *store.EndedError) is Superseded when it ended as
 // store.EndSuperseded and Evicted otherwise. For any other error
 // (ErrForbidden, ErrClosed, a *RemoteError, the store's errors) ok is
 // false: it says nothing of the session, and the caller reports it as it
