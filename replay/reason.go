@@ -307,7 +307,7 @@ const (
 
 // Gateway (upstream engine) faults: how the faults of an upstream
 // Streamable HTTP server reach the client (tidemark serve --upstream;
-// README, "Gateway to a Streamable HTTP server").
+// docs/gateways.md, "Gateway to a Streamable HTTP server").
 const (
 	// ReasonUpstreamSessionLost: the upstream answered 404 to its session
 	// ID (it restarted, or ended the session): the generation ends, the

@@ -4,9 +4,8 @@
 // sends the cursors a careful server must refuse. Each check ends PASS,
 // FAIL or N/A with the HTTP statuses it observed. It treats session IDs and
 // event IDs as opaque and judges by status codes, so it works against any
-// server; `tidemark probe` is its command. The README's section on
-// `tidemark probe` explains each check, and each check's file states the
-// rule it judges.
+// server; `tidemark probe` is its command. docs/probe.md explains each
+// check, and each check's file states the rule it judges.
 package probe
 
 import (
