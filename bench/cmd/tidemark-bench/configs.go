@@ -40,7 +40,7 @@ func (r *report) configurations(b *strings.Builder) {
 		return
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Tidemark's configurations ÷ their reference\n\n")
+	p("## Tidemark's configurations\n\n")
 	p("Each column divides one row's figures by those of its reference row in this run:\n\n")
 	for i, x := range rows {
 		p("- `%s` ÷ `%s`: %s\n", x.spec.name, refs[i].spec.name, x.spec.versusMeans)

@@ -29,7 +29,7 @@ func TestConfigurations(t *testing.T) {
 	r.configurations(&b)
 	md := b.String()
 	for _, want := range []string{
-		"## Tidemark's configurations ÷ their reference",
+		"## Tidemark's configurations",
 		"- `sentinel` ÷ `redis`: Sentinel ÷ one Redis\n",
 		"| metric | durable ÷ tidemark | redis ÷ tidemark | sentinel ÷ redis |\n",
 		"| (a) calls/s, 16 sessions ↑ | 0.75 | 0.50 | 0.50 |\n",

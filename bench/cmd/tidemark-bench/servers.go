@@ -204,6 +204,8 @@ type server struct {
 	helpers []int
 	// metricsAddr is its --metrics-addr (metricsPlaceholder), or "".
 	metricsAddr string
+	// dataDirs are the directories of tmpdirPlaceholder, removed by stop.
+	dataDirs []string
 }
 
 // startServer starts spec on a free loopback port and waits until it
@@ -245,19 +247,28 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		}
 	}
 	metricsAddr := ""
+	var dataDirs []string
+	removeDirs := func() {
+		for _, d := range dataDirs {
+			os.RemoveAll(d)
+		}
+	}
 	for i, a := range argv {
 		if strings.Contains(a, tmpdirPlaceholder) {
 			dir, err := os.MkdirTemp(logDir, spec.name+"-"+tag+"-data-")
 			if err != nil {
 				stopUpstream()
+				removeDirs()
 				return nil, err
 			}
+			dataDirs = append(dataDirs, dir)
 			argv[i] = strings.ReplaceAll(a, tmpdirPlaceholder, dir)
 		}
 		if strings.Contains(a, metricsPlaceholder) {
 			mp, err := freePort()
 			if err != nil {
 				stopUpstream()
+				removeDirs()
 				return nil, err
 			}
 			metricsAddr = fmt.Sprintf("127.0.0.1:%d", mp)
@@ -268,6 +279,7 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	lf, err := os.Create(logPath)
 	if err != nil {
 		stopUpstream()
+		removeDirs()
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -277,10 +289,11 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		stopUpstream()
+		removeDirs()
 		return nil, fmt.Errorf("start %s: %w", spec.name, err)
 	}
 	s := &server{spec: spec, cmd: cmd, pid: cmd.Process.Pid, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), log: logPath,
-		done: make(chan struct{}), upstream: up, helpers: helpers, metricsAddr: metricsAddr}
+		done: make(chan struct{}), upstream: up, helpers: helpers, metricsAddr: metricsAddr, dataDirs: dataDirs}
 	go func() {
 		s.err = cmd.Wait()
 		lf.Close()
@@ -295,6 +308,7 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		}
 		select {
 		case <-s.done:
+			s.stop() // its upstream, its directories
 			return nil, fmt.Errorf("%s exited before listening (%v): %s", spec.name, s.err, tail(logPath))
 		case <-ctx.Done():
 			s.stop()
@@ -309,9 +323,12 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 }
 
 // stop ends the server, then its upstream if it has one: SIGTERM, then
-// SIGKILL after 3 seconds.
+// SIGKILL after 3 seconds; then it removes the server's data directories.
 func (s *server) stop() {
 	defer func() {
+		for _, d := range s.dataDirs {
+			os.RemoveAll(d)
+		}
 		if s.upstream != nil {
 			s.upstream.stop()
 		}

@@ -149,7 +149,7 @@ func TestQuickGateway(t *testing.T) {
 		}
 	}
 	md := stdout.String()
-	_, section, ok := strings.Cut(md, "## Tidemark's configurations ÷ their reference\n")
+	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
 	if !ok {
 		t.Fatalf("report lacks the configurations section:\n%s", md)
 	}
@@ -219,7 +219,7 @@ func TestQuickConfigurations(t *testing.T) {
 		t.Fatalf("rows %q, want %q", names, want)
 	}
 	md := stdout.String()
-	_, section, ok := strings.Cut(md, "## Tidemark's configurations ÷ their reference\n")
+	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
 	if !ok {
 		t.Fatalf("report lacks the configurations section:\n%s", md)
 	}
