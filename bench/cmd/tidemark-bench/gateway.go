@@ -3,7 +3,7 @@ package main
 // The gateway rows: `tidemark serve --upstream` in front of the go-sdk
 // peer, divided by the same peer served directly, and `tidemark serve
 // --stdio` with the demo server as its subprocess, divided by `tidemark
-// serve` running that server in its own process (README "Gateway mode").
+// serve` running that server in its own process (docs/gateways.md, "Gateway mode").
 
 import (
 	"path/filepath"

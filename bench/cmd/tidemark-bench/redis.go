@@ -41,7 +41,7 @@ func redisPlaceholder(kind string) string { return "{" + kind + "}" }
 
 // redisServerArgs are the settings of every redis-server the benchmark
 // starts, besides its port and directory. Every write is in the append-only
-// file and fsynced before Redis answers (README "Redis restarts": the
+// file and fsynced before Redis answers (docs/fleet.md, "Redis restarts": the
 // setting under which a restarted Redis keeps every acknowledged event);
 // no RDB snapshots; no automatic rewrite of the append-only file, which
 // would fork in the middle of a measured window (resets rewrite it
