@@ -6,8 +6,8 @@ package fleettest_test
 //	go test -run '^$' -bench . -benchtime 3x ./internal/fleettest/
 //
 // BenchmarkCalls16 needs a duration instead (-benchtime 5s): one op is
-// one call. The figures of BENCHMARKS.md, "Sentinel and Cluster ÷ one
-// Redis", come from
+// one call. The figures of bench/NOTES.md, "2026-12-01: Sentinel and Cluster ÷
+// one Redis", come from
 //
 //	go test -run '^$' -bench 'StreamOne|Calls16' -benchtime 5s -count 3 ./internal/fleettest/
 //
