@@ -316,8 +316,10 @@ const (
 	ReasonUpstreamSessionLost Reason = "upstream_session_lost"
 	// ReasonUpstreamStreamCut: a call's upstream response stream ended
 	// before its answer and could not be resumed (the upstream gave its
-	// events no IDs, or refused the resume: with an HTTP error, or with
-	// 409 on every try until the resume deadline); the call fails with it.
+	// events no IDs, or refused the resume: at once with an answer that
+	// will not change (400, 403, 405, a 409 with a reason, 501, 508), or
+	// with a bare 409, 429, 503 or another 5xx on every try until the
+	// resume deadline); the call fails with it.
 	ReasonUpstreamStreamCut Reason = "upstream_stream_cut"
 	// ReasonUpstreamUnreachable: 503 with Retry-After, the upstream cannot
 	// be reached (connection refused, DNS, connect timeout); also the error
