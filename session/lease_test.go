@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -180,7 +181,7 @@ func (w *leaseWorld) got(d *datadriven.TestData, l *session.Live, err error) str
 
 // describe renders err without the session token: "ok" when nil.
 func (w *leaseWorld) describe(err error) string {
-	var remote *session.RemoteError
+	var remote *fleet.RemoteError
 	var fenced *store.FencedError
 	var ended *store.EndedError
 	switch {

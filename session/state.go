@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -65,7 +66,7 @@ func (l *Live) saveState(ctx context.Context, st engine.State) error {
 		return err
 	}
 	if err := l.reg.st.SaveState(context.WithoutCancel(ctx), l.token, l.gen, b); err != nil {
-		if lostReason(err) == "" {
+		if fleet.LostReason(err) == "" {
 			// A session that ended, or a generation fenced, is reported
 			// by whoever acts on it; the store did not fail.
 			l.logger.Warn("saving session state failed", "reason", replay.ReasonStoreError, "error", err)

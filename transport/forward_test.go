@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -23,7 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// directory is a transport.Directory in a map; a missing entry is not an
+// directory is a fleet.Directory in a map; a missing entry is not an
 // error of the directory, an entry "unavailable" is.
 type directory struct {
 	mu   sync.Mutex
@@ -130,7 +131,7 @@ func TestForwardLoopGuard(t *testing.T) {
 	ctx := testContext(t)
 	p := newPair(t, time.Minute, 0)
 	s := p.a.initialize(t, ctx, "2025-11-25")
-	c := p.b.clientWith(http.Header{transport.ForwardedByHeader: {"c"}})
+	c := p.b.clientWith(http.Header{fleet.ForwardedByHeader: {"c"}})
 	resp, err := c.SessionFor(s.Token, s.ProtocolVersion).Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
 	if err != nil {
 		t.Fatal(err)

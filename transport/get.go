@@ -21,8 +21,11 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version strin
 	if ref != nil {
 		return ref
 	}
-	live, err := h.resolve(w, r, token, nil)
-	if err != nil {
+	live, forwarded, err := h.lookup(w, r, token, nil)
+	switch {
+	case forwarded:
+		return nil
+	case err != nil:
 		return lookupRefusal(err)
 	}
 	if version == "" {

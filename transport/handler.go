@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -38,7 +39,7 @@ type Handler struct {
 
 	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
 
-	fwd *http.Transport // forwarded requests (fleet mode)
+	router *fleet.Router // where a session's requests are served (fleet mode)
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -54,8 +55,10 @@ func New(reg *session.Registry, opts Options) *Handler {
 	opts = opts.withDefaults()
 	h := &Handler{
 		reg: reg, opts: opts, logger: opts.Logger,
-		conns:    newConnections(),
-		fwd:      newForwardTransport(opts.JSONResponse),
+		conns: newConnections(),
+		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
+			Directory: opts.Directory, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
+		}),
 		shutdown: make(chan struct{}),
 		draining: make(chan struct{}),
 	}
@@ -200,8 +203,8 @@ func (h *Handler) Shutdown(ctx context.Context) {
 		close(h.shutdown)
 		h.stopAll()
 	})
+	h.router.Shutdown(ctx)
 	h.conns.wait(ctx)
-	h.fwd.CloseIdleConnections()
 }
 
 func (h *Handler) shuttingDown() bool { return isClosed(h.shutdown) }

@@ -122,8 +122,11 @@ func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token stri
 	if token == "" {
 		return nil, "", refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required for requests after initialize")
 	}
-	live, err := h.resolve(w, r, token, body)
-	if err != nil {
+	live, forwarded, err := h.lookup(w, r, token, body)
+	switch {
+	case forwarded:
+		return nil, "", nil
+	case err != nil:
 		return nil, "", lookupRefusal(err)
 	}
 	negotiated := live.ProtocolVersion()

@@ -65,7 +65,10 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version st
 // names, and returns the stream to serve, or the refusal. It returns
 // neither when the request was served by the session's owner.
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request, token string, cursors []string) (stream, *refusal) {
-	live, err := h.resolve(w, r, token, nil)
+	live, forwarded, err := h.lookup(w, r, token, nil)
+	if forwarded {
+		return stream{}, nil
+	}
 	in, ref := h.replayInput(r, token, cursors, live, err)
 	if in == nil {
 		return stream{}, ref // refused, or served by the session's owner
@@ -103,7 +106,7 @@ func (h *Handler) replayInput(r *http.Request, token string, cursors []string, l
 	}
 	if err != nil {
 		status, ref := status(err)
-		if ref != nil || errors.Is(err, errServed) {
+		if ref != nil {
 			return nil, ref
 		}
 		in.Session = replay.Session{Status: status}

@@ -1,23 +1,9 @@
-// forward.go holds fleet mode's forwarding (DESIGN.md, "Fleet mode").
-// Every request for a session is served by the replica that owns the
-// session's live state, so that the session's engine runs, and its SSE
-// streams are read, in one process, where the one-reader-per-stream rule
-// (attach.go) holds as in a single process. A replica that receives a request for a session another
-// replica owns (session.ErrRemote) forwards the HTTP request to the owner
-// and streams the answer back. Forwarding costs less than a per-session
-// inbox stream in Redis (store/redis/forward_bench_test.go measures both):
-// one HTTP hop on a kept-alive connection against an inbox write, a
-// blocking read on the owner and a wake-up of the receiving replica; and
-// it carries the SSE response as it is.
-//
-// When the owner cannot be reached (connection refused, dial timeout, no
-// directory entry: it died), the replica (resolve, lookup.go) checks the
-// record again every ownerPoll until the owner's lease lapses, then takes the session over
-// (generation+1) and serves the request itself. Nothing is acknowledged
-// meanwhile. The wait is bounded by the lease expiry first seen plus
-// ownerGrace, and by the request's context.
+// forward.go holds the forwarding of a request to its session's owner:
+// the HTTP transport to the owners, the reverse proxy that streams the
+// owner's answer back, and the end of a forwarded stream whose owner goes
+// silent.
 
-package transport
+package fleet
 
 import (
 	"bytes"
@@ -34,27 +20,11 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/replay"
-	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// ForwardedByHeader is set on a forwarded request to the ID of the replica
-// that forwarded it. A request that carries it and finds that the session
-// is, again, owned elsewhere is refused (503 owner_moved, Retry-After: 1)
-// rather than forwarded a second time, so that replicas that disagree on
-// the owner for a moment cannot bounce a request between them.
-const ForwardedByHeader = "Tidemark-Forwarded-By"
-
 // Timings of forwarding.
 const (
-	// ownerPoll is how often a replica that cannot reach a session's owner
-	// looks at the record again, waiting for the lease to lapse.
-	ownerPoll = 200 * time.Millisecond
-	// ownerGrace is how long past the owner's lease expiry (as first seen)
-	// the wait goes on before the request is refused with
-	// owner_unreachable: the owner renewed its lease meanwhile, so it is
-	// alive but cannot be reached from here.
-	ownerGrace = time.Second
 	// forwardDialTimeout bounds connecting to an owner.
 	forwardDialTimeout = 2 * time.Second
 	// forwardHeaderTimeout bounds the wait for a forwarded request's
@@ -63,17 +33,6 @@ const (
 	// answer (paused, overloaded) is given up on after it.
 	forwardHeaderTimeout = 10 * time.Second
 )
-
-// Directory finds the URL at which a replica serves MCP, so that requests
-// for the sessions it owns can be forwarded to it. store/redis implements
-// it (store/redis.Store.Lookup, with replicas announcing themselves).
-type Directory interface {
-	// Lookup returns the MCP endpoint URL of replica, e.g.
-	// "http://10.0.0.7:8080/mcp". An error wrapping store.ErrUnavailable
-	// means the directory cannot be reached (503 unavailable); any other
-	// error means the replica is not known (treated as unreachable).
-	Lookup(ctx context.Context, replica string) (string, error)
-}
 
 // dialError marks an error in connecting to an owner, before any byte of
 // the request was sent: the owner is unreachable, and the request can be
@@ -115,28 +74,28 @@ func newForwardTransport(jsonResponse bool) *http.Transport {
 // Otherwise the request was answered: by the owner, or cut by a failure
 // after the answer began (the client resumes), or not at all because the
 // client went away.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.RemoteError, target string, body []byte) (*refusal, error) {
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteError, target string, body []byte) (*Refusal, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("owner %q announced the unusable URL %s", re.Owner, quote(target))
 	}
 	// Shutdown ends forwarded streams too, and waits for them.
-	h.conns.active.Add(1)
-	defer h.conns.active.Done()
+	rt.active.Add(1)
+	defer rt.active.Done()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stop := context.AfterFunc(h.shutdownCtx, cancel)
+	stop := context.AfterFunc(rt.stopCtx, cancel)
 	defer stop()
 
-	logger := h.logger.With("session", store.Prefix(re.Token), "generation", re.Generation, "owner", re.Owner)
+	logger := rt.logger.With("session", store.Prefix(re.Token), "generation", re.Generation, "owner", re.Owner)
 	var unreachable error
-	var ref *refusal
+	var ref *Refusal
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
 			out.URL.Scheme, out.URL.Host, out.URL.Path, out.URL.RawPath = u.Scheme, u.Host, u.Path, u.RawPath
 			out.Host = ""
-			out.Header.Set(ForwardedByHeader, h.reg.Owner())
+			out.Header.Set(ForwardedByHeader, rt.leases.Owner)
 			// This replica has checked Origin against its own host; the
 			// owner would compare it with another host and refuse.
 			out.Header.Del("Origin")
@@ -147,7 +106,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.Re
 				out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			}
 		},
-		Transport:     h.fwd,
+		Transport:     rt.fwd,
 		FlushInterval: -1, // SSE: every event reaches the client as it comes
 		ModifyResponse: func(resp *http.Response) error {
 			// An owner writes at least a keep-alive comment on an idle
@@ -155,7 +114,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.Re
 			// twice that is stopped or cut off (its lease may have been
 			// taken over meanwhile): the stream ends, and the client's
 			// resume finds out where the session went.
-			if idle := 2 * h.opts.KeepAlive; idle > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			if idle := 2 * rt.opts.KeepAlive; idle > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 				resp.Body = newIdleBody(resp.Body, idle, func() {
 					logger.Warn("the owner sent nothing on a forwarded stream for twice the keep-alive interval; the stream ends and the client resumes",
 						"reason", replay.ReasonOwnerUnreachable, "idle", idle)
@@ -171,7 +130,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, re *session.Re
 			switch {
 			case errors.As(err, &de):
 				unreachable = err
-			case h.shuttingDown():
+			case rt.shuttingDown():
 				ref = refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
 			case ctx.Err() != nil:
 				// The client went away.
