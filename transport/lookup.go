@@ -32,8 +32,9 @@ func userID(r *http.Request) string {
 // owner_unreachable, unavailable; the directory's); lookupRefusal maps
 // every one.
 func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, token string, body []byte) (live *session.Live, forwarded bool, err error) {
+	user := userID(r)
 	forwarded, err = h.router.Route(w, r, body, func(ctx context.Context) (err error) {
-		live, err = h.reg.Get(ctx, token, userID(r))
+		live, err = h.reg.Get(ctx, token, user)
 		return err
 	})
 	if forwarded || err != nil {
