@@ -41,10 +41,45 @@
 // hands each request's session lookup to Router.Route and stays HTTP
 // only.
 //
-// When the owner cannot be reached (connection refused, dial timeout, no
-// directory entry: it died), the router looks the session up again every
-// ownerPoll until the owner's lease lapses, then the lookup takes the
-// session over (generation+1) and the request is served here. Nothing is
-// acknowledged meanwhile. The wait is bounded by the lease expiry first
-// seen plus ownerGrace, and by the request's context.
+// When the owner cannot be connected to (connection refused, dial
+// timeout, no directory entry: it died), nothing is sent: the router
+// looks the session up again every ownerPoll until the owner's lease
+// lapses, then the lookup takes the session over (generation+1) and the
+// request is served here. Nothing is acknowledged meanwhile. The wait is
+// bounded by the lease expiry first seen plus ownerGrace, and by the
+// request's context.
+//
+// A forwarded request waits for its answer to begin as long as the owner
+// holds its lease, and no longer (Leases.Await): the router reads the
+// owner's record again each time the lease it knows would lapse. An owner
+// that is stopped (SIGSTOP, a paused VM) renews nothing, so its lease
+// lapses at most one lease TTL after the stop; the request is then given
+// up, and the lookup takes the session over at generation+1 and serves it
+// here, within the lease TTL of the stop, not after a fixed timeout. An
+// owner that keeps its lease and sends nothing for one lease TTL is alive
+// but stuck, or cut off from here: an SSE answer begins at once (its
+// priming event, or its headers), so the request is refused 503
+// owner_unreachable with Retry-After. An answer that comes in one piece
+// (application/json) comes at the end of the call, so it is waited for
+// while the owner holds its lease, however long the call runs.
+//
+// Safety of giving a request up. The kernel of a stopped owner still
+// accepts connections: the forwarded request may sit, whole, in the
+// owner's socket buffer, and the owner reads it when it resumes, after
+// the takeover. It does not run it, because an owner checks its lease
+// before it dispatches anything: the registry's lookup, which every
+// request runs before it is served, renews a lease that lapsed by the
+// owner's own clock (Leases.MustRenew), and so does session.Live.Deliver
+// before the engine gets a message. After a takeover that renewal is
+// fenced (the store's generation moved on), so the owner drops its
+// generation and the request, which carries ForwardedByHeader and now
+// finds another owner, is refused 503 owner_moved. A request given up is
+// never sent to the same owner again: should the owner hold the session
+// again when the router looks it up (it renewed its lease meanwhile: it
+// is alive and may have read the request), the request is refused 503
+// owner_unreachable instead, and the client decides whether to send it
+// again. What no lease can close is the moment between an owner's check
+// and its dispatch: an owner stopped exactly there runs the call when it
+// resumes; the fence still keeps everything it would store (its events,
+// the session's state) out of the log.
 package fleet

@@ -1,7 +1,8 @@
 // forward.go holds the forwarding of a request to its session's owner:
 // the HTTP transport to the owners, the reverse proxy that streams the
-// owner's answer back, and the end of a forwarded stream whose owner goes
-// silent.
+// owner's answer back, the wait for that answer to begin, bounded by the
+// owner's lease (Leases.Await), and the end of a forwarded stream whose
+// owner goes silent.
 
 package fleet
 
@@ -17,21 +18,42 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// Timings of forwarding.
+// forwardDialTimeout bounds connecting to an owner.
+const forwardDialTimeout = 2 * time.Second
+
+// Causes of a forwarded request's end before its answer began.
+var (
+	// errGivenUp: the owner's lease lapsed, or the session moved (GiveUp).
+	errGivenUp = errors.New("fleet: forwarded request given up: the owner's lease lapsed")
+	// errUnanswered: the owner holds its lease and has not begun to answer
+	// within a lease TTL (Unanswered).
+	errUnanswered = errors.New("fleet: forwarded request unanswered")
+	// errShutdown: the router shuts down.
+	errShutdown = errors.New("fleet: router shut down")
+)
+
+// outcome is how a forwarded request ended.
+type outcome int
+
 const (
-	// forwardDialTimeout bounds connecting to an owner.
-	forwardDialTimeout = 2 * time.Second
-	// forwardHeaderTimeout bounds the wait for a forwarded request's
-	// response headers (SSE answers only; a JSON answer's headers come with
-	// the whole response). An owner that accepts connections but does not
-	// answer (paused, overloaded) is given up on after it.
-	forwardHeaderTimeout = 10 * time.Second
+	// answered: the owner's answer was streamed back, or cut after it
+	// began (the client resumes), or the client went away.
+	answered outcome = iota
+	// unsent: the owner could not be connected to; nothing was sent.
+	unsent
+	// givenUp: the request was sent, and given up unanswered when the
+	// owner's lease lapsed or the session moved; nothing was written.
+	givenUp
+	// refused: the request failed after it was sent, or at shutdown;
+	// nothing was written, and the *Refusal says why.
+	refused
 )
 
 // dialError marks an error in connecting to an owner, before any byte of
@@ -43,8 +65,10 @@ func (e *dialError) Error() string { return "dial owner: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 // newForwardTransport returns the HTTP transport for forwarded requests:
-// kept-alive connections to the owners, dial errors marked as such.
-func newForwardTransport(jsonResponse bool) *http.Transport {
+// kept-alive connections to the owners, dial errors marked as such. It
+// sets no bound on the wait for an answer: the owner's lease bounds it
+// (await).
+func newForwardTransport() *http.Transport {
 	d := &net.Dialer{Timeout: forwardDialTimeout, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -58,38 +82,54 @@ func newForwardTransport(jsonResponse bool) *http.Transport {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if !jsonResponse {
-		t.ResponseHeaderTimeout = forwardHeaderTimeout
-	}
 	return t
 }
 
 // forward sends r, with body as its body when non-nil, to the owner's
 // endpoint target and streams the answer back (SSE flushed as it comes).
-// It returns the error why, having written nothing, when the owner could
-// not be connected to; then the caller waits for the owner's lease to
-// lapse. It returns a refusal, having written nothing, for a failure after the
-// request was sent (503 owner_unreachable: the owner may have seen it, and
-// the client decides whether to retry) or at shutdown (503 unavailable).
-// Otherwise the request was answered: by the owner, or cut by a failure
-// after the answer began (the client resumes), or not at all because the
-// client went away.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteError, target string, body []byte) (*Refusal, error) {
+// re is the owner, generation and lease the lookup found. Until the
+// answer begins, the owner's lease is watched (await): a request whose
+// owner's lease lapses first is given up (givenUp), one whose owner keeps
+// its lease and stays silent for a lease TTL is refused 503
+// owner_unreachable. Its outcome says what happened; its error is why
+// the owner could not be connected to (unsent), or the *Refusal (refused:
+// a failure after the request was sent, where the owner may have seen it
+// and the client decides whether to retry, or the shutdown, 503
+// unavailable). Nothing is written but the owner's answer.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteError, target string, body []byte) (outcome, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("owner %q announced the unusable URL %s", re.Owner, quote(target))
+		return unsent, fmt.Errorf("owner %q announced the unusable URL %s", re.Owner, quote(target))
 	}
 	// Shutdown ends forwarded streams too, and waits for them.
 	rt.active.Add(1)
 	defer rt.active.Done()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(rt.stopCtx, cancel)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(rt.stopCtx, func() { cancel(errShutdown) })
 	defer stop()
 
 	logger := rt.logger.With("session", store.Prefix(re.Token), "generation", re.Generation, "owner", re.Owner)
-	var unreachable error
-	var ref *Refusal
+	// The answer begins, or the request is given up: whichever comes first
+	// wins, and the other never happens.
+	var begun atomic.Bool
+	giveUp := func(cause error) {
+		if begun.CompareAndSwap(false, true) {
+			cancel(cause)
+		}
+	}
+	answering := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		rt.await(ctx, re, time.Now(), rt.opts.JSONResponse && r.Method == http.MethodPost, answering, giveUp)
+	}()
+	defer func() {
+		cancel(nil)
+		<-watched
+	}()
+
+	out, why := answered, error(nil)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
@@ -109,6 +149,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 		Transport:     rt.fwd,
 		FlushInterval: -1, // SSE: every event reaches the client as it comes
 		ModifyResponse: func(resp *http.Response) error {
+			if !begun.CompareAndSwap(false, true) {
+				return context.Cause(ctx) // given up a moment before
+			}
+			close(answering)
 			// An owner writes at least a keep-alive comment on an idle
 			// stream every 1.5 KeepAlive; one that sends nothing for
 			// twice that is stopped or cut off (its lease may have been
@@ -118,7 +162,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 				resp.Body = newIdleBody(resp.Body, idle, func() {
 					logger.Warn("the owner sent nothing on a forwarded stream for twice the keep-alive interval; the stream ends and the client resumes",
 						"reason", replay.ReasonOwnerUnreachable, "idle", idle)
-					cancel()
+					cancel(nil)
 				})
 			}
 			return nil
@@ -127,23 +171,70 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 		// Called before anything is written to w.
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
 			var de *dialError
-			switch {
+			switch cause := context.Cause(ctx); {
 			case errors.As(err, &de):
-				unreachable = err
-			case rt.shuttingDown():
-				ref = refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
-			case ctx.Err() != nil:
+				out, why = unsent, err
+			case cause == errGivenUp:
+				logger.Info("forwarded request given up unanswered: the owner's lease lapsed; the session is looked up again",
+					"reason", replay.ReasonLeaseExpired)
+				out = givenUp
+			case cause == errUnanswered:
+				logger.Warn("the owner holds its lease but did not answer a forwarded request", "reason", replay.ReasonOwnerUnreachable)
+				out, why = refused, refuse(replay.ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+					"holds its lease but did not answer; it may have seen the request: retry")
+			case cause == errShutdown || rt.shuttingDown():
+				out, why = refused, refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
+			case r.Context().Err() != nil:
 				// The client went away.
 			default:
 				logger.Warn("forwarding failed", "reason", replay.ReasonOwnerUnreachable, "error", err)
-				ref = refuse(replay.ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+				out, why = refused, refuse(replay.ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
 					"failed to answer: "+err.Error()+"; retry")
 			}
 		},
 	}
 	logger.Debug("forwarding request", "method", r.Method)
 	proxy.ServeHTTP(w, r.WithContext(ctx))
-	return ref, unreachable
+	return out, why
+}
+
+// await watches the lease of re's owner while a request forwarded to it
+// at sent waits for its answer to begin (answering is closed when it
+// does), as Leases.Await decides from the session's record, read again
+// each time the decision is due (RouterOptions.Records; the record last
+// read when it cannot be). It calls giveUp with errGivenUp when the
+// owner's lease lapses or the session moves, and with errUnanswered when
+// a silent owner's bound passes. whole says the answer comes in one piece
+// (application/json).
+func (rt *Router) await(ctx context.Context, re *RemoteError, sent time.Time, whole bool, answering <-chan struct{}, giveUp func(error)) {
+	rec := store.Record{Token: re.Token, Owner: re.Owner, Generation: re.Generation, LeaseUntil: re.LeaseUntil}
+	for {
+		decision, until := rt.leases.Await(*re, rec, sent, time.Now(), whole)
+		switch decision {
+		case GiveUp:
+			giveUp(errGivenUp)
+			return
+		case Unanswered:
+			giveUp(errUnanswered)
+			return
+		}
+		t := time.NewTimer(time.Until(until))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-answering:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if rt.opts.Records == nil {
+			continue
+		}
+		if got, err := rt.opts.Records(ctx, re.Token); err == nil {
+			rec = got
+		}
+	}
 }
 
 // idleBody is a forwarded SSE response body that calls stalled when no

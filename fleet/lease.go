@@ -113,6 +113,67 @@ func (l Leases) TakeoverReason(prev store.Record, engineEnded bool) replay.Reaso
 // over at their next request instead of a lease later.
 func (l Leases) Release(now time.Time) time.Time { return now }
 
+// Waiting is what a replica does about a request it forwarded to a
+// session's owner and whose answer has not begun (Leases.Await).
+type Waiting int
+
+const (
+	// WaitOn: the owner holds its lease; the request waits on, until the
+	// time Await gives, when Await is asked again.
+	WaitOn Waiting = iota
+	// GiveUp: the owner's lease lapsed (it is stopped, dead or cut off),
+	// or the session moved to another owner or generation. The request is
+	// given up, and the session looked up again: it is taken over at
+	// generation+1, or found at its new owner. The owner never serves the
+	// request it may hold: it checks its lease before it serves, and a
+	// renewal after a takeover is fenced.
+	GiveUp
+	// Unanswered: the owner holds its lease but has not begun to answer
+	// within a lease TTL of the request (an SSE answer begins at once): it
+	// is alive but stuck, or the network between the two is. The request
+	// is refused (503 owner_unreachable): the owner may have seen it.
+	Unanswered
+)
+
+// String names the decision for the rules' tests.
+func (w Waiting) String() string {
+	switch w {
+	case WaitOn:
+		return "wait on"
+	case GiveUp:
+		return "give the request up"
+	case Unanswered:
+		return "refuse it unanswered"
+	}
+	return fmt.Sprintf("Waiting(%d)", int(w))
+}
+
+// Await decides about a request forwarded at sent to held (the owner and
+// generation that held the session then, with the lease seen then) whose
+// answer has not begun, at now, from rec, the session's record as last
+// read. The wait lasts while the owner holds its lease, and, unless whole
+// (an answer that comes in one piece, application/json, whose headers come
+// with the end of the call), at most one lease TTL after sent: this
+// replica's TTL, or the lease seen when sent, whichever is longer. With
+// WaitOn it returns when to decide again: the lease's expiry, or that
+// bound, whichever comes first.
+func (l Leases) Await(held RemoteError, rec store.Record, sent, now time.Time, whole bool) (Waiting, time.Time) {
+	if l.Remote(rec, now) == nil || rec.Owner != held.Owner || rec.Generation != held.Generation {
+		return GiveUp, time.Time{}
+	}
+	if whole {
+		return WaitOn, rec.LeaseUntil
+	}
+	bound := sent.Add(max(l.TTL, held.LeaseUntil.Sub(sent)))
+	if !now.Before(bound) {
+		return Unanswered, time.Time{}
+	}
+	if rec.LeaseUntil.Before(bound) {
+		return WaitOn, rec.LeaseUntil
+	}
+	return WaitOn, bound
+}
+
 // LostReason returns the log reason for a renewal or append error that
 // means the generation it was made for is over (replay.ReasonFenced: a
 // newer generation owns the session; replay.ReasonGenerationLost; or

@@ -6,6 +6,8 @@ package fleet_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +28,11 @@ import (
 //	renewed err=none|fenced|ended|not_found|unavailable
 //	                                         what a renewal's (or append's) error means
 //	release now=T                            the replica closes
+//	await held=O/G seen=T sent=T record=O/G lease=T now=T [json]
+//	                                         a request forwarded at sent to O's
+//	                                         generation G, whose lease was seen
+//	                                         lapsing at seen, waits for its answer;
+//	                                         the record now says record, lease
 func TestLeaseRules(t *testing.T) {
 	epoch := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	at := func(s string) time.Time {
@@ -95,6 +102,24 @@ func TestLeaseRules(t *testing.T) {
 			}
 		case "release":
 			return "lease until " + show(lr.Release(at(str("now")))) + "\n"
+		case "await":
+			ownerGen := func(key string) (string, uint64) {
+				o, g, ok := strings.Cut(str(key), "/")
+				n, err := strconv.ParseUint(g, 10, 64)
+				if !ok || err != nil {
+					t.Fatalf("%s=%q: want OWNER/GENERATION", key, str(key))
+				}
+				return o, n
+			}
+			owner, gen := ownerGen("held")
+			held := fleet.RemoteError{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("seen"))}
+			owner, gen = ownerGen("record")
+			rec := store.Record{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("lease"))}
+			w, until := lr.Await(held, rec, at(str("sent")), at(str("now")), d.HasArg("json"))
+			if w == fleet.WaitOn {
+				return fmt.Sprintf("%s until %s\n", w, show(until))
+			}
+			return w.String() + "\n"
 		}
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""

@@ -66,8 +66,17 @@ type RouterOptions struct {
 	KeepAlive time.Duration
 	// JSONResponse says this fleet answers calls as one application/json
 	// body (transport.Options.JSONResponse), whose headers come with the
-	// whole answer, however long the call runs.
+	// whole answer, however long the call runs: a POST forwarded to an
+	// owner then waits for its answer while the owner holds its lease,
+	// with no other bound (Leases.Await).
 	JSONResponse bool
+	// Records reads a session's record as the store holds it, without
+	// claiming it (session.Registry.Status), so that a request forwarded
+	// to an owner waits for its answer exactly while the owner holds its
+	// lease (Leases.Await). Nil: the lease the lookup found is never seen
+	// renewed, and a forwarded request that is not answered within it is
+	// given up then.
+	Records func(ctx context.Context, token string) (store.Record, error)
 	// Logger receives the router's lines, with the session's token prefix,
 	// generation and owner. Default slog.Default().
 	Logger *slog.Logger
@@ -97,7 +106,7 @@ func NewRouter(leases Leases, opts RouterOptions) *Router {
 	}
 	rt := &Router{
 		leases: leases, opts: opts, logger: opts.Logger,
-		fwd:     newForwardTransport(opts.JSONResponse),
+		fwd:     newForwardTransport(),
 		stopped: make(chan struct{}),
 	}
 	rt.stopCtx, rt.stop = context.WithCancel(context.Background())
@@ -114,22 +123,31 @@ func NewRouter(leases Leases, opts RouterOptions) *Router {
 // While another replica owns the session, Route forwards r there, with
 // body as its body when it is not nil (a POST body read already), and
 // returns forwarded true once the owner's answer was streamed back, or
-// cut after it began (the client resumes), or the client went away. When
-// the owner cannot be reached, Route looks the session up again every
-// ownerPoll until the owner's lease lapses (lookup then takes the session
-// over at generation+1), for at most the lease expiry first seen plus
-// ownerGrace; nothing is acknowledged meanwhile. Its other errors are
-// *Refusal, with nothing written: owner_moved for a forwarded request
-// that finds yet another owner, owner_unreachable for an owner that keeps
-// its lease and cannot be reached or failed after the request was sent
-// (the owner may have seen it, and the client decides whether to retry),
-// unavailable at shutdown; and the directory's store.ErrUnavailable, and
-// the request's context error.
+// cut after it began (the client resumes), or the client went away. The
+// wait for the answer to begin lasts while the owner holds its lease
+// (Leases.Await): when the lease lapses first (the owner is stopped or
+// dead), the request is given up and the session looked up again, which
+// takes it over at generation+1 or finds its new owner; the owner refuses
+// the request it may hold, since it checks its lease before it serves
+// (see the package comment). When the owner cannot be connected to,
+// nothing is sent: Route looks the session up again every ownerPoll until
+// the owner's lease lapses, for at most the lease expiry first seen plus
+// ownerGrace; nothing is acknowledged meanwhile.
+//
+// Its other errors are *Refusal, with nothing written: owner_moved for a
+// forwarded request that finds yet another owner; owner_unreachable for
+// an owner that keeps its lease and cannot be connected to, or failed
+// after the request was sent, or did not answer it within a lease TTL,
+// or renewed its lease after the request was given up (the owner may
+// have seen it: it is never sent twice, and the client decides whether
+// to retry); unavailable at shutdown. And the directory's
+// store.ErrUnavailable, and the request's context error.
 func (rt *Router) Route(w http.ResponseWriter, r *http.Request, body []byte, lookup func(context.Context) error) (forwarded bool, err error) {
 	ctx := r.Context()
 	var seen *RemoteError // the owner and lease the wait is about
 	var deadline time.Time
-	waiting := false // the wait has been logged
+	waiting := false      // the wait has been logged
+	var sent *RemoteError // the owner a request given up unanswered was sent to
 	for {
 		err := lookup(ctx)
 		var re *RemoteError
@@ -139,6 +157,12 @@ func (rt *Router) Route(w http.ResponseWriter, r *http.Request, body []byte, loo
 		if by := r.Header.Get(ForwardedByHeader); by != "" {
 			return false, refuse(replay.ReasonOwnerMoved, "the session is owned by another replica than the one "+
 				quote(by)+" forwarded this request to; retry")
+		}
+		if sent != nil && sent.Owner == re.Owner {
+			rt.logger.Warn("the owner renewed its lease after a request forwarded to it was given up", "session", store.Prefix(re.Token),
+				"generation", re.Generation, "owner", re.Owner, "reason", replay.ReasonOwnerUnreachable)
+			return false, refuse(replay.ReasonOwnerUnreachable, "the replica "+quote(re.Owner)+" that owns the session "+
+				"did not answer and holds its lease again; it may have seen the request: retry")
 		}
 		if seen == nil || seen.Owner != re.Owner || seen.Generation != re.Generation {
 			seen, deadline = re, re.LeaseUntil.Add(ownerGrace)
@@ -151,12 +175,16 @@ func (rt *Router) Route(w http.ResponseWriter, r *http.Request, body []byte, loo
 			}
 			why = err
 			if err == nil {
-				ref, unreachable := rt.forward(w, r, re, target, body)
-				if ref != nil {
-					return false, ref
-				}
-				if why = unreachable; why == nil {
+				switch out, err := rt.forward(w, r, re, target, body); out {
+				case answered:
 					return true, nil
+				case refused:
+					return false, err
+				case givenUp:
+					sent = re
+					continue
+				default:
+					why = err
 				}
 			}
 		}

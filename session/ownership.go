@@ -25,11 +25,13 @@ const renewTimeoutShare = 2
 // the session up again.
 var errLeaseLost = errors.New("session: lease lost")
 
-// checkLease confirms, before l serves a request, that this registry
-// still owns it: when l's lease has lapsed by the local clock (the process
-// was paused, or renewals failed), it renews synchronously. A fenced or
-// ended session is dropped (errLeaseLost); an unreachable store fails the
-// request rather than risk serving a generation another replica took.
+// checkLease confirms, before l serves a request (Get) or hands the engine
+// a message (Deliver), that this registry still owns it: when l's lease
+// has lapsed by the local clock (the process was paused, or renewals
+// failed), it renews synchronously (fleet.Leases.MustRenew). A fenced or
+// ended session is dropped, and the error wraps errLeaseLost and the
+// store's error; an unreachable store fails the request rather than risk
+// serving a generation another replica took.
 func (r *Registry) checkLease(ctx context.Context, l *Live) error {
 	now := r.opts.Now()
 	if !r.lease.MustRenew(l.lease(), now) {
@@ -43,7 +45,7 @@ func (r *Registry) checkLease(ctx context.Context, l *Live) error {
 	}
 	if reason := fleet.LostReason(err); reason != "" {
 		r.drop(l, reason, err)
-		return errLeaseLost
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
 	}
 	return fmt.Errorf("session %s gen %d: renew lapsed lease: %w", store.Prefix(l.token), l.gen, err)
 }

@@ -21,8 +21,15 @@ import (
 // change a notification makes (engine.State.Fold; a call's is recorded when
 // it is answered, in Send). A state change that cannot be stored fails the
 // delivery, so the client is not told 202 for a notification a later
-// generation would not know of.
+// generation would not know of. The lease is checked first, as Get checks
+// it: a process paused past its lease after the lookup renews it before
+// the engine runs anything, and a generation taken over meanwhile is
+// dropped and fails the delivery (store.ErrFenced) instead of running the
+// message.
 func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	if err := l.reg.checkLease(ctx, l); err != nil {
+		return err
+	}
 	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && engine.ChangesState(r) {
 		if err := l.recordNotification(ctx, r); err != nil {
 			return err

@@ -33,6 +33,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // Handler serves MCP Streamable HTTP over a session.Registry.
@@ -63,6 +64,10 @@ func New(reg *session.Registry, opts Options) *Handler {
 		conns: newConnections(),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
 			Directory: opts.Directory, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
+			Records: func(ctx context.Context, token string) (store.Record, error) {
+				_, rec, err := reg.Status(ctx, token)
+				return rec, err
+			},
 		}),
 		shutdown: make(chan struct{}),
 		draining: make(chan struct{}),
