@@ -135,7 +135,7 @@ func BenchmarkSend(b *testing.B) {
 }
 
 // capSessions is the --max-sessions default the creation benchmark fills
-// the registry to (issue 17, defect 4).
+// the registry to.
 const capSessions = session.DefaultMaxSessions
 
 // BenchmarkCreate measures sessions created per second (Create, then an

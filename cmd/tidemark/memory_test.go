@@ -24,7 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// TestMemoryBoundUnderLargeAnswers is the attack of issue 17 (defect 5):
+// TestMemoryBoundUnderLargeAnswers is an operator's attack:
 // 150 sessions each echo 4 MiB, against the default 512 MiB retention
 // budget with the memory store, and with --data-dir. The process's peak
 // RSS (VmHWM, read from
