@@ -14,6 +14,7 @@
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
 //	                           (its --metrics-addr listener)
+//	tidemark version           print the release this binary was built as
 //	tidemark help              print this text
 //
 // Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags;
@@ -42,6 +43,7 @@ Usage:
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
                            read from its --metrics-addr listener
+  tidemark version         print the release this binary was built as
   tidemark help            print this text
 
 Run "tidemark serve -h", "tidemark probe -h" or "tidemark inspect -h" for the flags.
@@ -65,6 +67,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return probe(args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(args[1:], stdout, stderr)
+	case "version", "--version":
+		printVersion(stdout)
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
