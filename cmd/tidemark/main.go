@@ -14,11 +14,15 @@
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
 //	                           (its --metrics-addr listener)
+//	tidemark ready [flags]     exit 0 when a running tidemark serve is ready
+//	                           (its --metrics-addr listener's /readyz), 1 when
+//	                           not: a health check for images without a shell
 //	tidemark version           print the release this binary was built as
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags;
-// docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their defaults.
+// Run `tidemark serve -h`, `tidemark probe -h`, `tidemark inspect -h` or `tidemark ready -h` for
+// the flags; docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their
+// defaults.
 package main
 
 import (
@@ -43,10 +47,14 @@ Usage:
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
                            read from its --metrics-addr listener
+  tidemark ready [flags]   exit 0 when a running tidemark serve is ready (its
+                           --metrics-addr listener's /readyz), 1 when not:
+                           a health check for images without a shell
   tidemark version         print the release this binary was built as
   tidemark help            print this text
 
-Run "tidemark serve -h", "tidemark probe -h" or "tidemark inspect -h" for the flags.
+Run "tidemark serve -h", "tidemark probe -h", "tidemark inspect -h" or
+"tidemark ready -h" for the flags.
 `
 
 func main() {
@@ -67,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return probe(args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(args[1:], stdout, stderr)
+	case "ready":
+		return ready(args[1:], stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return 0
