@@ -1,0 +1,8 @@
+// Package check tests Tidemark's deployment files against the binary they
+// deploy: the Dockerfile (parsed with BuildKit's parser, and its go build
+// run here as the image runs it), the compose fleet (deploy/compose, loaded
+// with compose-go) and the Kubernetes manifests (deploy/kubernetes, decoded
+// strictly into the Kubernetes API types). It is a module of its own so
+// that those parsers stay out of Tidemark's dependencies; it has no Go API.
+// scripts/test.sh runs its tests.
+package check
