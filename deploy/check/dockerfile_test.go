@@ -120,13 +120,11 @@ func TestDockerfile(t *testing.T) {
 	if !slices.Contains(finalBases, d.final.BaseName) {
 		t.Errorf("Dockerfile: the image is FROM %s; want one of %q", d.final.BaseName, finalBases)
 	}
-	var user string
+	imageUser(t, d)
 	var exposed []string
 	copied := map[string]string{} // destination: source, of COPY --from=build
 	for _, c := range d.final.Commands {
 		switch c := c.(type) {
-		case *instructions.UserCommand:
-			user = c.User
 		case *instructions.ExposeCommand:
 			exposed = append(exposed, c.Ports...)
 		case *instructions.CopyCommand:
@@ -138,10 +136,6 @@ func TestDockerfile(t *testing.T) {
 		case *instructions.RunCommand:
 			t.Errorf("Dockerfile: the image stage runs %q; it has no shell to run it", c.CmdLine)
 		}
-	}
-	uid, _, _ := strings.Cut(user, ":")
-	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
-		t.Errorf("Dockerfile: USER %q; want a numeric non-root user (65532:65532, distroless's nonroot), which runAsNonRoot can check", user)
 	}
 	ep := entrypoint(t, d)
 	if copied[ep] != out {
@@ -207,4 +201,23 @@ func TestImageBinary(t *testing.T) {
 	if err != nil || string(out) != want {
 		t.Errorf("tidemark version: %q (%v); want %q", out, err, want)
 	}
+}
+
+// imageUser returns the uid of the image's USER, failing the test unless
+// it is a number other than 0: Kubernetes' runAsNonRoot can check only a
+// numeric user.
+func imageUser(t testing.TB, d *dockerfile) int64 {
+	t.Helper()
+	user := ""
+	for _, c := range d.final.Commands {
+		if u, ok := c.(*instructions.UserCommand); ok {
+			user = u.User
+		}
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	n, err := strconv.ParseInt(uid, 10, 64)
+	if err != nil || n == 0 {
+		t.Fatalf("Dockerfile: USER %q; want a numeric non-root user (65532:65532, distroless's nonroot), which runAsNonRoot can check", user)
+	}
+	return n
 }
