@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/moby/buildkit v0.34.2
 	github.com/moby/patternmatcher v0.6.1
 	github.com/redis/go-redis/v9 v9.23.0
