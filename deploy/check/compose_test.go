@@ -101,7 +101,7 @@ func TestComposeFleet(t *testing.T) {
 		cmd := strings.Join(p.Services[name].Command, " ")
 		for _, opt := range []string{"redis-server ", " --appendonly yes", " --appendfsync always", " --replica-announce-ip " + name} {
 			if !strings.Contains(cmd, opt) {
-				t.Errorf("%s: %s runs %q; want %q in it (README, Fleet mode: Redis restarts)", composeFile, name, cmd, strings.TrimSpace(opt))
+				t.Errorf("%s: %s runs %q; want %q in it (docs/fleet.md: Redis restarts)", composeFile, name, cmd, strings.TrimSpace(opt))
 			}
 		}
 	}
