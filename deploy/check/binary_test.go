@@ -138,9 +138,9 @@ func (d *dockerfile) buildCommand(t testing.TB) (env, args []string, out string)
 
 // imageBuild is the binary built once per test binary by imageBinary.
 var imageBuild struct {
-	once sync.Once
-	path string
-	err  error
+	once      sync.Once
+	dir, path string // dir holds the context's copy and the binary
+	err       error
 }
 
 // imageBinary returns a tidemark binary built as the Dockerfile's build
@@ -151,17 +151,18 @@ func imageBinary(t testing.TB) string {
 	t.Helper()
 	d := parseDockerfile(t)
 	root := repoRoot(t)
+	env, args, out := d.buildCommand(t) // outside once: it may t.Fatal
 	imageBuild.once.Do(func() {
 		dir, err := os.MkdirTemp("", "tidemark-image-")
 		if err != nil {
 			imageBuild.err = err
 			return
 		}
+		imageBuild.dir = dir
 		ctx := filepath.Join(dir, "src")
 		if imageBuild.err = copyContext(root, ctx); imageBuild.err != nil {
 			return
 		}
-		env, args, out := d.buildCommand(t)
 		bin := filepath.Join(dir, "tidemark")
 		args[slices.Index(args, out)] = bin
 		cmd := exec.Command("go", args...)
@@ -189,8 +190,8 @@ func imageBinary(t testing.TB) string {
 // TestMain removes the image binary's directory after the tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if imageBuild.path != "" {
-		os.RemoveAll(filepath.Dir(imageBuild.path))
+	if imageBuild.dir != "" {
+		os.RemoveAll(imageBuild.dir)
 	}
 	os.Exit(code)
 }

@@ -175,6 +175,7 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	live := map[string]string{} // the values the live run gives each variable
 	key := testKey()
+	var podIP string // the variable that holds the pod's IP
 	var redisFromSecret, keysFromSecret bool
 	for _, e := range c.Env {
 		if strings.HasPrefix(e.Name, "TIDEMARK_") && e.Name != requeststate.EnvKeys {
@@ -184,7 +185,7 @@ func TestKubernetesManifests(t *testing.T) {
 		case e.ValueFrom == nil:
 			live[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
-			live[e.Name] = "127.0.0.1"
+			podIP, live[e.Name] = e.Name, "127.0.0.1"
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			if ref.Name != m.secret.Name || !secretKeys[ref.Key] {
@@ -222,12 +223,6 @@ func TestKubernetesManifests(t *testing.T) {
 	addr, metrics := value(args, flags, "addr"), value(args, flags, "metrics-addr")
 	if addr != "0.0.0.0:"+mcpPort || metrics != "0.0.0.0:"+ops {
 		t.Errorf("%s: --addr %s --metrics-addr %s; want 0.0.0.0:%s and 0.0.0.0:%s, the image's ports", where, addr, metrics, mcpPort, ops)
-	}
-	podIP := ""
-	for name, v := range live {
-		if v == "127.0.0.1" {
-			podIP = name
-		}
 	}
 	if want := "http://$(" + podIP + "):" + mcpPort + value(args, flags, "path"); podIP == "" || args["advertise-url"] != want {
 		t.Errorf("%s: --advertise-url=%q; want %s: other replicas reach a pod at its IP, not at its host name", where, args["advertise-url"], want)

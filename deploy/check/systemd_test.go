@@ -93,11 +93,11 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 
-	exec := strings.Fields(one("ExecStart"))
-	if len(exec) < 2 || exec[0] != installedBinary || exec[1] != "serve" {
-		t.Fatalf("%s: ExecStart=%q; want %s serve ...", unitFile, exec, installedBinary)
+	execStart := strings.Fields(one("ExecStart"))
+	if len(execStart) < 2 || execStart[0] != installedBinary || execStart[1] != "serve" {
+		t.Fatalf("%s: ExecStart=%q; want %s serve ...", unitFile, execStart, installedBinary)
 	}
-	args := serveArgs(t, unitFile, flags, exec[2:])
+	args := serveArgs(t, unitFile, flags, execStart[2:])
 	state := one("StateDirectory")
 	if args["data-dir"] != "%S/"+state {
 		t.Errorf("%s: --data-dir=%s; want %%S/%s, the StateDirectory= systemd creates for the service's user", unitFile, args["data-dir"], state)
@@ -149,7 +149,7 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var run []string
-	for _, a := range exec[1:] {
+	for _, a := range execStart[1:] {
 		run = append(run, strings.NewReplacer("%S", stateRoot, "%d", creds).Replace(a))
 	}
 	srv := startServe(t, bin, run, []string{"PATH=/usr/bin:/bin"})
