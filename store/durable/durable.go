@@ -213,8 +213,12 @@ type Store struct {
 	sessions map[string]*sess // every live record, loaded at Open
 	owners   map[string]bool  // owners that wrote to this Store since Open
 
-	total  atomic.Int64 // retained event bytes across sessions
-	groups atomic.Int64 // group commits (fsyncs) so far, for tests
+	total atomic.Int64 // retained event bytes across sessions
+	// publishing is held by publish for a whole group, so that Sync, once
+	// its events are released, waits for the rest of their publication
+	// (the total and the bound's queue) before it applies the bound.
+	publishing sync.Mutex
+	groups     atomic.Int64 // group commits (fsyncs) so far, for tests
 	// low is set while the last group that added data found the file
 	// system low on space: Append then checks the space itself and fails
 	// at once, losing nothing, instead of accepting events whose group

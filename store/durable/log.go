@@ -132,6 +132,11 @@ func (s *Store) Sync(ctx context.Context, token string) error {
 	if err := ss.pend.Drain(ctx); err != nil {
 		return err
 	}
+	// The drain returns when publish releases the session's events, before
+	// it adds their bytes to the total and queues the session for the
+	// bound: wait for that publish to end.
+	s.publishing.Lock()
+	s.publishing.Unlock()
 	if s.needsTrim(s.total.Load()) {
 		s.enforceBound(ctx)
 	}

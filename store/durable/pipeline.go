@@ -132,6 +132,8 @@ func (p *pipelined) writeMeta(gb *pebble.Batch) {
 // publish makes the group's events visible, once stored: each session's
 // durable watermark moves to its last event, and its Waits wake.
 func (s *Store) publish(p *pipelined) {
+	s.publishing.Lock()
+	defer s.publishing.Unlock()
 	for _, ss := range p.order {
 		g := p.touched[ss]
 		if !g.appended {
