@@ -31,7 +31,7 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 	c := &inspectConfig{}
 	fs := flag.NewFlagSet("tidemark inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to inspect (host:port; required)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to inspect (host:port or http:// URL; required)")
 	fs.IntVar(&c.recent, "recent", admin.DefaultRecent, "without a token prefix: how many of the most recently used sessions to list (sessions)")
 	fs.BoolVar(&c.json, "json", false, "print the inspector's JSON answer as it is")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server (duration)")
@@ -61,7 +61,12 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark inspect: --recent %d: want 0 or more sessions\n", c.recent)
 		return 2
 	}
-	u := "http://" + c.metricsAddr + "/debug/sessions"
+	base, err := admin.BaseURL(c.metricsAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark inspect: --metrics-addr %q: %v\n", c.metricsAddr, err)
+		return 2
+	}
+	u := base + "/debug/sessions"
 	if fs.NArg() == 1 {
 		u += "/" + url.PathEscape(fs.Arg(0))
 	} else {
@@ -73,9 +78,7 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if status != http.StatusOK {
-		var e struct{ Error string }
-		json.Unmarshal(body, &e)
-		fmt.Fprintf(stderr, "tidemark inspect: %s answered %d: %s\n", u, status, e.Error)
+		fmt.Fprintf(stderr, "tidemark inspect: %s %s\n", u, admin.Explain(status, body, "--metrics-addr"))
 		return 1
 	}
 	if c.json {
