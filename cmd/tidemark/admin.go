@@ -43,7 +43,13 @@ func operatorFlags(fs *flag.FlagSet, c *operatorConfig) {
 // check refuses an operator's listener on the MCP listener's address
 // mcpAddr (port 0 excepted: each listener gets a port of its own).
 func (c operatorConfig) check(mcpAddr string) error {
-	if c.addr != "" && c.addr == mcpAddr && !strings.HasSuffix(mcpAddr, ":0") {
+	if c.addr == "" {
+		return nil
+	}
+	if err := checkHostPort("metrics-addr", c.addr); err != nil {
+		return err
+	}
+	if c.addr == mcpAddr && !strings.HasSuffix(mcpAddr, ":0") {
 		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.addr)
 	}
 	return nil

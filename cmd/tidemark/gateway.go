@@ -75,6 +75,14 @@ func (c *upstreamConfig) check(stdioMode bool) error {
 	case c.connectTimeout <= 0 || c.timeout <= 0 || c.resumeTimeout <= 0:
 		return errors.New("--upstream-connect-timeout, --upstream-timeout and --upstream-resume-timeout must be positive")
 	}
+	if err := checkHTTPURL("upstream", c.url, "an MCP endpoint, e.g. http://127.0.0.1:3001/mcp"); err != nil {
+		return err
+	}
+	// The engine refuses headers the gateway sets itself; asked now, it
+	// says so before anything listens. It holds no connection yet.
+	if _, err := upstream.New(upstream.Options{URL: c.url, Header: c.header, Forward: c.forward}); err != nil {
+		return err
+	}
 	return nil
 }
 

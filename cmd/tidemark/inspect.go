@@ -6,7 +6,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,11 +43,8 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 // session, 2 on a usage error.
 func inspect(args []string, stdout, stderr io.Writer) int {
 	fs, c := inspectFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	switch {
 	case c.metricsAddr == "":

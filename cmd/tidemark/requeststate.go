@@ -43,6 +43,8 @@ func (c *stateConfig) check(upstream bool) error {
 		return fmt.Errorf("--request-state-ttl %v: want a positive duration", c.ttl)
 	case c.usedMax <= 0:
 		return fmt.Errorf("--request-state-used-max %d: want a positive number of states", c.usedMax)
+	case c.keysFile != "":
+		return checkFile("request-state-keys", c.keysFile, "a key ring file: one base64 32-byte key per line")
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
@@ -123,8 +124,20 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 // check refuses flag values that have no meaning, rather than reading them
 // as a default: a zero limit, a path a URL cannot have, a negative wait.
 func (c *serveConfig) check() error {
+	if err := checkHostPort("addr", c.addr); err != nil {
+		return err
+	}
 	if !strings.HasPrefix(c.path, "/") || strings.ContainsAny(c.path, " \t{}") {
 		return fmt.Errorf("--path %q: want a URL path starting with / (no spaces or braces), e.g. /mcp", c.path)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	}
+	if fi, err := os.Stat(c.dataDir); c.dataDir != "" && err == nil && !fi.IsDir() {
+		return fmt.Errorf("--data-dir %q: not a directory: want the path of a directory, made if missing", c.dataDir)
+	}
+	if err := c.fleet.checkValues(); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -177,11 +190,8 @@ func (c *serveConfig) check() error {
 
 func serve(args []string, stderr io.Writer) int {
 	fs, c := serveFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if err := c.checkArgs(fs); err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
@@ -250,6 +260,26 @@ func serve(args []string, stderr io.Writer) int {
 		h.Close()
 	}
 	return c.run(ln, h, b, op, closeHandler, c.servedAttrs(fs), logger)
+}
+
+// checkValues refuses fleet flag values that cannot work, whether or not
+// --redis is set: a --redis URL none of go-redis's parsers reads, a
+// --replica-id with spaces or control characters (it names the replica
+// in logs, records and the directory), an --advertise-url that is not an
+// absolute http(s) URL.
+func (c *fleetConfig) checkValues() error {
+	if c.redisURL != "" {
+		if err := redis.CheckURL(c.redisURL); err != nil {
+			return fmt.Errorf("--redis %q: %v: %s", redactURL(c.redisURL), err, urlForms)
+		}
+	}
+	if strings.IndexFunc(c.replicaID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("--replica-id %q: want an ID without spaces or control characters, unique in the fleet", c.replicaID)
+	}
+	if c.advertiseURL != "" {
+		return checkHTTPURL("advertise-url", c.advertiseURL, "this replica's MCP endpoint, which the other replicas reach")
+	}
+	return nil
 }
 
 // backing is the store `tidemark serve` runs on: st is nil for the memory
@@ -417,6 +447,6 @@ func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, erro
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
-		return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
 }
