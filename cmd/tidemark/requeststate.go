@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
@@ -70,6 +71,15 @@ func (c *stateConfig) sealer(logger *slog.Logger, fleet *fleetConfig) (*requests
 			"key", ring.IDs()[0])
 	} else {
 		logger.Info("request state keys", "source", source, "keys", ring.IDs(), "sealing", ring.SealingID(time.Now()))
+		for _, g := range ring.SameStart() {
+			start := "always"
+			if !g.NotBefore.IsZero() {
+				start = g.NotBefore.Format(time.RFC3339)
+			}
+			logger.Warn("request state keys start to seal at the same time: the later in each replica's ring seals, "+
+				"so replicas whose rings order them differently seal with different keys; give each key its own not-before time",
+				"reason", replay.ReasonAmbiguousKey, "keys", g.IDs, "not_before", start)
+		}
 		if c.keysFile != "" {
 			warnReadable(logger, c.keysFile)
 		}
