@@ -96,6 +96,10 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 		return o, err
 	}
 	o.rec = rec
+	build := admin.ReadBuild()
+	if err := prom.RegisterBuildInfo(o.reg, build.Version, build.Revision, build.GoVersion); err != nil {
+		return o, err
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return o, fmt.Errorf("--metrics-addr: listen on %s: %v (choose another address)", c.addr, err)
@@ -103,7 +107,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 	// The MCP listener's Host and Origin checks keep a page of a foreign
 	// origin (DNS rebinding) from reading metrics and token prefixes.
 	h := transport.GuardOriginAndHost(admin.Handler(admin.Options{
-		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o,
+		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o, Build: &build,
 	}), transport.Options{Logger: logger})
 	o.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 	go func() {

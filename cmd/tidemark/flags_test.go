@@ -38,6 +38,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5",
 			"upstream": "notaurl", "upstream-header": "x", "upstream-forward-header": "a b",
 			"upstream-connect-timeout": "5", "upstream-timeout": "5", "upstream-resume-timeout": "5",
+			"version": "maybe",
 		},
 		"probe": {
 			"tool": "", "args": "[]", "retention-events": "x", "storm": "x", "json": "maybe", "timeout": "5",

@@ -14,6 +14,7 @@
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
 //	                           (its --metrics-addr listener)
+//	tidemark version           print which build this is (also --version)
 //	tidemark help              print this text
 //
 // Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags; README.md
@@ -24,6 +25,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/tidemark-mcp/tidemark/admin"
 )
 
 const usage = `tidemark serves MCP over resumable Streamable HTTP.
@@ -42,6 +45,8 @@ Usage:
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
                            read from its --metrics-addr listener
+  tidemark version         print the version, commit, commit date and Go
+                           version of this build (also: tidemark --version)
   tidemark help            print this text
 
 Run "tidemark serve -h", "tidemark probe -h" or "tidemark inspect -h" for the flags.
@@ -60,13 +65,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "probe":
 		return probe(args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "-version", "--version":
+		printVersion(stdout, admin.ReadBuild())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "tidemark: unknown command %q\n\n%s", args[0], usage)

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -57,6 +58,7 @@ type serveConfig struct {
 	fleet           fleetConfig
 	state           stateConfig
 	upstream        upstreamConfig
+	version         bool // --version: print the build and exit
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -95,6 +97,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
+	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
 	return fs, c
 }
 
@@ -188,10 +191,14 @@ func (c *serveConfig) check() error {
 	return c.state.check(c.upstream.url != "")
 }
 
-func serve(args []string, stderr io.Writer) int {
+func serve(args []string, stdout, stderr io.Writer) int {
 	fs, c := serveFlags(stderr)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
+	}
+	if c.version {
+		printVersion(stdout, admin.ReadBuild())
+		return 0
 	}
 	if err := c.checkArgs(fs); err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
