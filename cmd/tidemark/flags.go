@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // parseFlags parses args with fs. On success ok is true. On -h or -help it
@@ -100,6 +102,9 @@ var (
 // for one fs does not define.
 func flagError(fs *flag.FlagSet, err error, failed *setFailure) string {
 	if failed != nil {
+		if secretBearing[failed.flag.Name] {
+			return fmt.Sprintf("--%s: want %s", failed.flag.Name, accepted(failed.flag, failed.err))
+		}
 		return fmt.Sprintf("--%s %q: want %s", failed.flag.Name, failed.value, accepted(failed.flag, failed.err))
 	}
 	if m := unknownFlag.FindStringSubmatch(err.Error()); m != nil {
@@ -168,7 +173,7 @@ var examplePort = map[string]string{"addr": "8080", "metrics-addr": "9464"}
 func checkHTTPURL(name, v, what string) error {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--%s %q: want an absolute http:// or https:// URL of %s", name, redactURL(v), what)
+		return fmt.Errorf("--%s %q: want an absolute http:// or https:// URL of %s", name, redact.URL(v), what)
 	}
 	return nil
 }
@@ -186,19 +191,4 @@ func checkFile(name, path, what string) error {
 		return fmt.Errorf("--%s %q: a directory: want the path of %s", name, path, what)
 	}
 	return nil
-}
-
-// redactURL returns u as it may appear in errors and logs: with its
-// password, if any, replaced by "xxxxx" (url.URL.Redacted), or, when u
-// does not parse, a placeholder, since any part of it may be a secret. A
-// URL without a password is returned as it is.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(a URL that does not parse)"
-	}
-	if _, has := p.User.Password(); !has {
-		return u
-	}
-	return p.Redacted()
 }

@@ -32,7 +32,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"session-idle-ttl": "5", "max-sessions": "x", "max-calls-per-session": "x", "retry": "5", "keepalive": "5",
 			"max-body-bytes": "x", "max-inflight-bytes": "x", "shutdown-grace": "5",
 			"log-level": "LOUD", "log-format": "xml", "stdio": "maybe", "env": "x",
-			"data-dir": notDir, "redis": "notaurl://", "replica-id": "a b", "lease-ttl": "5", "lease-renew": "5",
+			"data-dir": notDir, "redis": "notaurl://", "redis-password-file": dir, "replica-id": "a b", "lease-ttl": "5", "lease-renew": "5",
 			"redis-replicas": "x", "redis-replication-timeout": "5", "advertise-url": "notaurl",
 			"request-state-keys": dir, "request-state-ttl": "5", "request-state-single-use": "maybe",
 			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5",

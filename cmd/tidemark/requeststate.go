@@ -81,7 +81,7 @@ func (c *stateConfig) sealer(logger *slog.Logger, fleet *fleetConfig) (*requests
 				"reason", replay.ReasonAmbiguousKey, "keys", g.IDs, "not_before", start)
 		}
 		if c.keysFile != "" {
-			warnReadable(logger, c.keysFile)
+			warnReadable(logger, "request state key file", c.keysFile)
 		}
 	}
 	opts := requeststate.Options{TTL: c.ttl, Logger: logger}
@@ -109,10 +109,10 @@ func (c *serveConfig) requestStateSealer(logger *slog.Logger) (*requeststate.Sea
 	return c.state.sealer(logger, &c.fleet)
 }
 
-// warnReadable logs a warning when others than the file's owner may read
-// the key file.
-func warnReadable(logger *slog.Logger, path string) {
+// warnReadable logs a warning when others than the owner of the file at
+// path, which holds a secret (what names it), may read it.
+func warnReadable(logger *slog.Logger, what, path string) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		logger.Warn("the request state key file is readable by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+		logger.Warn("the "+what+" is readable by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
 	}
 }

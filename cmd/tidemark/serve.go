@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -56,6 +57,7 @@ type serveConfig struct {
 	dataDir         string        // empty: memory store
 	operator        operatorConfig
 	fleet           fleetConfig
+	secrets         secretConfig
 	state           stateConfig
 	upstream        upstreamConfig
 	version         bool // --version: print the build and exit
@@ -92,6 +94,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	})
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
 	fleetFlags(fs, &c.fleet)
+	secretFlags(fs, &c.secrets)
 	stateFlags(fs, &c.state)
 	operatorFlags(fs, &c.operator)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
@@ -140,6 +143,9 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--data-dir %q: not a directory: want the path of a directory, made if missing", c.dataDir)
 	}
 	if err := c.fleet.checkValues(); err != nil {
+		return err
+	}
+	if err := c.redisPassword(os.LookupEnv); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -200,19 +206,29 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		printVersion(stdout, admin.ReadBuild())
 		return 0
 	}
-	if err := c.checkArgs(fs); err != nil {
+	fromEnv, err := applyEnv(fs, os.LookupEnv)
+	if err != nil {
 		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		return 2
+	}
+	// The error lines name the variable of a flag the environment set.
+	errOut := &annotating{w: stderr, fromEnv: fromEnv}
+	if err := c.checkArgs(fs); err != nil {
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	logger, err := newLogger(stderr, c.logFormat, c.logLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
+	}
+	if c.secrets.redisPasswordFile != "" {
+		warnReadable(logger, "Redis password file", c.secrets.redisPasswordFile)
 	}
 	op, err := c.operator.start(logger)
 	defer op.close(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 
@@ -220,24 +236,24 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	// --request-state-keys or --data-dir exits before any client connects.
 	sealer, err := c.requestStateSealer(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 	b, err := c.openStore(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
+		fmt.Fprintf(errOut, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
 		return 1
 	}
 	if err := c.upstream.notSelf(ln.Addr()); err != nil {
 		ln.Close()
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	opts := c.options(b, logger)
@@ -247,7 +263,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		if err := c.fleet.announceFirst(b.fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
 			ln.Close()
 			b.close()
-			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+			fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 			return 1
 		}
 	}
@@ -255,7 +271,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		ln.Close()
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	op.attach(h, readiness(b.st, b.fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
@@ -277,7 +293,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 func (c *fleetConfig) checkValues() error {
 	if c.redisURL != "" {
 		if err := redis.CheckURL(c.redisURL); err != nil {
-			return fmt.Errorf("--redis %q: %v: %s", redactURL(c.redisURL), err, urlForms)
+			return fmt.Errorf("--redis %q: %v: %s", redact.URL(c.redisURL), err, urlForms)
 		}
 	}
 	if strings.IndexFunc(c.replicaID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
