@@ -25,6 +25,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // envPrefix begins every variable tidemark serve reads.
@@ -123,18 +125,28 @@ func secretFlags(fs *flag.FlagSet, c *secretConfig) {
 	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "with --redis: file whose first line is the Redis password, instead of a password in the --redis URL, which ps shows; $"+envPrefix+"REDIS_PASSWORD may hold the password itself (path; empty: the URL's password, if any)")
 }
 
-// redisPassword resolves the Redis password from --redis-password-file or
-// $TIDEMARK_REDIS_PASSWORD (lookup), and writes it into the --redis URL
-// (userinfo, as go-redis's URL parsers read it). It fails when the
-// password is named twice (the URL, the file, the variable), without
-// --redis, or when the file cannot be read; its errors never hold the
-// password.
+// redisPassword resolves the Redis password of serve's --redis URL
+// (withRedisPassword).
 func (c *serveConfig) redisPassword(lookup func(string) (string, bool)) error {
+	u, err := withRedisPassword(c.fleet.redisURL, c.secrets.redisPasswordFile, lookup)
+	if err == nil {
+		c.fleet.redisURL = u
+	}
+	return err
+}
+
+// withRedisPassword returns redisURL with the Redis password that
+// --redis-password-file (file) or $TIDEMARK_REDIS_PASSWORD (read with
+// lookup, os.LookupEnv) gives written into its userinfo, as go-redis's
+// URL parsers read it; redisURL as it is when neither gives one. It fails
+// when the password is named twice (the URL, the file, the variable),
+// without a URL, or when the file cannot be read; its errors never hold
+// the password.
+func withRedisPassword(redisURL, file string, lookup func(string) (string, bool)) (string, error) {
 	const envVar = envPrefix + "REDIS_PASSWORD"
 	envPass, inEnv := lookup(envVar)
-	file := c.secrets.redisPasswordFile
 	if !inEnv && file == "" {
-		return nil
+		return redisURL, nil
 	}
 	var sources []string
 	if inEnv {
@@ -143,41 +155,40 @@ func (c *serveConfig) redisPassword(lookup func(string) (string, bool)) error {
 	if file != "" {
 		sources = append(sources, "--redis-password-file")
 	}
-	if c.fleet.redisURL == "" {
-		return fmt.Errorf("%s: want --redis too: a Redis password applies to a fleet's Redis only", strings.Join(sources, " and "))
+	if redisURL == "" {
+		return "", fmt.Errorf("%s: want --redis too: a Redis password applies to a fleet's Redis only", strings.Join(sources, " and "))
 	}
-	u, err := url.Parse(c.fleet.redisURL) // checkValues has parsed it
+	u, err := url.Parse(redisURL) // checked by redis.CheckURL before
 	if err != nil {
-		return err
+		return "", fmt.Errorf("--redis %s: %v", redact.URL(redisURL), err)
 	}
 	if _, has := u.User.Password(); has {
 		sources = append([]string{"the --redis URL"}, sources...)
 	}
 	if len(sources) > 1 {
-		return fmt.Errorf("the Redis password is named by %s: want one of them", strings.Join(sources, " and "))
+		return "", fmt.Errorf("the Redis password is named by %s: want one of them", strings.Join(sources, " and "))
 	}
 	password := envPass
 	if file != "" {
 		if err := checkFile("redis-password-file", file, "a file holding the Redis password"); err != nil {
-			return err
+			return "", err
 		}
 		text, err := os.ReadFile(file)
 		if err != nil {
-			return fmt.Errorf("--redis-password-file %q: %v", file, errors.Unwrap(err))
+			return "", fmt.Errorf("--redis-password-file %q: %v", file, errors.Unwrap(err))
 		}
 		password, _, _ = strings.Cut(string(text), "\n")
 		password = strings.TrimSuffix(password, "\r")
 	}
 	if password == "" {
-		return fmt.Errorf("%s: the Redis password is empty: want the password", sources[0])
+		return "", fmt.Errorf("%s: the Redis password is empty: want the password", sources[0])
 	}
 	user := ""
 	if u.User != nil {
 		user = u.User.Username()
 	}
 	u.User = url.UserPassword(user, password)
-	c.fleet.redisURL = u.String()
-	return nil
+	return u.String(), nil
 }
 
 // annotating writes each write to w through annotate: serve writes its

@@ -13,7 +13,8 @@
 //	tidemark probe [flags] URL check how the MCP server at URL resumes streams
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
-//	                           (its --metrics-addr listener)
+//	                           (its --metrics-addr listener), or with --fleet
+//	                           those of every replica (the fleet's Redis)
 //	tidemark version           print which build this is (also --version)
 //	tidemark help              print this text
 //
@@ -44,7 +45,8 @@ Usage:
                            check how the MCP server at URL resumes streams
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
-                           read from its --metrics-addr listener
+                           read from its --metrics-addr listener, or with
+                           --fleet --redis URL those of every replica
   tidemark version         print the version, commit, commit date and Go
                            version of this build (also: tidemark --version)
   tidemark help            print this text
