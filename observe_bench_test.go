@@ -1,5 +1,5 @@
 // observe_bench_test.go measures tool calls with metrics and tracing on
-// and off (BENCHMARKS.md).
+// and off (bench/NOTES.md, "2026-12-01: metrics and tracing on ÷ off").
 
 package tidemark_test
 
@@ -28,7 +28,7 @@ import (
 // each) over loopback HTTP from parallel sessions, in memory mode: "off"
 // without metrics or tracing, "observed" with a Prometheus registry and
 // every span exported over OTLP/HTTP to a receiver in this process.
-// BENCHMARKS.md gives observed ÷ off.
+// bench/NOTES.md gives observed ÷ off.
 func BenchmarkToolCalls(b *testing.B) {
 	quiet := slog.New(slog.DiscardHandler)
 	b.Run("off", func(b *testing.B) { benchCalls(b, &tidemark.Options{Transport: transport.Options{Logger: quiet}}, 0) })

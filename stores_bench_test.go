@@ -1,5 +1,5 @@
 // stores_bench_test.go measures tool calls on each store that runs in the
-// process (BENCHMARKS.md, issue 11).
+// process (bench/NOTES.md, "2026-12-01: stores ÷ memory, pipelined appends").
 
 package tidemark_test
 

@@ -56,7 +56,7 @@ type Options struct {
 	// Retention.MaxAge when that is shorter (at least 100 milliseconds).
 	SweepInterval time.Duration
 	// Registerer, when set, receives Tidemark's Prometheus collectors
-	// (package metrics/prom; README.md, "Metrics"), and every layer
+	// (package metrics/prom; docs/operating.md, "Metrics"), and every layer
 	// records its events on them. NewHandler panics when they are
 	// registered on it already: give each Handler a registry of its own.
 	// Default: no metrics.

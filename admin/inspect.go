@@ -55,7 +55,7 @@ type Detail struct {
 	// ProtocolVersion is the MCP protocol version the session negotiated.
 	ProtocolVersion string `json:"protocol_version,omitempty"`
 	// ReplayFloor is the lowest sequence a client may still cite;
-	// HighWaterMark the highest emitted (DESIGN.md, Vocabulary).
+	// HighWaterMark the highest emitted (DESIGN.md, "Vocabulary").
 	ReplayFloor   uint64 `json:"replay_floor"`
 	HighWaterMark uint64 `json:"high_water_mark"`
 	// Events and Bytes are what the session's log retains.

@@ -19,7 +19,7 @@ import (
 // 404 (the session token is unknown, evicted, deleted or superseded; MCP
 // 2025-11-25, "Session Management") or 409 (the session's state was
 // re-created or the cursor compacted, so its streams cannot be replayed;
-// Tidemark DESIGN.md, "The replay decision"), or a 409 that listed the
+// DESIGN.md, "The replay decision"), or a 409 that listed the
 // call among the requests its stream lost (error.data.lostRequests). The
 // call may or may not have taken effect on the server; the transport has
 // already started a new session, so the caller may retry it. Test with

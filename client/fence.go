@@ -6,8 +6,6 @@
 package client
 
 import (
-	"net/http"
-
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/wire"
@@ -148,10 +146,4 @@ func (c *conn) takeOrigin(id jsonrpc.ID) *session {
 	s := c.origin[id]
 	delete(c.origin, id)
 	return s
-}
-
-// isFenceWithList reports whether a resume answered status with ref is a
-// 409 that lists the lost requests, which fenceStream handles.
-func isFenceWithList(status int, ref wire.Refusal) bool {
-	return status == http.StatusConflict && ref.LostKnown
 }

@@ -262,3 +262,113 @@ func TestSilentResumeBounded(t *testing.T) {
 		t.Errorf("call failed %v after the break, want 500ms to 5s", took)
 	}
 }
+
+// TestResumeRetryAfterHonoured: the first resume of a cut call is answered
+// 503 owner_unreachable with Retry-After 1; the next resume comes no
+// sooner than a second later (RFC 9110, section 10.2.3), although the
+// server's SSE retry (10 ms) and the backoff would allow it after 20 ms,
+// and completes the call.
+func TestResumeRetryAfterHonoured(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		resumes []time.Time
+	)
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
+		write(w, "id: r0\nretry: 10\ndata:\n\n", s.progress("r1", 1))
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, c string) {
+		mu.Lock()
+		resumes = append(resumes, time.Now())
+		n := len(resumes)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"the session's owner cannot be reached","data":{"reason":"owner_unreachable"}}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		write(w, s.result("r2", "done"))
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cs := connect(t, srv.URL, newRecorder(), nil)
+	params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
+	params.SetProgressToken("tok")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatalf("CallTool: %v", err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; text != "done" {
+		t.Errorf("result = %q, want done", text)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumes) != 2 {
+		t.Fatalf("%d resumes, want 2", len(resumes))
+	}
+	if d := resumes[1].Sub(resumes[0]); d < time.Second {
+		t.Errorf("second resume %v after the 503 with Retry-After 1, want at least 1s", d)
+	}
+}
+
+// TestResumeRetryAfterPastTimeout: a resume answered 503 with a
+// Retry-After (an hour) that reaches past ResumeTimeout (5 s) fails the
+// call with ErrStreamLost at once, not at the deadline: no resume may come
+// before it. The cause names the 503.
+func TestResumeRetryAfterPastTimeout(t *testing.T) {
+	var resumes atomicCount
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
+		write(w, "id: q0\nretry: 10\ndata:\n\n", s.progress("q1", 1))
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, c string) {
+		resumes.add()
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cs := connect(t, srv.URL, newRecorder(), nil)
+	params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
+	params.SetProgressToken("tok")
+	start := time.Now()
+	_, err := cs.CallTool(t.Context(), params)
+	took := time.Since(start)
+	if !errors.Is(err, client.ErrStreamLost) {
+		t.Fatalf("err = %v, want ErrStreamLost", err)
+	}
+	var ce *client.CallError
+	var se *client.StatusError
+	if !errors.As(err, &ce) || !errors.As(ce.Cause, &se) || se.Status != http.StatusServiceUnavailable {
+		t.Errorf("CallError %+v, want a cause with status 503", ce)
+	}
+	if n := resumes.get(); n != 1 {
+		t.Errorf("%d resumes, want 1", n)
+	}
+	// At once: the 5 s ResumeTimeout is not waited out (the bound leaves
+	// room for a loaded machine).
+	if took >= 4*time.Second {
+		t.Errorf("call failed %v after it began, want well under the 5s ResumeTimeout", took)
+	}
+}
+
+// atomicCount counts under a mutex.
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCount) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *atomicCount) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}

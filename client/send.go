@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
@@ -111,7 +112,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 				if unreachableSince.IsZero() {
 					unreachableSince = time.Now()
 				}
-				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(c.backoff(attempt, 0), left), ctx.Done()) {
+				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), ctx.Done()) {
 					continue
 				}
 			}
@@ -153,7 +154,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		label := fmt.Sprintf("POST %s id %v", req.Method, req.ID.Raw())
 		switch wire.MediaType(resp) {
 		case wire.MediaSSE:
-			st := &stream{call: cl, sess: s, label: label, seen: newIDSet(c.opts.SeenIDs)}
+			st := c.newStream(cl, s, label)
 			if !c.spawn(func() { c.runStream(cctx, st, resp) }) {
 				resp.Body.Close()
 			}
@@ -238,7 +239,7 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 				if unreachableSince.IsZero() {
 					unreachableSince = time.Now()
 				}
-				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(c.backoff(attempt, 0), left), ctx.Done()) {
+				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), ctx.Done()) {
 					continue
 				}
 			}

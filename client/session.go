@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
@@ -145,7 +146,7 @@ func (c *conn) reinitialize(params json.RawMessage) (*session, error) {
 			return nil, err // the server refuses the handshake itself
 		}
 		left := time.Until(deadline)
-		if left <= 0 || !c.sleep(min(c.backoff(attempt, 0), left), nil) {
+		if left <= 0 || !c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), nil) {
 			return nil, err
 		}
 	}
@@ -274,7 +275,8 @@ func (c *conn) startStandalone(s *session) <-chan struct{} {
 	}
 	s.stopStandalone = cancel
 	c.mu.Unlock()
-	st := &stream{sess: s, label: "GET standalone", seen: newIDSet(c.opts.SeenIDs), fresh: true, ready: ready}
+	st := c.newStream(nil, s, "GET standalone")
+	st.fresh, st.ready = true, ready
 	if !c.spawn(func() { c.runStream(ctx, st, nil) }) {
 		cancel()
 		close(ready)

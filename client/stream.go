@@ -7,15 +7,13 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/sse"
-	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // errNoCursor is the cause of ErrStreamLost when a stream broke before the
@@ -33,10 +31,9 @@ type stream struct {
 	sess  *session // the session the stream belongs to
 	label string   // for events and logs
 
-	lastID string        // the last event ID processed: the resume cursor
-	seen   *idSet        // event IDs processed
-	retry  time.Duration // the server's last SSE retry; 0 if none
-	done   bool          // the call's response was delivered
+	lastID string // the last event ID processed: the resume cursor
+	seen   *idSet // event IDs processed
+	done   bool   // the call's response was delivered
 
 	fresh bool // the standalone stream's first connection is still to be made
 	// ready, when non-nil, is closed once the first connection attempt
@@ -44,12 +41,40 @@ type stream struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	// attempt counts connection attempts since the last new event; since
-	// is when the stream broke after its last new event (zero while
-	// events flow).
-	attempt int
-	since   time.Time
-	lastErr error
+	// resume holds the server's retry and the attempts and deadline of
+	// resuming the stream since its last new event.
+	resume  resume.Stream
+	lastErr error // why the last connection or attempt failed
+}
+
+// newStream returns the stream of call (nil: the standalone stream) on s.
+// A call's stream is resumed within ResumeTimeout; the standalone stream
+// for as long as its session lives.
+func (c *conn) newStream(cl *call, s *session, label string) *stream {
+	st := &stream{call: cl, sess: s, label: label, seen: newIDSet(c.opts.SeenIDs)}
+	st.resume = resume.Stream{HTTP: c.opts.HTTPClient, Policy: c.backoffPolicy(), OnAnswer: st.answered}
+	if cl != nil {
+		st.resume.Policy.Timeout = c.opts.ResumeTimeout
+	}
+	return st
+}
+
+// answered records the outcome of a GET of st: the first one's answer
+// makes the stream ready, and one to be retried is the stream's last error.
+func (st *stream) answered(o resume.Outcome) {
+	st.markReady()
+	if o.Kind == resume.RetryLater {
+		st.lastErr = getError(o)
+	}
+}
+
+// getError is the error of a GET whose outcome is o: the network error,
+// or the refusal.
+func getError(o resume.Outcome) error {
+	if o.Status == 0 {
+		return o.Err
+	}
+	return statusError("GET", o.Refusal)
 }
 
 func (st *stream) markReady() {
@@ -58,11 +83,10 @@ func (st *stream) markReady() {
 	}
 }
 
-// progressed records a new event: reconnection delays and the resume
-// deadline start over.
-func (st *stream) progressed() {
-	st.attempt = 0
-	st.since = time.Time{}
+// backoffPolicy is the transport's waits between attempts (InitialBackoff,
+// MaxBackoff), without a deadline.
+func (c *conn) backoffPolicy() resume.Policy {
+	return resume.Policy{Base: c.opts.InitialBackoff, Cap: c.opts.MaxBackoff}
 }
 
 // runStream reads st from resp and from the connections that resume it,
@@ -127,7 +151,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error
 			return err
 		}
 		if ev.Retry > 0 {
-			st.retry = ev.Retry
+			st.resume.Retry = ev.Retry
 		}
 		if ev.HasID && ev.ID == "" {
 			// An empty id field resets the last event ID (WHATWG HTML,
@@ -142,7 +166,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error
 			if newID {
 				st.seen.add(ev.ID)
 				st.lastID = ev.ID
-				st.progressed()
+				st.resume.Progressed()
 			}
 			continue
 		}
@@ -154,7 +178,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error
 		if newID {
 			st.seen.add(ev.ID)
 			st.lastID = ev.ID
-			st.progressed()
+			st.resume.Progressed()
 		}
 		if derr != nil {
 			c.logger.Warn("client: undecodable event dropped", "session", prefix(st.sess.id), "stream", st.label, "cursor", ev.ID, "error", derr)
@@ -174,130 +198,87 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error
 	}
 }
 
-// reconnect opens the next connection of st: a GET with Last-Event-ID (MCP
-// 2025-11-25, "Resumability and Redelivery"), or a plain GET for a
-// standalone stream without a cursor. It waits the server's retry or a
-// backoff delay first, retries transient failures, and returns nil when the
-// stream is over: its call failed (the session was lost, the resume was
-// refused, or ResumeTimeout passed), or the server offers no standalone
-// stream.
+// reconnect opens the next connection of st (package resume): a GET with
+// Last-Event-ID (MCP 2025-11-25, "Resumability and Redelivery"), or a
+// plain GET for a standalone stream without a cursor, after the server's
+// retry or a backoff delay, retrying transient failures. It returns nil
+// when the stream is over: its call failed (the session was lost, the
+// resume was refused, or ResumeTimeout passed), or the server offers no
+// standalone stream.
 func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
-	if st.since.IsZero() {
-		st.since = time.Now()
-	}
 	for {
-		if !st.fresh {
-			d := c.backoff(st.attempt, st.retry)
-			if st.call != nil {
-				left := c.opts.ResumeTimeout - time.Since(st.since)
-				if left <= 0 {
-					cause := errResumeTimeout
-					if st.lastErr != nil {
-						cause = errors.Join(errResumeTimeout, st.lastErr)
-					}
-					c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID, Err: ErrStreamLost, Cause: cause})
-					c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: cause})
-					return nil
-				}
-				d = min(d, left)
-			}
-			if !c.sleepCtx(ctx, d, st.sess.lost) {
-				return nil
-			}
+		req := c.resumeRequest(st)
+		var res resume.Result
+		var err error
+		if st.fresh {
+			st.fresh = false
+			res, err = st.resume.Open(ctx, req)
+		} else {
+			res, err = st.resume.Resume(ctx, req, st.lastErr)
 		}
-		st.attempt++
-		fresh := st.fresh
-		st.fresh = false
-
-		resp, err := c.get(ctx, st)
 		st.markReady()
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() == nil {
+				st.lastErr = err // a request that cannot be built: the deferred failure of runStream reports it
 			}
-			st.lastErr = err
-			continue
+			return nil
 		}
-		status := resp.StatusCode
+		ref := res.Refusal
 		switch {
-		case status == http.StatusOK && wire.MediaType(resp) == wire.MediaSSE:
+		case res.Kind == resume.Resumed:
 			if st.lastID != "" {
-				c.emit(Event{Kind: EventResumed, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status})
+				c.emit(Event{Kind: EventResumed, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status})
 			}
-			return resp
-		case (status == http.StatusNotFound || status == http.StatusConflict) && st.sess.id != "":
-			ref := wire.ReadRefusal(resp)
-			if isFenceWithList(status, ref) {
-				c.fenceStream(st, ref)
-				return nil
-			}
-			reason := ref.Reason
-			c.loseSession(st.sess, status, reason, st.label, st.lastID)
+			return res.Response
+		case res.Kind == resume.GenerationLost && ref.LostKnown:
+			c.fenceStream(st, ref)
+			return nil
+		case res.Kind == resume.SessionLost, res.Kind == resume.GenerationLost:
+			c.loseSession(st.sess, ref.Status, ref.Reason, st.label, st.lastID)
 			// The session may have been lost already, before this call was
 			// bound to it: fail the call here too.
 			c.failCall(st.call, &CallError{Method: callMethod(st.call), ID: callID(st.call), Session: st.sess.id, Cursor: st.lastID,
-				Status: status, Reason: reason, Err: ErrSessionLost})
+				Status: ref.Status, Reason: ref.Reason, Err: ErrSessionLost})
 			return nil
-		case status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500:
-			wire.Drain(resp)
-			st.lastErr = &StatusError{Method: "GET", Status: status}
-			continue
+		case res.Expired:
+			cause := errResumeTimeout
+			if st.lastErr != nil {
+				cause = errors.Join(errResumeTimeout, st.lastErr)
+			}
+			c.failCall(st.call, &CallError{Method: callMethod(st.call), ID: callID(st.call), Session: st.sess.id, Cursor: st.lastID, Err: ErrStreamLost, Cause: cause})
+			c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: cause})
+			return nil
 		}
-		// Any other answer: the server will not resume this stream.
-		ref := wire.ReadRefusal(resp)
-		reason := ref.Reason
+		// Refused: the server will not resume this stream.
 		if st.call != nil {
 			cause := statusError("GET", ref)
 			c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID,
-				Status: status, Reason: reason, Err: ErrStreamLost, Cause: cause})
-			c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status, Reason: reason, Err: cause})
+				Status: ref.Status, Reason: ref.Reason, Err: ErrStreamLost, Cause: cause})
+			c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason, Err: cause})
 			return nil
 		}
-		if fresh || st.lastID == "" {
+		if st.lastID == "" {
 			// No standalone stream here (405, or a server that answers
 			// GET otherwise: MCP 2025-11-25 lets servers decline it).
-			c.logger.Debug("client: no standalone stream", "session", prefix(st.sess.id), "status", status, "reason", reason)
+			c.logger.Debug("client: no standalone stream", "session", prefix(st.sess.id), "status", ref.Status, "reason", ref.Reason)
 			return nil
 		}
 		// The standalone stream cannot be resumed: open a new one. What
 		// the server sent in between is lost; say so.
-		c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: status, Reason: reason,
+		c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason,
 			Err: statusError("GET", ref)})
 		st.lastID = ""
 		st.fresh = true
 	}
 }
 
-// get sends one GET of st: with Last-Event-ID when st has a cursor. For a
-// call's stream, the answer's headers must come before the call's resume
-// deadline (a server that accepts the connection and never answers must
-// not hold the call); the body then streams without a deadline.
-func (c *conn) get(ctx context.Context, st *stream) (*http.Response, error) {
-	rctx, cancel := context.WithCancel(ctx)
-	req, err := c.newRequest(rctx, http.MethodGet, st.sess, nil)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	if st.lastID != "" {
-		req.Header.Set(wire.HeaderLastEventID, st.lastID)
-	}
-	var timer *time.Timer
-	if st.call != nil {
-		timer = time.AfterFunc(max(c.opts.ResumeTimeout-time.Since(st.since), 0), cancel)
-	}
-	resp, err := c.opts.HTTPClient.Do(req)
-	if timer != nil && !timer.Stop() && err == nil {
-		// The deadline passed just as the answer came.
-		wire.Drain(resp)
-		err = errResumeTimeout
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
+// resumeRequest returns the GET that resumes st: the session's headers,
+// with Last-Event-ID when st has a cursor.
+func (c *conn) resumeRequest(st *stream) resume.Request {
+	c.mu.Lock()
+	id, version := st.sess.id, st.sess.version
+	c.mu.Unlock()
+	return resume.Request{URL: c.opts.Endpoint, Header: c.opts.Header, Session: id, Version: version, LastEventID: st.lastID}
 }
 
 func callMethod(cl *call) string {
@@ -312,42 +293,6 @@ func callID(cl *call) jsonrpc.ID {
 		return jsonrpc.ID{}
 	}
 	return cl.id
-}
-
-// sleepCtx is sleep that also ends with ctx.
-func (c *conn) sleepCtx(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-c.done:
-		return false
-	case <-stop:
-		return false
-	}
-}
-
-// backoff returns reconnection delay number attempt (from 0): base·2ⁿ
-// capped at MaxBackoff, plus up to half of it at random so that clients
-// cut at the same moment do not return at the same moment. base is the
-// server's SSE retry when it sent one (never reconnect sooner than asked:
-// WHATWG HTML, "Server-sent events", reconnection time), else
-// InitialBackoff.
-func (c *conn) backoff(attempt int, retry time.Duration) time.Duration {
-	base := c.opts.InitialBackoff
-	if retry > 0 {
-		base = retry
-	}
-	limit := max(c.opts.MaxBackoff, base)
-	d := base
-	for i := 0; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d + rand.N(d/2+1)
 }
 
 // idSet remembers the last n event IDs added.

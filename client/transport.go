@@ -9,7 +9,8 @@
 //     GET stream that break, or that the server closes before they are
 //     finished (SEP-1699), are resumed with GET and Last-Event-ID after the
 //     server's `retry` delay, then with exponential backoff, jitter and a
-//     cap (Transport.InitialBackoff, MaxBackoff).
+//     cap (Transport.InitialBackoff, MaxBackoff), never sooner than a
+//     Retry-After.
 //   - Event IDs are opaque. Each stream remembers the IDs it has processed
 //     and drops an event whose ID comes again, so the SDK sees each event
 //     once (EventDuplicate reports it).
@@ -104,7 +105,9 @@ type Transport struct {
 	// no SSE `retry` field. Default 500 ms. Delay n (from 0) is
 	// base·2ⁿ, capped at MaxBackoff, plus a random jitter of up to half of
 	// it; base is the server's `retry` when it sent one (so the client never
-	// reconnects sooner than the server asked).
+	// reconnects sooner than the server asked), and a resume answered with
+	// Retry-After (503, 429) is not sent again sooner (RFC 9110, section
+	// 10.2.3).
 	InitialBackoff time.Duration
 	// MaxBackoff caps the exponential growth of reconnection delays (the
 	// jitter adds up to half again). Default 30 seconds. A server `retry`
@@ -112,7 +115,8 @@ type Transport struct {
 	MaxBackoff time.Duration
 	// ResumeTimeout bounds how long a call waits on a broken stream: if no
 	// new event arrives within it after the break, the call fails with
-	// ErrStreamLost. It also bounds retries of a POST that could not
+	// ErrStreamLost (at once when the server's `retry` or Retry-After
+	// reaches past it). It also bounds retries of a POST that could not
 	// connect and of a re-initialization. Default 30 seconds.
 	ResumeTimeout time.Duration
 	// MaxEventSize bounds one SSE event, in bytes; a larger event breaks

@@ -45,7 +45,7 @@ var (
 	// its engine still produces messages.
 	ErrSessionEnded = errors.New("engine: session ended")
 	// ErrFenced: a newer generation of the session is owned elsewhere (a
-	// takeover, DESIGN.md "Generations"): the message was not stored and no
+	// takeover; DESIGN.md, "Generations"): the message was not stored and no
 	// later one of this generation will be. The engine session should end.
 	ErrFenced = errors.New("engine: generation fenced by a newer one")
 	// ErrUnavailable: the store could not take the message now (connection

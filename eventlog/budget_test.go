@@ -43,7 +43,7 @@ func (c *countingLog) Bounds(ctx context.Context, token string) (store.Bounds, e
 
 // TestBudgetCostsNoScanOfSessions: over the budget, an append costs a few
 // store calls whatever the number of sessions, not a look at every session
-// (the input of issue 17: --retention-budget 1048576, 3,000 sessions, a
+// (an operator's case: --retention-budget 1048576, 3,000 sessions, a
 // countdown of 5,000 steps). Here 1,000 sessions each hold one 264-byte event
 // (their newest, never trimmed) against a budget of 200,000 bytes, with no
 // evict function: 100 appends to another session ask the store at most 3
@@ -90,8 +90,8 @@ func TestBudgetCostsNoScanOfSessions(t *testing.T) {
 // TestBudgetEvictsTheLeastRecent: with an evict function, a session whose
 // newest event is the oldest event left over the budget is evicted, the
 // least recent first, so the total stays within the budget even when the
-// newest events alone exceed it (issue 17: 150 sessions each holding one 4
-// MiB answer, budget 512 MiB). Ten sessions of one 100-byte event each,
+// newest events alone exceed it (150 sessions each holding one 4 MiB
+// answer against a budget of 512 MiB). Ten sessions of one 100-byte event each,
 // budget 600: each time
 // the total passes 600, the oldest go until it is at most 600 - 37.
 func TestBudgetEvictsTheLeastRecent(t *testing.T) {

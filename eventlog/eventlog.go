@@ -1,5 +1,5 @@
 // Package eventlog is the one path every event takes: appended to the
-// session's log first (DESIGN.md, "Delivery rules": log first), then read by
+// session's log first (DESIGN.md, "Delivery rules"), then read by
 // whichever connection serves its stream, live or resuming, by tailing the
 // same log (one path). It applies retention on top of a store.Log: per
 // session by events, bytes and age, and per process by a byte budget.

@@ -6,9 +6,10 @@
 // after a chosen progress notification, and holds requests while the
 // server restarts (kill -9, or SIGTERM, and the same command again); the
 // tests assert what each client does with a cut, a 409, a 404 and the
-// sessionless 2026-07-28 protocol, which README's "What MCP clients do
-// with Tidemark's answers" states with the test behind each row. The
-// package also runs README's curl walkthrough as written.
+// sessionless 2026-07-28 protocol, which docs/clients.md ("What MCP
+// clients do with Tidemark's answers") states with the test behind each
+// row. The package also runs README's curl walkthrough ("One session with
+// curl") as written.
 //
 // It has only tests; run scripts/deps.sh first (or scripts/test.sh) for
 // Node.js and the npm packages.

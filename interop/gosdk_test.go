@@ -14,8 +14,8 @@ import (
 )
 
 // The official Go SDK client (github.com/modelcontextprotocol/go-sdk
-// v1.8.0, mcp.Client with mcp.StreamableClientTransport). README "What MCP
-// clients do with Tidemark's answers" cites these tests.
+// v1.8.0, mcp.Client with mcp.StreamableClientTransport). docs/clients.md
+// ("What MCP clients do with Tidemark's answers") cites these tests.
 
 // goSDKClient connects to url, pinned to version ("": the SDK's default
 // negotiation), and collects progress notifications.

@@ -18,8 +18,8 @@ import (
 // 2.12.0, `mcp-inspector --cli`), one tools/call per run, as a script or
 // CI job runs it. It sends no progress token of its own; these tests give
 // the call one (--tool-metadata progressToken=…) so the relay can cut or
-// the server be killed at a known point. README "What MCP clients do with
-// Tidemark's answers" cites these tests.
+// the server be killed at a known point. docs/clients.md ("What MCP
+// clients do with Tidemark's answers") cites these tests.
 
 // startInspector runs `mcp-inspector --cli` with args, in a home
 // directory of its own (it keeps a catalog and settings there) and with

@@ -16,8 +16,8 @@ import (
 )
 
 // mcp-go's client (github.com/mark3labs/mcp-go v1.2.1, client.Client with
-// transport.StreamableHTTP). README "What MCP clients do with Tidemark's
-// answers" cites these tests.
+// transport.StreamableHTTP). docs/clients.md ("What MCP clients do with
+// Tidemark's answers") cites these tests.
 
 // connectMCPGo starts and initializes a client of url with opts.
 func connectMCPGo(t *testing.T, ctx context.Context, url string, opts ...mcpgoclient.ClientOption) (*mcpgoclient.Client, *mcpgo.InitializeResult) {

@@ -17,8 +17,8 @@ import (
 // mcp-remote 0.15.1, the stdio bridge that desktop hosts start as a local
 // MCP server (`npx mcp-remote URL`) to reach a remote one. The test plays
 // the host: it writes JSON-RPC lines to the bridge's stdin and reads its
-// stdout. README "What MCP clients do with Tidemark's answers" cites these
-// tests.
+// stdout. docs/clients.md ("What MCP clients do with Tidemark's answers")
+// cites these tests.
 
 // host is the test's end of an mcp-remote process.
 type host struct {

@@ -20,39 +20,28 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
-// README.md's claims about clients and its curl walkthrough, checked
-// against the tests and against a running server.
+// The documents' claims about clients (docs/clients.md) and README's curl
+// walkthrough, checked against the tests and against a running server.
 
-// readmeSection returns the text of README.md's "## heading" section, up
-// to the next "## " heading.
-func readmeSection(t *testing.T, heading string) string {
-	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "\n## "+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no section %q", "## "+heading)
-	}
-	if i := strings.Index(rest, "\n## "); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
-}
+// clientsDoc is the page whose tables say what each client does with
+// Tidemark's answers, and clientsHeading its title.
+const (
+	clientsDoc     = "docs/clients.md"
+	clientsHeading = "What MCP clients do with Tidemark's answers"
+)
 
-// clientTestFiles hold the tests README's client section cites; every test
+// clientTestFiles hold the tests docs/clients.md cites; every test
 // in them must be cited.
 var clientTestFiles = []string{"typescript_test.go", "inspector_test.go", "mcpremote_test.go", "gosdk_test.go", "mcpgo_test.go"}
 
 var testNameRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
 
-// TestREADMEClientSections checks that every row of the tables in README's
-// "What MCP clients do with Tidemark's answers" names a test, that every
+// TestDocsClientTables checks that every row of the tables of
+// docs/clients.md ("What MCP clients do with Tidemark's answers") names a test, that every
 // test it names exists in this package, and that every test of the client
 // test files is named there.
-func TestREADMEClientSections(t *testing.T) {
-	section := readmeSection(t, "What MCP clients do with Tidemark's answers")
+func TestDocsClientTables(t *testing.T) {
+	section := testenv.DocSection(t, clientsDoc, clientsHeading)
 	defined := testFuncs(t, ".") // test name → file
 	cited := map[string]bool{}
 	rows := 0
@@ -63,21 +52,21 @@ func TestREADMEClientSections(t *testing.T) {
 		rows++
 		names := testNameRE.FindAllStringSubmatch(line, -1)
 		if len(names) == 0 {
-			t.Errorf("README row cites no test: %s", line)
+			t.Errorf("%s: a row cites no test: %s", clientsDoc, line)
 		}
 		for _, m := range names {
 			cited[m[1]] = true
 			if _, ok := defined[m[1]]; !ok {
-				t.Errorf("README cites %s, which package interop does not define", m[1])
+				t.Errorf("%s cites %s, which package interop does not define", clientsDoc, m[1])
 			}
 		}
 	}
 	if want := 4 * len(clientTestFiles); rows != want {
-		t.Errorf("README's client tables have %d rows, want %d (cut, 409, 404, 2026-07-28 for each of %d clients)", rows, want, len(clientTestFiles))
+		t.Errorf("%s: the client tables have %d rows, want %d (cut, 409, 404, 2026-07-28 for each of %d clients)", clientsDoc, rows, want, len(clientTestFiles))
 	}
 	for name, file := range defined {
 		if slices.Contains(clientTestFiles, file) && !cited[name] {
-			t.Errorf("%s (%s) is not cited in README's client section", name, file)
+			t.Errorf("%s (%s) is not cited in %s", name, file, clientsDoc)
 		}
 	}
 }
@@ -117,7 +106,7 @@ type walkStep struct {
 // continuations) and the lines after each, up to the next command.
 func walkthrough(t *testing.T) []walkStep {
 	t.Helper()
-	section := readmeSection(t, "One session with curl")
+	section := testenv.DocSection(t, "README.md", "One session with curl")
 	var steps []walkStep
 	inBlock, inCommand := false, false
 	for line := range strings.SplitSeq(section, "\n") {
@@ -255,9 +244,9 @@ func (s substitution) unknown(cmd string) []string {
 	return out
 }
 
-// TestProbeToolThatAsksTheClient backs README's advice on servers whose
-// tools ask the client: `tidemark probe --tool confirm --args
-// '{"question":"ok?"}'`, as README writes it, against `tidemark serve`
+// TestProbeToolThatAsksTheClient backs the advice of docs/probe.md on
+// servers whose tools ask the client: `tidemark probe --tool confirm --args
+// '{"question":"ok?"}'`, as that page writes it, against `tidemark serve`
 // stops before any check with exit 1, because the probe declares no
 // elicitation capability and the demo's elicitation tool fails without
 // asking.

@@ -14,8 +14,8 @@ import (
 
 // The TypeScript SDK client (@modelcontextprotocol/sdk 1.32.2, Client with
 // StreamableHTTPClientTransport, default options unless a test says
-// otherwise), driven by ts/steps.mjs. README "What MCP clients do with
-// Tidemark's answers" cites these tests.
+// otherwise), driven by ts/steps.mjs. docs/clients.md ("What MCP clients
+// do with Tidemark's answers") cites these tests.
 
 // tsStep is one step of ts/steps.mjs.
 type tsStep struct {

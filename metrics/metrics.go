@@ -1,7 +1,7 @@
 // Package metrics holds the interfaces through which Tidemark's layers
 // record what happens to sessions, streams, event logs, stores and gateway
-// subprocesses, at the place where it happens (DESIGN.md, "Layers": no
-// package-level registry; each layer is given a recorder).
+// subprocesses, at the place where it happens: no package-level registry;
+// each layer is given a recorder (DESIGN.md, "Layers").
 //
 // Each layer takes the small interface of its own events (Transport,
 // Sessions, Log, Store, Processes); Recorder is all of them, which an
@@ -113,7 +113,7 @@ type Processes interface {
 // StreamKind is the kind of an SSE stream, a label value.
 type StreamKind string
 
-// Stream kinds (DESIGN.md, Vocabulary: stream).
+// Stream kinds (DESIGN.md, "Vocabulary").
 const (
 	// StreamPost is the response stream of a POST.
 	StreamPost StreamKind = "post"

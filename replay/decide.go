@@ -63,10 +63,10 @@ func EndedStatus(r Reason) Status {
 
 // NotFoundMessage returns the message of the 404 session_not_found a
 // token whose status is s answers, whatever the request's method: it names
-// the status in the words of DESIGN.md's vocabulary (unknown, evicted,
-// superseded, and deleted for a session the client ended itself) and what
-// the client does next. It names no part of the token: the request that
-// gets it may not hold the token.
+// the status in the words of the vocabulary (DESIGN.md, "Vocabulary"):
+// unknown, evicted or superseded, and deleted for a session the client
+// ended itself, and what the client does next. It names no part of the
+// token: the request that gets it may not hold the token.
 func (s Status) NotFoundMessage() string {
 	if s == Deleted {
 		return "session is deleted: it was ended by DELETE; send initialize to start a new session"
@@ -114,7 +114,7 @@ type Input struct {
 }
 
 // Outcome is the result of the replay decision. Its order follows the rows of
-// the decision table in DESIGN.md, "The replay decision (normative)".
+// the decision table (DESIGN.md, "The replay decision").
 type Outcome int
 
 const (
@@ -166,8 +166,8 @@ func (o Outcome) Reason() Reason {
 }
 
 // HTTPStatus returns the HTTP status code of o: 200 for Replay, and for a
-// refusal its reason's status from the catalogue (400, 404 or 409, as
-// DESIGN.md's table states). NeedEvent has none (0).
+// refusal its reason's status from the catalogue: 400, 404 or 409, as the
+// table states (DESIGN.md, "The replay decision"). NeedEvent has none (0).
 func (o Outcome) HTTPStatus() int {
 	if o == Replay {
 		return http.StatusOK
@@ -253,12 +253,12 @@ func (d Decision) Data() map[string]any {
 	return m
 }
 
-// Decide applies the replay decision of DESIGN.md to a GET that carries
-// Last-Event-ID. The rows are checked in table order and the first that
-// matches decides; both bounds are inclusive (cursor = floor and cursor = HWM
-// replay). The rule it encodes comes from the seed document: replay validity
-// is a function of (session, generation, cursor range), never of the range
-// alone, and a cursor is never clamped.
+// Decide applies the replay decision (DESIGN.md, "The replay decision") to a
+// GET that carries Last-Event-ID. The rows are checked in table order and
+// the first that matches decides; both bounds are inclusive (cursor = floor
+// and cursor = HWM replay). The rule it encodes comes from the seed
+// document: replay validity is a function of (session, generation, cursor
+// range), never of the range alone, and a cursor is never clamped.
 //
 // When every row before the stream check passes and in.At is nil, Decide
 // returns NeedEvent; the caller looks up the event and decides again.

@@ -12,8 +12,8 @@ import (
 // Reason is a stable, machine-readable word that says why Tidemark refused a
 // request, ended a stream, a generation or a session, or logged a fault. The
 // same word is `error.data.reason` in JSON-RPC error bodies, the `reason`
-// field of log lines and the `reason` label of metrics (STYLE.md, "Errors,
-// logs, metrics: one vocabulary"). This file is the one catalogue of them:
+// field of log lines and the `reason` label of metrics (DESIGN.md,
+// "Reasons"). This file is the one catalogue of them:
 // every layer takes its reasons from here and never writes the word again.
 //
 // A Reason never changes once released: clients and alerting rules match on
@@ -307,7 +307,7 @@ const (
 
 // Gateway (upstream engine) faults: how the faults of an upstream
 // Streamable HTTP server reach the client (tidemark serve --upstream;
-// README, "Gateway to a Streamable HTTP server").
+// docs/gateways.md, "Gateway to a Streamable HTTP server").
 const (
 	// ReasonUpstreamSessionLost: the upstream answered 404 to its session
 	// ID (it restarted, or ended the session): the generation ends, the
@@ -316,8 +316,10 @@ const (
 	ReasonUpstreamSessionLost Reason = "upstream_session_lost"
 	// ReasonUpstreamStreamCut: a call's upstream response stream ended
 	// before its answer and could not be resumed (the upstream gave its
-	// events no IDs, or refused the resume: with an HTTP error, or with
-	// 409 on every try until the resume deadline); the call fails with it.
+	// events no IDs, or refused the resume: at once with an answer that
+	// will not change (400, 403, 405, a 409 with a reason, 501, 508), or
+	// with a bare 409, 429, 503 or another 5xx on every try until the
+	// resume deadline); the call fails with it.
 	ReasonUpstreamStreamCut Reason = "upstream_stream_cut"
 	// ReasonUpstreamUnreachable: 503 with Retry-After, the upstream cannot
 	// be reached (connection refused, DNS, connect timeout); also the error

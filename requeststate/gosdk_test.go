@@ -205,8 +205,8 @@ func resultText(res *mcp.CallToolResult) string {
 
 // TestRefusalStatus: under 2026-07-28 a refused requestState (-32602) is
 // answered with HTTP 400, as SEP-2575 requires of invalid params, and the
-// body is the JSON-RPC error with its reason (README, "Sealed
-// requestState").
+// body is the JSON-RPC error with its reason (docs/requeststate.md,
+// "Sealed requestState").
 func TestRefusalStatus(t *testing.T) {
 	url := startReplica(t, requeststate.RandomRing())
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"transfer","arguments":{"amount":5},` +

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test.sh is Tidemark's test command (README "Testing"; CI runs it through
+# test.sh is Tidemark's test command (docs/testing.md; CI runs it through
 # .ci/run): it installs the test dependencies (scripts/deps.sh), then fails
 # on any file gofmt would change, on any `go vet` finding, and on any failing
 # test of `go test -race ./...`.

@@ -135,14 +135,14 @@ func BenchmarkSend(b *testing.B) {
 }
 
 // capSessions is the --max-sessions default the creation benchmark fills
-// the registry to (issue 17, defect 4).
+// the registry to.
 const capSessions = session.DefaultMaxSessions
 
 // BenchmarkCreate measures sessions created per second (Create, then an
 // initialize answered and notifications/initialized) by 1, 8 and 64
 // concurrent creators, on a registry that already holds capSessions
 // sessions: "below" has room for every new one, "cap" is full, so each
-// creation evicts the least recently used session. BENCHMARKS.md gives
+// creation evicts the least recently used session. bench/NOTES.md ("2026-12-01: sessions created at --max-sessions") gives
 // cap ÷ below per level; run with a fixed -benchtime (e.g. 1000x), since
 // each run fills a registry first. cpu-µs/session is the process's CPU
 // time per creation.

@@ -6,6 +6,7 @@ package session_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +19,10 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -42,6 +45,7 @@ import (
 //	close R                    R closes (Registry.Close)
 //	open R S gen=G             a call opens a stream on R's generation G of S
 //	send R S gen=G             the engine of R's generation G of S emits a message
+//	deliver R S gen=G          a client's notification is handed to R's generation G of S
 //	ended R S gen=G            whether R's generation G of S has ended (waits)
 //	store fail|ok              the store's appends fail as unavailable, or not
 //	race C S [lease=DUR]       at the next claim of S, C claims it first
@@ -113,6 +117,9 @@ func (w *leaseWorld) run(t *testing.T, d *datadriven.TestData) string {
 		out = w.describe(err)
 	case "send":
 		out = w.describe(session.OutboxOf(w.live(t, d)).Send(ctx, &jsonrpc.Request{Method: "notifications/message"}, jsonrpc.ID{}))
+	case "deliver":
+		n := &jsonrpc.Request{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":99}`)}
+		out = w.describe(w.live(t, d).Deliver(ctx, n, engine.Request{}))
 	case "ended":
 		out = w.ended(t, d)
 	case "store":
@@ -180,7 +187,7 @@ func (w *leaseWorld) got(d *datadriven.TestData, l *session.Live, err error) str
 
 // describe renders err without the session token: "ok" when nil.
 func (w *leaseWorld) describe(err error) string {
-	var remote *session.RemoteError
+	var remote *fleet.RemoteError
 	var fenced *store.FencedError
 	var ended *store.EndedError
 	switch {

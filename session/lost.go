@@ -17,8 +17,8 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// Which requests a refused stream carried that are now lost (issue 17,
-// item 7): a 409 on a resume says, in error.data.lostRequests, the ids of
+// Which requests a refused stream carried that are now lost (DESIGN.md,
+// "The replay decision"): a 409 on a resume says, in error.data.lostRequests, the ids of
 // the requests of that stream whose responses the client can no longer
 // receive, so that a client fails exactly those calls at once.
 //

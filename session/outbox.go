@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -203,7 +204,7 @@ func (l *Live) append(ctx context.Context, ev *store.Event) error {
 	if errors.Is(err, store.ErrFenced) {
 		l.logger.Warn("append fenced: a newer generation owns the session", "reason", replay.ReasonFenced, "error", err)
 	}
-	if reason := lostReason(err); reason != "" {
+	if reason := fleet.LostReason(err); reason != "" {
 		l.reg.drop(l, reason, err)
 	}
 	return err

@@ -1,6 +1,7 @@
-// ownership.go holds how a registry keeps the generations it owns: renewing
-// their leases, checking a lease before serving, dropping a generation it
-// no longer owns, and letting its leases lapse when it closes.
+// ownership.go holds how a registry keeps the generations it owns, as the
+// lease rules decide (fleet.Leases): renewing their leases, checking a
+// lease before serving, dropping a generation it no longer owns, and
+// letting its leases lapse when it closes.
 
 package session
 
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -19,36 +21,31 @@ import (
 // the next round.
 const renewTimeoutShare = 2
 
-// leaseRenewer renews many leases in one round trip; store/redis
-// implements it with a pipeline. errs[i] is the outcome for tokens[i] at
-// gens[i], as store.Sessions.Renew reports it.
-type leaseRenewer interface {
-	RenewMany(ctx context.Context, owner string, leaseUntil time.Time, tokens []string, gens []uint64) []error
-}
-
 // errLeaseLost: a local Live turned out to be fenced or ended; Get looks
 // the session up again.
 var errLeaseLost = errors.New("session: lease lost")
 
-// checkLease confirms, before l serves a request, that this registry
-// still owns it: when l's lease has lapsed by the local clock (the process
-// was paused, or renewals failed), it renews synchronously. A fenced or
-// ended session is dropped (errLeaseLost); an unreachable store fails the
-// request rather than risk serving a generation another replica took.
+// checkLease confirms, before l serves a request (Get) or hands the engine
+// a message (Deliver), that this registry still owns it: when l's lease
+// has lapsed by the local clock (the process was paused, or renewals
+// failed), it renews synchronously (fleet.Leases.MustRenew). A fenced or
+// ended session is dropped, and the error wraps errLeaseLost and the
+// store's error; an unreachable store fails the request rather than risk
+// serving a generation another replica took.
 func (r *Registry) checkLease(ctx context.Context, l *Live) error {
 	now := r.opts.Now()
-	if !r.lease.mustRenew(l.lease(), now) {
+	if !r.lease.MustRenew(l.lease(), now) {
 		return nil
 	}
-	until := r.lease.grant(now)
+	until := r.lease.Grant(now)
 	err := r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
 	if err == nil {
 		l.setLease(until)
 		return nil
 	}
-	if reason := lostReason(err); reason != "" {
+	if reason := fleet.LostReason(err); reason != "" {
 		r.drop(l, reason, err)
-		return errLeaseLost
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
 	}
 	return fmt.Errorf("session %s gen %d: renew lapsed lease: %w", store.Prefix(l.token), l.gen, err)
 }
@@ -80,7 +77,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.RenewInterval/renewTimeoutShare)
 	defer cancel()
-	until := r.lease.grant(r.opts.Now())
+	until := r.lease.Grant(r.opts.Now())
 	errs := r.renewAll(ctx, lives, until)
 	failed := 0
 	var firstErr error
@@ -90,7 +87,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 			l.setLease(until)
 			continue
 		}
-		if reason := lostReason(err); reason != "" {
+		if reason := fleet.LostReason(err); reason != "" {
 			r.drop(l, reason, err)
 			continue
 		}
@@ -154,26 +151,19 @@ func (r *Registry) releaseLeases(lives []*Live) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RenewInterval)
 	defer cancel()
-	r.renewAll(ctx, lives, r.lease.release(r.opts.Now()))
+	r.renewAll(ctx, lives, r.lease.Release(r.opts.Now()))
 }
 
 // renewAll sets the lease of every generation in lives to lapse at until,
-// in one round trip when the store supports it (leaseRenewer), and
-// returns each one's error in the order of lives.
+// in one round trip when the store supports it (fleet.Renew), and returns
+// each one's error in the order of lives.
 func (r *Registry) renewAll(ctx context.Context, lives []*Live, until time.Time) []error {
-	if br, ok := r.st.(leaseRenewer); ok {
-		tokens := make([]string, len(lives))
-		gens := make([]uint64, len(lives))
-		for i, l := range lives {
-			tokens[i], gens[i] = l.token, l.gen
-		}
-		return br.RenewMany(ctx, r.opts.Owner, until, tokens, gens)
-	}
-	errs := make([]error, len(lives))
+	tokens := make([]string, len(lives))
+	gens := make([]uint64, len(lives))
 	for i, l := range lives {
-		errs[i] = r.st.Renew(ctx, l.token, r.opts.Owner, l.gen, until)
+		tokens[i], gens[i] = l.token, l.gen
 	}
-	return errs
+	return fleet.Renew(ctx, r.st, r.opts.Owner, until, tokens, gens)
 }
 
 // lease returns when this process's lease on the generation lapses, by the

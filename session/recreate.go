@@ -19,9 +19,9 @@ import (
 // (after a restart on a durable store, after the engine session ended, or
 // after the lease of another replica lapsed). Errors: ErrNotFound, ErrEnded
 // (also a *store.EndedError; from the moment the session's end begins,
-// see End), ErrForbidden, ErrClosed, a *RemoteError
-// (ErrRemote) when another owner holds the session under a lease that has
-// not lapsed, and the store's errors (store.ErrUnavailable).
+// see End), ErrForbidden, ErrClosed, a *fleet.RemoteError
+// (fleet.ErrRemote) when another owner holds the session under a lease
+// that has not lapsed, and the store's errors (store.ErrUnavailable).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
 	for {
 		r.mu.RLock()
@@ -93,7 +93,8 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 const claimAttempts = 3
 
 // recreate loads token's record and claims a new generation of it, unless
-// another owner holds it under a lease that has not lapsed (*RemoteError).
+// another owner holds it under a lease that has not lapsed
+// (*fleet.RemoteError).
 // engineEnded says this process saw the previous generation's engine
 // session end on its own (a gateway's subprocess exited), which the log
 // line gives as the reason.
@@ -108,7 +109,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 	for attempt := 1; ; attempt++ {
 		now := r.opts.Now()
 		// A live owner decides about idleness itself: it sees every request.
-		if re := r.lease.remote(rec, now); re != nil {
+		if re := r.lease.Remote(rec, now); re != nil {
 			return nil, re
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
@@ -127,7 +128,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		// The claim discards generation from's events: read which requests
 		// its streams carried first.
 		sum, sumErr := r.summarizeLog(ctx, token, from)
-		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.lease.grant(now))
+		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.lease.Grant(now))
 		if err != nil {
 			r.unreserve()
 		}
@@ -151,7 +152,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, err
 		}
-		reason := r.lease.takeoverReason(rec, engineEnded)
+		reason := r.lease.TakeoverReason(rec, engineEnded)
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
 		r.opts.Metrics.GenerationCreated(reason)
 		return l, nil

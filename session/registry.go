@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -43,8 +44,9 @@ type Options struct {
 	// Lease is how long this registry's claim on a session's live state
 	// lasts unless renewed: Create, the take-over at generation+1 and every
 	// renewal write LeaseUntil = now + Lease into the record. While another
-	// owner's lease has not lapsed, Get returns a *RemoteError instead of
-	// taking the session over (DESIGN.md, "Fleet mode"; see lease.go).
+	// owner's lease has not lapsed, Get returns a *fleet.RemoteError instead
+	// of taking the session over (DESIGN.md, "Fleet mode"; the rules are
+	// package fleet's Leases).
 	// Default 0: no lease, records carry no expiry and every session this
 	// registry does not hold is re-created at the next request, which is
 	// right for one process on a memory or embedded store. A fleet on Redis
@@ -53,8 +55,8 @@ type Options struct {
 	// RenewInterval is how often Run renews the lease of every session
 	// this registry holds. It must be well below Lease: a renewal that
 	// comes more than Lease after the previous one lets another replica
-	// take the session over. Default (zero): Lease / 3. Ignored when Lease
-	// is 0.
+	// take the session over. Default (zero): Lease / 3
+	// (fleet.DefaultRenewDivisor). Ignored when Lease is 0.
 	RenewInterval time.Duration
 	// IdleTTL evicts a session that has seen no request and had no open
 	// stream for this long. Default 30 minutes; negative: never.
@@ -107,7 +109,7 @@ type Registry struct {
 	log    *eventlog.Log
 	engine engine.Engine
 	opts   Options
-	lease  leaseRules
+	lease  fleet.Leases
 	logger *slog.Logger
 
 	// mu guards live, starting, ending, reserved, lru, closed and each Live's
@@ -167,11 +169,11 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		opts.Metrics = metrics.Discard
 	}
 	if opts.Lease > 0 && opts.RenewInterval <= 0 {
-		opts.RenewInterval = opts.Lease / DefaultRenewDivisor
+		opts.RenewInterval = opts.Lease / fleet.DefaultRenewDivisor
 	}
 	r := &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
-		lease:    leaseRules{owner: opts.Owner, ttl: opts.Lease},
+		lease:    fleet.Leases{Owner: opts.Owner, TTL: opts.Lease},
 		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
 		ending:   make(map[string]store.EndReason),
@@ -193,7 +195,7 @@ func (r *Registry) lost(token string, gen uint64, err error) {
 	l := r.live[token]
 	r.mu.RUnlock()
 	if l != nil && l.gen == gen {
-		r.drop(l, lostReason(err), err)
+		r.drop(l, fleet.LostReason(err), err)
 	}
 }
 
@@ -209,6 +211,10 @@ func (r *Registry) evictOverBudget(token string) {
 // Owner returns the identity this registry writes into records it owns.
 func (r *Registry) Owner() string { return r.opts.Owner }
 
+// Leases returns the lease rules this registry follows: its Owner and
+// Options.Lease (fleet.Router decides by them too).
+func (r *Registry) Leases() fleet.Leases { return r.lease }
+
 // MaxCallsPerSession returns Options.MaxCallsPerSession with its default
 // applied: the most calls one session may have in flight, which is also
 // the most messages one JSON-RPC batch may hold (package transport).
@@ -218,7 +224,7 @@ func (r *Registry) MaxCallsPerSession() int { return r.opts.MaxCallsPerSession }
 func (r *Registry) Log() *eventlog.Log { return r.log }
 
 // NewToken returns a fresh session token: 130 bits from crypto/rand in
-// base32 (26 characters), never reissued (DESIGN.md, Vocabulary).
+// base32 (26 characters), never reissued (DESIGN.md, "Vocabulary").
 func NewToken() string { return rand.Text() }
 
 // Create starts a new session at generation 1 for userID ("" when
@@ -231,7 +237,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 	now := r.opts.Now()
 	rec := store.Record{
 		Token: NewToken(), Generation: 1, Owner: r.opts.Owner, UserID: userID,
-		LeaseUntil: r.lease.grant(now), Created: now, LastSeen: now,
+		LeaseUntil: r.lease.Grant(now), Created: now, LastSeen: now,
 	}
 	if err := r.st.Create(ctx, rec); err != nil {
 		r.unreserve()
@@ -403,12 +409,12 @@ func (r *Registry) Status(ctx context.Context, token string) (replay.Status, sto
 	return replay.Unknown, rec, err
 }
 
-// StatusOf returns the session status (replay.Status, row 2 of the replay
-// decision in DESIGN.md) that an error of Get or Status means: nil is Live,
-// ErrNotFound (or store.ErrNotFound) is Unknown, and an ended session
-// (ErrEnded, a *store.EndedError) is what its end reason means
+// StatusOf returns the session status (replay.Status, row 2 of the table;
+// DESIGN.md, "The replay decision") that an error of Get or Status means:
+// nil is Live, ErrNotFound (or store.ErrNotFound) is Unknown, and an ended
+// session (ErrEnded, a *store.EndedError) is what its end reason means
 // (replay.EndedStatus: Deleted, Superseded or Evicted). For any other error
-// (ErrForbidden, ErrClosed, a *RemoteError, the store's errors) ok is
+// (ErrForbidden, ErrClosed, a *fleet.RemoteError, the store's errors) ok is
 // false: it says nothing of the session, and the caller reports it as it
 // is.
 func StatusOf(err error) (st replay.Status, ok bool) {

@@ -5,6 +5,7 @@
 package session
 
 import (
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
@@ -46,7 +47,7 @@ func endReleased(spans []tracing.Span, reason replay.Reason) {
 // fenced or session_not_found when the generation is over (lostReason),
 // else unavailable.
 func storeReason(err error) replay.Reason {
-	if r := lostReason(err); r != "" {
+	if r := fleet.LostReason(err); r != "" {
 		return r
 	}
 	return replay.ReasonUnavailable

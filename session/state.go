@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -20,8 +21,15 @@ import (
 // change a notification makes (engine.State.Fold; a call's is recorded when
 // it is answered, in Send). A state change that cannot be stored fails the
 // delivery, so the client is not told 202 for a notification a later
-// generation would not know of.
+// generation would not know of. The lease is checked first, as Get checks
+// it: a process paused past its lease after the lookup renews it before
+// the engine runs anything, and a generation taken over meanwhile is
+// dropped and fails the delivery (store.ErrFenced) instead of running the
+// message.
 func (l *Live) Deliver(ctx context.Context, msg jsonrpc.Message, req engine.Request) error {
+	if err := l.reg.checkLease(ctx, l); err != nil {
+		return err
+	}
 	if r, ok := msg.(*jsonrpc.Request); ok && !r.IsCall() && engine.ChangesState(r) {
 		if err := l.recordNotification(ctx, r); err != nil {
 			return err
@@ -65,7 +73,7 @@ func (l *Live) saveState(ctx context.Context, st engine.State) error {
 		return err
 	}
 	if err := l.reg.st.SaveState(context.WithoutCancel(ctx), l.token, l.gen, b); err != nil {
-		if lostReason(err) == "" {
+		if fleet.LostReason(err) == "" {
 			// A session that ended, or a generation fenced, is reported
 			// by whoever acts on it; the store did not fail.
 			l.logger.Warn("saving session state failed", "reason", replay.ReasonStoreError, "error", err)

@@ -298,7 +298,7 @@ type Sessions interface {
 //   - Order: Append assigns each session's sequences in increasing order
 //     without gaps; concurrent Appends to one session are serialized, and
 //     the events of one Append are contiguous.
-//   - Durability and visibility (DESIGN.md, "Delivery rules": log first):
+//   - Durability and visibility, log first (DESIGN.md, "Delivery rules"):
 //     Append may return once it has assigned the sequences, before the
 //     events are stored (a pipelined store commits them in the
 //     background, many at once). Read, Wait and Bounds report only

@@ -1,4 +1,4 @@
-// decide_test.go walks the replay decision table of DESIGN.md row by row
+// decide_test.go walks the table (DESIGN.md, "The replay decision") row by row
 // through the real stack over HTTP.
 
 package transport_test
@@ -23,7 +23,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// The tests in this file walk the replay decision table of DESIGN.md ("The
+// The tests in this file walk the replay decision table (DESIGN.md, "The
 // replay decision") row by row, through the real stack over HTTP.
 //
 // Event layout of a fresh 2025-11-25 session used throughout: a stream's

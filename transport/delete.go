@@ -18,11 +18,11 @@ import (
 // (Registry.Status, which starts nothing: 404 session_not_found, or 503
 // when the store cannot say), and bound to this user, if to any (403
 // session_forbidden).
-func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) *refusal {
-	token, ref := sessionID(r)
-	if ref != nil {
-		return ref
+func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
+	if hdr.tokenRef != nil {
+		return hdr.tokenRef
 	}
+	token := hdr.token
 	if token == "" {
 		return refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required on DELETE")
 	}

@@ -5,8 +5,11 @@
 package transport_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -23,7 +27,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// directory is a transport.Directory in a map; a missing entry is not an
+// directory is a fleet.Directory in a map; a missing entry is not an
 // error of the directory, an entry "unavailable" is.
 type directory struct {
 	mu   sync.Mutex
@@ -130,7 +134,7 @@ func TestForwardLoopGuard(t *testing.T) {
 	ctx := testContext(t)
 	p := newPair(t, time.Minute, 0)
 	s := p.a.initialize(t, ctx, "2025-11-25")
-	c := p.b.clientWith(http.Header{transport.ForwardedByHeader: {"c"}})
+	c := p.b.clientWith(http.Header{fleet.ForwardedByHeader: {"c"}})
 	resp, err := c.SessionFor(s.Token, s.ProtocolVersion).Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -233,5 +237,108 @@ func TestForwardOwnerStalls(t *testing.T) {
 	if took := time.Since(start); len(evs) != 1 || evs[0].ID != "x-1-2" || took < 2*keepAlive || took > 2*time.Second {
 		t.Fatalf("forwarded stream of a stalled owner: %d events %v, ended after %v; want its one event, then the end after about %v",
 			len(evs), evs, took, 2*keepAlive)
+	}
+}
+
+// frozenOwner returns a loopback listener that never accepts, as the
+// listener of an owner stopped with SIGSTOP: its kernel completes the
+// connections forwarded to it, and their requests wait in its socket
+// buffer, unanswered.
+func frozenOwner(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// TestForwardOwnerFrozen: a request forwarded to an owner that is stopped
+// (its kernel takes the request, nothing answers, its lease is not
+// renewed) is given up when the owner's lease lapses, and served at
+// generation 2 within a second of the lapse, not after a fixed wait. The
+// request that sat in the stopped owner's socket, read by the owner once
+// it wakes, is refused 503 owner_moved: the owner checks its lease before
+// it serves anything, and finds the session taken over.
+func TestForwardOwnerFrozen(t *testing.T) {
+	ctx := testContext(t)
+	const lease = 600 * time.Millisecond
+	p := newPair(t, lease, time.Hour) // a never renews: it is stopped
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	rec, err := p.st.Get(ctx, s.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := frozenOwner(t)
+	p.dir.set("a", "http://"+frozen.Addr().String()+"/mcp")
+	onB := p.b.client.SessionFor(s.Token, s.ProtocolVersion)
+	evs := countdown(t, ctx, onB, 2, 3, "frozen")
+	if done := time.Now(); done.Before(rec.LeaseUntil) || done.After(rec.LeaseUntil.Add(time.Second)) {
+		t.Fatalf("served at %v, want after the lease expiry %v and within 1s of it", done, rec.LeaseUntil)
+	}
+	if c := parseCursor(t, evs[0].ID); c.Generation != 2 {
+		t.Fatalf("served at generation %d, want 2", c.Generation)
+	}
+	if rec, err := p.st.Get(ctx, s.Token); err != nil || rec.Owner != "b" || rec.Generation != 2 {
+		t.Fatalf("record after the takeover: owner %q gen %d %v, want b gen 2", rec.Owner, rec.Generation, err)
+	}
+
+	// The owner wakes and reads what waited in its socket.
+	conn, err := frozen.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	forwarded, err := io.ReadAll(conn) // b gave it up: it ends
+	conn.Close()
+	if err != nil || !bytes.Contains(forwarded, []byte(`"frozen"`)) {
+		t.Fatalf("the stopped owner's socket held %q (%v), want the forwarded call", forwarded, err)
+	}
+	toA, err := net.Dial("tcp", p.a.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toA.Close()
+	if _, err := toA.Write(forwarded); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(toA), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusalOf(t, resp, http.StatusServiceUnavailable, replay.ReasonOwnerMoved.String())
+	if rec, err := p.st.Get(ctx, s.Token); err != nil || rec.Owner != "b" || rec.Generation != 2 {
+		t.Fatalf("record after the owner woke: owner %q gen %d %v, want b gen 2", rec.Owner, rec.Generation, err)
+	}
+}
+
+// TestForwardOwnerSilent: an owner that keeps renewing its lease but
+// sends nothing back for a request forwarded to it (its listener is stuck)
+// holds the request for one lease TTL at most: then the request is refused
+// 503 owner_unreachable, with Retry-After (the owner may have seen it:
+// the client decides whether to send it again), and the session stays
+// with its owner at generation 1.
+func TestForwardOwnerSilent(t *testing.T) {
+	ctx := testContext(t)
+	const lease = 600 * time.Millisecond
+	p := newPair(t, lease, 0)
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	p.dir.set("a", "http://"+frozenOwner(t).Addr().String()+"/mcp")
+	onB := p.b.client.SessionFor(s.Token, s.ProtocolVersion)
+	start := time.Now()
+	resp, err := onB.Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, replay.ReasonOwnerUnreachable.String())
+	if took := time.Since(start); took < lease || took > lease+time.Second {
+		t.Fatalf("refused after %v, want after one lease TTL (%v) and within 1s of it", took, lease)
+	}
+	if ra := se.Header.Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After = %q, want 1", ra)
+	}
+	if rec, err := p.st.Get(ctx, s.Token); err != nil || rec.Owner != "a" || rec.Generation != 1 {
+		t.Fatalf("record: owner %q gen %d %v, want a gen 1", rec.Owner, rec.Generation, err)
 	}
 }

@@ -1,7 +1,7 @@
 // get.go holds the GET request kind without Last-Event-ID: it opens the
 // session's standalone stream (MCP 2025-11-25, "Listening for Messages from
 // the Server"). A GET with Last-Event-ID is a resume (resume.go); both
-// start with the checks of getHeaders.
+// start with the header rules of a GET (getRules).
 
 package transport
 
@@ -13,18 +13,22 @@ import (
 )
 
 // serveGET opens the session's standalone stream; a newer GET takes it over
-// from an older one (attach.go). Its checks run in this order:
-// getHeaders' (406, 400), then the session lookup (404, 403, 503; a
-// session another replica owns is served there).
-func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, version string) *refusal {
-	token, ref := getHeaders(r)
-	if ref != nil {
-		return ref
+// from an older one (attach.go). Its checks run in this order: the header
+// rules of a GET (getRules: 406, 400 session_id_invalid, 400
+// session_required), then the session lookup (404, 403, 503; a session
+// another replica owns is served there).
+func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
+	if hdr.get != nil {
+		return hdr.get
 	}
-	live, err := h.resolve(w, r, token, nil)
-	if err != nil {
+	live, forwarded, err := h.lookup(w, r, hdr.token, nil)
+	switch {
+	case forwarded:
+		return nil
+	case err != nil:
 		return lookupRefusal(err)
 	}
+	version := hdr.version
 	if version == "" {
 		version = live.ProtocolVersion()
 	}

@@ -6,13 +6,18 @@
 // limit). Requests of the sessionless era (MCP-Protocol-Version 2026-07-28
 // or later) go to Options.Sessionless.
 //
-// A request is a pipeline read top to bottom: ServeHTTP runs the checks
-// every request shares and hands it to the one function of its kind
-// (servePOST in post.go, serveGET in get.go, serveResume in resume.go,
-// serveDELETE in delete.go, serveSessionless in sessionless.go). Each runs
-// its checks in the order its doc comment lists and returns a refusal, a
-// status with a JSON-RPC error body whose reason comes from the catalogue
-// in replay/reason.go, which ServeHTTP alone writes (refusal.go).
+// A request walks forward through the package once, each file holding
+// one stage: ServeHTTP (this file) runs the checks every request shares
+// (security.go, body.go), reads the MCP headers once (header.go) and hands
+// the request to the one function of its kind (servePOST in post.go,
+// serveGET in get.go, serveResume in resume.go, serveDELETE in delete.go,
+// serveSessionless in sessionless.go). Each runs its checks in the order
+// its doc comment lists, finds its session (lookup.go: here, or at the
+// replica that owns it, through package fleet) and serves it (answer.go;
+// stream.go, attach.go and sse.go for an SSE stream), or returns a
+// refusal, a status with a JSON-RPC error body whose reason comes from the
+// catalogue in replay/reason.go, which ServeHTTP alone writes
+// (refusal.go).
 package transport
 
 import (
@@ -24,9 +29,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // Handler serves MCP Streamable HTTP over a session.Registry.
@@ -38,7 +45,7 @@ type Handler struct {
 
 	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
 
-	fwd *http.Transport // forwarded requests (fleet mode)
+	router *fleet.Router // where a session's requests are served (fleet mode)
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -54,8 +61,14 @@ func New(reg *session.Registry, opts Options) *Handler {
 	opts = opts.withDefaults()
 	h := &Handler{
 		reg: reg, opts: opts, logger: opts.Logger,
-		conns:    newConnections(),
-		fwd:      newForwardTransport(opts.JSONResponse),
+		conns: newConnections(),
+		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
+			Directory: opts.Directory, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
+			Records: func(ctx context.Context, token string) (store.Record, error) {
+				_, rec, err := reg.Status(ctx, token)
+				return rec, err
+			},
+		}),
 		shutdown: make(chan struct{}),
 		draining: make(chan struct{}),
 	}
@@ -86,6 +99,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //  5. shutdown (503 unavailable);
 //  6. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
 //     any other answers 405 method_not_allowed.
+//
+// The MCP headers are read once, before step 3 (readHeaders), and the kind
+// applies the refusals of their rules in its own order.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	if ref := checkLoop(r); ref != nil {
 		h.discardBody(w, r)
@@ -100,26 +116,26 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 		}
 		bodyWithTimeout(w, r, h.opts.BodyTimeout)
 	}
-	version, versionRef := protocolVersion(r)
-	if h.isSessionless(r, version, versionRef) {
-		return h.serveSessionless(w, r, version)
+	hdr := readHeaders(r)
+	if h.isSessionless(r, hdr) {
+		return h.serveSessionless(w, r, hdr)
 	}
-	if versionRef != nil {
-		return versionRef
+	if hdr.versionRef != nil {
+		return hdr.versionRef
 	}
 	if h.shuttingDown() {
 		return refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")
 	}
 	switch r.Method {
 	case http.MethodPost:
-		return h.servePOST(w, r, version)
+		return h.servePOST(w, r, hdr)
 	case http.MethodGet:
-		if cursors, resuming := lastEventID(r); resuming {
-			return h.serveResume(w, r, version, cursors)
+		if hdr.resuming {
+			return h.serveResume(w, r, hdr)
 		}
-		return h.serveGET(w, r, version)
+		return h.serveGET(w, r, hdr)
 	case http.MethodDelete:
-		return h.serveDELETE(w, r)
+		return h.serveDELETE(w, r, hdr)
 	}
 	ref := refuse(replay.ReasonMethodNotAllowed, "method "+r.Method+" is not allowed; use GET, POST or DELETE")
 	ref.allow = allowStateful
@@ -200,8 +216,8 @@ func (h *Handler) Shutdown(ctx context.Context) {
 		close(h.shutdown)
 		h.stopAll()
 	})
+	h.router.Shutdown(ctx)
 	h.conns.wait(ctx)
-	h.fwd.CloseIdleConnections()
 }
 
 func (h *Handler) shuttingDown() bool { return isClosed(h.shutdown) }

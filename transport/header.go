@@ -1,8 +1,9 @@
-// header.go holds the parsing of the request headers MCP Streamable HTTP
+// header.go holds the reading of the request headers MCP Streamable HTTP
 // defines (MCP 2025-11-25, basic/transports): MCP-Protocol-Version,
 // Mcp-Session-Id, Last-Event-ID, Accept, and the media type and encoding of
-// a POST body. Each parser returns the header's value, or the refusal the
-// header earns.
+// a POST body. readHeaders reads them all once, at the start of a request,
+// into headers: each header's value, and the refusal each rule about them
+// earns, which the request's kind applies in its own order.
 
 package transport
 
@@ -93,21 +94,45 @@ func sessionID(r *http.Request) (string, *refusal) {
 	return v, nil
 }
 
-// lastEventID returns the values of the Last-Event-ID header, and whether
-// the request carries the header at all (a GET that does is a resume).
-func lastEventID(r *http.Request) ([]string, bool) {
-	vals, ok := r.Header["Last-Event-Id"]
-	return vals, ok
+// headers is what a request's MCP headers say (readHeaders), with the
+// refusal each rule about them earns; a nil refusal is a rule passed.
+type headers struct {
+	version    string   // MCP-Protocol-Version, "" when absent or refused
+	versionRef *refusal // repeated, malformed or not served (400 protocol_version)
+	token      string   // Mcp-Session-Id, "" when absent or refused
+	tokenRef   *refusal // repeated, too long or not visible ASCII (400 session_id_invalid)
+	cursors    []string // the values of Last-Event-ID
+	resuming   bool     // Last-Event-ID is present: a GET that carries it is a resume
+	media      *refusal // a POST's media rules, of either era (postMedia)
+	post       *refusal // a POST's header rules, stateful era (postRules)
+	get        *refusal // a GET's header rules, plain or resuming (getRules)
 }
 
-// postHeaders applies the header rules of a POST of the stateful era, in
-// this order: postMedia's (415, 406, 415), then Last-Event-ID belongs on
-// GET only (400 last_event_id_on_post).
-func postHeaders(r *http.Request) *refusal {
-	if ref := postMedia(r); ref != nil {
-		return ref
+// readHeaders reads r's MCP headers once, with the refusals of their
+// rules: the ones of every request, then those of r's method.
+func readHeaders(r *http.Request) headers {
+	var h headers
+	h.version, h.versionRef = protocolVersion(r)
+	h.token, h.tokenRef = sessionID(r)
+	h.cursors, h.resuming = r.Header["Last-Event-Id"]
+	switch r.Method {
+	case http.MethodPost:
+		h.media = postMedia(r)
+		h.post = postRules(h)
+	case http.MethodGet:
+		h.get = getRules(r, h)
 	}
-	if len(r.Header.Values("Last-Event-ID")) > 0 {
+	return h
+}
+
+// postRules returns the refusal of the header rules of a POST of the
+// stateful era, in this order: postMedia's (415, 406, 415), then
+// Last-Event-ID belongs on GET only (400 last_event_id_on_post).
+func postRules(h headers) *refusal {
+	if h.media != nil {
+		return h.media
+	}
+	if len(h.cursors) > 0 {
 		return refuse(replay.ReasonLastEventIDOnPost, "Last-Event-ID is only meaningful on GET: resume a stream with GET")
 	}
 	return nil
@@ -135,23 +160,20 @@ func postMedia(r *http.Request) *refusal {
 	return nil
 }
 
-// getHeaders applies the header rules of a GET, plain or resuming, in this
-// order, and returns the session token: Accept admits text/event-stream
-// (406 not_acceptable), Mcp-Session-Id is well formed (400
-// session_id_invalid) and present (400 session_required: row 1 of the
-// replay decision).
-func getHeaders(r *http.Request) (string, *refusal) {
-	if !accepts(r, mediaSSE) {
-		return "", refuse(replay.ReasonNotAcceptable, "GET must accept text/event-stream")
+// getRules returns the refusal of the header rules of a GET, plain or
+// resuming, in this order: Accept admits text/event-stream (406
+// not_acceptable), Mcp-Session-Id is well formed (400 session_id_invalid)
+// and present (400 session_required: row 1 of the replay decision).
+func getRules(r *http.Request, h headers) *refusal {
+	switch {
+	case !accepts(r, mediaSSE):
+		return refuse(replay.ReasonNotAcceptable, "GET must accept text/event-stream")
+	case h.tokenRef != nil:
+		return h.tokenRef
+	case h.token == "":
+		return refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required on GET")
 	}
-	token, ref := sessionID(r)
-	if ref != nil {
-		return "", ref
-	}
-	if token == "" {
-		return "", refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required on GET")
-	}
-	return token, nil
+	return nil
 }
 
 // accepts reports whether the Accept header admits mediaType (exactly, by

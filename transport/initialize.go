@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -46,7 +47,7 @@ func (h *Handler) supersede(ctx context.Context, old, user string) {
 	if old == "" {
 		return
 	}
-	if _, err := h.reg.Get(ctx, old, user); err == nil || errors.Is(err, session.ErrRemote) {
+	if _, err := h.reg.Get(ctx, old, user); err == nil || errors.Is(err, fleet.ErrRemote) {
 		h.reg.End(ctx, old, store.EndSuperseded)
 	}
 }

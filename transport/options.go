@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
@@ -75,13 +76,13 @@ type Options struct {
 	// generation, stream and reason. Default slog.Default().
 	Logger *slog.Logger
 	// Directory locates the replica that owns a session held by another
-	// replica of a fleet (session.ErrRemote), so that requests for it are
-	// forwarded there (forward.go); the forwarded request carries
-	// ForwardedByHeader with this replica's ID, the registry's Owner.
+	// replica of a fleet (fleet.ErrRemote), so that requests for it are
+	// forwarded there (fleet.Router); the forwarded request carries
+	// fleet.ForwardedByHeader with this replica's ID, the registry's Owner.
 	// Default nil: single-process mode; should the registry still report a
 	// remote owner, the request waits for that owner's lease to lapse and
 	// is then served here.
-	Directory Directory
+	Directory fleet.Directory
 	// Metrics records refusals, resumes, streams, replays and
 	// notifications (package metrics). Default: metrics.Discard.
 	Metrics metrics.Transport

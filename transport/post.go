@@ -39,8 +39,8 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 
 // servePOST handles a POST of one JSON-RPC message, or of a batch under
 // 2025-03-26. Its checks run in this order:
-//  1. the headers (postHeaders: 415, 406, 400 last_event_id_on_post), and
-//     Mcp-Session-Id (400 session_id_invalid);
+//  1. the header rules of a POST (postRules: 415, 406, 415, 400
+//     last_event_id_on_post), and Mcp-Session-Id (400 session_id_invalid);
 //  2. the body (readBody: 413, 408, 400 parse_error) and its messages
 //     (decodeMessages: 400 parse_error, batch_not_allowed,
 //     invalid_request, batch_too_large for a batch of more messages than
@@ -55,14 +55,14 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //     delivery's 404, 503); calls get their stream and an answer
 //     (answer.go: 400 duplicate_request_id, 429 too_many_calls, the
 //     delivery's 404, 503).
-func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version string) *refusal {
-	if ref := postHeaders(r); ref != nil {
-		return ref
+func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
+	if hdr.post != nil {
+		return hdr.post
 	}
-	token, ref := sessionID(r)
-	if ref != nil {
-		return ref
+	if hdr.tokenRef != nil {
+		return hdr.tokenRef
 	}
+	version := hdr.version
 	body, ref := h.readBody(w, r)
 	if ref != nil {
 		return ref
@@ -90,9 +90,9 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, version stri
 	var live *session.Live
 	if p.initialize != nil {
 		live, version, ref = h.initialize(w, r, p.initialize)
-		p.supersedes = token
+		p.supersedes = hdr.token
 	} else {
-		live, version, ref = h.postSession(w, r, token, body, version, batch)
+		live, version, ref = h.postSession(w, r, hdr.token, body, version, batch)
 	}
 	if live == nil {
 		return ref // refused, or forwarded to the session's owner
@@ -122,8 +122,11 @@ func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token stri
 	if token == "" {
 		return nil, "", refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required for requests after initialize")
 	}
-	live, err := h.resolve(w, r, token, body)
-	if err != nil {
+	live, forwarded, err := h.lookup(w, r, token, body)
+	switch {
+	case forwarded:
+		return nil, "", nil
+	case err != nil:
 		return nil, "", lookupRefusal(err)
 	}
 	negotiated := live.ProtocolVersion()

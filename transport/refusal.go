@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -67,10 +68,6 @@ type refusal struct {
 func refuse(reason replay.Reason, message string) *refusal {
 	return &refusal{reason: reason, message: message}
 }
-
-// Error makes a refusal an error, so that the session lookup can return it
-// among the registry's errors (lookupRefusal).
-func (ref *refusal) Error() string { return ref.reason.String() + ": " + ref.message }
 
 // code returns the JSON-RPC error code of the refusal's body.
 func (ref *refusal) code() int {
@@ -151,15 +148,13 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
 }
 
 // lookupRefusal returns the refusal that an error of the session lookup
-// (resolve, Registry.Create, Registry.Status) calls for; nil for errServed,
-// whose request was answered already.
+// (lookup, Registry.Create, Registry.Status) calls for.
 func lookupRefusal(err error) *refusal {
 	var ref *refusal
+	var fr *fleet.Refusal
 	switch {
-	case errors.Is(err, errServed):
-		return nil
-	case errors.As(err, &ref):
-		return ref
+	case errors.As(err, &fr):
+		return refuse(fr.Reason, fr.Message)
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
 		ref = notFound(err)
 	case errors.Is(err, session.ErrForbidden):

@@ -5,14 +5,12 @@
 package transport_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -28,6 +26,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -491,12 +490,10 @@ func outcome(se *mcptest.StatusError) string {
 // the catalogue's (replay.Reason.Status), and every refusal reason of the
 // catalogue is in one of them.
 func TestREADMERefusals(t *testing.T) {
-	f, err := os.Open("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows := readmeRefusals(t, bufio.NewScanner(f))
+	// The decision's table has a row per refusal of replay.Decide (7), the
+	// refusals' table at least one per HTTP status the handler refuses with.
+	rows := readmeRefusals(t, "The replay decision", 7)
+	rows = append(rows, readmeRefusals(t, "Refusals", 20)...)
 	documented := map[replay.Reason]bool{}
 	for _, row := range rows {
 		for _, r := range row.reasons {
@@ -533,19 +530,14 @@ var (
 	readmeReason = regexp.MustCompile("`([a-z_]+)`")
 )
 
-// readmeRefusals returns the rows of README's tables under the headings
-// "The replay decision" and "Refusals" whose cells hold an HTTP status and
-// backquoted reasons.
-func readmeRefusals(t *testing.T, sc *bufio.Scanner) []readmeRow {
+// readmeRefusals returns the rows of the tables in README's section under
+// heading whose cells hold an HTTP status and backquoted reasons; it fails
+// the test when there are fewer than atLeast.
+func readmeRefusals(t *testing.T, heading string, atLeast int) []readmeRow {
+	t.Helper()
 	var rows []readmeRow
-	section := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if h, ok := strings.CutPrefix(line, "## "); ok {
-			section = h
-			continue
-		}
-		if (section != "The replay decision" && section != "Refusals") || !strings.HasPrefix(line, "|") {
+	for line := range strings.SplitSeq(testenv.DocSection(t, "README.md", heading), "\n") {
+		if !strings.HasPrefix(line, "|") {
 			continue
 		}
 		var row readmeRow
@@ -571,11 +563,8 @@ func readmeRefusals(t *testing.T, sc *bufio.Scanner) []readmeRow {
 			rows = append(rows, row)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) < 20 {
-		t.Fatalf("found %d refusal rows in README; its tables moved or changed shape", len(rows))
+	if len(rows) < atLeast {
+		t.Fatalf("found %d refusal rows in README's %q, want at least %d; its tables moved or changed shape", len(rows), heading, atLeast)
 	}
 	return rows
 }

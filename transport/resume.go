@@ -16,61 +16,57 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// serveResume resumes the stream the cursor in Last-Event-ID names;
-// cursors are the header's values (lastEventID). Its checks run in the
-// order of the decision table: getHeaders' (406, 400 session_id_invalid,
-// then row 1, 400 session_required), then rows 2 to 7 as replay.Decide
-// applies them to the session the lookup found (404 session_not_found, 400
+// serveResume resumes the stream the cursor in Last-Event-ID names. Its
+// checks run in the order of the decision table: the header rules of a
+// GET (getRules: 406, 400 session_id_invalid, then row 1, 400
+// session_required), then rows 2 to 7 as replay.Decide applies them to
+// the session the lookup found (404 session_not_found, 400
 // cursor_malformed, 409 generation_mismatch, 409 cursor_compacted, 400
 // cursor_ahead, 400 cursor_malformed), with the lookup's own refusals
-// (403, 503) in row 2's place. The lookup re-creates
-// the session's live state at generation+1 when no live process holds it,
-// so the decision compares the cursor with the generation that serves now;
-// a session another replica owns is decided and served there.
+// (403, 503) in row 2's place. The lookup re-creates the session's live
+// state at generation+1 when no live process holds it, so the decision
+// compares the cursor with the generation that serves now; a session
+// another replica owns is decided and served there.
 //
 // Every resume answered here is counted by its outcome (Options.Metrics:
-// replay, or the refusal's reason) and, past getHeaders, traced as a
-// "resume" span.
-func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, version string, cursors []string) *refusal {
-	token, ref := getHeaders(r)
-	if ref != nil {
-		h.opts.Metrics.Resumed(ref.reason)
-		return ref
+// replay, or the refusal's reason) and, past the header rules, traced as
+// a "resume" span.
+func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
+	if hdr.get != nil {
+		h.opts.Metrics.Resumed(hdr.get.reason)
+		return hdr.get
 	}
-	ctx, span := h.opts.Tracer.StartResume(r.Context(), r.Header, token, cursors[0])
+	ctx, span := h.opts.Tracer.StartResume(r.Context(), r.Header, hdr.token, hdr.cursors[0])
 	r = r.WithContext(ctx)
-	s, ref := h.resume(w, r, token, cursors)
-	switch {
-	case ref != nil:
-		h.opts.Metrics.Resumed(ref.reason)
-		span.EndResume(ref.reason)
-		return ref
-	case s.live == nil:
+	live, forwarded, err := h.lookup(w, r, hdr.token, nil)
+	if forwarded {
 		span.End(nil) // served by the session's owner, which counts it
 		return nil
 	}
-	h.opts.Metrics.Resumed(replay.ReasonReplay)
-	span.EndResume(replay.ReasonReplay)
-	if version == "" {
-		version = s.live.ProtocolVersion()
+	s, ref := h.resume(r, hdr, live, err)
+	outcome := replay.ReasonReplay
+	if ref != nil {
+		outcome = ref.reason
 	}
-	if version >= V20251125 {
-		s.preamble = h.resumePriming(s.cursor, s.live.NextResume())
+	h.opts.Metrics.Resumed(outcome)
+	span.EndResume(outcome)
+	if ref != nil {
+		return ref
 	}
-	s.live.Logger().Info("stream resumed", "stream", s.stream, "cursor", cursors[0])
+	s.live.Logger().Info("stream resumed", "stream", s.stream, "cursor", hdr.cursors[0])
 	return h.serve(ctx, w, s)
 }
 
-// resume applies the decision to the resume of token's stream r's cursor
-// names, and returns the stream to serve, or the refusal. It returns
-// neither when the request was served by the session's owner.
-func (h *Handler) resume(w http.ResponseWriter, r *http.Request, token string, cursors []string) (stream, *refusal) {
-	live, err := h.resolve(w, r, token, nil)
-	in, ref := h.replayInput(r, token, cursors, live, err)
-	if in == nil {
-		return stream{}, ref // refused, or served by the session's owner
+// resume applies the replay decision to the resume hdr asks for, on the
+// session the lookup found (live, or the lookup's error err), and returns
+// the stream to serve, opening with its priming event under 2025-11-25
+// and later, or the refusal.
+func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err error) (stream, *refusal) {
+	in, ref := h.replayInput(r, hdr, live, err)
+	if ref != nil {
+		return stream{}, ref
 	}
-	d, at, ref := h.decide(r, token, live, in, len(cursors) > 1)
+	d, at, ref := h.decide(r, hdr.token, live, in, len(hdr.cursors) > 1)
 	if ref != nil {
 		return stream{}, ref
 	}
@@ -88,28 +84,36 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, token string, c
 	if at.End {
 		s.replay.to = s.after
 	}
+	version := hdr.version
+	if version == "" {
+		version = live.ProtocolVersion()
+	}
+	if version >= V20251125 {
+		s.preamble = h.resumePriming(s.cursor, live.NextResume())
+	}
 	return s, nil
 }
 
-// replayInput returns what the decision reads: the cursor, the one value of
-// the Last-Event-ID header (none when it is repeated), and the session as the lookup found it (live, with
-// its generation and bounds) or as the registry knows the token when the
-// lookup did not find it. It returns no input when the request was refused
-// for another reason, or forwarded to the session's owner (no refusal).
-func (h *Handler) replayInput(r *http.Request, token string, cursors []string, live *session.Live, err error) (*replay.Input, *refusal) {
+// replayInput returns what the decision reads: the cursor, the one value
+// of the Last-Event-ID header (none when it is repeated), and the session
+// as the lookup found it (live, with its generation and bounds) or as the
+// registry knows the token when the lookup did not find it (err). It
+// returns the refusal instead when the request is refused for another
+// reason.
+func (h *Handler) replayInput(r *http.Request, hdr headers, live *session.Live, err error) (*replay.Input, *refusal) {
 	in := &replay.Input{HasSessionID: true}
-	if len(cursors) == 1 {
-		in.LastEventID = cursors[0]
+	if len(hdr.cursors) == 1 {
+		in.LastEventID = hdr.cursors[0]
 	}
 	if err != nil {
 		status, ref := status(err)
-		if ref != nil || errors.Is(err, errServed) {
+		if ref != nil {
 			return nil, ref
 		}
 		in.Session = replay.Session{Status: status}
 		return in, nil
 	}
-	b, err := h.reg.Log().Bounds(r.Context(), token)
+	b, err := h.reg.Log().Bounds(r.Context(), hdr.token)
 	if err != nil {
 		return nil, deliveryRefusal(live, err)
 	}
@@ -122,8 +126,8 @@ func (h *Handler) replayInput(r *http.Request, token string, cursors []string, l
 // status returns what row 2 of the decision reads of a token whose lookup
 // failed with err, as the registry decides it (session.StatusOf): unknown,
 // evicted or superseded. An error that says nothing of the token (another
-// user's session, the store, a forwarded request) gets the lookup's answer
-// instead.
+// user's session, the store, the fleet's refusals) gets the lookup's
+// answer instead.
 func status(err error) (replay.Status, *refusal) {
 	if st, ok := session.StatusOf(err); ok {
 		return st, nil

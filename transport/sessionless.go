@@ -18,27 +18,29 @@ import (
 // request's protocol version.
 const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 
-// isSessionless reports whether r belongs to the sessionless era: its
-// MCP-Protocol-Version header names 2026-07-28 or later, or it is a POST
-// whose header is absent or refused (versionRef) and whose params carry
-// the era's per-request version; that POST's handler judges the version.
-func (h *Handler) isSessionless(r *http.Request, version string, versionRef *refusal) bool {
-	if version >= VSessionless {
+// isSessionless reports whether r, with the headers hdr, belongs to the
+// sessionless era: its MCP-Protocol-Version header names 2026-07-28 or
+// later, or it is a POST whose header is absent or refused and whose
+// params carry the era's per-request version; that POST's handler judges
+// the version.
+func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
+	if hdr.version >= VSessionless {
 		return true
 	}
-	return (version == "" || versionRef != nil) && r.Method == http.MethodPost && h.sessionlessBody(r)
+	return (hdr.version == "" || hdr.versionRef != nil) && r.Method == http.MethodPost && h.sessionlessBody(r)
 }
 
 // serveSessionless hands r to Options.Sessionless. Its checks run in this
 // order: a handler is set (400 protocol_version), the method is POST (405
 // method_not_allowed with Allow: POST: the revision has no standalone
-// stream and no session to end), and postMedia's (415 content_type, 406
-// not_acceptable). The request goes on without Mcp-Session-Id and
+// stream and no session to end), and the media rules (postMedia: 415
+// content_type, 406 not_acceptable). The request goes on without Mcp-Session-Id and
 // Last-Event-ID, which a server of the revision ignores, and no session
 // ID is minted or echoed (MCP 2026-07-28, basic/transports, "Earlier
 // Streamable HTTP Revisions"). The handler's own answers (the revision's
 // JSON-RPC errors: header mismatch, unsupported version) are its.
-func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, version string) *refusal {
+func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
+	version := hdr.version
 	if h.opts.Sessionless == nil {
 		return refuse(replay.ReasonProtocolVersion, "protocol version "+version+" (sessionless era) is not served here")
 	}
@@ -48,8 +50,8 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, versi
 		ref.allow = allowSessionless
 		return ref
 	}
-	if ref := postMedia(r); ref != nil {
-		return ref
+	if hdr.media != nil {
+		return hdr.media
 	}
 	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
 		r = r.Clone(r.Context())

@@ -23,8 +23,8 @@ import (
 // is released, the newest resume alone serves the stream: the resumes taken
 // over while waiting write nothing, and the stuck connection writes nothing
 // after it was taken over, not even events that were already in the log
-// (DESIGN.md, "Delivery rules": one reader per stream; no event is ever
-// written to two connections). Rounds with k = 1, 2, 3 and 4, twice each,
+// (one reader per stream: no event is ever written to two connections;
+// DESIGN.md, "Delivery rules"). Rounds with k = 1, 2, 3 and 4, twice each,
 // all at once on their own servers, so that the takeovers run under load.
 func TestTakeoverChainWhileOlderIsStuck(t *testing.T) {
 	for k := 1; k <= 4; k++ {

@@ -24,7 +24,7 @@ import (
 // Fleet mode (`tidemark serve --redis URL`): session records and event logs
 // live in Redis, every replica serves every session by forwarding requests
 // to the session's owner, and ownership is a lease renewed every
-// --lease-renew (DESIGN.md, "Fleet mode"; README.md, "Fleet mode").
+// --lease-renew (DESIGN.md, "Fleet mode"; docs/fleet.md, "Fleet mode").
 
 // Defaults of the fleet flags.
 const (
@@ -33,7 +33,7 @@ const (
 )
 
 // urlForms says, in usage errors, which --redis URLs are valid.
-const urlForms = "want redis://HOST:PORT/DB, a Sentinel URL with master_name, or a Cluster URL with addr parameters; see README, Fleet mode"
+const urlForms = "want redis://HOST:PORT/DB, a Sentinel URL with master_name, or a Cluster URL with addr parameters; see docs/fleet.md"
 
 // fleetConfig holds the fleet flags of `tidemark serve`.
 type fleetConfig struct {
@@ -102,7 +102,8 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 			"reason", replay.ReasonPersistenceUnknown, "error", err)
 	case !p.Safe():
 		// Warned, not refused: the risk is Redis restarting after a crash,
-		// and an operator may accept it knowingly; see README, Fleet mode.
+		// and an operator may accept it knowingly; see docs/fleet.md, "Fleet
+		// mode", Redis restarts.
 		logger.Warn("Redis persistence is unsafe for a fleet: after a Redis crash it can bring back an older state, under which sequences are assigned twice; use appendonly yes with appendfsync always, or no persistence at all",
 			"reason", replay.ReasonUnsafePersistence, "persistence", p.String())
 	default:

@@ -4,7 +4,7 @@ package main
 // stdio MCP server (one subprocess per session generation), --upstream a
 // Streamable HTTP MCP server (one upstream session per session
 // generation), with its flags; without either, the built-in demo server
-// (README.md, "Gateway mode").
+// (docs/gateways.md, "Gateways").
 
 import (
 	"context"

@@ -18,8 +18,8 @@
 //	tidemark version           print which build this is (also --version)
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags; README.md
-// lists them with their defaults.
+// Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags;
+// docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their defaults.
 package main
 
 import (

@@ -51,14 +51,13 @@ func setMemoryLimit(budget int64, eventsInHeap bool) int64 {
 // heapFloor is the least heap goal of tidemark serve with --data-dir or
 // --redis (bytes): the collector does not start a cycle before the heap
 // reaches it. At the default GOGC of 100 the goal is twice the live heap,
-// and a process whose events are outside it lives in a few MiB: a call
-// allocates about 250 KB (the go-sdk's JSON decoding), so it collected
-// every 16 calls, a hundred times a second under 16 sessions, and
-// spent more CPU on the collector than on its store (BENCHMARKS.md, "Heap
-// floor": 718 against 370 µs per call with this floor). A larger floor
-// saves little more there and costs a flood on one stream more CPU per
-// event (13 µs at 16 MiB, 15 to 21 µs at 64 MiB, 12 µs with none): the
-// allocations then walk a heap larger than the processor's caches.
+// and a process whose events are outside it lives in a few MiB while each
+// call allocates a few hundred KB (the go-sdk's JSON decoding), so without
+// a floor it collects many times a second and spends more CPU on the
+// collector than on its store. A larger floor costs a flood on one stream
+// more CPU per event, since the allocations then walk a heap larger than
+// the processor's caches; bench/NOTES.md ("2026-12-02: heap floor") has
+// the figures that chose 16 MiB.
 const heapFloor = 16 << 20
 
 // setHeapFloor keeps the collector's heap goal at heapFloor or above, and

@@ -24,12 +24,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// TestMemoryBoundUnderLargeAnswers is the attack of issue 17 (defect 5):
+// TestMemoryBoundUnderLargeAnswers is an operator's attack:
 // 150 sessions each echo 4 MiB, against the default 512 MiB retention
 // budget with the memory store, and with --data-dir. The process's peak
 // RSS (VmHWM, read from
 // /proc) stays under the memory limit its "serving" line states, the bound
-// README documents. With the memory store the answers do not all fit in
+// docs/operating.md documents ("Retention and memory"). With the memory store the answers do not all fit in
 // the budget: the least recent sessions are evicted and answer 404
 // session_not_found; every other session, and with --data-dir every
 // session, resumes with its newest cursor (200).

@@ -16,8 +16,8 @@ import (
 )
 
 // probeConfig holds the flags of `tidemark probe`. Each flag's help text
-// states its default and unit; the probe README's flag table is checked
-// against them by TestProbeREADMEFlags.
+// states its default and unit; the flag table of docs/probe.md is checked
+// against them by TestDocsFlagTables.
 type probeConfig struct {
 	tool            string
 	args            string

@@ -3,7 +3,8 @@ package main
 // The key ring that seals requestState (`tidemark serve
 // --request-state-*`): the demo's own, or with --stdio the backend's as
 // the bridge relays it; where its keys come from, and the Sealer built
-// from them (package requeststate; README.md, "Sealed requestState").
+// from them (package requeststate; docs/requeststate.md, "Sealed
+// requestState").
 
 import (
 	"context"

@@ -30,8 +30,8 @@ import (
 )
 
 // serveConfig holds the flags of `tidemark serve`. Each flag's help text
-// states its default and unit; README.md's flag table is checked against
-// them by TestREADMEFlags.
+// states its default and unit; the flag table of docs/operating.md is
+// checked against them by TestDocsFlagTables.
 type serveConfig struct {
 	addr            string
 	path            string

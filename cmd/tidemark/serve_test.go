@@ -66,7 +66,7 @@ func TestServeUnknownPath(t *testing.T) {
 }
 
 // TestHelpNamesTheDemo: `tidemark help` names every tool of the demo
-// server and its resource, as README's opening section does.
+// server and its resource, as README.md does ("The demo server").
 func TestHelpNamesTheDemo(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"help"}, &out, &bytes.Buffer{}); code != 0 {

@@ -3,7 +3,7 @@ package main
 // The stdio gateway (`tidemark serve --stdio -- COMMAND`): the handler
 // whose sessions each run one subprocess per generation (engine/stdio), and
 // whose sessionless requests (protocol 2026-07-28) a bridge serves through
-// one more subprocess of the same engine (engine/bridge; README.md,
+// one more subprocess of the same engine (engine/bridge; docs/gateways.md,
 // "Gateway mode").
 
 import (

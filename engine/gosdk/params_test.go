@@ -32,7 +32,7 @@ func (a answers) Send(_ context.Context, msg jsonrpc.Message, _ jsonrpc.ID) erro
 // TestAnsweredCallParamsReleased: once a call is answered, the session no
 // longer holds its params, however large, although the go-sdk (v1.8.0)
 // keeps the request it handled last referenced until the session's next
-// request (issue 17: 150 sessions each echoing 4 MiB, whose memory counts
+// request (under 150 sessions each echoing 4 MiB, the memory held counts
 // the answer, the session's newest event, and nothing of the request).
 // Here 8 sessions each answer
 // one echo of 512 KiB; afterwards the heap holds less than 2 MiB more than

@@ -14,17 +14,29 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // Bounds of the waits between attempts to reach an upstream that did not
-// answer (resuming a cut stream, checking the session, the GET stream).
+// answer (resuming a cut stream, checking the session, the GET stream):
+// the first wait, unless the upstream's SSE retry says otherwise, and the
+// cap of their doubling (package resume).
 const (
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 2 * time.Second
 )
+
+// backoffPolicy is the upstream's waits between attempts (minBackoff,
+// maxBackoff), with resumeTimeout (0: none) as the deadline. A 409 without
+// a reason is retried: the go-sdk answers a resume 409 "stream ID
+// conflicts with ongoing stream" while it still counts the cut connection
+// as the stream's reader.
+func backoffPolicy(resumeTimeout time.Duration) resume.Policy {
+	return resume.Policy{Base: minBackoff, Cap: maxBackoff, Timeout: resumeTimeout, RetryBareConflict: true}
+}
 
 // deliverCall registers a client call and POSTs it upstream in the
 // background. It returns once the POST is written (the call is then in
@@ -96,7 +108,7 @@ func (c *conn) runCall(ctx context.Context, cl *call, body []byte, t target, w *
 		default:
 			// Written, then the connection failed before any answer: the
 			// call is in flight upstream and its answer is lost with it.
-			c.afterCut(ctx, cl, "", 0, err)
+			c.afterCut(ctx, cl, nil, "", err)
 		}
 		return
 	}
@@ -159,14 +171,18 @@ func (c *conn) answerFromError(ctx context.Context, cl *call, se *statusError) {
 // readCallStream reads a call's SSE answer, resuming it upstream while it
 // is cut before the call's response.
 func (c *conn) readCallStream(ctx context.Context, cl *call, resp *http.Response) {
+	rs := &resume.Stream{HTTP: c.e.http, Policy: backoffPolicy(c.e.opts.ResumeTimeout)}
 	var last string // the upstream's ID of the newest event read
-	var retry time.Duration
 	for {
 		var answered bool
 		var err error
-		last, retry, answered, err = c.readStream(resp, last, retry, func(m jsonrpc.Message) bool {
+		prev := last
+		last, rs.Retry, answered, err = c.readStream(resp, last, rs.Retry, func(m jsonrpc.Message) bool {
 			return c.relay(ctx, m, cl.id)
 		})
+		if last != prev {
+			rs.Progressed()
+		}
 		if answered || ctx.Err() != nil || !c.inFlight(cl.id) {
 			return
 		}
@@ -176,7 +192,7 @@ func (c *conn) readCallStream(ctx context.Context, cl *call, resp *http.Response
 				"; the call fails (resuming would send the same event again): the answer must be smaller")
 			return
 		}
-		if resp = c.afterCut(ctx, cl, last, retry, err); resp == nil {
+		if resp = c.afterCut(ctx, cl, rs, last, err); resp == nil {
 			return
 		}
 	}
@@ -199,81 +215,60 @@ func (c *conn) cancelled(cl *call) bool {
 // afterCut handles a call whose answer stream ended before its response
 // (cause says how): a call the client cancelled is answered as such; a
 // stream whose events carry IDs (last is the newest) is resumed upstream
-// with GET and Last-Event-ID, after the retry the upstream asked for, and
-// the new stream returned; otherwise the upstream session is checked and
-// the call fails. Everything is bounded by Options.ResumeTimeout, until
-// which a resume the upstream could not be reached for, or refused with
-// 409, is tried again (resumeTimedOut says which it was). It
-// returns nil when the call has been answered or failed, or its generation
-// ended.
-func (c *conn) afterCut(ctx context.Context, cl *call, last string, retry time.Duration, cause error) *http.Response {
+// as rs decides (package resume: GET with Last-Event-ID, after the retry
+// the upstream asked for, within Options.ResumeTimeout, trying again
+// while the upstream cannot be reached, answers 409 without a reason, or
+// another transient status) and the new stream returned; otherwise the
+// upstream session is checked and the call fails. It returns nil when the
+// call has been answered or failed, or its generation ended.
+func (c *conn) afterCut(ctx context.Context, cl *call, rs *resume.Stream, last string, cause error) *http.Response {
 	if c.cancelled(cl) {
 		c.failCall(cl, replay.ReasonCancelled, "the call was cancelled, and the upstream MCP server ended its stream without answering")
 		return nil
 	}
-	deadline := time.Now().Add(c.e.opts.ResumeTimeout)
 	if last == "" {
-		c.checkSession(ctx, cl, deadline, cause)
+		c.checkSession(ctx, cl, time.Now().Add(c.e.opts.ResumeTimeout), cause)
 		return nil
 	}
-	wait := retry
-	var refused *statusError // the last resume's 409, nil when the last attempt did not reach the upstream
-	for {
-		if !sleep(ctx, min(wait, time.Until(deadline))) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			c.resumeTimedOut(cl, refused, cause)
-			return nil
-		}
-		t := c.target(cl.header)
-		t.lastEvent = last
-		req, err := c.e.newRequest(ctx, http.MethodGet, nil, t)
-		if err != nil {
-			c.failCall(cl, replay.ReasonUpstreamStreamCut, err.Error())
-			return nil
-		}
-		resp, err := c.e.do(req, nil)
-		if err != nil {
-			cause, wait, refused = err, nextBackoff(wait), nil
-			continue
-		}
-		switch kindOf(resp, t.session != "") {
-		case answerSSE:
-			c.logger.Debug("upstream stream resumed", "id", cl.id.Raw(), "upstream_cursor", last)
-			return resp
-		case answerLost:
-			wire.Drain(resp)
-			c.lose(fmt.Errorf("GET resume of %s: %w", cl.method, errSessionLost))
-			return nil
-		}
-		se := readStatusError("GET with Last-Event-ID", resp)
-		if resp.StatusCode == http.StatusConflict && time.Until(deadline) > 0 {
-			// The upstream still counts the cut connection as the
-			// stream's reader until it notices the cut (the go-sdk
-			// answers 409 "stream ID conflicts with ongoing stream"):
-			// the resume is tried again until the deadline.
-			cause, wait, refused = se, nextBackoff(wait), se
-			continue
-		}
-		c.failCall(cl, replay.ReasonUpstreamStreamCut, "the call's upstream stream was cut and the upstream MCP server "+
-			"refused to resume it: "+se.Error())
+	res, err := rs.Resume(ctx, c.e.resumeRequest(c.target(cl.header), last), cause)
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case err != nil:
+		c.failCall(cl, replay.ReasonUpstreamStreamCut, err.Error())
+		return nil
+	case res.Kind == resume.Resumed:
+		c.logger.Debug("upstream stream resumed", "id", cl.id.Raw(), "upstream_cursor", last)
+		return res.Response
+	case res.Kind == resume.SessionLost:
+		c.lose(fmt.Errorf("GET resume of %s: %w", cl.method, errSessionLost))
+		return nil
+	case res.Expired:
+		c.resumeTimedOut(cl, res.Outcome)
 		return nil
 	}
+	c.failCall(cl, replay.ReasonUpstreamStreamCut, "the call's upstream stream was cut and the upstream MCP server "+
+		"refused to resume it: "+resumeRefusal(res.Outcome).Error())
+	return nil
+}
+
+// resumeRefusal is the upstream's answer o to a resume GET as an error.
+func resumeRefusal(o resume.Outcome) *statusError {
+	return &statusError{method: "GET with Last-Event-ID", status: o.Status, body: o.Body}
 }
 
 // resumeTimedOut fails a call whose cut stream could not be resumed within
-// Options.ResumeTimeout: upstream_stream_cut when the last resume reached
-// the upstream and was refused with 409 (refused), upstream_unreachable
-// when it did not reach it (cause).
-func (c *conn) resumeTimedOut(cl *call, refused *statusError, cause error) {
-	if refused != nil {
+// Options.ResumeTimeout; last is the outcome of the last try:
+// upstream_stream_cut when it reached the upstream, which refused it,
+// upstream_unreachable when it did not reach it.
+func (c *conn) resumeTimedOut(cl *call, last resume.Outcome) {
+	if last.Status != 0 {
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, fmt.Sprintf("the call's upstream stream was cut and the upstream "+
-			"MCP server refused every resume for %v (%v); send the call again", c.e.opts.ResumeTimeout, refused))
+			"MCP server refused every resume for %v (%v); send the call again", c.e.opts.ResumeTimeout, resumeRefusal(last)))
 		return
 	}
 	c.failCall(cl, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the call's upstream stream was cut and the "+
-		"upstream MCP server could not be reached within %v to resume it: %v", c.e.opts.ResumeTimeout, cause))
+		"upstream MCP server could not be reached within %v to resume it: %v", c.e.opts.ResumeTimeout, last.Err))
 }
 
 // checkSession fails a call whose answer stream was cut and cannot be
@@ -293,8 +288,11 @@ func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, c
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
 		return
 	}
-	wait := time.Duration(0)
-	for {
+	for attempt := 0; ; attempt++ {
+		wait := time.Duration(0) // the first ping goes at once
+		if attempt > 0 {
+			wait = resume.Backoff(backoffPolicy(0), attempt-1, 0)
+		}
 		if !sleep(ctx, min(wait, time.Until(deadline))) {
 			return
 		}
@@ -309,7 +307,6 @@ func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, c
 			c.lose(err)
 			return
 		case errors.Is(err, engine.ErrUnreachable):
-			wait = nextBackoff(wait)
 			continue
 		}
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
@@ -331,9 +328,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// nextBackoff doubles a wait within [minBackoff, maxBackoff].
-func nextBackoff(d time.Duration) time.Duration {
-	return min(max(2*d, minBackoff), maxBackoff)
 }

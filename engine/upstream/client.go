@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/via"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
@@ -28,18 +29,34 @@ const versionHeaderSince = "2025-06-18"
 
 // target is what an upstream request carries besides its method and body.
 type target struct {
-	session   string      // Mcp-Session-Id; "" none
-	version   string      // the negotiated protocol version; "" none yet
-	header    http.Header // the client request whose Forward headers it carries; nil none
-	lastEvent string      // Last-Event-ID (a GET that resumes); "" none
+	session string      // Mcp-Session-Id; "" none
+	version string      // the negotiated protocol version; "" none yet
+	header  http.Header // the client request whose Forward headers it carries; nil none
 }
 
 // newRequest returns a request to the upstream (wire.NewRequest): the
-// forwarded headers of t.header and Options.Header, then the media types of
-// method, the session, the protocol version (from 2025-06-18 on) and
-// Last-Event-ID, and a Via of t.header's entries and this process's
-// (package via), by which a loop back to a process it passed is refused.
+// headers of t (extraHeader), then the media types of method, the session
+// and the protocol version (from 2025-06-18 on).
 func (e *Engine) newRequest(ctx context.Context, method string, body []byte, t target) (*http.Request, error) {
+	req, err := wire.NewRequest(ctx, method, e.url, body, e.extraHeader(t), t.session, versionHeader(t.version))
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %s %s: %w", method, e.url, err)
+	}
+	return req, nil
+}
+
+// resumeRequest returns the GET of t that resumes a stream from the
+// upstream's event ID last ("": opens the standalone stream), with the
+// headers newRequest gives.
+func (e *Engine) resumeRequest(t target, last string) resume.Request {
+	return resume.Request{URL: e.url, Header: e.extraHeader(t), Session: t.session, Version: versionHeader(t.version), LastEventID: last}
+}
+
+// extraHeader returns the headers of an upstream request for t besides
+// those of MCP: the forwarded headers of t.header, Options.Header, and a
+// Via of t.header's entries and this process's (package via), by which a
+// loop back to a process it passed is refused.
+func (e *Engine) extraHeader(t target) http.Header {
 	extra := make(http.Header, len(e.forward)+len(e.opts.Header)+1)
 	for _, name := range e.forward {
 		if vs := t.header.Values(name); len(vs) > 0 {
@@ -49,19 +66,17 @@ func (e *Engine) newRequest(ctx context.Context, method string, body []byte, t t
 	for name, vs := range e.opts.Header {
 		extra[http.CanonicalHeaderKey(name)] = vs
 	}
-	version := t.version
+	via.Append(extra, t.header)
+	return extra
+}
+
+// versionHeader returns the MCP-Protocol-Version a request of a session
+// at protocol version carries: none before 2025-06-18.
+func versionHeader(version string) string {
 	if version < versionHeaderSince {
-		version = ""
+		return ""
 	}
-	req, err := wire.NewRequest(ctx, method, e.url, body, extra, t.session, version)
-	if err != nil {
-		return nil, fmt.Errorf("upstream: %s %s: %w", method, e.url, err)
-	}
-	if t.lastEvent != "" {
-		req.Header.Set(wire.HeaderLastEventID, t.lastEvent)
-	}
-	via.Append(req.Header, t.header)
-	return req, nil
+	return version
 }
 
 // written reports, once, whether an upstream request reached the wire: nil

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,9 +27,20 @@ import (
 // initialize and ping with JSON, notifications with 202, GET with 405 and
 // DELETE with 204.
 func scriptedUpstream(t *testing.T, call func(w http.ResponseWriter)) string {
+	return scriptedResumes(t, func(w http.ResponseWriter, _ *jsonrpc.Request) { call(w) }, nil)
+}
+
+// scriptedResumes is scriptedUpstream whose call also gets the tools/call
+// request, and whose answer to a GET with Last-Event-ID is written by
+// resume (nil: 405, as to any GET).
+func scriptedResumes(t *testing.T, call func(w http.ResponseWriter, req *jsonrpc.Request), resume func(w http.ResponseWriter, r *http.Request)) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet:
+			if resume != nil && r.Header.Get("Last-Event-ID") != "" {
+				resume(w, r)
+				return
+			}
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		case http.MethodDelete:
@@ -47,7 +60,7 @@ func scriptedUpstream(t *testing.T, call func(w http.ResponseWriter)) string {
 			w.Header().Set("Mcp-Session-Id", "up-1")
 			result = json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"scripted","version":"1"}}`)
 		case "tools/call":
-			call(w)
+			call(w, req)
 			return
 		}
 		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: result})
@@ -119,5 +132,78 @@ func TestUpstreamCutBeforeFirstEvent(t *testing.T) {
 		"the stream ended before its first event: "
 	if reason != string(replay.ReasonUpstreamStreamCut) || !strings.HasPrefix(msg, want) || strings.Contains(msg, "carry no IDs") {
 		t.Fatalf("call failed with %q %q, want %q and a message starting %q", reason, msg, replay.ReasonUpstreamStreamCut, want)
+	}
+}
+
+// TestCutResumeRefusedWithReason: the upstream's events carry IDs, the
+// call's stream ends after its priming event, and the upstream refuses the
+// resume with a 409 that gives a reason (as Tidemark does for a
+// generation that is gone): that never changes, so the call fails with
+// upstream_stream_cut after that one resume, not at Options.ResumeTimeout.
+func TestCutResumeRefusedWithReason(t *testing.T) {
+	var resumes atomic.Int32
+	up := scriptedResumes(t, func(w http.ResponseWriter, _ *jsonrpc.Request) { sseHeader(w) }, func(w http.ResponseWriter, r *http.Request) {
+		resumes.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"gone","data":{"reason":"generation_mismatch"}}}`)
+	})
+	ctx := testContext(t)
+	g := newGateway(t, up, upstream.Options{ResumeTimeout: time.Hour})
+	s := g.initialize(t, ctx)
+	r := response(t, call(t, ctx, s, mcptest.ToolCall(2, "x", map[string]any{}, nil)))
+	reason, _ := errorData(t, r)
+	want := "the call's upstream stream was cut and the upstream MCP server refused to resume it: upstream answered GET with " +
+		`Last-Event-ID with HTTP 409: {"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"gone","data":{"reason":"generation_mismatch"}}}`
+	if msg := r.Error.(*jsonrpc.Error).Message; reason != string(replay.ReasonUpstreamStreamCut) || msg != want {
+		t.Errorf("call failed with %q %q\nwant %q %q", reason, msg, replay.ReasonUpstreamStreamCut, want)
+	}
+	if n := resumes.Load(); n != 1 {
+		t.Errorf("%d resumes, want 1", n)
+	}
+}
+
+// TestCutResumeAfterRetryAfter: the upstream answers the first resume of a
+// cut stream 503 with Retry-After 1, and the second, no sooner than a
+// second later, with the rest of the stream: the call gets its answer.
+func TestCutResumeAfterRetryAfter(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		id      jsonrpc.ID
+		resumes []time.Time
+	)
+	up := scriptedResumes(t, func(w http.ResponseWriter, req *jsonrpc.Request) {
+		mu.Lock()
+		id = req.ID
+		mu.Unlock()
+		sseHeader(w)
+	}, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		resumes = append(resumes, time.Now())
+		n, callID := len(resumes), id
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		out, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: callID, Result: json.RawMessage(`{"content":[{"type":"text","text":"resumed"}]}`)})
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: e2\ndata: "+string(out)+"\n\n")
+	})
+	ctx := testContext(t)
+	g := newGateway(t, up, upstream.Options{ResumeTimeout: 10 * time.Second})
+	s := g.initialize(t, ctx)
+	r := response(t, call(t, ctx, s, mcptest.ToolCall(2, "x", map[string]any{}, nil)))
+	if got := toolText(t, r); got != "resumed" {
+		t.Errorf("result %q, want resumed", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumes) != 2 {
+		t.Fatalf("%d resumes, want 2", len(resumes))
+	}
+	if d := resumes[1].Sub(resumes[0]); d < time.Second {
+		t.Errorf("second resume %v after a 503 with Retry-After 1, want at least 1s", d)
 	}
 }

@@ -7,11 +7,10 @@ package upstream
 import (
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 )
 
 // listen opens the upstream's standalone GET stream of the generation, once
@@ -29,55 +28,52 @@ func (c *conn) listen() {
 }
 
 // listenLoop keeps the standalone GET stream open: its messages go to the
-// outbox related to no call, and when it ends the loop opens it again,
-// after the retry the upstream asked for, with Last-Event-ID when its
-// events carry IDs. An upstream that cannot be reached is asked again with
-// a growing wait (at most maxBackoff). The loop ends with the generation,
-// when the upstream answers 405 (it offers no such stream), and when it
-// answers 404: the upstream session is lost, and so is the generation.
+// outbox related to no call, and when it ends the loop opens it again
+// (package resume), after the retry the upstream asked for and a wait
+// that grows while the stream brings no message, with Last-Event-ID when
+// its events carry IDs. An upstream that cannot be reached, or refuses the
+// stream, is asked again with a growing wait (doubling to maxBackoff). The
+// loop ends with the generation, when the upstream answers 405 (it offers
+// no such stream), and when it answers 404: the upstream session is lost,
+// and so is the generation.
 func (c *conn) listenLoop() {
+	rs := &resume.Stream{HTTP: c.e.http, Policy: backoffPolicy(0)}
 	var last string
-	var retry, wait time.Duration
-	for c.ctx.Err() == nil {
-		t := c.target(c.latestHeader())
-		t.lastEvent = last
-		req, err := c.e.newRequest(c.ctx, http.MethodGet, nil, t)
-		if err != nil {
+	var cause error // what ended the stream's last connection
+	for first := true; c.ctx.Err() == nil; first = false {
+		req := c.e.resumeRequest(c.target(c.latestHeader()), last)
+		var res resume.Result
+		var err error
+		if first {
+			res, err = rs.Open(c.ctx, req)
+		} else {
+			res, err = rs.Resume(c.ctx, req, cause)
+		}
+		switch {
+		case err != nil:
+			if c.ctx.Err() == nil {
+				c.logger.Warn("the standalone stream cannot be asked for", "error", err)
+			}
 			return
-		}
-		resp, err := c.e.do(req, nil)
-		if err != nil {
-			wait = nextBackoff(wait)
-			sleep(c.ctx, wait)
-			continue
-		}
-		switch kindOf(resp, true) {
-		case answerLost:
-			wire.Drain(resp)
+		case res.Kind == resume.SessionLost:
 			c.lose(fmt.Errorf("GET: %w", errSessionLost))
 			return
-		case answerSSE:
+		case res.Kind == resume.Resumed:
 			relayed := 0
-			last, retry, _, _ = c.readStream(resp, last, retry, func(m jsonrpc.Message) bool {
+			last, rs.Retry, _, cause = c.readStream(res.Response, last, rs.Retry, func(m jsonrpc.Message) bool {
 				relayed++
 				c.relay(c.ctx, m, jsonrpc.ID{})
 				return false
 			})
 			if relayed > 0 {
-				wait = 0
-			} else {
-				wait = nextBackoff(wait) // a stream that ends at once is not asked again at once
+				rs.Progressed() // a stream that ends at once is not asked again at once
 			}
-			sleep(c.ctx, max(retry, wait))
-			continue
-		}
-		se := readStatusError("GET", resp)
-		if se.status == http.StatusMethodNotAllowed {
+		case res.Status == http.StatusMethodNotAllowed:
 			c.logger.Debug("the upstream offers no standalone stream (GET answered 405)")
 			return
+		default:
+			c.logger.Debug("the upstream refused the standalone stream", "error", &statusError{method: "GET", status: res.Status, body: res.Body})
+			cause = nil
 		}
-		c.logger.Debug("the upstream refused the standalone stream", "error", se)
-		wait = nextBackoff(wait)
-		sleep(c.ctx, wait)
 	}
 }

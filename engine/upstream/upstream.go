@@ -24,11 +24,17 @@
 //     the session's engine.State (engine.State.Restore); the client's old
 //     cursors answer 409;
 //   - a call's answer stream is cut: resumed upstream with the upstream's
-//     own Last-Event-ID when its events carry IDs; otherwise, or when the
-//     upstream refuses the resume (with 409, on every try until
-//     Options.ResumeTimeout), the call fails (upstream_stream_cut),
-//     after a ping has told whether the upstream session survived (404:
-//     upstream_session_lost as above), all within Options.ResumeTimeout;
+//     own Last-Event-ID when its events carry IDs (package resume), tried
+//     again while the upstream cannot be reached or answers a transient
+//     status (503, 429, another 5xx, or a 409 without a reason, as the
+//     go-sdk answers while it still counts the cut connection as the
+//     stream's reader); when the upstream refuses the resume otherwise,
+//     or on every try until Options.ResumeTimeout, the call fails
+//     (upstream_stream_cut; upstream_unreachable when no try reached it).
+//     A stream whose events carry no IDs fails its call
+//     (upstream_stream_cut) after a ping has told whether the upstream
+//     session survived (404: upstream_session_lost as above). All of it
+//     is bounded by Options.ResumeTimeout;
 //   - it cannot be reached: the message is not handed over and the
 //     transport answers 503 upstream_unreachable with Retry-After
 //     (engine.ErrUnreachable);

@@ -1,6 +1,6 @@
 // Command everything serves, through Tidemark's handler, every tool,
 // resource and prompt that the official MCP conformance suite's server
-// scenarios call. See README.md.
+// scenarios call. See docs/testing.md.
 package main
 
 import (

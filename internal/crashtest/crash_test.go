@@ -36,8 +36,8 @@ type received struct {
 }
 
 // TestCrashConsistency runs `tidemark serve --data-dir` 50 times on one
-// directory (issue 11 asks for 20 kills during a progress flood on several
-// sessions; this does 50). Each time 8 sessions (the same 8 tokens throughout) run an
+// directory, killing it with SIGKILL during a progress flood on several
+// sessions. Each time 8 sessions (the same 8 tokens throughout) run an
 // endless countdown with no delay, so every session appends as fast as
 // group commit allows; at a random moment (5 to 300 ms into the appends)
 // the server gets SIGKILL. The directory is then opened with the durable

@@ -430,8 +430,8 @@ func TestConfirmRetryOnAnotherProcess(t *testing.T) {
 // TestConfirmSingleUseAcrossProcesses: with --request-state-single-use, the
 // process that accepted a state refuses its replay with state_replayed;
 // another process, which keeps its own memory of used states, accepts it
-// once more (README.md, "Sealed requestState": what a fleet without shared
-// storage can promise).
+// once more (docs/requeststate.md, "Sealed requestState", Single use: what a
+// fleet without shared storage can promise).
 func TestConfirmSingleUseAcrossProcesses(t *testing.T) {
 	keys := writeKeys(t, fleetKey)
 	_, urlA := startServe(t, "--request-state-keys", keys, "--request-state-single-use")

@@ -6,8 +6,8 @@ package fleettest_test
 //	go test -run '^$' -bench . -benchtime 3x ./internal/fleettest/
 //
 // BenchmarkCalls16 needs a duration instead (-benchtime 5s): one op is
-// one call. The figures of BENCHMARKS.md, "Sentinel and Cluster ÷ one
-// Redis", come from
+// one call. The figures of bench/NOTES.md, "2026-12-01: Sentinel and Cluster ÷
+// one Redis", come from
 //
 //	go test -run '^$' -bench 'StreamOne|Calls16' -benchtime 5s -count 3 ./internal/fleettest/
 //
@@ -16,7 +16,7 @@ package fleettest_test
 // (redis) or with appendonly yes + appendfsync always (redis-aof). For the
 // fleets, "owner" sends every request to the replica that owns the
 // session, "forwarded" sends them to the other one, which forwards them.
-// Then the deployments that survive the loss of a Redis server (issue 14),
+// Then the deployments that survive the loss of a Redis server,
 // one `tidemark serve` each, every request sent to it: sentinel (a
 // primary, one replica, three redis-sentinel processes) and cluster (three
 // primaries with a replica each), with the replication wait (the default

@@ -1,5 +1,5 @@
 // Package fleettest holds the tests and benchmarks of fleet mode (DESIGN.md,
-// "Fleet mode"; README.md, "Fleet mode") through real processes: a real
+// "Fleet mode"; docs/fleet.md, "Fleet mode") through real processes: a real
 // redis-server (internal/redistest) and several real `tidemark serve
 // --redis` replicas on loopback ports, driven by raw MCP HTTP requests
 // (internal/mcptest), with connections cut by internal/faultproxy, owners

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/listentest"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
@@ -308,4 +312,83 @@ func TestDuplicateReplicaIDRefused(t *testing.T) {
 	if got, err := f.st.Lookup(ctx, "r0"); err != nil || got != r.url {
 		t.Fatalf("directory entry of r0 = %q, %v; want the restarted replica's %s", got, err, r.url)
 	}
+}
+
+// TestFrozenOwner: on a Redis Cluster fleet, the replica that owns a
+// session is stopped (SIGSTOP), and a call of the demo's notify tool for
+// that session is sent at once to another replica, which forwards it to
+// the stopped owner: the request waits in the owner's socket, unanswered.
+// For --lease-ttl 300ms, 3s and 10s, the call is answered within the
+// lease TTL + 1 s of the stop, 200 with the tool's result, at generation
+// 2 on the replica that received it: it gave the forwarded request up when
+// the owner's lease lapsed, and took the session over. The owner, once
+// resumed (SIGCONT), reads the request from its socket and refuses it:
+// the notification the call raises through Redis reaches a listener on
+// another replica exactly once.
+func TestFrozenOwner(t *testing.T) {
+	c := redistest.StartCluster(t)
+	for _, ttl := range []time.Duration{300 * time.Millisecond, 3 * time.Second, 10 * time.Second} {
+		t.Run("lease="+ttl.String(), func(t *testing.T) {
+			f := newFleetOn(t, c.URL(), 2, "--lease-ttl", ttl.String(), "--lease-renew", (ttl / 4).String())
+			frozenOwner(t, f, ttl)
+		})
+	}
+}
+
+// frozenOwner is the scenario of TestFrozenOwner on the fleet f of two
+// replicas with leases of ttl.
+func frozenOwner(t *testing.T, f *fleet, ttl time.Duration) {
+	ctx := testCtx(t, 60*time.Second)
+	uri := "demo://frozen-" + ttl.String()
+	rec := listentest.New()
+	lc := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
+	rec.Watch(lc)
+	cs := sessionless(t, f.r[1].url, lc)
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("listen on r1: %v", err)
+	}
+	rec.WaitFor(t, listentest.Acknowledged, 2, 30*time.Second)
+
+	token := f.initialize(ctx, 0, 0) // owned by r0
+	if err := f.r[0].proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			f.r[0].proc.Signal(syscall.SIGCONT)
+		}
+	}()
+
+	l := newLedger(t)
+	evs, err := call(t, ctx, l, f.on(1, token), mcptest.ToolCall(2, "notify", demo.NotifyArgs{Method: listentest.ResourceUpdated, URI: uri}, nil))
+	took := time.Since(stopped)
+	if err != nil {
+		t.Fatalf("the call for the stopped owner's session, %v after the stop: %v", took.Round(time.Millisecond), err)
+	}
+	if !isResult(evs, 2, "notified "+listentest.ResourceUpdated+" "+uri) {
+		t.Fatalf("the call answered %v, want the notify tool's result", evs)
+	}
+	if g := cursor(t, evs[0].ID).Generation; g != 2 {
+		t.Fatalf("the call was answered at generation %d, want 2", g)
+	}
+	if took > ttl+time.Second {
+		t.Fatalf("the call was answered %v after the stop, want within the lease TTL + 1s (%v)", took, ttl+time.Second)
+	}
+	t.Logf("lease %v: answered at generation 2, %v after SIGSTOP", ttl, took.Round(time.Millisecond))
+	if r := f.record(token); r.Owner != "r1" || r.Generation != 2 {
+		t.Fatalf("record after the takeover: owner %q gen %d, want r1 gen 2", r.Owner, r.Generation)
+	}
+	prefix := regexp.QuoteMeta(store.Prefix(token))
+	f.r[1].proc.WaitFor(t, `msg="session re-created" session=`+prefix+` generation=2 previous_generation=1 previous_owner=r0 reason=lease_expired`, time.Second)
+
+	// The owner wakes: its generation is fenced, and the request that sat
+	// in its socket is refused, not run.
+	f.r[0].proc.Signal(syscall.SIGCONT)
+	resumed = true
+	f.r[0].proc.WaitFor(t, `session=`+prefix+` generation=1 reason=fenced`, 10*time.Second)
+	refused := f.r[0].proc.WaitFor(t, `msg="request refused" status=503 reason=(owner_moved|unavailable) detail=.*`, 10*time.Second)
+	t.Logf("the owner, resumed: %s", refused[0])
+	rec.Exactly(t, map[string]int{listentest.Key(listentest.ResourceUpdated, uri): 1}, 10*time.Second)
 }

@@ -1,5 +1,5 @@
 // Package floodtest drives the test of a store that fails in the middle
-// of a flood of events (issue 11): a countdown with no delay streams
+// of a flood of events: a countdown with no delay streams
 // progress notifications while the test breaks the store, and the events
 // the client received are checked: every one stored (no cursor above the
 // stored high-water mark), none twice, none skipped, and the stream

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
@@ -176,23 +177,21 @@ func (s *session) call(ctx context.Context, req *jsonrpc.Request) (*stream, erro
 	return openStream(resp), nil
 }
 
-// resume sends GET with Last-Event-ID (MCP 2025-11-25, "Resumability and
-// Redelivery"). A 200 SSE answer is returned as a stream; any other answer
-// as a *statusError.
+// resume sends one GET with Last-Event-ID (MCP 2025-11-25, "Resumability
+// and Redelivery"; resume.Get), and retries nothing: the probe judges each
+// answer as it comes. A 200 SSE answer is returned as a stream; any other
+// answer as a *statusError.
 func (s *session) resume(ctx context.Context, cursor string) (*stream, error) {
-	req, err := s.request(ctx, http.MethodGet, nil)
-	if err != nil {
+	resp, o, err := resume.Get(ctx, s.p.http, resume.Request{URL: s.p.url, Header: s.p.header, Session: s.id, Version: s.version, LastEventID: cursor})
+	switch {
+	case err != nil:
 		return nil, err
+	case o.Kind == resume.Resumed:
+		return openStream(resp), nil
+	case o.Status == 0:
+		return nil, fmt.Errorf("GET: %w", o.Err)
 	}
-	req.Header.Set(wire.HeaderLastEventID, cursor)
-	resp, err := s.p.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK || wire.MediaType(resp) != wire.MediaSSE {
-		return nil, readRefusal("GET", resp)
-	}
-	return openStream(resp), nil
+	return nil, &statusError{what: "GET", Refusal: o.Refusal}
 }
 
 // delete ends the session and returns the status.

@@ -4,9 +4,8 @@
 // sends the cursors a careful server must refuse. Each check ends PASS,
 // FAIL or N/A with the HTTP statuses it observed. It treats session IDs and
 // event IDs as opaque and judges by status codes, so it works against any
-// server; `tidemark probe` is its command. The README's section on
-// `tidemark probe` explains each check, and each check's file states the
-// rule it judges.
+// server; `tidemark probe` is its command. docs/probe.md explains each
+// check, and each check's file states the rule it judges.
 package probe
 
 import (
@@ -113,14 +112,14 @@ var checks = []check{
 	{"priming", "MCP 2025-11-25 basic/transports (SEP-1699): an SSE stream starts with an event that has an ID and empty data, so the client can resume before the first message", checkPriming},
 	{"resume-exact", "MCP 2025-11-25 Resumability: GET with Last-Event-ID replays the messages after it on that stream; seed: replay is exact, no gap and no repeat", checkResumeExact},
 	{"cursor-ahead", "seed, Decision Boundary: never clamp Last-Event-ID to the high-water mark; a cursor beyond the newest event is an error (4xx), not an empty 200", checkCursorAhead},
-	{"cursor-malformed", "DESIGN.md replay decision: a cursor that does not parse answers 400 (cursor_malformed); 404 or 409 would make the client drop a live session", checkCursorMalformed},
+	{"cursor-malformed", `Tidemark's replay decision (DESIGN.md, "The replay decision"): a cursor that does not parse answers 400 (cursor_malformed); 404 or 409 would make the client drop a live session`, checkCursorMalformed},
 	{"foreign-cursor", "seed, Condition of Validity: replay is a function of (session, generation, cursor range); another session's cursor is refused (4xx, not 404), never replayed", checkForeignCursor},
 	{"unknown-session", "MCP 2025-11-25 Session Management; seed: an unknown session ID answers 404, on GET with Last-Event-ID and on POST", checkUnknownSession},
 	{"deleted-session", "MCP 2025-11-25 Session Management: after DELETE the session ID answers 404; a deleted session's cursors are never replayed", checkDeletedSession},
 	{"stream-isolation", "MCP 2025-11-25 Resumability: the server MUST NOT replay messages that would have been delivered on a different stream", checkStreamIsolation},
 	{"compacted-cursor", "seed, Decision Boundary: a cursor below the replay floor (its events compacted) answers 409 and forces re-initialization", checkCompacted},
-	{"takeover", "MCP 2025-11-25 Resumability; DESIGN.md one reader per stream: a resume while the old connection still looks open (half-open TCP) takes the stream over; refusing it (409) makes a client re-initialize and lose the session", checkTakeover},
-	{"concurrent-resume", "MCP 2025-11-25 Multiple Connections: a message goes on one stream only; DESIGN.md: one reader per stream, so two resumes of one stream never both get an event", checkConcurrentResume},
+	{"takeover", `MCP 2025-11-25 Resumability; one reader per stream (DESIGN.md, "Delivery rules"): a resume while the old connection still looks open (half-open TCP) takes the stream over; refusing it (409) makes a client re-initialize and lose the session`, checkTakeover},
+	{"concurrent-resume", `MCP 2025-11-25 Multiple Connections: a message goes on one stream only; one reader per stream (DESIGN.md, "Delivery rules"), so two resumes of one stream never both get an event`, checkConcurrentResume},
 	{"storm", "seed, What Was Observed: sessions resuming at once (a reconnect storm) each get their stream exactly: no error, no duplicate, nothing missing", checkStorm},
 }
 

@@ -1,6 +1,6 @@
 // Checks takeover and concurrent-resume: two readers of one stream. Rules
 // (MCP 2025-11-25, "Multiple Connections" and "Resumability and
-// Redelivery"; DESIGN.md, "Delivery rules", one reader per stream): a
+// Redelivery"; DESIGN.md, "Delivery rules"): one reader per stream: a
 // resume while the stream's old connection still looks open takes the
 // stream over (a half-open connection must not lock the client out), and a
 // message goes on one connection only: a message reaches a second

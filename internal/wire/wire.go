@@ -4,10 +4,10 @@
 // carries, the JSON-RPC error body of a refusal, the messages of a JSON
 // answer, and draining an answer so that its connection can be reused.
 //
-// Tidemark's client (package client), the probe (internal/probe) and the
-// upstream gateway engine (engine/upstream) use it. It holds no rule about sessions, streams or resumption, so the
-// probe, which judges servers by its own reading of the specification,
-// shares with the client only how requests and refusals look on the wire.
+// Tidemark's client (package client), the probe (internal/probe), the
+// upstream gateway engine (engine/upstream) and the resumption of streams
+// (internal/resume) use it. It holds no rule about sessions, streams or
+// resumption: those are internal/resume's.
 package wire
 
 import (
@@ -188,7 +188,13 @@ func (r Refusal) String() string {
 func ReadRefusal(resp *http.Response) Refusal {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxRefusalBody))
-	r := Refusal{Status: resp.StatusCode}
+	return ParseRefusal(resp.StatusCode, body)
+}
+
+// ParseRefusal returns the refusal an error answer of status with body
+// holds, as ReadRefusal does once it has read the body.
+func ParseRefusal(status int, body []byte) Refusal {
+	r := Refusal{Status: status}
 	var env struct {
 		Error *struct {
 			Message string `json:"message"`

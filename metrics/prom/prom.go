@@ -1,7 +1,7 @@
 // Package prom records Tidemark's metrics with the Prometheus client
 // library: a metrics.Recorder whose collectors are registered on a
-// prometheus.Registerer the caller gives (no global registry). README.md,
-// "Metrics", lists every metric with its labels.
+// prometheus.Registerer the caller gives (no global registry).
+// docs/operating.md, "Metrics", lists every metric with its labels.
 //
 // The MCP server metrics follow the OpenTelemetry semantic conventions for
 // MCP under their Prometheus names (mcp.server.operation.duration becomes

@@ -218,8 +218,8 @@ func BenchmarkCompaction1M(b *testing.B) {
 // BenchmarkReadNearLargeEvents measures a read of a session's few small
 // events when other sessions' large events (1 MiB answers) sit next to them
 // in key order on disk, as the tail of a live stream reads after clients
-// echoed large texts (issue 17: a countdown of 5,000 steps after 270
-// echoes of 4 MiB).
+// echoed large texts (a countdown of 5,000 steps after 270 echoes of
+// 4 MiB).
 func BenchmarkReadNearLargeEvents(b *testing.B) {
 	ctx := context.Background()
 	s, err := durable.Open(b.TempDir(), durable.Options{SweepInterval: -1, MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})

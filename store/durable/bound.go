@@ -72,7 +72,7 @@ func (s *Store) requeue(ss *sess) {
 // event, until the total is MaxBytes less a sixteenth (so that a store at
 // its bound trims once per many appends, not on each). It never trims a
 // session's newest event: a caught-up client must be able to cite it
-// (README, "The replay decision"). When the newest events alone exceed the
+// (docs/operating.md, "Retention and memory"). When the newest events alone exceed the
 // bound it stops, and the bound is exceeded until sessions end. Its cost is
 // O(log sessions) per session trimmed plus the events it removes; with
 // nothing to trim it returns at once.

@@ -13,7 +13,7 @@
 // events online, and replaying 10,000 events. The program is in the
 // enginecmp directory next to this file (a module of its own, so the other
 // engines stay out of Tidemark's dependencies); its figures are in
-// BENCHMARKS.md ("Choice of the embedded engine"). Pebble deletes a range
+// bench/NOTES.md ("2026-11-30: the embedded engine of the durable store"). Pebble deletes a range
 // in one operation where the others delete row by row, and it shrinks its
 // files while open, where bbolt never does.
 //
@@ -134,7 +134,7 @@ type Options struct {
 	// of a group arrives, for more writes to share the group's fsync.
 	// Default 0: no waiting; writes that arrive while an fsync is in flight
 	// share the next one, which already groups concurrent sessions. Latency
-	// cost: every write waits for one fsync of the disk (BENCHMARKS.md has
+	// cost: every write waits for one fsync of the disk (bench/NOTES.md has
 	// the figures of one machine) plus up to CommitWindow; a positive
 	// window lowers the fsync rate when writes trickle in, at that price on
 	// each write.

@@ -514,7 +514,7 @@ func TestMaxBytes(t *testing.T) {
 
 // TestMaxBytesKeepsTheNewestEvent: the directory bound never trims a
 // session's newest event, so a caught-up client can still cite it, even
-// when the newest events alone exceed the bound (the input of issue 17:
+// when the newest events alone exceed the bound (an operator's case:
 // with --data-dir, 2,000 sessions, then 270 calls echoing 4 MiB each; a
 // resume with the newest cursor must answer 200, not 409 cursor_compacted
 // with floor = HWM+1). Here: 30 sessions of one

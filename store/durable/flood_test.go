@@ -19,7 +19,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// TestDiskFullMidFlood (issue 11): the file system (a real tmpfs) fills up
+// TestDiskFullMidFlood: the file system (a real tmpfs) fills up
 // while a tool floods progress notifications. The client receives only
 // stored events, every one of them (its last cursor is the stored
 // high-water mark), none twice and none skipped; the stream ends; resuming

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tracing"
@@ -201,27 +202,13 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 	return b, err
 }
 
-// leaseRenewer is the optional method of store/redis that renews many
-// leases in one round trip (the session registry looks for it).
-type leaseRenewer interface {
-	RenewMany(ctx context.Context, owner string, leaseUntil time.Time, tokens []string, gens []uint64) []error
-}
-
 // RenewMany renews the leases of tokens at gens, with the wrapped store's
-// RenewMany when it has one, else one Renew each; errs[i] is tokens[i]'s
-// outcome. The batch counts as one renew call, failed when any renewal
-// failed.
+// RenewMany when it has one (fleet.Renewer), else one Renew each; errs[i]
+// is tokens[i]'s outcome. The batch counts as one renew call, failed when
+// any renewal failed.
 func (s *Store) RenewMany(ctx context.Context, owner string, leaseUntil time.Time, tokens []string, gens []uint64) []error {
 	start := time.Now()
-	var errs []error
-	if br, ok := s.st.(leaseRenewer); ok {
-		errs = br.RenewMany(ctx, owner, leaseUntil, tokens, gens)
-	} else {
-		errs = make([]error, len(tokens))
-		for i := range tokens {
-			errs[i] = s.st.Renew(ctx, tokens[i], owner, gens[i], leaseUntil)
-		}
-	}
+	errs := fleet.Renew(ctx, s.st, owner, leaseUntil, tokens, gens)
 	anyFailed := false
 	for _, err := range errs {
 		anyFailed = anyFailed || failed(err)

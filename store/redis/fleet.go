@@ -12,10 +12,10 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// What a fleet needs besides the store.Store contract: a directory of
-// replicas, so that a replica can reach the owner of a session (the
-// transport forwards requests to it), and renewal of many leases in one
-// round trip.
+// What a fleet needs besides the store.Store contract (package fleet): a
+// directory of replicas (fleet.Directory), so that a replica can reach the
+// owner of a session (fleet.Router forwards requests to it), and renewal
+// of many leases in one round trip (fleet.Renewer).
 //
 // The directory is one string key per replica, PREFIX replica:ID, holding
 // the URL at which the replica serves MCP, with a TTL: a replica announces

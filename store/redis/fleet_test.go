@@ -7,10 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/redis"
+)
+
+// The Redis store is a fleet's replica directory, and renews many leases
+// in one round trip.
+var (
+	_ fleet.Directory = (*redis.Store)(nil)
+	_ fleet.Renewer   = (*redis.Store)(nil)
 )
 
 // TestDirectory: a replica's announcement is visible to another Store on

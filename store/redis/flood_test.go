@@ -22,7 +22,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// TestRedisKilledMidFlood (issue 11): redis-server (appendonly yes,
+// TestRedisKilledMidFlood: redis-server (appendonly yes,
 // appendfsync always) gets SIGKILL while a tool floods progress
 // notifications. The client receives only stored events (after Redis
 // restarts from its append-only file, its last cursor is at or below the

@@ -1,6 +1,6 @@
 package redis
 
-// This file holds the pipelined Append (issue 11): an append assigns the
+// This file holds the pipelined Append (DESIGN.md, "Delivery rules"): an append assigns the
 // sequences at once, queues the events and returns; one committer
 // goroutine per Store sends each session's queued events as one append
 // script call (one round trip, and with appendfsync always one fsync

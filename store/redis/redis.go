@@ -135,7 +135,7 @@ type Options struct {
 	// the primary at the time (ROLE, read at most every second), which
 	// are the replicas a failover may promote; N > 0 means at least N;
 	// negative means none (a single Redis, or a fleet that accepts losing
-	// the last writes in a failover; see README, "Fleet mode").
+	// the last writes in a failover; see docs/fleet.md, "Fleet mode").
 	Replicas int
 
 	// ReplicationTimeout bounds each WAIT. A write not held by Replicas

@@ -7,6 +7,7 @@
 //	benchpeer --kind ceiling        bare net/http handler writing Tidemark's SSE frames without MCP
 //	benchpeer --kind tidemark-min   Tidemark's transport and memory store with the SDK-free minimal engine
 //	benchpeer --kind tidemark       tidemark.NewHandler(internal/demo server): what `tidemark serve` runs, in process, for profiling
+//	benchpeer --kind stdio          internal/demo's server over stdin and stdout (mcp.StdioTransport), for `tidemark serve --stdio`
 //
 // With --pprof ADDR it also serves net/http/pprof and expvar (/debug/vars,
 // with runtime.MemStats) on ADDR and samples mutex contention and blocking
@@ -48,7 +49,7 @@ func main() {
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("benchpeer", flag.ContinueOnError)
-	kind := fs.String("kind", "", "server to run: gosdk, mcpgo, ceiling, tidemark-min or tidemark")
+	kind := fs.String("kind", "", "server to run: gosdk, mcpgo, ceiling, tidemark-min, tidemark or stdio")
 	addr := fs.String("addr", "127.0.0.1:0", "TCP address to listen on (host:port); the URL is printed on stdout")
 	path := fs.String("path", "/mcp", "URL path of the MCP endpoint")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this address (host:port) and sample mutex and block profiles; empty: off")
@@ -58,6 +59,18 @@ func run(args []string) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	if *kind == "stdio" {
+		// Stdout carries the protocol; the server ends when stdin does (its
+		// gateway closed it) or at SIGINT/SIGTERM.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := demo.NewServer().Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "benchpeer: stdio: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 
 	var h http.Handler
 	var closeFn func() error
@@ -85,7 +98,7 @@ func run(args []string) int {
 		})
 		h, closeFn = th, th.Close
 	default:
-		fmt.Fprintf(os.Stderr, "benchpeer: --kind must be gosdk, mcpgo, ceiling, tidemark-min or tidemark, not %q\n", *kind)
+		fmt.Fprintf(os.Stderr, "benchpeer: --kind must be gosdk, mcpgo, ceiling, tidemark-min, tidemark or stdio, not %q\n", *kind)
 		return 2
 	}
 

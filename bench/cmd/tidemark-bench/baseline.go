@@ -15,9 +15,10 @@ import (
 
 // Before and after: --baseline REV builds tidemark and benchpeer from
 // commit REV of the repository as well (its tree is taken with git
-// archive, which changes nothing in the repository) and runs them as two
-// more rows, tidemark@before and tidemark-min@before, under the same
-// workloads in the same run as the current tree. The report then compares
+// archive, which changes nothing in the repository) and runs them as
+// more rows, tidemark@before, tidemark-min@before and NAME@before for each
+// other `tidemark serve` row but the gateways, under the same workloads in
+// the same run as the current tree. The report then compares
 // each Tidemark row with its baseline (section "Before and after"); the
 // baseline rows take no part in the ratios and goals.
 
@@ -108,7 +109,7 @@ func (r *report) beforeAfter(b *strings.Builder) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	var pairs [][2]*row
 	for _, t := range r.rows {
-		if t.spec.role != roleTidemark {
+		if t.spec.role != roleTidemark && t.spec.role != roleVariant {
 			continue
 		}
 		if base := r.find(t.spec.name + baselineSuffix); base != nil {

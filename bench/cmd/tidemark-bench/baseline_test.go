@@ -73,7 +73,7 @@ func TestBeforeAfter(t *testing.T) {
 		"## Before and after",
 		"commit `abc1234`",
 		"| (a) calls/s, 16 sessions ↑ | 10000 | 12000 | 1.20 |",
-		"| (a) server CPU per call, 16 sessions ↓ | 80.0µs | 60.0µs | 0.75 |",
+		"| (a) CPU per call, 16 sessions ↓ | 80.0µs | 60.0µs | 0.75 |",
 		"| (d) RSS per idle session ↓ | 10.0 KiB | 5.0 KiB | 0.50 |",
 		"| (a) write syscalls per call, 16 sessions ↓ | 4.00 | 2.00 | 0.50 |",
 	} {
@@ -91,7 +91,7 @@ func TestBeforeAfter(t *testing.T) {
 // TestChooseBaseline: choosing a Tidemark row also chooses its baseline
 // row, in table order.
 func TestChooseBaseline(t *testing.T) {
-	all := specs(toolchain{bin: "/b", baselineBin: "/before"}, nil)
+	all := specs(toolchain{bin: "/b", baselineBin: "/before"}, nil, nil)
 	got, err := choose(all, "tidemark-min,ceiling,tidemark")
 	if err != nil {
 		t.Fatal(err)
@@ -105,5 +105,25 @@ func TestChooseBaseline(t *testing.T) {
 	}
 	if _, err := choose(all, "tidemark,nosuch"); err == nil {
 		t.Fatal("an unknown server was accepted")
+	}
+	got, err = choose(all, "sentinel,redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	for _, s := range got {
+		names = append(names, s.name)
+	}
+	if want := "redis redis@before sentinel sentinel@before"; strings.Join(names, " ") != want {
+		t.Fatalf("chosen %q, want %q", strings.Join(names, " "), want)
+	}
+}
+
+// TestChooseDuplicate: a --tidemark-variant named as a built-in row is
+// refused, whatever --servers asks for.
+func TestChooseDuplicate(t *testing.T) {
+	all := specs(toolchain{bin: "/b"}, []variant{{name: "durable", args: []string{"--data-dir", "/x"}}}, nil)
+	if _, err := choose(all, "tidemark"); err == nil || !strings.Contains(err.Error(), `two servers are named "durable"`) {
+		t.Fatalf("choose = %v, want the error of two servers named durable", err)
 	}
 }

@@ -1,10 +1,13 @@
 // Command tidemark-bench measures Tidemark against the MCP servers users
-// would pick instead, and against a bare net/http ceiling, on the same
-// machine in the same run (issue 6). It builds and starts every server as a
-// separate process on loopback, drives the same load from one Go load
-// generator (raw HTTP and its own SSE reader, no SDK client), reads each
-// server's CPU time, memory and write system calls from /proc, and prints
-// a markdown report of absolute figures and ratios.
+// would pick instead, and against a bare net/http ceiling, and Tidemark's
+// own configurations against each other (its stores, its Redis
+// deployments, its gateways, metrics on and off), on the same machine in
+// the same run. It builds and starts every server as a separate process on
+// loopback (and the Redis deployments it needs), drives the same load from
+// one Go load generator (raw HTTP and its own SSE reader, no SDK client),
+// reads each server's CPU time, memory and write system calls from /proc,
+// and writes a markdown report of absolute figures and ratios:
+// BENCHMARKS.md, generated whole by one command.
 //
 // Workloads (each server gets a fresh process per workload):
 //
@@ -22,19 +25,20 @@
 //	(g) peak RSS when 150 sessions each echo 4 MiB, with the memory store
 //	    and with --data-dir, and how many resume with their newest cursor.
 //
-// (f) and (g) run against `tidemark serve` rows only (tidemark and its
-// --baseline) and only when named: --workloads f,g.
+// (f) and (g) run against the `tidemark` row (and its --baseline) only, and
+// (g), which takes minutes and measures a peak rather than a rate, in the
+// last round only.
 //
 // Usage, from the bench directory:
 //
-//	go run ./cmd/tidemark-bench                # full run, writes ../BENCHMARKS.md
-//	go run ./cmd/tidemark-bench --quick        # smoke run, under 60 s, prints only
+//	go run ./cmd/tidemark-bench --rounds 3     # full run: every server and workload, medians of 3 rounds; writes ../BENCHMARKS.md
+//	go run ./cmd/tidemark-bench --quick        # smoke run at small sizes; prints only
 //	go run ./cmd/tidemark-bench --profile DIR  # also profiles Tidemark under (a) and (b)
 //	go run ./cmd/tidemark-bench --baseline REV # also runs Tidemark built from commit REV: before and after
-//	go run ./cmd/tidemark-bench --rounds 3     # medians of 3 rounds in which the servers take turns
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -45,6 +49,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -71,7 +76,6 @@ type options struct {
 	variants    variantFlag
 	cpuProfile  string
 	baseline    string
-	notes       string
 	rounds      int
 	args        []string
 }
@@ -93,20 +97,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs := flag.NewFlagSet("tidemark-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, finishes in under 60 s; writes no file unless --out is given")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, figures not comparable with a full run's; writes no file unless --out is given")
 	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
-	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, gateway (tidemark serve --upstream in front of a gosdk process), gosdk, mcpgo, ts, ceiling, variant names, or all")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e", "comma-separated workloads to run: a to e, and f and g (Tidemark's memory bounds, tidemark rows only), which run only when named")
+	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, durable (--data-dir), redis, sentinel, cluster (--redis on a deployment the benchmark starts), metrics (--metrics-addr), gateway (tidemark serve --upstream in front of a gosdk process), gateway-stdio (tidemark serve --stdio), gosdk, mcpgo, ts, ceiling, --tidemark-variant names, or all")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f,g", "comma-separated workloads to run: a to g (f and g: the tidemark row only)")
 	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
 	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")
 	fs.StringVar(&o.node, "node", "", "Node.js 22 executable for the TypeScript peer (default: $BENCH_NODE, then scripts/deps.sh's install under $TIDEMARK_CACHE or the repository's .cache, then PATH)")
 	fs.StringVar(&o.nodeModules, "node-modules", "", "node_modules directory holding @modelcontextprotocol/sdk 1.x and zod (default: $BENCH_NODE_MODULES, then scripts/deps.sh's .cache/npm/node_modules)")
 	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of Tidemark under (a) and (b); empty: no profiling")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile here (to check that it is not the bottleneck)")
-	fs.StringVar(&o.baseline, "baseline", "", "git revision of this repository to run as the \"before\" of a before-and-after comparison: tidemark and tidemark-min built from it run as rows NAME@before (empty: none)")
+	fs.StringVar(&o.baseline, "baseline", "", "git revision of this repository to run as the \"before\" of a before-and-after comparison: tidemark-min and every `tidemark serve` row but the gateways, built from it, run as rows NAME@before (empty: none)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run every server through the workloads this many times, taking turns, and report each figure's median (1: once)")
-	fs.StringVar(&o.notes, "notes", "", "markdown file appended to the report as it is, e.g. what profiling changed (empty: none)")
-	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable); {tmpdir} in ARGS becomes a new empty directory per server process, e.g. durable='--data-dir {tmpdir}' or redis='--redis redis://127.0.0.1:6379/0'")
+	fs.Var(&o.variants, "tidemark-variant", "extra `tidemark serve` row as NAME=ARGS (repeatable), divided by the memory store's in the report; {tmpdir} in ARGS becomes a new empty directory per server process, {redis}, {sentinel} and {cluster} the URL of the benchmark's Redis deployments, e.g. sentinel-nowait='--redis {sentinel} --redis-replicas -1'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -150,28 +153,38 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 	if err != nil {
 		return nil, err
 	}
-	all := specs(tc, o.variants)
-	chosen, err := choose(all, o.servers)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range chosen {
-		if s.name == "ts" && (tc.node == "" || tc.nodeModules == "") {
-			return nil, errors.New("the TypeScript peer needs Node.js 22 and @modelcontextprotocol/sdk: pass --node and --node-modules (or set BENCH_NODE and BENCH_NODE_MODULES), or leave ts out of --servers")
-		}
-	}
 	work, err := os.MkdirTemp("", "tidemark-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	fleet := newRedisDeployments(work)
+	// Every process the benchmark started ends with it, Ctrl-C included:
+	// the servers are stopped by runServer, the deployments here.
+	defer fleet.stop()
+	chosen, err := choose(specs(tc, o.variants, fleet), o.servers)
+	if err != nil {
+		return nil, err
+	}
+	var kinds []string
+	for _, s := range chosen {
+		if s.name == "ts" && (tc.node == "" || tc.nodeModules == "") {
+			return nil, errors.New("the TypeScript peer needs Node.js 22 and @modelcontextprotocol/sdk: pass --node and --node-modules (or set BENCH_NODE and BENCH_NODE_MODULES; scripts/deps.sh installs both), or leave ts out of --servers")
+		}
+		if s.redis != "" && !slices.Contains(kinds, s.redis) {
+			kinds = append(kinds, s.redis)
+		}
+	}
+	if missing := missingRedisTools(kinds); len(missing) > 0 {
+		return nil, fmt.Errorf("the rows on Redis (%s) need %s, not found in PATH (scripts/deps.sh installs them); or leave those rows out of --servers", strings.Join(kinds, ", "), strings.Join(missing, ", "))
+	}
+	commit := treeCommit(ctx, tc.repo)
 	if tc.bin == "" {
 		tc.bin = filepath.Join(work, "bin")
 		progress("building tidemark and benchpeer into %s", tc.bin)
 		if err := build(ctx, tc); err != nil {
 			return nil, err
 		}
-		chosen, _ = choose(specs(tc, o.variants), o.servers)
 	}
 	baselineCommit := ""
 	if o.baseline != "" {
@@ -186,36 +199,46 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 			return nil, fmt.Errorf("baseline %s: %w", baselineCommit, err)
 		}
 		tc.baselineBin = bt.bin
-		if chosen, err = choose(specs(tc, o.variants), o.servers); err != nil {
-			return nil, err
-		}
 	}
-	var notes []byte
-	if o.notes != "" {
-		if notes, err = os.ReadFile(o.notes); err != nil {
+	if chosen, err = choose(specs(tc, o.variants, fleet), o.servers); err != nil {
+		return nil, err
+	}
+	for _, k := range kinds {
+		progress("starting the %s deployment", k)
+		d, err := fleet.start(ctx, k)
+		if err != nil {
 			return nil, err
 		}
+		progress("%s deployment: %s (%d processes)", k, d.url, len(d.processes()))
 	}
 	wl := map[string]bool{}
 	for _, w := range strings.Split(o.workloads, ",") {
 		wl[strings.TrimSpace(w)] = true
 	}
 
-	rep := &report{cfg: cfg, started: time.Now(), opts: o, tc: tc, baselineCommit: baselineCommit, notes: string(notes), rounds: max(1, o.rounds)}
+	rep := &report{cfg: cfg, started: time.Now(), opts: o, tc: tc, baselineCommit: baselineCommit, commit: commit, rounds: max(1, o.rounds), fleet: fleet}
 	perServer := make([][]*row, len(chosen))
+	runsStart := time.Now()
+	took := make([]time.Duration, len(chosen)) // each server's time in the first round
 	for round := range rep.rounds {
-		if rep.rounds > 1 {
-			progress("round %d of %d", round+1, rep.rounds)
-		}
+		last := round == rep.rounds-1
 		for i, spec := range chosen {
+			progress("round %d of %d, server %d of %d: %s%s", round+1, rep.rounds, i+1, len(chosen), spec.name, remaining(runsStart, took, round, i, rep.rounds))
+			began := time.Now()
 			row := &row{spec: spec}
 			perServer[i] = append(perServer[i], row)
-			if err := runServer(ctx, spec, cfg, wl, work, row, progress); err != nil {
+			if err := runServer(ctx, spec, cfg, wl, last, work, row, progress); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
 				row.failure = err.Error()
 				progress("%s: %v", spec.name, err)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if round == 0 {
+				took[i] = time.Since(began)
 			}
 		}
 	}
@@ -246,8 +269,52 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 	return rep, nil
 }
 
-// runServer runs the chosen workloads against fresh processes of spec.
-func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]bool, work string, r *row, progress func(string, ...any)) error {
+// remaining estimates the time left before server i of round runs, from
+// the time each server took in the first round (in the first round, from
+// the mean of those done), for the progress lines.
+func remaining(start time.Time, took []time.Duration, round, i, rounds int) string {
+	var done time.Duration
+	n := 0
+	for _, d := range took {
+		if d > 0 {
+			done += d
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	var left time.Duration
+	if round == 0 {
+		left = done / time.Duration(n) * time.Duration(len(took)*rounds-i)
+	} else {
+		for j := i; j < len(took); j++ {
+			left += took[j]
+		}
+		left += done * time.Duration(rounds-round-1)
+	}
+	return fmt.Sprintf(" (%s since the first round began, about %s left)", time.Since(start).Round(time.Second), left.Round(time.Second))
+}
+
+// treeCommit returns the abbreviated commit of the repository's HEAD, with
+// "plus uncommitted changes" when a tracked file differs from it
+// (BENCHMARKS.md aside: the run writes it).
+func treeCommit(ctx context.Context, repo string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "(unknown: not a git work tree)"
+	}
+	commit := "`" + strings.TrimSpace(string(out)) + "`"
+	st, err := exec.CommandContext(ctx, "git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!BENCHMARKS.md").Output()
+	if err == nil && len(bytes.TrimSpace(st)) > 0 {
+		commit += " plus uncommitted changes"
+	}
+	return commit
+}
+
+// runServer runs the chosen workloads against fresh processes of spec;
+// (g) only when last (the last round).
+func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]bool, last bool, work string, r *row, progress func(string, ...any)) error {
 	with := func(tag string, f func(*server) error) error {
 		s, err := startServer(ctx, spec, work, tag)
 		if err != nil {
@@ -259,6 +326,11 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 		}
 		if !s.alive() {
 			return fmt.Errorf("(%s): the server exited during the workload: %s", tag, tail(s.log))
+		}
+		if s.metricsAddr != "" {
+			if err := scrapeMetrics(ctx, s.metricsAddr); err != nil {
+				return fmt.Errorf("(%s): %w", tag, err)
+			}
 		}
 		return nil
 	}
@@ -316,7 +388,9 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 			progress("%-14s (c) %v", spec.name, err)
 		}
 	}
-	if wl["d"] {
+	if reason := spec.skip["d"]; wl["d"] && reason != "" {
+		r.d, r.hasD = resultD{sessions: cfg.dSessions, na: reason}, true
+	} else if wl["d"] {
 		err := with("d", func(s *server) error {
 			var err error
 			r.d, err = runD(ctx, s, cfg)
@@ -332,7 +406,9 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 			progress("%-14s (d) %v", spec.name, err)
 		}
 	}
-	if wl["e"] {
+	if reason := spec.skip["e"]; wl["e"] && reason != "" {
+		r.e, r.hasE = resultE{sessions: cfg.eSessions, na: reason}, true
+	} else if wl["e"] {
 		err := with("e", func(s *server) error {
 			var err error
 			r.e, err = runE(ctx, s, cfg)
@@ -359,7 +435,7 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 			progress("%-14s (f) %v", spec.name, err)
 		}
 	}
-	if wl["g"] && servesRetention(spec) {
+	if wl["g"] && last && servesRetention(spec) {
 		var err error
 		if r.g, err = runG(ctx, spec, cfg.retention, work, progress); err != nil {
 			r.notes = append(r.notes, "(g) "+err.Error())
@@ -369,8 +445,16 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 	return nil
 }
 
-// choose selects servers by name, keeping table order.
+// choose selects servers by name, keeping table order. Two servers of one
+// name (a --tidemark-variant named as a built-in row) are an error.
 func choose(all []serverSpec, list string) ([]serverSpec, error) {
+	seen := map[string]bool{}
+	for _, s := range all {
+		if seen[s.name] {
+			return nil, fmt.Errorf("two servers are named %q: name the --tidemark-variant otherwise", s.name)
+		}
+		seen[s.name] = true
+	}
 	if list == "all" || list == "" {
 		return all, nil
 	}

@@ -28,7 +28,7 @@ func mergeRounds(rounds []*row) *row {
 		if r.failure != "" && out.failure == "" {
 			out.failure = r.failure
 		}
-		// (g) takes minutes: the last round that ran it counts.
+		// (g) runs in the last round only (runServer).
 		if len(r.g) > 0 {
 			out.g = r.g
 		}
@@ -69,6 +69,7 @@ func mergeRounds(rounds []*row) *row {
 		m.p50 = medianDuration(as, func(a resultA) time.Duration { return a.p50 })
 		m.p99 = medianDuration(as, func(a resultA) time.Duration { return a.p99 })
 		m.cpuPerCall = medianDuration(as, func(a resultA) time.Duration { return a.cpuPerCall })
+		m.helperPerCall = medianDuration(as, func(a resultA) time.Duration { return a.helperPerCall })
 		m.writesPerCall = median(as, func(a resultA) float64 { return a.writesPerCall })
 		m.foreign = median(as, func(a resultA) float64 { return a.foreign })
 		out.a = append(out.a, m)
@@ -146,6 +147,7 @@ func mergeB(rows []*row, get func(*row) resultB) resultB {
 	}
 	m.rate = median(rows, func(r *row) float64 { return get(r).rate })
 	m.cpuPerEvent = medianDuration(rows, func(r *row) time.Duration { return get(r).cpuPerEvent })
+	m.helperPerEvent = medianDuration(rows, func(r *row) time.Duration { return get(r).helperPerEvent })
 	m.writesPerEvent = median(rows, func(r *row) float64 { return get(r).writesPerEvent })
 	m.foreign = median(rows, func(r *row) float64 { return get(r).foreign })
 	m.elapsed = medianDuration(rows, func(r *row) time.Duration { return get(r).elapsed })

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,5 +39,27 @@ func TestMergeRounds(t *testing.T) {
 	even := mergeRounds([]*row{mk(1000, 60*time.Microsecond, 0, 0, 5000), mk(3000, 90*time.Microsecond, 0, 0, 7000)})
 	if even.a[0].rate != 2000 || even.d.perSession != 6000 {
 		t.Errorf("two rounds merged to rate %v, %v per session; want the means of the middle two, 2000 and 6000", even.a[0].rate, even.d.perSession)
+	}
+}
+
+// TestRemaining: the time left is the mean time of the servers done so
+// far times the runs left in the first round, and the first round's time
+// of each server left afterwards.
+func TestRemaining(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		took          []time.Duration
+		round, i, all int
+		want          string
+	}{
+		{[]time.Duration{0, 0, 0, 0}, 0, 0, 2, ""},
+		{[]time.Duration{10 * s, 20 * s, 0, 0}, 0, 2, 2, "about 1m30s left"},
+		{[]time.Duration{10 * s, 20 * s, 30 * s, 40 * s}, 1, 1, 3, "about 3m10s left"},
+		{[]time.Duration{10 * s, 20 * s, 30 * s, 40 * s}, 2, 3, 3, "about 40s left"},
+	} {
+		got := remaining(time.Now(), c.took, c.round, c.i, c.all)
+		if !strings.HasSuffix(got, c.want+")") && !(c.want == "" && got == "") {
+			t.Errorf("remaining(%v, round %d, server %d, %d rounds) = %q, want … %q", c.took, c.round, c.i, c.all, got, c.want)
+		}
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +22,8 @@ import (
 
 // Roles of the servers in the ratios.
 const (
-	roleTidemark = "tidemark" // a Tidemark row: ratios are computed for it
+	roleTidemark = "tidemark" // a Tidemark row: ratios to the peers are computed for it
+	roleVariant  = "variant"  // `tidemark serve` with other flags: compared with its reference row (serverSpec.versus)
 	rolePeer     = "peer"     // a server users would pick instead
 	roleCeiling  = "ceiling"  // the bare net/http upper bound
 )
@@ -38,6 +42,28 @@ type serverSpec struct {
 	// upstream, when set, is a server started first, on its own port, for
 	// this one to front: upstreamPlaceholder in argv becomes its URL.
 	upstream *serverSpec
+	// redis, when set, names the Redis deployment (redisOne, redisSentinel,
+	// redisCluster) of fleet whose URL replaces redisPlaceholder(redis) in
+	// argv; the deployment is emptied before each process starts.
+	redis string
+	fleet *redisDeployments
+	// versus names the row this one is divided by in the section of
+	// Tidemark's configurations, and what the quotient means there (e.g.
+	// "Sentinel ÷ one Redis"); empty: none.
+	versus, versusMeans string
+	// skip holds, per workload ("d", "e"), why this server does not run it:
+	// the tables show N/A with the reason.
+	skip map[string]string
+	// subprocesses is set when the server starts processes of its own that
+	// serve its requests (the stdio gateway): their CPU time is its
+	// helpers'.
+	subprocesses bool
+}
+
+// hasHelpers reports whether processes besides the server's serve its
+// row: a Redis deployment, an upstream, subprocesses.
+func (s serverSpec) hasHelpers() bool {
+	return s.redis != "" || s.upstream != nil || s.subprocesses
 }
 
 // toolchain is where the binaries and runtimes come from.
@@ -50,10 +76,14 @@ type toolchain struct {
 	tsScript    string // bench/peers/ts/server.mjs
 }
 
-// specs returns the servers of the comparison, in table order. variants are
-// extra `tidemark serve` rows (name → extra arguments), for the durable and
-// Redis stores as they land.
-func specs(tc toolchain, variants []variant) []serverSpec {
+// specs returns the servers of the comparison, in table order: Tidemark
+// with the memory store and the SDK-free engine; with --baseline, those
+// built from the baseline commit; `tidemark serve` on each other store
+// (durable, and the Redis deployments of fleet) and with metrics on; the
+// rows of --tidemark-variant; the two gateways; the peers and the ceiling.
+// Each `tidemark serve` row but the memory store's is a variant, divided by
+// its reference row in the report, and has its baseline row too.
+func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSpec {
 	tidemarkServeFrom := func(bin string, extra ...string) func(int) []string {
 		return func(port int) []string {
 			args := []string{filepath.Join(bin, "tidemark"), "serve",
@@ -91,17 +121,44 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 			serverSpec{name: "tidemark-min" + baselineSuffix, role: roleBaseline, argv: peerFrom(tc.baselineBin, "tidemark-min"),
 				label: "`tidemark-min` built from the baseline commit (--baseline)"})
 	}
+	type builtin struct {
+		variant
+		redis, versus, means, what string
+	}
+	rows := []builtin{
+		{variant{"durable", []string{"--data-dir", tmpdirPlaceholder}}, "", "tidemark", "durable ÷ memory",
+			"the durable store (Pebble), a new empty directory per process"},
+		{variant{"redis", []string{"--redis", redisPlaceholder(redisOne)}}, redisOne, "tidemark", "Redis ÷ memory",
+			"one Redis"},
+		{variant{"sentinel", []string{"--redis", redisPlaceholder(redisSentinel)}}, redisSentinel, "redis", "Sentinel ÷ one Redis",
+			"Redis Sentinel: a primary, one replica, three sentinels; every write waits for the replica (`--redis-replicas` 0)"},
+		{variant{"cluster", []string{"--redis", redisPlaceholder(redisCluster)}}, redisCluster, "redis", "Cluster ÷ one Redis",
+			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)"},
+		{variant{"metrics", []string{"--metrics-addr", metricsPlaceholder}}, "", "tidemark", "metrics on ÷ off",
+			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)"},
+	}
 	for _, v := range variants {
-		out = append(out, serverSpec{name: v.name, role: roleTidemark, argv: tidemarkServe(v.args...),
-			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`"})
+		kind := ""
+		for _, k := range []string{redisOne, redisSentinel, redisCluster} {
+			if slices.ContainsFunc(v.args, func(a string) bool { return strings.Contains(a, redisPlaceholder(k)) }) {
+				kind = k
+			}
+		}
+		rows = append(rows, builtin{variant: v, redis: kind, versus: "tidemark", means: v.name + " ÷ memory", what: "a row of --tidemark-variant"})
+	}
+	for _, v := range rows {
+		out = append(out, serverSpec{name: v.name, role: roleVariant, argv: tidemarkServe(v.args...), redis: v.redis, fleet: fleet,
+			versus: v.versus, versusMeans: v.means,
+			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`: " + v.what})
 		if tc.baselineBin != "" {
 			out = append(out, serverSpec{name: v.name + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin, v.args...),
+				redis: v.redis, fleet: fleet,
 				label: "`tidemark serve " + strings.Join(v.args, " ") + "` built from the baseline commit (--baseline)"})
 		}
 	}
 	gosdk := serverSpec{name: "gosdk", role: rolePeer, argv: peer("gosdk"),
 		label: "go-sdk v1.8.0 StreamableHTTPHandler + MemoryEventStore (same internal/demo server)"}
-	out = append(out, gatewaySpec(tidemarkServe, gosdk))
+	out = append(out, gatewaySpec(tidemarkServe, gosdk), stdioGatewaySpec(tidemarkServe, tc.bin))
 	out = append(out,
 		gosdk,
 		serverSpec{name: "mcpgo", role: rolePeer, argv: peer("mcpgo"),
@@ -120,6 +177,11 @@ func specs(tc toolchain, variants []variant) []serverSpec {
 // every workload starts on an empty store.
 const tmpdirPlaceholder = "{tmpdir}"
 
+// metricsPlaceholder in a server's arguments is replaced by 127.0.0.1 and
+// a free port, for --metrics-addr; the benchmark reads /metrics there once
+// the workload is over.
+const metricsPlaceholder = "{metrics-addr}"
+
 // variant is an extra `tidemark serve` row: --tidemark-variant name=args.
 type variant struct {
 	name string
@@ -137,6 +199,13 @@ type server struct {
 	err  error // exit status once done
 	// upstream is the server this one fronts (serverSpec.upstream), or nil.
 	upstream *server
+	// helpers are the processes besides this one and its upstream that
+	// serve its row: its Redis deployment's.
+	helpers []int
+	// metricsAddr is its --metrics-addr (metricsPlaceholder), or "".
+	metricsAddr string
+	// dataDirs are the directories of tmpdirPlaceholder, removed by stop.
+	dataDirs []string
 }
 
 // startServer starts spec on a free loopback port and waits until it
@@ -161,19 +230,56 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 			up.stop()
 		}
 	}
+	var helpers []int
+	if spec.redis != "" {
+		d := spec.fleet.get(spec.redis)
+		if d == nil {
+			stopUpstream()
+			return nil, fmt.Errorf("%s: %w", spec.name, errNoDeployment)
+		}
+		if err := d.reset(ctx); err != nil {
+			stopUpstream()
+			return nil, fmt.Errorf("%s: %w", spec.name, err)
+		}
+		helpers = d.pids()
+		for i, a := range argv {
+			argv[i] = strings.ReplaceAll(a, redisPlaceholder(spec.redis), d.url)
+		}
+	}
+	metricsAddr := ""
+	var dataDirs []string
+	removeDirs := func() {
+		for _, d := range dataDirs {
+			os.RemoveAll(d)
+		}
+	}
 	for i, a := range argv {
 		if strings.Contains(a, tmpdirPlaceholder) {
 			dir, err := os.MkdirTemp(logDir, spec.name+"-"+tag+"-data-")
 			if err != nil {
+				stopUpstream()
+				removeDirs()
 				return nil, err
 			}
+			dataDirs = append(dataDirs, dir)
 			argv[i] = strings.ReplaceAll(a, tmpdirPlaceholder, dir)
+		}
+		if strings.Contains(a, metricsPlaceholder) {
+			mp, err := freePort()
+			if err != nil {
+				stopUpstream()
+				removeDirs()
+				return nil, err
+			}
+			metricsAddr = fmt.Sprintf("127.0.0.1:%d", mp)
+			argv[i] = strings.ReplaceAll(a, metricsPlaceholder, metricsAddr)
 		}
 	}
 	logPath := filepath.Join(logDir, spec.name+"-"+tag+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		stopUpstream()
+		removeDirs()
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -183,10 +289,11 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		stopUpstream()
+		removeDirs()
 		return nil, fmt.Errorf("start %s: %w", spec.name, err)
 	}
 	s := &server{spec: spec, cmd: cmd, pid: cmd.Process.Pid, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), log: logPath,
-		done: make(chan struct{}), upstream: up}
+		done: make(chan struct{}), upstream: up, helpers: helpers, metricsAddr: metricsAddr, dataDirs: dataDirs}
 	go func() {
 		s.err = cmd.Wait()
 		lf.Close()
@@ -201,6 +308,7 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		}
 		select {
 		case <-s.done:
+			s.stop() // its upstream, its directories
 			return nil, fmt.Errorf("%s exited before listening (%v): %s", spec.name, s.err, tail(logPath))
 		case <-ctx.Done():
 			s.stop()
@@ -215,9 +323,12 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 }
 
 // stop ends the server, then its upstream if it has one: SIGTERM, then
-// SIGKILL after 3 seconds.
+// SIGKILL after 3 seconds; then it removes the server's data directories.
 func (s *server) stop() {
 	defer func() {
+		for _, d := range s.dataDirs {
+			os.RemoveAll(d)
+		}
 		if s.upstream != nil {
 			s.upstream.stop()
 		}
@@ -245,6 +356,79 @@ func (s *server) alive() bool {
 	default:
 		return s.upstream == nil || s.upstream.alive()
 	}
+}
+
+// helperPids returns the processes that serve this server's row besides
+// its own: its upstream's (and theirs), its Redis deployment's, and its
+// descendants (the stdio gateway's subprocesses), found now.
+func (s *server) helperPids() []int {
+	out := append([]int(nil), s.helpers...)
+	if s.upstream != nil {
+		out = append(out, s.upstream.pid)
+		out = append(out, s.upstream.helperPids()...)
+	}
+	return append(out, descendants(s.pid)...)
+}
+
+// descendants returns the processes whose parent, or an ancestor's
+// parent, is pid, from /proc/*/stat.
+func descendants(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		parent, _ := strconv.Atoi(f[1]) // field 4: ppid
+		children[parent] = append(children[parent], child)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// scrapeMetrics reads http://addr/metrics once, as Prometheus would, and
+// checks that it holds Tidemark's metrics: the row with --metrics-addr
+// measured them on.
+func scrapeMetrics(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("scraping the metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("scraping the metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("tidemark_events_appended_total")) {
+		return fmt.Errorf("scraping the metrics: status %d, %d bytes without tidemark_events_appended_total", resp.StatusCode, len(body))
+	}
+	return nil
 }
 
 func freePort() (int, error) {
@@ -351,38 +535,58 @@ func machineCPU() (busy, self time.Duration) {
 	return busy, self
 }
 
-// window measures one workload window: the server's counters and the
-// share of the machine that neither the server nor the load generator
-// used (other processes).
+// window measures one workload window: the server's counters, its
+// helpers' CPU time (serverSpec's Redis deployment, upstream, subprocesses:
+// server.helperPids) and the share of the machine that neither the server,
+// its helpers nor the load generator used (other processes).
 type window struct {
 	pid         int
+	helpers     []int
 	start       time.Time
 	before      procStat
+	helpers0    time.Duration
 	busy0, gen0 time.Duration
 }
 
-func openWindow(pid int) *window {
-	w := &window{pid: pid}
+// openWindow opens a window on the server pid with the helper processes
+// helpers, as found at its start (a helper started later is not counted).
+func openWindow(pid int, helpers ...int) *window {
+	w := &window{pid: pid, helpers: helpers}
 	w.before, _ = readProc(pid)
+	w.helpers0 = cpuOf(helpers)
 	w.busy0, w.gen0 = machineCPU()
 	w.start = time.Now()
 	return w
 }
 
-// close returns the server's deltas and the fraction of the machine's
-// capacity (all CPUs over the window) used by other processes.
-func (w *window) close() (delta procStat, foreign float64) {
+// cpuOf returns the CPU time (user+sys) the processes pids used so far;
+// those that have exited count nothing.
+func cpuOf(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		if ps, err := readProc(pid); err == nil {
+			sum += ps.cpu
+		}
+	}
+	return sum
+}
+
+// close returns the server's deltas, its helpers' CPU time over the
+// window, and the fraction of the machine's capacity (all CPUs over the
+// window) used by other processes.
+func (w *window) close() (delta procStat, helpers time.Duration, foreign float64) {
 	elapsed := time.Since(w.start)
 	after, _ := readProc(w.pid)
+	helpers = max(0, cpuOf(w.helpers)-w.helpers0)
 	busy, gen := machineCPU()
 	delta = procStat{cpu: after.cpu - w.before.cpu, writes: after.writes - w.before.writes, reads: after.reads - w.before.reads, rss: after.rss}
-	other := (busy - w.busy0) - (gen - w.gen0) - delta.cpu
+	other := (busy - w.busy0) - (gen - w.gen0) - delta.cpu - helpers
 	capacity := elapsed * time.Duration(runtime.NumCPU())
 	if elapsed < 200*time.Millisecond {
-		return delta, -1 // too short for 10 ms CPU ticks: unknown
+		return delta, helpers, -1 // too short for 10 ms CPU ticks: unknown
 	}
 	if capacity > 0 {
 		foreign = max(0, float64(other)/float64(capacity))
 	}
-	return delta, foreign
+	return delta, helpers, foreign
 }

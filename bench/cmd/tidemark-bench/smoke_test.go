@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 // The smoke tests share one build of tidemark and benchpeer (bench builds
@@ -64,6 +70,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
+	noneLeft(t, nil)
 	cfg := quickConfig()
 	if len(rep.rows) != 2 || rep.rows[0].spec.name != "tidemark" || rep.rows[1].spec.name != "ceiling" {
 		t.Fatalf("rows = %v, want tidemark and ceiling", rep.rows)
@@ -99,7 +106,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	md := stdout.String()
-	for _, want := range []string{"## (a) tools/call round trips", "## (e) reconnect storm", "### tidemark ÷ …", "## Goals of issue 6"} {
+	for _, want := range []string{"## (a) tools/call round trips", "## (e) reconnect storm", "### tidemark ÷ …", "## Goals"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -109,8 +116,8 @@ func TestQuickRun(t *testing.T) {
 // TestQuickGateway runs `tidemark-bench --quick` on the gateway row
 // (tidemark serve --upstream in front of a gosdk process) and on gosdk
 // served directly, workloads (a) and (b): every call is answered, every
-// progress event delivered, and the report divides the gateway's rates by
-// gosdk's.
+// progress event delivered, and the report divides the gateway's figures
+// by gosdk's.
 func TestQuickGateway(t *testing.T) {
 	bin := prebuilt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -121,6 +128,7 @@ func TestQuickGateway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
+	noneLeft(t, nil)
 	cfg := quickConfig()
 	if len(rep.rows) != 2 || rep.rows[0].spec.name != "gateway" || rep.rows[1].spec.name != "gosdk" {
 		t.Fatalf("rows = %v, want gateway and gosdk", rep.rows)
@@ -141,14 +149,168 @@ func TestQuickGateway(t *testing.T) {
 		}
 	}
 	md := stdout.String()
-	_, section, ok := strings.Cut(md, "## Gateway\n")
+	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
 	if !ok {
-		t.Fatalf("report lacks the Gateway section:\n%s", md)
+		t.Fatalf("report lacks the configurations section:\n%s", md)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	for _, want := range []string{"| (a) calls/s, 1 sessions |", "| (b) events/s, 1 stream |"} {
+	if !strings.Contains(section, "| metric | gateway ÷ gosdk |") {
+		t.Errorf("configurations section lacks the column gateway ÷ gosdk:\n%s", section)
+	}
+	for _, want := range []string{"| (a) calls/s, 1 sessions ↑ |", "| (b) events/s, 1 stream ↑ |"} {
 		if !strings.Contains(section, want) || strings.Contains(section, want+" – |") {
-			t.Errorf("Gateway section lacks a figure for %q:\n%s", want, section)
+			t.Errorf("configurations section lacks a figure for %q:\n%s", want, section)
 		}
 	}
+}
+
+// TestQuickConfigurations runs `tidemark-bench --quick` on every row of
+// Tidemark's configurations: the durable store, one Redis, Sentinel and
+// Cluster (deployments the benchmark starts), metrics on, and the stdio
+// gateway, with the memory store as their reference, workloads (a), (b),
+// (c) and (e) ((d) is the same code for every row; TestQuickRun runs it).
+// Every workload produces figures (the stdio gateway's (e) is N/A, one
+// subprocess per session), the report divides each row by its reference,
+// and no process of the run is left once it returns.
+func TestQuickConfigurations(t *testing.T) {
+	testenv.Need(t, testenv.RedisServer, testenv.RedisSentinel, testenv.RedisCLI)
+	bin := prebuilt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const servers = "tidemark,durable,redis,sentinel,cluster,metrics,gateway-stdio"
+	var stdout, stderr bytes.Buffer
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: servers, workloads: "a,b,c,e",
+		args: []string{"--quick", "--servers", servers, "--workloads", "a,b,c,e"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	noneLeft(t, nil)
+	cfg := quickConfig()
+	var names []string
+	for _, r := range rep.rows {
+		names = append(names, r.spec.name)
+		name := r.spec.name
+		if r.failure != "" || len(r.notes) > 0 {
+			t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr.String())
+			continue
+		}
+		for _, a := range r.a {
+			if a.calls == 0 || a.errors != 0 {
+				t.Errorf("%s (a) %d sessions: calls %d errors %d (%s)", name, a.conc, a.calls, a.errors, a.firstErr)
+			}
+		}
+		if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.bN.received != cfg.bStreams*cfg.bN || r.bN.lost != 0 {
+			t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
+		}
+		if !r.hasC || r.c.na != "" || r.c.wrong != 0 || r.c.median <= 0 {
+			t.Errorf("%s (c): na %q wrong %d (%s) median %v", name, r.c.na, r.c.wrong, r.c.example, r.c.median)
+		}
+		if name == "gateway-stdio" {
+			if !r.hasE || r.e.na == "" {
+				t.Errorf("%s: (e) ran (na %q), want N/A", name, r.e.na)
+			}
+			continue
+		}
+		if !r.hasE || r.e.na != "" || r.e.wrong != 0 || r.e.unanswered != 0 {
+			t.Errorf("%s (e): na %q wrong %d unanswered %d (%s)", name, r.e.na, r.e.wrong, r.e.unanswered, r.e.example)
+		}
+	}
+	if want := strings.Split(servers, ","); !slices.Equal(names, want) {
+		t.Fatalf("rows %q, want %q", names, want)
+	}
+	md := stdout.String()
+	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
+	if !ok {
+		t.Fatalf("report lacks the configurations section:\n%s", md)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	head := "| metric | durable ÷ tidemark | redis ÷ tidemark | sentinel ÷ redis | cluster ÷ redis | metrics ÷ tidemark | gateway-stdio ÷ tidemark |"
+	if !strings.Contains(section, head) {
+		t.Errorf("configurations section lacks %q:\n%s", head, section)
+	}
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "| (a) calls/s") || strings.HasPrefix(line, "| (b) events/s") {
+			if strings.Contains(line, "–") {
+				t.Errorf("a ratio is missing: %s", line)
+			}
+		}
+	}
+	for _, want := range []string{"- `{sentinel}`: a primary and one replica", "- `{cluster}`: a Redis Cluster", "| gateway-stdio | N/A | – | – | – | – | one subprocess per session"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// TestInterrupted cancels a run (what Ctrl-C does) while a Redis
+// deployment, a stdio gateway and its subprocesses run: bench returns the
+// context's error and every process the run started is gone.
+func TestInterrupted(t *testing.T) {
+	testenv.Need(t, testenv.RedisServer)
+	bin := prebuilt(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var running []int
+	stderr := &watch{match: "gateway-stdio  (a)  16 sessions", then: func() {
+		running = descendants(os.Getpid())
+		cancel()
+	}}
+	_, err := bench(ctx, options{quick: true, bin: bin, servers: "redis,gateway-stdio", workloads: "a",
+		args: []string{"--quick"}}, io.Discard, stderr)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("bench = %v, want context.Canceled\n%s", err, stderr.buf.String())
+	}
+	if len(running) < 1+1+17 { // redis-server, tidemark, its 1 + 16 subprocesses at least
+		t.Fatalf("%d processes ran when the run was cancelled, want at least 19:\n%s", len(running), stderr.buf.String())
+	}
+	noneLeft(t, running)
+}
+
+// watch is an io.Writer that calls then once, at the first write holding
+// match.
+type watch struct {
+	buf   bytes.Buffer
+	match string
+	then  func()
+	done  bool
+}
+
+func (w *watch) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if !w.done && bytes.Contains(p, []byte(w.match)) {
+		w.done = true
+		w.then()
+	}
+	return len(p), nil
+}
+
+// noneLeft fails the test when this process still has descendants, or
+// when a process of pids still runs (one that a killed parent left to
+// init), 5 s after the run returned.
+func noneLeft(t *testing.T, pids []int) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left = nil
+		all := append(descendants(os.Getpid()), pids...)
+		slices.Sort(all)
+		for _, pid := range slices.Compact(all) {
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !zombie(st) {
+				left = append(left, strings.TrimSpace(string(st)))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("%d processes of the run still run:\n%s", len(left), strings.Join(left, "\n"))
+	}
+}
+
+// zombie reports whether a /proc/PID/stat line is a process that has
+// exited and awaits its parent's wait (state Z).
+func zombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }

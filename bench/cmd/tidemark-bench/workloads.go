@@ -78,6 +78,7 @@ type resultA struct {
 	rate          float64 // calls per second
 	p50, p99      time.Duration
 	cpuPerCall    time.Duration // server user+sys per call
+	helperPerCall time.Duration // the row's helper processes' user+sys per call (window.close)
 	writesPerCall float64       // server write syscalls per call
 	foreign       float64       // share of the machine other processes used meanwhile
 }
@@ -89,6 +90,7 @@ type resultB struct {
 	elapsed                     time.Duration
 	rate                        float64 // progress events per second
 	cpuPerEvent                 time.Duration
+	helperPerEvent              time.Duration // the row's helper processes' user+sys per event
 	writesPerEvent              float64
 	failedCalls                 int
 	note                        string
@@ -175,12 +177,13 @@ func runA(ctx context.Context, s *server, cfg config, report func(resultA)) ([]r
 			return out, err
 		}
 		callLoop(ctx, clients, cfg.aWarm)
-		w := openWindow(s.pid)
+		w := openWindow(s.pid, s.helperPids()...)
 		r := callLoop(ctx, clients, cfg.aDur)
-		d, foreign := w.close()
+		d, helpers, foreign := w.close()
 		r.conc, r.foreign = conc, foreign
 		if r.calls > 0 {
 			r.cpuPerCall = d.cpu / time.Duration(r.calls)
+			r.helperPerCall = helpers / time.Duration(r.calls)
 			r.writesPerCall = float64(d.writes) / float64(r.calls)
 		}
 		report(r)
@@ -258,7 +261,7 @@ func runB1(ctx context.Context, s *server, cfg config) (resultB, error) {
 	var cpu time.Duration
 	var writes int64
 	events := 0
-	w := openWindow(s.pid)
+	w := openWindow(s.pid, s.helperPids()...)
 	for range cfg.b1Runs {
 		before, _ := readProc(s.pid)
 		res, err := c.countdown(ctx, cfg.b1N, 0, true, false)
@@ -281,7 +284,7 @@ func runB1(ctx context.Context, s *server, cfg config) (resultB, error) {
 		}
 		runs = append(runs, r)
 	}
-	_, foreign := w.close()
+	_, helpers, foreign := w.close()
 	// The median run by rate; loss is the worst seen; CPU and system calls
 	// per event over all runs (CPU time is counted in 10 ms ticks).
 	slices.SortFunc(runs, func(a, b resultB) int { return cmp.Compare(a.rate, b.rate) })
@@ -293,6 +296,7 @@ func runB1(ctx context.Context, s *server, cfg config) (resultB, error) {
 	}
 	if events > 0 {
 		m.cpuPerEvent = cpu / time.Duration(events)
+		m.helperPerEvent = helpers / time.Duration(events)
 		m.writesPerEvent = float64(writes) / float64(events)
 	}
 	m.foreign = foreign
@@ -331,12 +335,12 @@ func runBMany(ctx context.Context, s *server, cfg config) (resultB, error) {
 			results[i], errs[i] = c.countdown(ctx, cfg.bN, 0, true, false)
 		}()
 	}
-	w := openWindow(s.pid)
+	w := openWindow(s.pid, s.helperPids()...)
 	start := time.Now()
 	close(startGate)
 	wg.Wait()
 	elapsed := time.Since(start)
-	d, foreign := w.close()
+	d, helpers, foreign := w.close()
 	r := resultB{streams: len(clients), expected: cfg.bN * len(clients), elapsed: elapsed, foreign: foreign}
 	disorder := 0
 	for i, res := range results {
@@ -363,6 +367,7 @@ func runBMany(ctx context.Context, s *server, cfg config) (resultB, error) {
 	r.rate = float64(r.received) / elapsed.Seconds()
 	if r.received > 0 {
 		r.cpuPerEvent = d.cpu / time.Duration(r.received)
+		r.helperPerEvent = helpers / time.Duration(r.received)
 		r.writesPerEvent = float64(d.writes) / float64(r.received)
 	}
 	return r, nil

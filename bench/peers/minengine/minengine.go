@@ -4,9 +4,9 @@
 // with the same behaviour as internal/demo's (one notifications/progress per
 // step when the call carries a progress token, then the text "countdown of N
 // finished"). Served through Tidemark's session registry and transport, it
-// measures what Tidemark's transport costs on its own (issue 6, "Transport
-// cost"). It is not a general MCP server: it knows one tool and no other
-// capability.
+// measures what Tidemark's transport costs on its own (BENCHMARKS.md,
+// "Goals": transport cost). It is not a general MCP server: it knows one
+// tool and no other capability.
 package minengine
 
 import (

@@ -1,6 +1,6 @@
 // Package pending counts, per session, the events a pipelined store has
 // accepted and not yet stored, and makes producers wait while they exceed
-// a bound (back-pressure, issue 11): a tool that produces faster than the
+// a bound (back-pressure): a tool that produces faster than the
 // disk or Redis can store makes its own appends wait, so the process's
 // memory stays bounded. It also says which accepted events may wait for
 // their session's next append (Lingers). store/durable and store/redis

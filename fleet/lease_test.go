@@ -1,30 +1,38 @@
-// lease_rules_test.go holds the driver of testdata/lease_rules, which
-// tests the lease rules (leaseRules, lease.go) on their own: given a
-// record, the time and the store's answers, what a registry decides.
+// lease_test.go holds the driver of testdata/lease, which tests the lease
+// rules (Leases, lease.go) on their own: given a record, the time and the
+// store's answers, what a replica decides.
 
-package session
+package fleet_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// TestLeaseRules runs testdata/lease_rules. Times are offsets from an
+// TestLeaseRules runs testdata/lease. Times are offsets from an
 // epoch (+10s), "none" is the zero time (no lease). Commands:
 //
-//	rules owner=O lease=DUR                  the registry's identity and lease
+//	rules owner=O lease=DUR                  the replica's identity and lease
 //	lookup owner=O gen=G lease=T now=T [engine-ended]
-//	                                         a registry that does not hold the
+//	                                         a replica that does not hold the
 //	                                         session meets its record
 //	serve lease=T now=T                      a generation it holds serves a request
 //	renewed err=none|fenced|ended|not_found|unavailable
 //	                                         what a renewal's (or append's) error means
-//	release now=T                            the registry closes
+//	release now=T                            the replica closes
+//	await held=O/G seen=T sent=T record=O/G lease=T now=T [json]
+//	                                         a request forwarded at sent to O's
+//	                                         generation G, whose lease was seen
+//	                                         lapsing at seen, waits for its answer;
+//	                                         the record now says record, lease
 func TestLeaseRules(t *testing.T) {
 	epoch := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	at := func(s string) time.Time {
@@ -43,8 +51,8 @@ func TestLeaseRules(t *testing.T) {
 		}
 		return "+" + tm.Sub(epoch).String()
 	}
-	var lr leaseRules
-	datadriven.RunTest(t, "testdata/lease_rules", func(t *testing.T, d *datadriven.TestData) string {
+	var lr fleet.Leases
+	datadriven.RunTest(t, "testdata/lease", func(t *testing.T, d *datadriven.TestData) string {
 		str := func(key string) string {
 			var s string
 			d.ScanArgs(t, key, &s)
@@ -56,22 +64,22 @@ func TestLeaseRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lr = leaseRules{owner: str("owner"), ttl: ttl}
+			lr = fleet.Leases{Owner: str("owner"), TTL: ttl}
 			return ""
 		case "lookup":
 			var gen uint64
 			d.ScanArgs(t, "gen", &gen)
 			rec := store.Record{Token: "tok", Owner: str("owner"), Generation: gen, LeaseUntil: at(str("lease"))}
 			now := at(str("now"))
-			if re := lr.remote(rec, now); re != nil {
+			if re := lr.Remote(rec, now); re != nil {
 				return fmt.Sprintf("remote: owner %s, generation %d, lease until %s\n", re.Owner, re.Generation, show(re.LeaseUntil))
 			}
 			return fmt.Sprintf("claim generation %d, lease until %s; previous generation over: %s\n",
-				gen+1, show(lr.grant(now)), lr.takeoverReason(rec, d.HasArg("engine-ended")))
+				gen+1, show(lr.Grant(now)), lr.TakeoverReason(rec, d.HasArg("engine-ended")))
 		case "serve":
 			now := at(str("now"))
-			if lr.mustRenew(at(str("lease")), now) {
-				return fmt.Sprintf("renew first, lease until %s\n", show(lr.grant(now)))
+			if lr.MustRenew(at(str("lease")), now) {
+				return fmt.Sprintf("renew first, lease until %s\n", show(lr.Grant(now)))
 			}
 			return "serve\n"
 		case "renewed":
@@ -84,7 +92,7 @@ func TestLeaseRules(t *testing.T) {
 			if !ok {
 				t.Fatalf("unknown err %q", str("err"))
 			}
-			switch reason := lostReason(err); {
+			switch reason := fleet.LostReason(err); {
 			case err == nil:
 				return "kept\n"
 			case reason != "":
@@ -93,7 +101,25 @@ func TestLeaseRules(t *testing.T) {
 				return "keep the generation, renew again next round\n"
 			}
 		case "release":
-			return "lease until " + show(lr.release(at(str("now")))) + "\n"
+			return "lease until " + show(lr.Release(at(str("now")))) + "\n"
+		case "await":
+			ownerGen := func(key string) (string, uint64) {
+				o, g, ok := strings.Cut(str(key), "/")
+				n, err := strconv.ParseUint(g, 10, 64)
+				if !ok || err != nil {
+					t.Fatalf("%s=%q: want OWNER/GENERATION", key, str(key))
+				}
+				return o, n
+			}
+			owner, gen := ownerGen("held")
+			held := fleet.RemoteError{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("seen"))}
+			owner, gen = ownerGen("record")
+			rec := store.Record{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("lease"))}
+			w, until := lr.Await(held, rec, at(str("sent")), at(str("now")), d.HasArg("json"))
+			if w == fleet.WaitOn {
+				return fmt.Sprintf("%s until %s\n", w, show(until))
+			}
+			return w.String() + "\n"
 		}
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""

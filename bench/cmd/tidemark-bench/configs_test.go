@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigurations renders the section of Tidemark's configurations:
+// each row with a reference row divided by it, CPU counting the helpers'
+// (the Redis processes), and rows whose reference did not run left out.
+func TestConfigurations(t *testing.T) {
+	cfg := quickConfig()
+	cfg.aConc = []int{16}
+	mk := func(spec serverSpec, rate float64, cpu, helper time.Duration) *row {
+		return &row{spec: spec,
+			a:    []resultA{{conc: 16, calls: 1000, rate: rate, cpuPerCall: cpu, helperPerCall: helper}},
+			hasB: true, b1: resultB{rate: rate * 10, received: 100, cpuPerEvent: cpu / 10, helperPerEvent: helper / 10},
+		}
+	}
+	r := &report{cfg: cfg, rows: []*row{
+		mk(serverSpec{name: "tidemark", role: roleTidemark}, 4000, 300*time.Microsecond, 0),
+		mk(serverSpec{name: "durable", role: roleVariant, versus: "tidemark", versusMeans: "durable ÷ memory"}, 3000, 400*time.Microsecond, 0),
+		mk(serverSpec{name: "redis", role: roleVariant, redis: redisOne, versus: "tidemark", versusMeans: "Redis ÷ memory"}, 2000, 300*time.Microsecond, 300*time.Microsecond),
+		mk(serverSpec{name: "sentinel", role: roleVariant, redis: redisSentinel, versus: "redis", versusMeans: "Sentinel ÷ one Redis"}, 1000, 400*time.Microsecond, 500*time.Microsecond),
+		mk(serverSpec{name: "gateway", role: roleGateway, versus: "gosdk", versusMeans: "gateway ÷ direct"}, 1000, 400*time.Microsecond, 500*time.Microsecond),
+	}}
+	var b strings.Builder
+	r.configurations(&b)
+	md := b.String()
+	for _, want := range []string{
+		"## Tidemark's configurations",
+		"- `sentinel` ÷ `redis`: Sentinel ÷ one Redis\n",
+		"| metric | durable ÷ tidemark | redis ÷ tidemark | sentinel ÷ redis |\n",
+		"| (a) calls/s, 16 sessions ↑ | 0.75 | 0.50 | 0.50 |\n",
+		"| (a) CPU per call, 16 sessions ↓ | 1.33 | 2.00 | 1.50 |\n",
+		"| (b) events/s, 1 stream ↑ | 0.75 | 0.50 | 0.50 |\n",
+		"| (c) replay time ↓ | – | – | – |\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the section lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "gateway") {
+		t.Errorf("the section divides the gateway by gosdk, which did not run:\n%s", md)
+	}
+}

@@ -1,0 +1,214 @@
+// lease.go holds the lease rules of a replica, the error that names a
+// session's remote owner, and the renewal of many leases at once.
+
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// DefaultRenewDivisor sets a registry's default renew interval: the lease
+// TTL divided by it, so that two renewals in a row may fail before the
+// lease lapses.
+const DefaultRenewDivisor = 3
+
+// ErrRemote is wrapped by a lookup's error when another owner holds the
+// session's live state under a lease that has not lapsed; the error is a
+// *RemoteError naming it. The caller reaches that owner (Router forwards
+// the request) or waits until the lease lapses.
+var ErrRemote = errors.New("fleet: live state held by another owner")
+
+// RemoteError is returned, wrapping ErrRemote, by a lookup of a session
+// whose live state another owner holds (session.Registry.Get).
+type RemoteError struct {
+	// Token is the session token.
+	Token string
+	// Owner is the owner's identity (its replica ID).
+	Owner string
+	// Generation is the generation the owner holds.
+	Generation uint64
+	// LeaseUntil is when the owner's lease lapses unless renewed; after it
+	// (by this process's clock) the next lookup takes the session over.
+	LeaseUntil time.Time
+}
+
+// Error names the session by its token prefix, its generation, the owner
+// holding it and when that owner's lease lapses.
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("session %s gen %d: held by owner %q until %s: %s",
+		store.Prefix(e.Token), e.Generation, e.Owner, e.LeaseUntil.Format(time.RFC3339Nano), ErrRemote)
+}
+
+// Unwrap returns ErrRemote.
+func (e *RemoteError) Unwrap() error { return ErrRemote }
+
+// Leases are the lease and takeover rules of one replica, whose identity
+// is Owner (its replica ID, written as store.Record.Owner) and whose
+// leases last TTL (0: no leases, for one process alone on its store).
+// Every method is pure: it decides from a record, the time and the
+// store's answers, and the caller carries the decision out
+// (session.Registry claims, renews and drops generations; Router waits and
+// forwards). testdata/lease drives them.
+type Leases struct {
+	Owner string
+	TTL   time.Duration
+}
+
+// Grant returns the expiry of a lease taken or renewed at now: now+TTL,
+// or zero (no expiry) without leases.
+func (l Leases) Grant(now time.Time) time.Time {
+	if l.TTL <= 0 {
+		return time.Time{}
+	}
+	return now.Add(l.TTL)
+}
+
+// Remote returns a *RemoteError naming rec's owner if another owner holds
+// rec's live state under a lease that has not lapsed at now, else nil:
+// this replica may then claim the session. A lease lapses exactly at its
+// expiry. A record whose LeaseUntil is zero and whose owner is someone
+// else belongs to a process without leases (a previous boot on a durable
+// store): it is never remote.
+func (l Leases) Remote(rec store.Record, now time.Time) *RemoteError {
+	if rec.Owner == l.Owner || rec.LeaseUntil.IsZero() || !rec.LeaseUntil.After(now) {
+		return nil
+	}
+	return &RemoteError{Token: rec.Token, Owner: rec.Owner, Generation: rec.Generation, LeaseUntil: rec.LeaseUntil}
+}
+
+// MustRenew reports whether this replica renews the lease of a generation
+// it holds, lapsing at until by the last renewal, before that generation
+// serves a request or takes a message at now: only with leases, and only
+// once the lease has lapsed by the local clock (the process was paused, or
+// its renewals failed), since another replica may have taken the session
+// over meanwhile.
+func (l Leases) MustRenew(until, now time.Time) bool {
+	return l.TTL > 0 && !now.Before(until)
+}
+
+// TakeoverReason returns why the previous generation of the session is
+// over when this replica claims the next one from prev, the record it
+// read: engineEnded (this process saw that generation's engine session end
+// on its own) gives engine_ended; another owner's lease that lapsed gives
+// lease_expired; otherwise the owner was a process without leases that is
+// gone (owner_gone).
+func (l Leases) TakeoverReason(prev store.Record, engineEnded bool) replay.Reason {
+	switch {
+	case engineEnded:
+		return replay.ReasonEngineEnded
+	case prev.Owner != l.Owner && !prev.LeaseUntil.IsZero():
+		return replay.ReasonLeaseExpired
+	}
+	return replay.ReasonOwnerGone
+}
+
+// Release returns the expiry that makes this replica's leases lapse at
+// once when it closes at now, so that other replicas take its sessions
+// over at their next request instead of a lease later.
+func (l Leases) Release(now time.Time) time.Time { return now }
+
+// Waiting is what a replica does about a request it forwarded to a
+// session's owner and whose answer has not begun (Leases.Await).
+type Waiting int
+
+const (
+	// WaitOn: the owner holds its lease; the request waits on, until the
+	// time Await gives, when Await is asked again.
+	WaitOn Waiting = iota
+	// GiveUp: the owner's lease lapsed (it is stopped, dead or cut off),
+	// or the session moved to another owner or generation. The request is
+	// given up, and the session looked up again: it is taken over at
+	// generation+1, or found at its new owner. The owner never serves the
+	// request it may hold: it checks its lease before it serves, and a
+	// renewal after a takeover is fenced.
+	GiveUp
+	// Unanswered: the owner holds its lease but has not begun to answer
+	// within a lease TTL of the request (an SSE answer begins at once): it
+	// is alive but stuck, or the network between the two is. The request
+	// is refused (503 owner_unreachable): the owner may have seen it.
+	Unanswered
+)
+
+// String names the decision for the rules' tests.
+func (w Waiting) String() string {
+	switch w {
+	case WaitOn:
+		return "wait on"
+	case GiveUp:
+		return "give the request up"
+	case Unanswered:
+		return "refuse it unanswered"
+	}
+	return fmt.Sprintf("Waiting(%d)", int(w))
+}
+
+// Await decides about a request forwarded at sent to held (the owner and
+// generation that held the session then, with the lease seen then) whose
+// answer has not begun, at now, from rec, the session's record as last
+// read. The wait lasts while the owner holds its lease, and, unless whole
+// (an answer that comes in one piece, application/json, whose headers come
+// with the end of the call), at most one lease TTL after sent: this
+// replica's TTL, or the lease seen when sent, whichever is longer. With
+// WaitOn it returns when to decide again: the lease's expiry, or that
+// bound, whichever comes first.
+func (l Leases) Await(held RemoteError, rec store.Record, sent, now time.Time, whole bool) (Waiting, time.Time) {
+	if l.Remote(rec, now) == nil || rec.Owner != held.Owner || rec.Generation != held.Generation {
+		return GiveUp, time.Time{}
+	}
+	if whole {
+		return WaitOn, rec.LeaseUntil
+	}
+	bound := sent.Add(max(l.TTL, held.LeaseUntil.Sub(sent)))
+	if !now.Before(bound) {
+		return Unanswered, time.Time{}
+	}
+	if rec.LeaseUntil.Before(bound) {
+		return WaitOn, rec.LeaseUntil
+	}
+	return WaitOn, bound
+}
+
+// LostReason returns the log reason for a renewal or append error that
+// means the generation it was made for is over (replay.ReasonFenced: a
+// newer generation owns the session; replay.ReasonGenerationLost; or
+// replay.ReasonSessionNotFound), or "" for a transient error, after which
+// the generation is kept and renewed again.
+func LostReason(err error) replay.Reason {
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		return replay.ReasonFenced
+	case errors.Is(err, store.ErrLost):
+		return replay.ReasonGenerationLost
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		return replay.ReasonSessionNotFound
+	}
+	return ""
+}
+
+// Renewer renews many leases in one round trip; store/redis implements
+// it with a pipeline. errs[i] is the outcome for tokens[i] at gens[i], as
+// store.Sessions.Renew reports it.
+type Renewer interface {
+	RenewMany(ctx context.Context, owner string, leaseUntil time.Time, tokens []string, gens []uint64) []error
+}
+
+// Renew sets owner's lease on generation gens[i] of session tokens[i] to
+// lapse at until, for every i: in one round trip when st is a Renewer,
+// else with one store.Sessions.Renew each. errs[i] is the i-th outcome;
+// LostReason says which of them end their generation.
+func Renew(ctx context.Context, st store.Sessions, owner string, until time.Time, tokens []string, gens []uint64) []error {
+	if br, ok := st.(Renewer); ok {
+		return br.RenewMany(ctx, owner, until, tokens, gens)
+	}
+	errs := make([]error, len(tokens))
+	for i := range tokens {
+		errs[i] = st.Renew(ctx, tokens[i], owner, gens[i], until)
+	}
+	return errs
+}
