@@ -140,7 +140,7 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
 	}
 	if fi, err := os.Stat(c.dataDir); c.dataDir != "" && err == nil && !fi.IsDir() {
-		return fmt.Errorf("--data-dir %q: not a directory: want the path of a directory, made if missing", c.dataDir)
+		return fmt.Errorf("--data-dir %q: is a file, not a directory: want a directory path (made if missing)", c.dataDir)
 	}
 	if err := c.fleet.checkValues(); err != nil {
 		return err
