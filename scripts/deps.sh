@@ -37,6 +37,7 @@ apt_packages=(
 	curl:curl                     # README's curl walkthrough: interop/
 	prometheus:prometheus         # a real Prometheus scrapes tidemark serve: cmd/tidemark
 	prometheus:promtool           # promtool checks the metrics and the alert rules: cmd/tidemark, deploy/prometheus
+	systemd:systemd-analyze       # systemd-analyze verify checks the unit: deploy/check (deploy/systemd)
 )
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)

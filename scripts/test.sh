@@ -2,7 +2,8 @@
 # test.sh is Tidemark's test command (docs/testing.md; CI runs it through
 # .ci/run): it installs the test dependencies (scripts/deps.sh), then fails
 # on any file gofmt would change, on any `go vet` finding, and on any failing
-# test of `go test -race ./...`.
+# test of `go test -race ./...`, of the benchmark module's smoke test and of
+# the deployment files' checks (deploy/check).
 #
 # It exports TIDEMARK_CACHE (the absolute directory deps.sh installed into),
 # which internal/testenv reads to find Node.js 22 and the npm packages, and
@@ -43,5 +44,13 @@ go test -race -count=1 -timeout 15m ./...
 # bare net/http ceiling in --quick mode.
 echo "test: (cd bench && go vet ./... && go test -count=1 ./...)"
 (cd bench && go vet ./... && go test -count=1 -timeout 5m ./...)
+
+# The deployment files' checks are a module of their own as well (so the
+# BuildKit, compose and Kubernetes parsers stay out of Tidemark's
+# dependencies): they parse the Dockerfile, deploy/compose and
+# deploy/kubernetes, build the binary as the Dockerfile does, and run it
+# with each deployment's arguments.
+echo "test: (cd deploy/check && go vet ./... && go test -count=1 ./...)"
+(cd deploy/check && go vet ./... && go test -count=1 -timeout 10m ./...)
 
 echo "test: all checks passed in $((SECONDS - start))s"

@@ -96,7 +96,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 		return o, err
 	}
 	o.rec = rec
-	build := admin.ReadBuild()
+	build := currentBuild()
 	if err := prom.RegisterBuildInfo(o.reg, build.Version, build.Revision, build.GoVersion); err != nil {
 		return o, err
 	}
@@ -172,9 +172,15 @@ func (o *operator) Lookup(ctx context.Context, prefix string) ([]admin.Detail, e
 	return nil, nil
 }
 
-// close stops the listener and flushes the spans not yet exported.
+// operatorCloseTime bounds close: the operator's listener's shutdown and
+// the flush of the spans not yet exported share it. It is the last
+// deadline of a shutdown (serveConfig.exitWithin).
+const operatorCloseTime = 5 * time.Second
+
+// close stops the listener and flushes the spans not yet exported, within
+// operatorCloseTime.
 func (o *operator) close(logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), operatorCloseTime)
 	defer cancel()
 	if o.srv != nil {
 		o.srv.Shutdown(ctx)

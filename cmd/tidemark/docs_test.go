@@ -10,9 +10,9 @@ import (
 )
 
 // TestDocsFlagTables checks that the flag tables of `tidemark serve` and
-// `tidemark inspect` (docs/operating.md) and of `tidemark probe`
-// (docs/probe.md) list exactly the flags each command declares, with their
-// defaults and help texts.
+// `tidemark inspect` (docs/operating.md), of `tidemark probe`
+// (docs/probe.md) and of `tidemark ready` (docs/deploying.md) list exactly
+// the flags each command declares, with their defaults and help texts.
 func TestDocsFlagTables(t *testing.T) {
 	serveFS, _ := serveFlags(io.Discard)
 	checkFlagTable(t, "docs/operating.md", "`tidemark serve` flags", serveFS)
@@ -20,6 +20,8 @@ func TestDocsFlagTables(t *testing.T) {
 	checkFlagTable(t, "docs/probe.md", "`tidemark probe` flags", probeFS)
 	inspectFS, _ := inspectFlags(io.Discard)
 	checkFlagTable(t, "docs/operating.md", "`tidemark inspect` flags", inspectFS)
+	readyFS, _ := readyFlags(io.Discard)
+	checkFlagTable(t, "docs/deploying.md", "`tidemark ready` flags", readyFS)
 }
 
 // checkFlagTable compares the table under the heading "## heading" of the

@@ -15,19 +15,23 @@
 //	                           show the sessions of a running tidemark serve
 //	                           (its --metrics-addr listener), or with --fleet
 //	                           those of every replica (the fleet's Redis)
-//	tidemark version           print which build this is (also --version)
+//	tidemark ready [flags]     exit 0 when a running tidemark serve is ready
+//	                           (its --metrics-addr listener's /readyz), 1 when
+//	                           not: a health check for images without a shell
+//	tidemark version           print the release this binary was built as, its
+//	                           Go release, platform, commit and commit date
+//	                           (also --version)
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h`, `tidemark probe -h` or `tidemark inspect -h` for the flags;
-// docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their defaults.
+// Run `tidemark serve -h`, `tidemark probe -h`, `tidemark inspect -h` or `tidemark ready -h` for
+// the flags; docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their
+// defaults.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/tidemark-mcp/tidemark/admin"
 )
 
 const usage = `tidemark serves MCP over resumable Streamable HTTP.
@@ -47,11 +51,16 @@ Usage:
                            show the sessions of a running tidemark serve,
                            read from its --metrics-addr listener, or with
                            --fleet --redis URL those of every replica
-  tidemark version         print the version, commit, commit date and Go
-                           version of this build (also: tidemark --version)
+  tidemark ready [flags]   exit 0 when a running tidemark serve is ready (its
+                           --metrics-addr listener's /readyz), 1 when not:
+                           a health check for images without a shell
+  tidemark version         print the release this binary was built as, its
+                           Go release, platform, commit and commit date
+                           (also: tidemark --version)
   tidemark help            print this text
 
-Run "tidemark serve -h", "tidemark probe -h" or "tidemark inspect -h" for the flags.
+Run "tidemark serve -h", "tidemark probe -h", "tidemark inspect -h" or
+"tidemark ready -h" for the flags.
 `
 
 func main() {
@@ -72,11 +81,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return probe(args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(args[1:], stdout, stderr)
+	case "ready":
+		return ready(args[1:], stdout, stderr)
+	case "version", "--version":
+		printVersion(stdout)
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
-		return 0
-	case "version", "-version", "--version":
-		printVersion(stdout, admin.ReadBuild())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "tidemark: unknown command %q\n\n%s", args[0], usage)

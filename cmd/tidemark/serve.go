@@ -17,7 +17,6 @@ import (
 	"unicode"
 
 	"github.com/tidemark-mcp/tidemark"
-	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
@@ -203,7 +202,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if c.version {
-		printVersion(stdout, admin.ReadBuild())
+		printVersion(stdout)
 		return 0
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)
@@ -435,7 +434,10 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 	case <-ctx.Done():
 	}
 	op.draining.Store(true)
-	logger.Info("shutting down", "reason", replay.ReasonSignal, "grace", c.shutdownGrace)
+	// exit_within is the sum of the shutdown's deadlines: what a stop
+	// timeout (Kubernetes' termination grace period after its preStop,
+	// compose's stop_grace_period, systemd's TimeoutStopSec) must allow.
+	logger.Info("shutting down", "reason", replay.ReasonSignal, "grace", c.shutdownGrace, "exit_within", c.exitWithin())
 	stopAnnouncing()
 	// Streams get their final retry field with a time of their own: a
 	// drain that used up the grace must not cut them without it.
@@ -457,6 +459,20 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 // streamCloseTime bounds the end of shutdown after the drain: sending every
 // stream its final retry field and waiting for the handlers to return.
 const streamCloseTime = 5 * time.Second
+
+// exitWithin returns the sum of the deadlines of a shutdown after SIGINT
+// or SIGTERM: the drain (--shutdown-grace), the streams' close
+// (streamCloseTime), in a fleet the release of the leases (bounded by
+// --lease-renew, session.Registry.Close), then the operator's listener and
+// the traces' flush (operatorCloseTime). Only closing the store has no
+// deadline of its own.
+func (c *serveConfig) exitWithin() time.Duration {
+	d := c.shutdownGrace + streamCloseTime + operatorCloseTime
+	if c.fleet.redisURL != "" {
+		d += c.fleet.leaseRenew
+	}
+	return d
+}
 
 // idleConnTimeout is how long a kept-alive connection may wait for its next
 // request before the server closes it (http.Server.IdleTimeout).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"path/filepath"
 	"syscall"
@@ -41,6 +42,9 @@ func TestSIGTERMLetsCallsFinish(t *testing.T) {
 	if err := p1.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// The deadlines of the default --shutdown-grace (10s), the streams'
+	// close (5s) and the operator's listener's close (5s).
+	p1.WaitFor(t, `msg="shutting down" reason=signal grace=10s exit_within=20s`, 5*time.Second)
 	p1.WaitFor(t, `msg=draining reason=shutdown calls=1`, 5*time.Second)
 
 	_, err = sess.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
@@ -136,5 +140,31 @@ func TestSIGTERMGraceRunsOut(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("exit %v after SIGTERM, want about the 500ms grace", d)
+	}
+}
+
+// TestExitWithin: the exit_within of the "shutting down" line is the sum of
+// the shutdown's deadlines: --shutdown-grace, 5 s for the streams' close,
+// --lease-renew for the leases' release in a fleet, and 5 s for the
+// operator's listener and the traces' flush. The stop timeouts of deploy/
+// are checked against it.
+func TestExitWithin(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 20 * time.Second},
+		{[]string{"--shutdown-grace", "0s"}, 10 * time.Second},
+		{[]string{"--shutdown-grace", "30s"}, 40 * time.Second},
+		{[]string{"--redis", "redis://127.0.0.1:6379/0"}, 23 * time.Second},
+		{[]string{"--redis", "redis://127.0.0.1:6379/0", "--lease-renew", "1s", "--shutdown-grace", "15s"}, 26 * time.Second},
+	} {
+		fs, c := serveFlags(io.Discard)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.exitWithin(); got != tc.want {
+			t.Errorf("serve %v: exit within %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }

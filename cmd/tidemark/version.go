@@ -1,35 +1,64 @@
-package main
+// version.go holds `tidemark version` (also `tidemark --version` and
+// `tidemark serve --version`): the build this binary is, for an operator
+// asking which build an image or a host runs; the same build /healthz and
+// the tidemark_build_info gauge name (currentBuild).
 
-// `tidemark version`, `tidemark --version` and `tidemark serve --version`:
-// which build of tidemark this binary is (admin.Build).
+package main
 
 import (
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"runtime"
 
 	"github.com/tidemark-mcp/tidemark/admin"
 )
 
-// printVersion writes b for a person and for scripts, one "name: value"
-// line each: version, commit, modified, date (the commit's time) and go.
-// A value the binary does not hold reads "unknown".
-func printVersion(w io.Writer, b admin.Build) {
-	or := func(s string) string {
-		if s == "" {
-			return "unknown"
-		}
-		return s
+// version is the release this binary was built as, set when it is linked:
+// go build -ldflags "-X main.version=v1.2.0" (the Dockerfile passes its
+// VERSION build argument this way). Empty: currentBuild falls back to what
+// the go command recorded.
+var version string
+
+// currentBuild returns the build of this binary (admin.ReadBuild) with
+// Version the release the linker set, when it set one; otherwise the main
+// module's version the go command recorded (the tag with `go install
+// ...@v1.2.0`, a pseudo-version naming the commit when built in a git work
+// tree), or "(devel)" when it recorded none.
+func currentBuild() admin.Build {
+	b := admin.ReadBuild()
+	switch {
+	case version != "":
+		b.Version = version
+	case b.Version == "":
+		b.Version = "(devel)"
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintf(tw, "version:\t%s\n", or(b.Version))
-	fmt.Fprintf(tw, "commit:\t%s\n", or(b.Revision))
-	modified := "unknown"
+	if b.GoVersion == "" {
+		b.GoVersion = runtime.Version()
+	}
+	return b
+}
+
+// printVersion writes versionLine(currentBuild()).
+func printVersion(w io.Writer) {
+	fmt.Fprint(w, versionLine(currentBuild(), runtime.GOOS+"/"+runtime.GOARCH))
+}
+
+// versionLine is one line, "tidemark VERSION GOVERSION OS/ARCH", followed,
+// when the go command recorded the commit (a build with version control;
+// never the image's, built without .git), by " (commit REVISION, DATE)",
+// with ", modified" after the revision when the work tree had changes not
+// committed. DATE is the commit's time, RFC 3339.
+func versionLine(b admin.Build, platform string) string {
+	line := fmt.Sprintf("tidemark %s %s %s", b.Version, b.GoVersion, platform)
 	if b.Revision != "" {
-		modified = fmt.Sprint(b.Modified)
+		line += " (commit " + b.Revision
+		if b.Modified {
+			line += ", modified"
+		}
+		if b.Time != "" {
+			line += ", " + b.Time
+		}
+		line += ")"
 	}
-	fmt.Fprintf(tw, "modified:\t%s\n", modified)
-	fmt.Fprintf(tw, "date:\t%s\n", or(b.Time))
-	fmt.Fprintf(tw, "go:\t%s\n", or(b.GoVersion))
-	tw.Flush()
+	return line + "\n"
 }

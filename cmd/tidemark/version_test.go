@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os/exec"
 	"regexp"
@@ -13,31 +14,54 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
-// TestVersion: `tidemark version`, `tidemark --version` and `tidemark
-// serve --version` print the same five lines, exit 0; a test binary holds
-// no commit (the toolchain embeds none without version control), so those
-// read unknown.
+// TestVersion: `tidemark version` prints the release the linker set
+// (-X main.version), the Go release and the platform on one line; without
+// one it prints the version the go command recorded, which for a test
+// binary is "(devel)". `tidemark --version` and `tidemark serve --version`
+// print the same. The Dockerfile's build is checked to set it by
+// deploy/check.
 func TestVersion(t *testing.T) {
-	bin := testenv.BuildTidemark(t)
-	want := "version:  (devel)\ncommit:   unknown\nmodified: unknown\ndate:     unknown\ngo:       " + runtime.Version() + "\n"
-	for _, args := range [][]string{{"version"}, {"--version"}, {"serve", "--version"}} {
-		out, err := exec.Command(bin, args...).Output()
-		if err != nil || string(out) != want {
-			t.Errorf("tidemark %v: %v, stdout:\n%s\nwant:\n%s", args, err, out, want)
+	platform := " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+	for _, tc := range []struct {
+		linked string
+		args   []string
+		want   string
+	}{
+		{"", []string{"version"}, "tidemark (devel)" + platform},
+		{"v1.4.0", []string{"version"}, "tidemark v1.4.0" + platform},
+		{"v1.4.0-rc.1", []string{"--version"}, "tidemark v1.4.0-rc.1" + platform},
+		{"v1.4.0", []string{"serve", "--version"}, "tidemark v1.4.0" + platform},
+	} {
+		version = tc.linked
+		var out, errb bytes.Buffer
+		code := run(tc.args, &out, &errb)
+		if code != 0 || out.String() != tc.want || errb.Len() != 0 {
+			t.Errorf("linked %q, tidemark %v: exit %d, stdout %q, stderr %q; want exit 0 and %q", tc.linked, tc.args, code, out.String(), errb.String(), tc.want)
 		}
 	}
-	var stdout strings.Builder
-	printVersion(&stdout, admin.BuildOf(&debug.BuildInfo{
+	version = ""
+}
+
+// TestVersionOfACheckout: a binary built with version control (the go
+// command records vcs.revision, vcs.time and vcs.modified) names its
+// commit, whether the work tree was modified, and the commit's date.
+func TestVersionOfACheckout(t *testing.T) {
+	b := admin.BuildOf(&debug.BuildInfo{
 		GoVersion: "go1.26.8",
-		Main:      debug.Module{Path: "github.com/tidemark-mcp/tidemark", Version: "v1.2.3"},
+		Main:      debug.Module{Path: "github.com/tidemark-mcp/tidemark", Version: "v0.0.0-20261206005533-40aecafd7b91+dirty"},
 		Settings: []debug.BuildSetting{
 			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "40aecafd7b910c398eb60a709f2e43068fb44d8b"},
 			{Key: "vcs.time", Value: "2026-12-06T00:55:33Z"}, {Key: "vcs.modified", Value: "true"},
 		},
-	}))
-	want = "version:  v1.2.3\ncommit:   40aecafd7b910c398eb60a709f2e43068fb44d8b\nmodified: true\ndate:     2026-12-06T00:55:33Z\ngo:       go1.26.8\n"
-	if stdout.String() != want {
-		t.Errorf("a build from a checkout prints:\n%s\nwant:\n%s", stdout.String(), want)
+	})
+	want := "tidemark v0.0.0-20261206005533-40aecafd7b91+dirty go1.26.8 linux/amd64 (commit 40aecafd7b910c398eb60a709f2e43068fb44d8b, modified, 2026-12-06T00:55:33Z)\n"
+	if got := versionLine(b, "linux/amd64"); got != want {
+		t.Errorf("a build from a modified checkout prints %q, want %q", got, want)
+	}
+	b.Modified = false
+	want = "tidemark v0.0.0-20261206005533-40aecafd7b91+dirty go1.26.8 linux/amd64 (commit 40aecafd7b910c398eb60a709f2e43068fb44d8b, 2026-12-06T00:55:33Z)\n"
+	if got := versionLine(b, "linux/amd64"); got != want {
+		t.Errorf("a build from a clean checkout prints %q, want %q", got, want)
 	}
 }
 

@@ -40,12 +40,15 @@ const (
 	// redis-tools, installed with redis-server), which
 	// internal/redistest.StartCluster runs to create a cluster.
 	RedisCLI = "redis-cli"
+	// SystemdAnalyze is the systemd-analyze executable on PATH (Debian
+	// package systemd), which checks deploy/systemd's unit.
+	SystemdAnalyze = "systemd-analyze"
 )
 
 // Need checks, in order, that each of tools (NodeJS, NPMPackages,
-// RedisServer, RedisSentinel, RedisCLI, Prometheus) is installed, and
-// ends the test at the first that is not:
-// t.Skip with how to install it, or t.Fatal when $CI is set. A test that
+// RedisServer, RedisSentinel, RedisCLI, Prometheus, SystemdAnalyze) is
+// installed, and ends the test at the first that is not: t.Skip with how
+// to install it, or t.Fatal when $CI is set. A test that
 // needs a tool calls it first, before any work. An unknown tool name is a
 // bug in the test: t.Fatal.
 func Need(t testing.TB, tools ...string) {
@@ -67,8 +70,12 @@ func Need(t testing.TB, tools ...string) {
 					missing(t, "%s is not installed (not found in PATH): install it with `apt-get install -y prometheus` (scripts/deps.sh does this)", cmd)
 				}
 			}
+		case SystemdAnalyze:
+			if _, err := exec.LookPath(tool); err != nil {
+				missing(t, "%s is not installed (not found in PATH): install it with `apt-get install -y systemd` (scripts/deps.sh does this)", tool)
+			}
 		default:
-			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q, %q, %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer, RedisSentinel, RedisCLI, Prometheus)
+			t.Fatalf("testenv: Need: unknown tool %q (want %q, %q, %q, %q, %q, %q or %q)", tool, NodeJS, NPMPackages, RedisServer, RedisSentinel, RedisCLI, Prometheus, SystemdAnalyze)
 		}
 	}
 }
