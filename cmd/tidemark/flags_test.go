@@ -43,6 +43,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 		"probe": {
 			"tool": "", "args": "[]", "retention-events": "x", "storm": "x", "json": "maybe", "timeout": "5",
 		},
+		"ready": {"metrics-addr": "9464", "timeout": "5"},
 		"inspect": {
 			"metrics-addr": "9464", "recent": "x", "json": "maybe", "timeout": "5",
 			"fleet": "maybe", "redis": "notaurl://", "redis-password-file": dir,
@@ -55,7 +56,8 @@ func commandFlags() map[string]*flag.FlagSet {
 	serveFS, _ := serveFlags(io.Discard)
 	probeFS, _ := probeFlags(io.Discard)
 	inspectFS, _ := inspectFlags(io.Discard)
-	return map[string]*flag.FlagSet{"serve": serveFS, "probe": probeFS, "inspect": inspectFS}
+	readyFS, _ := readyFlags(io.Discard)
+	return map[string]*flag.FlagSet{"serve": serveFS, "probe": probeFS, "inspect": inspectFS, "ready": readyFS}
 }
 
 // runBinary runs the tidemark binary with args (and env added to its
@@ -86,7 +88,7 @@ func runBinary(t *testing.T, env []string, args ...string) (int, string) {
 }
 
 // TestEveryFlagRefusesInOneLine: a bad value of any flag of tidemark
-// serve, probe and inspect exits 2 with exactly one line on stderr, which
+// serve, probe, inspect and ready exits 2 with exactly one line on stderr, which
 // names the command, the flag and what the flag accepts ("want ..."),
 // never the whole usage text (regression: --log-level LOUD printed every
 // flag's help).
@@ -108,7 +110,7 @@ func TestEveryFlagRefusesInOneLine(t *testing.T) {
 				}
 			case "probe":
 				args = append(args, "http://127.0.0.1:9/mcp")
-			case "inspect":
+			case "inspect", "ready":
 				if f.Name != "metrics-addr" {
 					args = append(args, "--metrics-addr=127.0.0.1:9")
 				}
