@@ -37,6 +37,8 @@ type Options struct {
 	Ready []func(ctx context.Context) error
 	// Sessions answers the inspector; nil: /debug/sessions answers 404.
 	Sessions Inspector
+	// Build is the build /healthz names; nil: /healthz names none.
+	Build *Build
 }
 
 // NotReadyError says why a readiness check failed: Reason is the word of
@@ -55,7 +57,8 @@ func (e *NotReadyError) Error() string { return string(e.Reason) + ": " + e.Err.
 func (e *NotReadyError) Unwrap() error { return e.Err }
 
 // Handler returns the listener's handler. Every answer is JSON except
-// /metrics (Prometheus text or OpenMetrics, as the scraper asks). Its
+// /metrics (Prometheus text or OpenMetrics, as the scraper asks); /healthz
+// answers 200 {"status": "ok"}, with "build" (Options.Build) when set. Its
 // endpoints serve GET (and HEAD); another method gets 405 with Allow (RFC
 // 9110, section 15.5.6), an unknown path 404.
 func Handler(opts Options) http.Handler {
@@ -65,8 +68,12 @@ func Handler(opts Options) http.Handler {
 		// does), the text format 0.0.4 otherwise.
 		mux.Handle("/metrics", onlyGET(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})))
 	}
+	health := map[string]any{"status": "ok"}
+	if opts.Build != nil {
+		health["build"] = opts.Build
+	}
 	mux.Handle("/healthz", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+		writeJSON(w, http.StatusOK, health)
 	})))
 	mux.Handle("/readyz", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		serveReady(w, r, opts.Ready)

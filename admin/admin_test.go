@@ -4,6 +4,7 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -202,6 +203,27 @@ func TestEndpointsAllowGETOnly(t *testing.T) {
 		}
 		if resp.StatusCode != tc.status || resp.Header.Get("Allow") != tc.allow || compact.String() != tc.body {
 			t.Errorf("%s %s: %d Allow %q %s; want %d Allow %q %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), compact.String(), tc.status, tc.allow, tc.body)
+		}
+	}
+}
+
+// TestHealthzNamesTheBuild: with Options.Build, /healthz answers the
+// build beside its status; without, its status alone.
+func TestHealthzNamesTheBuild(t *testing.T) {
+	b := admin.Build{Version: "v1.2.3", Revision: "40aecafd7b910c398eb60a709f2e43068fb44d8b", Time: "2026-12-06T00:55:33Z", Modified: true, GoVersion: "go1.26.8"}
+	for _, tc := range []struct {
+		build *admin.Build
+		want  string
+	}{
+		{&b, `{"build":{"version":"v1.2.3","revision":"40aecafd7b910c398eb60a709f2e43068fb44d8b","time":"2026-12-06T00:55:33Z","modified":true,"go_version":"go1.26.8"},"status":"ok"}`},
+		{nil, `{"status":"ok"}`},
+	} {
+		srv := httptest.NewServer(admin.Handler(admin.Options{Build: tc.build}))
+		code, body := get(t, srv.URL+"/healthz")
+		srv.Close()
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(body)); err != nil || code != 200 || compact.String() != tc.want {
+			t.Errorf("/healthz = %d %s, want 200 %s", code, body, tc.want)
 		}
 	}
 }

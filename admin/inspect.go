@@ -85,3 +85,50 @@ type Stream struct {
 	// reader per stream).
 	Readers int `json:"readers"`
 }
+
+// Fleet is what tidemark inspect --fleet reads from a fleet's Redis: the
+// replicas of the directory and the session records, whichever replica
+// owns them (package store/redis: Replicas, EachSession).
+type Fleet struct {
+	// Replicas are the replicas in the directory, by ID, then the owners
+	// of sessions that are not in it (URL empty): stopped or dead
+	// replicas whose leases other replicas take over.
+	Replicas []FleetReplica `json:"replicas"`
+	// Count is the number of session records in Redis (those matching the
+	// token prefix, when one is given).
+	Count int `json:"count"`
+	// Sessions are the most recently used of them, most recent first (all
+	// of those matching a token prefix).
+	Sessions []FleetSession `json:"sessions"`
+}
+
+// FleetReplica is one replica of a Fleet.
+type FleetReplica struct {
+	// ID is the replica's ID; "" for the sessions that no replica owns.
+	ID string `json:"id"`
+	// URL is where it serves MCP; "" when it is not in the directory.
+	URL string `json:"url"`
+	// TTLSeconds is how long its directory entry lasts unless renewed, in
+	// seconds; 0 when it is not in the directory.
+	TTLSeconds float64 `json:"ttl_seconds"`
+	// Sessions is the number of session records it owns (of Fleet.Count).
+	Sessions int `json:"sessions"`
+}
+
+// FleetSession is one session record of a Fleet.
+type FleetSession struct {
+	// Session is the token's first 8 characters (never the whole token).
+	Session string `json:"session"`
+	// Owner is the replica that holds its live state ("" for none), and
+	// Generation that state's generation (its fencing token).
+	Owner      string `json:"owner"`
+	Generation uint64 `json:"generation"`
+	// LeaseExpiry is when the owner's lease lapses unless renewed; absent
+	// for a claim that lasts as long as the owner process.
+	LeaseExpiry *time.Time `json:"lease_expiry,omitempty"`
+	// Created is when the session was created.
+	Created time.Time `json:"created"`
+	// IdleSeconds is the time since the session's latest request recorded
+	// in Redis, in seconds.
+	IdleSeconds float64 `json:"idle_seconds"`
+}

@@ -16,11 +16,17 @@ const (
 	Unknown Status = iota
 	// Live: the session exists and may be served.
 	Live
-	// Evicted: ended by idle timeout, capacity pressure or DELETE; the token is
-	// kept as a tombstone so it keeps answering 404.
+	// Evicted: ended by the server (idle timeout, capacity pressure, the
+	// retention budget, a shutdown); the token is kept as a tombstone so it
+	// keeps answering 404.
 	Evicted
 	// Superseded: replaced by a newer session; the token is dead.
 	Superseded
+	// Deleted: ended by the client's DELETE; the token is kept as a
+	// tombstone so it keeps answering 404. It is told apart from Evicted
+	// so that a client learns the session ended at its own request, not
+	// at the server's.
+	Deleted
 )
 
 // String returns the lowercase name used in logs.
@@ -32,17 +38,39 @@ func (s Status) String() string {
 		return "evicted"
 	case Superseded:
 		return "superseded"
+	case Deleted:
+		return "deleted"
 	default:
 		return "unknown"
+	}
+}
+
+// EndedStatus returns the status of a token whose tombstone holds the end
+// reason r (store.EndReason, a word of this catalogue): Deleted for
+// ReasonDeleted, Superseded for ReasonSuperseded, and Evicted for every
+// other reason, the empty one included (a tombstone that does not say why:
+// the server ended the session).
+func EndedStatus(r Reason) Status {
+	switch r {
+	case ReasonDeleted:
+		return Deleted
+	case ReasonSuperseded:
+		return Superseded
+	default:
+		return Evicted
 	}
 }
 
 // NotFoundMessage returns the message of the 404 session_not_found a
 // token whose status is s answers, whatever the request's method: it names
 // the status in the words of the vocabulary (DESIGN.md, "Vocabulary"):
-// unknown, evicted or superseded, and what the client does next. It names
-// no part of the token: the request that gets it may not hold the token.
+// unknown, evicted or superseded, and deleted for a session the client
+// ended itself, and what the client does next. It names no part of the
+// token: the request that gets it may not hold the token.
 func (s Status) NotFoundMessage() string {
+	if s == Deleted {
+		return "session is deleted: it was ended by DELETE; send initialize to start a new session"
+	}
 	return "session is " + s.String() + ": send initialize to start a new session"
 }
 
@@ -94,7 +122,8 @@ const (
 	Replay Outcome = iota
 	// SessionRequired: no Mcp-Session-Id header (400).
 	SessionRequired
-	// SessionNotFound: token unknown, evicted, tombstoned or superseded (404).
+	// SessionNotFound: token unknown, evicted, deleted, tombstoned or
+	// superseded (404).
 	SessionNotFound
 	// CursorMalformed: Last-Event-ID does not parse, names another session,
 	// or names a stream the event at its sequence does not belong to (400).

@@ -357,6 +357,10 @@ const (
 	// over maxmemory Redis may evict a session's record (the session then
 	// answers 404) or its event log (its events are lost).
 	ReasonUnsafeEviction Reason = "unsafe_eviction"
+	// ReasonAmbiguousKey: two keys of a requestState key ring start to
+	// seal at the same time, so which of them seals depends on their order
+	// in each replica's ring.
+	ReasonAmbiguousKey Reason = "ambiguous_key"
 	// ReasonReplicaIDInUse: another live replica announces this replica ID.
 	ReasonReplicaIDInUse Reason = "replica_id_in_use"
 	// ReasonSignal: the process received a stop signal.

@@ -23,8 +23,8 @@ const (
 	otherToken = "another-session-token"
 )
 
-// TestDataDriven runs the cases in testdata/: the decision table (decide) and
-// the cursor grammar (parse).
+// TestDataDriven runs the cases in testdata/: the decision table (decide),
+// the cursor grammar (parse) and the status of an ended session (ended).
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -33,6 +33,8 @@ func TestDataDriven(t *testing.T) {
 				return runParse(d)
 			case "decide":
 				return runDecide(t, d)
+			case "ended":
+				return runEnded(d)
 			default:
 				t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 				return ""
@@ -78,6 +80,7 @@ func runDecide(t *testing.T, d *datadriven.TestData) string {
 		case "status":
 			in.Session.Status = map[string]replay.Status{
 				"live": replay.Live, "evicted": replay.Evicted, "superseded": replay.Superseded, "unknown": replay.Unknown,
+				"deleted": replay.Deleted,
 			}[val]
 		case "gen":
 			in.Session.Generation = num()
@@ -118,6 +121,22 @@ func runDecide(t *testing.T, d *datadriven.TestData) string {
 		out += fmt.Sprintf(" %s=%v", k, data[k])
 	}
 	return out + "\n"
+}
+
+// runEnded prints, for each end reason of the input (one a line, "-" for
+// the empty reason), the status its tombstone means and that status's 404
+// message.
+func runEnded(d *datadriven.TestData) string {
+	var b strings.Builder
+	for _, line := range strings.Split(d.Input, "\n") {
+		r := replay.Reason(line)
+		if line == "-" {
+			r = ""
+		}
+		st := replay.EndedStatus(r)
+		fmt.Fprintf(&b, "%s: %s: %s\n", line, st, st.NotFoundMessage())
+	}
+	return b.String()
 }
 
 // TestParseHostile covers inputs that cannot be written in testdata lines:

@@ -150,6 +150,42 @@ func (r *Ring) IDs() []string {
 	return ids
 }
 
+// SameStart returns the keys that start to seal at the same time as
+// another key of the ring: one group per such time, each group the
+// hexadecimal IDs in ring order and the time (zero: no not-before time,
+// the key has always sealed). Among such keys the later in the ring seals
+// (see sealing), so two replicas whose rings list them in another order
+// seal with different keys; each still opens the other's states.
+func (r *Ring) SameStart() []KeyGroup {
+	var groups []KeyGroup
+	at := make(map[time.Time]int) // not-before time -> index in groups
+	for _, k := range r.keys {
+		nb := k.notBefore.UTC()
+		i, ok := at[nb]
+		if !ok {
+			i = len(groups)
+			at[nb] = i
+			groups = append(groups, KeyGroup{NotBefore: nb})
+		}
+		groups[i].IDs = append(groups[i].IDs, hex.EncodeToString(k.id[:]))
+	}
+	out := groups[:0]
+	for _, g := range groups {
+		if len(g.IDs) > 1 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// KeyGroup is a set of keys of a ring that start to seal at one time.
+type KeyGroup struct {
+	// IDs are the keys' hexadecimal IDs, in ring order.
+	IDs []string
+	// NotBefore is when they start to seal; zero: always.
+	NotBefore time.Time
+}
+
 // SealingID returns the hexadecimal ID of the key that seals at now.
 func (r *Ring) SealingID(now time.Time) string {
 	k := r.sealing(now)

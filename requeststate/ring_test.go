@@ -146,3 +146,34 @@ func mustParse(t *testing.T, text string) *requeststate.Ring {
 	}
 	return r
 }
+
+// TestSameStart: SameStart groups the keys that start to seal at one time
+// (equal instants in any offset, or no not-before time), in ring order,
+// and leaves out the keys whose start is their own.
+func TestSameStart(t *testing.T) {
+	const keyC = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI="
+	idB, idC := mustParse(t, keyBStd).IDs()[0], mustParse(t, keyC).IDs()[0]
+	at := time.Date(2026, 11, 7, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, text string
+		want       []requeststate.KeyGroup
+	}{
+		{"distinct", keyAStd + "\n" + keyBStd + " 2026-11-07T12:00:00Z", nil},
+		{"one key", keyAStd, nil},
+		{"both without a time", keyAStd + "\n" + keyBStd, []requeststate.KeyGroup{{IDs: []string{idA, idB}}}},
+		{"same instant, two offsets", keyAStd + "\n" + keyBStd + " 2026-11-07T12:00:00Z\n" + keyC + " 2026-11-07T13:00:00+01:00",
+			[]requeststate.KeyGroup{{IDs: []string{idB, idC}, NotBefore: at}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mustParse(t, tc.text).SameStart()
+			if len(got) != len(tc.want) {
+				t.Fatalf("SameStart = %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if !slices.Equal(got[i].IDs, tc.want[i].IDs) || !got[i].NotBefore.Equal(tc.want[i].NotBefore) {
+					t.Errorf("SameStart = %+v, want %+v", got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -49,7 +49,8 @@ func (s *slowEnd) Claim(ctx context.Context, token, owner string, from uint64, l
 // TestEndingSessionAnswersEnded: while the store ends a session's record
 // (its End held open by the test), the session has left the registry but
 // its record is still live. A request in that gap finds the session ended
-// with the end's reason (Get: *store.EndedError; Status: Evicted) and
+// with the end's reason (Get: *store.EndedError; Status: Deleted after
+// DELETE, Evicted after an eviction) and
 // never re-creates it at generation 2; once the end completes, the store
 // holds the tombstone and the registry holds nothing. Both ways a session
 // ends are covered: End (DELETE), and eviction to make room at
@@ -58,12 +59,13 @@ func TestEndingSessionAnswersEnded(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		reason store.EndReason
+		status replay.Status
 		end    func(reg *session.Registry, token string) error
 	}{
-		{"deleted", store.EndDeleted, func(reg *session.Registry, token string) error {
+		{"deleted", store.EndDeleted, replay.Deleted, func(reg *session.Registry, token string) error {
 			return reg.End(context.Background(), token, store.EndDeleted)
 		}},
-		{"capacity", store.EndCapacity, func(reg *session.Registry, token string) error {
+		{"capacity", store.EndCapacity, replay.Evicted, func(reg *session.Registry, token string) error {
 			l, err := reg.Create(context.Background(), "")
 			if err == nil {
 				err = reg.End(context.Background(), l.Token(), store.EndDeleted)
@@ -95,8 +97,8 @@ func TestEndingSessionAnswersEnded(t *testing.T) {
 				t.Errorf("Get during the end: live generation %d, error %v; want a *store.EndedError, reason %s", gen, err, tc.reason)
 			}
 			status, _, err := reg.Status(ctx, tok)
-			if status != replay.Evicted || err != nil {
-				t.Errorf("Status during the end = %v, %v; want evicted", status, err)
+			if status != tc.status || err != nil {
+				t.Errorf("Status during the end = %v, %v; want %v", status, err, tc.status)
 			}
 
 			close(st.release)

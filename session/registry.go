@@ -390,8 +390,8 @@ func (r *Registry) closeInBackground(l *Live, reason replay.Reason) {
 }
 
 // Status returns what the registry knows of token for the replay decision,
-// without starting anything: Live with the record's generation, Evicted or
-// Superseded for a tombstone or a session whose end has begun (End),
+// without starting anything: Live with the record's generation, Deleted,
+// Evicted or Superseded for a tombstone or a session whose end has begun (End),
 // Unknown otherwise (see StatusOf). Errors are
 // the store's (store.ErrUnavailable).
 func (r *Registry) Status(ctx context.Context, token string) (replay.Status, store.Record, error) {
@@ -412,8 +412,8 @@ func (r *Registry) Status(ctx context.Context, token string) (replay.Status, sto
 // StatusOf returns the session status (replay.Status, row 2 of the table;
 // DESIGN.md, "The replay decision") that an error of Get or Status means:
 // nil is Live, ErrNotFound (or store.ErrNotFound) is Unknown, and an ended
-// session (ErrEnded, a *store.EndedError) is Superseded when it ended as
-// store.EndSuperseded and Evicted otherwise. For any other error
+// session (ErrEnded, a *store.EndedError) is what its end reason means
+// (replay.EndedStatus: Deleted, Superseded or Evicted). For any other error
 // (ErrForbidden, ErrClosed, a *fleet.RemoteError, the store's errors) ok is
 // false: it says nothing of the session, and the caller reports it as it
 // is.
@@ -423,10 +423,7 @@ func StatusOf(err error) (st replay.Status, ok bool) {
 	case err == nil:
 		return replay.Live, true
 	case errors.As(err, &ended):
-		if ended.Reason == store.EndSuperseded {
-			return replay.Superseded, true
-		}
-		return replay.Evicted, true
+		return replay.EndedStatus(replay.Reason(ended.Reason)), true
 	case errors.Is(err, store.ErrEnded):
 		return replay.Evicted, true // ended, and the error does not say why
 	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):

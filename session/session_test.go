@@ -401,7 +401,7 @@ func TestStatusOf(t *testing.T) {
 		ok    bool
 	}{
 		{live.Token(), replay.Live, true},
-		{deleted.Token(), replay.Evicted, true},
+		{deleted.Token(), replay.Deleted, true},
 		{superseded.Token(), replay.Superseded, true},
 		{session.NewToken(), replay.Unknown, true},
 		{bound.Token(), replay.Unknown, false}, // ErrForbidden

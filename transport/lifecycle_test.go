@@ -48,8 +48,9 @@ func wantGone(t *testing.T, ctx context.Context, s *mcptest.Session, cursor stri
 // with the same reason, code and message whatever the request's method
 // (POST of a call or a notification, GET, GET with Last-Event-ID,
 // DELETE), the message naming the state the registry knows it in: unknown
-// (never issued, or a value holding a live token twice), evicted
-// (deleted) or superseded. No 404 names any part of a session token.
+// (never issued, or a value holding a live token twice), deleted (ended
+// by DELETE, which no eviction is) or superseded. No 404 names any part
+// of a session token.
 func TestNotFoundIsOneMessagePerState(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
@@ -74,7 +75,7 @@ func TestNotFoundIsOneMessagePerState(t *testing.T) {
 			"session is unknown: send initialize to start a new session"},
 		{"a live token twice", st.client.SessionFor(live.Token+","+live.Token, "2025-11-25"), liveCursor,
 			"session is unknown: send initialize to start a new session"},
-		{"deleted", deleted, deletedCursor, "session is evicted: send initialize to start a new session"},
+		{"deleted", deleted, deletedCursor, "session is deleted: it was ended by DELETE; send initialize to start a new session"},
 		{"superseded", superseded, supersededCursor, "session is superseded: send initialize to start a new session"},
 	}
 	secrets := []string{live.Token, deleted.Token, superseded.Token, replacement}
@@ -131,8 +132,8 @@ func TestDelete(t *testing.T) {
 	wantEOF(t, g)
 	wantGone(t, ctx, s, evs[1].ID)
 	status, _, err := st.h.Registry().Status(ctx, s.Token)
-	if err != nil || status != replay.Evicted {
-		t.Fatalf("status after DELETE = %v, %v; want evicted (tombstone)", status, err)
+	if err != nil || status != replay.Deleted {
+		t.Fatalf("status after DELETE = %v, %v; want deleted (tombstone)", status, err)
 	}
 	// Other sessions are untouched.
 	countdown(t, ctx, keep, 2, 2, "k")

@@ -43,7 +43,13 @@ func operatorFlags(fs *flag.FlagSet, c *operatorConfig) {
 // check refuses an operator's listener on the MCP listener's address
 // mcpAddr (port 0 excepted: each listener gets a port of its own).
 func (c operatorConfig) check(mcpAddr string) error {
-	if c.addr != "" && c.addr == mcpAddr && !strings.HasSuffix(mcpAddr, ":0") {
+	if c.addr == "" {
+		return nil
+	}
+	if err := checkHostPort("metrics-addr", c.addr); err != nil {
+		return err
+	}
+	if c.addr == mcpAddr && !strings.HasSuffix(mcpAddr, ":0") {
 		return fmt.Errorf("--metrics-addr %s: the operator's listener must not be the MCP listener (--addr); choose another port", c.addr)
 	}
 	return nil
@@ -90,6 +96,10 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 		return o, err
 	}
 	o.rec = rec
+	build := currentBuild()
+	if err := prom.RegisterBuildInfo(o.reg, build.Version, build.Revision, build.GoVersion); err != nil {
+		return o, err
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return o, fmt.Errorf("--metrics-addr: listen on %s: %v (choose another address)", c.addr, err)
@@ -97,7 +107,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 	// The MCP listener's Host and Origin checks keep a page of a foreign
 	// origin (DNS rebinding) from reading metrics and token prefixes.
 	h := transport.GuardOriginAndHost(admin.Handler(admin.Options{
-		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o,
+		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o, Build: &build,
 	}), transport.Options{Logger: logger})
 	o.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 	go func() {

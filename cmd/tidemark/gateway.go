@@ -23,6 +23,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
@@ -44,7 +45,8 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 		name, value, ok := strings.Cut(s, ":")
 		name = strings.TrimSpace(name)
 		if !ok || name == "" || strings.ContainsAny(name, " \t") {
-			return fmt.Errorf("want NAME: VALUE, not %q", s)
+			// The value is not repeated: it may hold a credential.
+			return errors.New(`want NAME: VALUE, e.g. "Authorization: Bearer TOKEN"`)
 		}
 		c.header.Add(name, strings.TrimSpace(value))
 		return nil
@@ -74,6 +76,14 @@ func (c *upstreamConfig) check(stdioMode bool) error {
 		return errors.New("--upstream and --stdio exclude each other: serve one MCP server")
 	case c.connectTimeout <= 0 || c.timeout <= 0 || c.resumeTimeout <= 0:
 		return errors.New("--upstream-connect-timeout, --upstream-timeout and --upstream-resume-timeout must be positive")
+	}
+	if err := checkHTTPURL("upstream", c.url, "an MCP endpoint, e.g. http://127.0.0.1:3001/mcp"); err != nil {
+		return err
+	}
+	// The engine refuses headers the gateway sets itself; asked now, it
+	// says so before anything listens. It holds no connection yet.
+	if _, err := upstream.New(upstream.Options{URL: c.url, Header: c.header, Forward: c.forward}); err != nil {
+		return err
 	}
 	return nil
 }
@@ -118,7 +128,7 @@ func (c *upstreamConfig) notSelf(ln net.Addr) error {
 			(listen.IP.IsUnspecified() && (ip.IsLoopback() || local[ip]))
 		if self {
 			return fmt.Errorf("--upstream %s is this server's own address (it listens on %s): every request would come back to it without end; "+
-				"point --upstream at the MCP server to front (e.g. --upstream http://127.0.0.1:3001/mcp), or give --addr another port", c.url, ln)
+				"point --upstream at the MCP server to front (e.g. --upstream http://127.0.0.1:3001/mcp), or give --addr another port", redact.URL(c.url), ln)
 		}
 	}
 	return nil
@@ -182,7 +192,7 @@ func (c *serveConfig) servedAttrs(fs *flag.FlagSet) []any {
 	case c.stdio:
 		return []any{"stdio", fs.Arg(0)}
 	case c.upstream.url != "":
-		return []any{"upstream", c.upstream.url}
+		return []any{"upstream", redact.URL(c.upstream.url)}
 	}
 	return nil
 }

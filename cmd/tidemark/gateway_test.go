@@ -19,10 +19,10 @@ func TestServeUpstreamUsage(t *testing.T) {
 		{[]string{"--upstream", up, "--stdio", "--", "cat"}, "--upstream and --stdio exclude each other"},
 		{[]string{"--upstream-header", "X-A: b"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
 		{[]string{"--upstream-forward-header", "Authorization"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
-		{[]string{"--upstream", up, "--upstream-header", "no colon"}, `want NAME: VALUE, not "no colon"`},
+		{[]string{"--upstream", up, "--upstream-header", "no colon"}, `tidemark serve: --upstream-header: want NAME: VALUE, e.g. "Authorization: Bearer TOKEN"`},
 		{[]string{"--upstream", up, "--upstream-forward-header", "A: b"}, `want a header name, not "A: b"`},
 		{[]string{"--upstream", up, "--upstream-timeout", "0s"}, "must be positive"},
-		{[]string{"--upstream", "ftp://127.0.0.1/mcp"}, `URL "ftp://127.0.0.1/mcp": want an absolute http:// or https:// URL`},
+		{[]string{"--upstream", "ftp://127.0.0.1/mcp"}, `--upstream "ftp://127.0.0.1/mcp": want an absolute http:// or https:// URL`},
 		{[]string{"--upstream", up, "--upstream-forward-header", "Mcp-Session-Id"}, "header Mcp-Session-Id is set by the gateway itself"},
 	} {
 		var stderr bytes.Buffer

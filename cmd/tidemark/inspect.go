@@ -6,7 +6,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,20 +20,26 @@ import (
 
 // inspectConfig holds the flags of `tidemark inspect`.
 type inspectConfig struct {
-	metricsAddr string
-	recent      int
-	json        bool
-	timeout     time.Duration
+	metricsAddr   string
+	recent        int
+	json          bool
+	timeout       time.Duration
+	fleet         bool   // --fleet: read every replica's sessions from --redis
+	redisURL      string // --redis, as given
+	redisPassFile string // --redis-password-file
 }
 
 func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 	c := &inspectConfig{}
 	fs := flag.NewFlagSet("tidemark inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to inspect (host:port; required)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to inspect (host:port or http:// URL; required without --fleet)")
 	fs.IntVar(&c.recent, "recent", admin.DefaultRecent, "without a token prefix: how many of the most recently used sessions to list (sessions)")
 	fs.BoolVar(&c.json, "json", false, "print the inspector's JSON answer as it is")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server (duration)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server, or on reading Redis with --fleet (duration)")
+	fs.BoolVar(&c.fleet, "fleet", false, "list the sessions of every replica of a fleet, with their owner, generation and lease, read from the fleet's Redis (--redis) instead of one server's listener")
+	fs.StringVar(&c.redisURL, "redis", "", "with --fleet: the fleet's Redis, as tidemark serve --redis names it, or host:port for redis://HOST:PORT/0 (URL or host:port)")
+	fs.StringVar(&c.redisPassFile, "redis-password-file", "", "with --fleet: file whose first line is the Redis password, as for tidemark serve; $TIDEMARK_REDIS_PASSWORD may hold the password itself (path; empty: the URL's password, if any)")
 	return fs, c
 }
 
@@ -44,15 +49,26 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 // session, 2 on a usage error.
 func inspect(args []string, stdout, stderr io.Writer) int {
 	fs, c := inspectFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if c.redisURL != "" || c.redisPassFile != "" || c.fleet {
+		if err := c.checkFleet(); err != nil {
+			fmt.Fprintf(stderr, "tidemark inspect: %v\n", err)
+			return 2
 		}
-		return 2
 	}
 	switch {
+	case c.fleet && fs.NArg() > 1:
+		fmt.Fprintf(stderr, "tidemark inspect: want at most one token prefix, got %d arguments\n", fs.NArg())
+		return 2
+	case c.fleet && c.recent < 0:
+		fmt.Fprintf(stderr, "tidemark inspect: --recent %d: want 0 or more sessions\n", c.recent)
+		return 2
+	case c.fleet:
+		return inspectFleet(c, fs.Arg(0), stdout, stderr)
 	case c.metricsAddr == "":
-		fmt.Fprintln(stderr, "tidemark inspect: --metrics-addr is required: the address tidemark serve --metrics-addr listens on, e.g. --metrics-addr 127.0.0.1:9464")
+		fmt.Fprintln(stderr, "tidemark inspect: --metrics-addr is required: want the address tidemark serve --metrics-addr listens on, e.g. --metrics-addr 127.0.0.1:9464 (or --fleet with --redis)")
 		return 2
 	case fs.NArg() > 1:
 		fmt.Fprintf(stderr, "tidemark inspect: want at most one token prefix, got %d arguments\n", fs.NArg())
@@ -61,7 +77,12 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark inspect: --recent %d: want 0 or more sessions\n", c.recent)
 		return 2
 	}
-	u := "http://" + c.metricsAddr + "/debug/sessions"
+	base, err := admin.BaseURL(c.metricsAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark inspect: --metrics-addr %q: %v\n", c.metricsAddr, err)
+		return 2
+	}
+	u := base + "/debug/sessions"
 	if fs.NArg() == 1 {
 		u += "/" + url.PathEscape(fs.Arg(0))
 	} else {
@@ -73,9 +94,7 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if status != http.StatusOK {
-		var e struct{ Error string }
-		json.Unmarshal(body, &e)
-		fmt.Fprintf(stderr, "tidemark inspect: %s answered %d: %s\n", u, status, e.Error)
+		fmt.Fprintf(stderr, "tidemark inspect: %s %s\n", u, admin.Explain(status, body, "--metrics-addr"))
 		return 1
 	}
 	if c.json {

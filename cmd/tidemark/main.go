@@ -13,11 +13,14 @@
 //	tidemark probe [flags] URL check how the MCP server at URL resumes streams
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
-//	                           (its --metrics-addr listener)
+//	                           (its --metrics-addr listener), or with --fleet
+//	                           those of every replica (the fleet's Redis)
 //	tidemark ready [flags]     exit 0 when a running tidemark serve is ready
 //	                           (its --metrics-addr listener's /readyz), 1 when
 //	                           not: a health check for images without a shell
-//	tidemark version           print the release this binary was built as
+//	tidemark version           print the release this binary was built as, its
+//	                           Go release, platform, commit and commit date
+//	                           (also --version)
 //	tidemark help              print this text
 //
 // Run `tidemark serve -h`, `tidemark probe -h`, `tidemark inspect -h` or `tidemark ready -h` for
@@ -46,11 +49,14 @@ Usage:
                            check how the MCP server at URL resumes streams
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
-                           read from its --metrics-addr listener
+                           read from its --metrics-addr listener, or with
+                           --fleet --redis URL those of every replica
   tidemark ready [flags]   exit 0 when a running tidemark serve is ready (its
                            --metrics-addr listener's /readyz), 1 when not:
                            a health check for images without a shell
-  tidemark version         print the release this binary was built as
+  tidemark version         print the release this binary was built as, its
+                           Go release, platform, commit and commit date
+                           (also: tidemark --version)
   tidemark help            print this text
 
 Run "tidemark serve -h", "tidemark probe -h", "tidemark inspect -h" or
@@ -70,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "probe":
 		return probe(args[1:], stdout, stderr)
 	case "inspect":

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,11 +48,8 @@ func probeFlags(stderr io.Writer) (*flag.FlagSet, *probeConfig) {
 // does or the probe cannot run, 2 on a usage error.
 func probe(args []string, stdout, stderr io.Writer) int {
 	fs, c := probeFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		// The flag package stops at the first argument that is not a flag,
@@ -67,9 +63,13 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if strings.TrimSpace(c.tool) == "" {
+		fmt.Fprintf(stderr, "tidemark probe: --tool %q: want the name of a tool of the server\n", c.tool)
+		return 2
+	}
 	var argsObj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(c.args), &argsObj); err != nil || argsObj == nil {
-		fmt.Fprintf(stderr, "tidemark probe: --args must be a JSON object (the tool's arguments), not %s\n", c.args)
+		fmt.Fprintf(stderr, "tidemark probe: --args %q: want a JSON object (the tool's arguments)\n", c.args)
 		return 2
 	}
 	if c.retentionEvents < 0 || c.storm < 0 || c.timeout <= 0 {

@@ -161,10 +161,10 @@ func TestProbeUsage(t *testing.T) {
 	}{
 		{nil, 2, "want one URL argument, got 0"},
 		{[]string{"http://127.0.0.1:1/mcp", "--args", `{"n":20}`}, 2, "want one URL argument, got 3: flags go before the URL (tidemark probe [flags] URL)"},
-		{[]string{"--args", "{", "http://127.0.0.1:1/mcp"}, 2, "--args must be a JSON object"},
+		{[]string{"--args", "{", "http://127.0.0.1:1/mcp"}, 2, `--args "{": want a JSON object`},
 		{[]string{"--storm", "-1", "http://127.0.0.1:1/mcp"}, 2, "must be 0 or more"},
-		{[]string{"--args", "[1]", closedURL(t)}, 2, "--args must be a JSON object"},
-		{[]string{"--args", "null", closedURL(t)}, 2, "--args must be a JSON object"},
+		{[]string{"--args", "[1]", closedURL(t)}, 2, `--args "[1]": want a JSON object`},
+		{[]string{"--args", "null", closedURL(t)}, 2, `--args "null": want a JSON object`},
 		{[]string{closedURL(t)}, 1, "the baseline call failed"},
 	} {
 		code, _, errOut := runProbe(t, tc.args...)

@@ -7,13 +7,14 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/admin"
 )
 
 // readyConfig holds the flags of `tidemark ready`.
@@ -26,7 +27,7 @@ func readyFlags(stderr io.Writer) (*flag.FlagSet, *readyConfig) {
 	c := &readyConfig{}
 	fs := flag.NewFlagSet("tidemark ready", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to check (host:port; required)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to check (host:port or http:// URL; required)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound on the request to the server (duration)")
 	return fs, c
 }
@@ -36,11 +37,8 @@ func readyFlags(stderr io.Writer) (*flag.FlagSet, *readyConfig) {
 // why: the reason and error of /readyz's body), 2 on a usage error.
 func ready(args []string, stdout, stderr io.Writer) int {
 	fs, c := readyFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	switch {
 	case c.metricsAddr == "":
@@ -53,7 +51,12 @@ func ready(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark ready: --timeout %v: want a positive duration\n", c.timeout)
 		return 2
 	}
-	u := "http://" + c.metricsAddr + "/readyz"
+	base, err := admin.BaseURL(c.metricsAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark ready: --metrics-addr %q: %v\n", c.metricsAddr, err)
+		return 2
+	}
+	u := base + "/readyz"
 	body, status, err := fetchJSON(u, c.timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark ready: %v (is tidemark serve running with --metrics-addr %s?)\n", err, c.metricsAddr)
@@ -65,7 +68,7 @@ func ready(args []string, stdout, stderr io.Writer) int {
 	}
 	var r struct{ Reason, Error string }
 	if err := json.Unmarshal(body, &r); err != nil || r.Reason == "" {
-		fmt.Fprintf(stderr, "tidemark ready: %s answered %d: %.200s\n", u, status, body)
+		fmt.Fprintf(stderr, "tidemark ready: %s %s\n", u, admin.Explain(status, body, "--metrics-addr"))
 		return 1
 	}
 	// The error of a check that names its reason starts with it

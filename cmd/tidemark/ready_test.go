@@ -50,6 +50,7 @@ func TestReady(t *testing.T) {
 		stderrNone bool
 	}{
 		{"ready", nil, []string{"--metrics-addr", addr}, 0, "ready\n", "", true},
+		{"ready, a URL", nil, []string{"--metrics-addr", "http://" + addr + "/"}, 0, "ready\n", "", true},
 		{"draining", &admin.NotReadyError{Reason: replay.ReasonShutdown, Err: errors.New("the server is shutting down")},
 			[]string{"--metrics-addr", addr}, 1, "", "tidemark ready: not ready (503): shutdown: the server is shutting down\n", false},
 		{"store down", &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: errors.New("the store cannot be reached: dial tcp: connection refused")},

@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/requeststate"
 )
 
@@ -44,6 +45,8 @@ func (c *stateConfig) check(upstream bool) error {
 		return fmt.Errorf("--request-state-ttl %v: want a positive duration", c.ttl)
 	case c.usedMax <= 0:
 		return fmt.Errorf("--request-state-used-max %d: want a positive number of states", c.usedMax)
+	case c.keysFile != "":
+		return checkFile("request-state-keys", c.keysFile, "a key ring file: one base64 32-byte key per line")
 	}
 	return nil
 }
@@ -69,8 +72,17 @@ func (c *stateConfig) sealer(logger *slog.Logger, fleet *fleetConfig) (*requests
 			"key", ring.IDs()[0])
 	} else {
 		logger.Info("request state keys", "source", source, "keys", ring.IDs(), "sealing", ring.SealingID(time.Now()))
+		for _, g := range ring.SameStart() {
+			start := "always"
+			if !g.NotBefore.IsZero() {
+				start = g.NotBefore.Format(time.RFC3339)
+			}
+			logger.Warn("request state keys start to seal at the same time: the later in each replica's ring seals, "+
+				"so replicas whose rings order them differently seal with different keys; give each key its own not-before time",
+				"reason", replay.ReasonAmbiguousKey, "keys", g.IDs, "not_before", start)
+		}
 		if c.keysFile != "" {
-			warnReadable(logger, c.keysFile)
+			warnReadable(logger, "request state key file", c.keysFile)
 		}
 	}
 	opts := requeststate.Options{TTL: c.ttl, Logger: logger}
@@ -98,10 +110,10 @@ func (c *serveConfig) requestStateSealer(logger *slog.Logger) (*requeststate.Sea
 	return c.state.sealer(logger, &c.fleet)
 }
 
-// warnReadable logs a warning when others than the file's owner may read
-// the key file.
-func warnReadable(logger *slog.Logger, path string) {
+// warnReadable logs a warning when others than the owner of the file at
+// path, which holds a secret (what names it), may read it.
+func warnReadable(logger *slog.Logger, what, path string) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		logger.Warn("the request state key file is readable by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+		logger.Warn("the "+what+" is readable by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
 	}
 }

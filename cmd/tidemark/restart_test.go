@@ -249,27 +249,29 @@ func TestRestartKill9(t *testing.T) {
 	wantRefusal(t, err, http.StatusNotFound, "session_not_found")
 }
 
-// TestServeDataDirRefused: `tidemark serve --data-dir` exits 1, before
+// TestServeDataDirRefused: `tidemark serve --data-dir` exits before
 // listening, with a message naming the directory and what to do, when the
-// directory cannot be used.
+// directory cannot be used: 1 when the store refuses it, 2 (a usage error,
+// before anything starts) for a path that is a file.
 func TestServeDataDirRefused(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	cases := []struct {
 		name    string
 		prepare func(dir string)
 		want    string
+		code    int // 1: the store refuses it; 2: a usage error, before the store opens
 	}{
 		{"newer format", func(dir string) {
 			os.MkdirAll(dir, 0o700)
 			os.WriteFile(filepath.Join(dir, "FORMAT"), []byte("tidemark-durable 9\n"), 0o600)
-		}, "data directory has a newer format: format 9, this build reads format 1: run a newer tidemark, or choose another --data-dir"},
+		}, "data directory has a newer format: format 9, this build reads format 1: run a newer tidemark, or choose another --data-dir", 1},
 		{"not a Tidemark directory", func(dir string) {
 			os.MkdirAll(dir, 0o700)
 			os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
-		}, "not a Tidemark data directory: it has files (notes.txt) but no FORMAT file: choose an empty or new directory"},
+		}, "not a Tidemark data directory: it has files (notes.txt) but no FORMAT file: choose an empty or new directory", 1},
 		{"a file, not a directory", func(dir string) {
 			os.WriteFile(dir, []byte("x"), 0o600)
-		}, "is a file, not a directory: give --data-dir a directory path"},
+		}, "is a file, not a directory: want a directory path (made if missing)", 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -278,11 +280,15 @@ func TestServeDataDirRefused(t *testing.T) {
 			p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir)
 			err := p.Wait()
 			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Fatalf("exit status %v, want 1; output:\n%s", err, p.Output())
+			if !errors.As(err, &ee) || ee.ExitCode() != c.code {
+				t.Fatalf("exit status %v, want %d; output:\n%s", err, c.code, p.Output())
 			}
 			out := p.Output()
-			if !strings.Contains(out, "tidemark serve: --data-dir: durable store: data directory "+dir) || !strings.Contains(out, c.want) || strings.Contains(out, "msg=serving") {
+			prefix := "tidemark serve: --data-dir: durable store: data directory " + dir
+			if c.code == 2 {
+				prefix = "tidemark serve: --data-dir \"" + dir + "\": "
+			}
+			if !strings.Contains(out, prefix) || !strings.Contains(out, c.want) || strings.Contains(out, "msg=serving") {
 				t.Fatalf("output:\n%s\nwant the directory %s and %q, and no serving line", out, dir, c.want)
 			}
 		})

@@ -14,10 +14,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -54,8 +56,10 @@ type serveConfig struct {
 	dataDir         string        // empty: memory store
 	operator        operatorConfig
 	fleet           fleetConfig
+	secrets         secretConfig
 	state           stateConfig
 	upstream        upstreamConfig
+	version         bool // --version: print the build and exit
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -89,11 +93,13 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	})
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
 	fleetFlags(fs, &c.fleet)
+	secretFlags(fs, &c.secrets)
 	stateFlags(fs, &c.state)
 	operatorFlags(fs, &c.operator)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
+	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
 	return fs, c
 }
 
@@ -123,8 +129,23 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 // check refuses flag values that have no meaning, rather than reading them
 // as a default: a zero limit, a path a URL cannot have, a negative wait.
 func (c *serveConfig) check() error {
+	if err := checkHostPort("addr", c.addr); err != nil {
+		return err
+	}
 	if !strings.HasPrefix(c.path, "/") || strings.ContainsAny(c.path, " \t{}") {
 		return fmt.Errorf("--path %q: want a URL path starting with / (no spaces or braces), e.g. /mcp", c.path)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	}
+	if fi, err := os.Stat(c.dataDir); c.dataDir != "" && err == nil && !fi.IsDir() {
+		return fmt.Errorf("--data-dir %q: is a file, not a directory: want a directory path (made if missing)", c.dataDir)
+	}
+	if err := c.fleet.checkValues(); err != nil {
+		return err
+	}
+	if err := c.redisPassword(os.LookupEnv); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -175,27 +196,38 @@ func (c *serveConfig) check() error {
 	return c.state.check(c.upstream.url != "")
 }
 
-func serve(args []string, stderr io.Writer) int {
+func serve(args []string, stdout, stderr io.Writer) int {
 	fs, c := serveFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if c.version {
+		printVersion(stdout)
+		return 0
+	}
+	fromEnv, err := applyEnv(fs, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
 		return 2
 	}
+	// The error lines name the variable of a flag the environment set.
+	errOut := &annotating{w: stderr, fromEnv: fromEnv}
 	if err := c.checkArgs(fs); err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	logger, err := newLogger(stderr, c.logFormat, c.logLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
+	}
+	if c.secrets.redisPasswordFile != "" {
+		warnReadable(logger, "Redis password file", c.secrets.redisPasswordFile)
 	}
 	op, err := c.operator.start(logger)
 	defer op.close(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 
@@ -203,24 +235,24 @@ func serve(args []string, stderr io.Writer) int {
 	// --request-state-keys or --data-dir exits before any client connects.
 	sealer, err := c.requestStateSealer(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 	b, err := c.openStore(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 1
 	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
+		fmt.Fprintf(errOut, "tidemark serve: listen on %s: %v (choose another --addr)\n", c.addr, err)
 		return 1
 	}
 	if err := c.upstream.notSelf(ln.Addr()); err != nil {
 		ln.Close()
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	opts := c.options(b, logger)
@@ -230,7 +262,7 @@ func serve(args []string, stderr io.Writer) int {
 		if err := c.fleet.announceFirst(b.fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
 			ln.Close()
 			b.close()
-			fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+			fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 			return 1
 		}
 	}
@@ -238,7 +270,7 @@ func serve(args []string, stderr io.Writer) int {
 	if err != nil {
 		ln.Close()
 		b.close()
-		fmt.Fprintf(stderr, "tidemark serve: %v\n", err)
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
 	op.attach(h, readiness(b.st, b.fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
@@ -250,6 +282,26 @@ func serve(args []string, stderr io.Writer) int {
 		h.Close()
 	}
 	return c.run(ln, h, b, op, closeHandler, c.servedAttrs(fs), logger)
+}
+
+// checkValues refuses fleet flag values that cannot work, whether or not
+// --redis is set: a --redis URL none of go-redis's parsers reads, a
+// --replica-id with spaces or control characters (it names the replica
+// in logs, records and the directory), an --advertise-url that is not an
+// absolute http(s) URL.
+func (c *fleetConfig) checkValues() error {
+	if c.redisURL != "" {
+		if err := redis.CheckURL(c.redisURL); err != nil {
+			return fmt.Errorf("--redis %q: %v: %s", redact.URL(c.redisURL), err, urlForms)
+		}
+	}
+	if strings.IndexFunc(c.replicaID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("--replica-id %q: want an ID without spaces or control characters, unique in the fleet", c.replicaID)
+	}
+	if c.advertiseURL != "" {
+		return checkHTTPURL("advertise-url", c.advertiseURL, "this replica's MCP endpoint, which the other replicas reach")
+	}
+	return nil
 }
 
 // backing is the store `tidemark serve` runs on: st is nil for the memory
@@ -434,6 +486,6 @@ func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, erro
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
-		return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
 }

@@ -1,5 +1,7 @@
-// version.go holds `tidemark version`: the release this binary was built
-// as, for an operator asking which build an image or a host runs.
+// version.go holds `tidemark version` (also `tidemark --version` and
+// `tidemark serve --version`): the build this binary is, for an operator
+// asking which build an image or a host runs; the same build /healthz and
+// the tidemark_build_info gauge name (currentBuild).
 
 package main
 
@@ -7,30 +9,56 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
+
+	"github.com/tidemark-mcp/tidemark/admin"
 )
 
 // version is the release this binary was built as, set when it is linked:
 // go build -ldflags "-X main.version=v1.2.0" (the Dockerfile passes its
-// VERSION build argument this way). Empty: buildVersion falls back to what
+// VERSION build argument this way). Empty: currentBuild falls back to what
 // the go command recorded.
 var version string
 
-// buildVersion returns version when the linker set it; otherwise the main
-// module's version the go command recorded in the binary (the tag with
-// `go install ...@v1.2.0`, a pseudo-version naming the commit when built
-// in a git work tree), or "(devel)" when it recorded none.
-func buildVersion() string {
-	if version != "" {
-		return version
+// currentBuild returns the build of this binary (admin.ReadBuild) with
+// Version the release the linker set, when it set one; otherwise the main
+// module's version the go command recorded (the tag with `go install
+// ...@v1.2.0`, a pseudo-version naming the commit when built in a git work
+// tree), or "(devel)" when it recorded none.
+func currentBuild() admin.Build {
+	b := admin.ReadBuild()
+	switch {
+	case version != "":
+		b.Version = version
+	case b.Version == "":
+		b.Version = "(devel)"
 	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
+	if b.GoVersion == "" {
+		b.GoVersion = runtime.Version()
 	}
-	return "(devel)"
+	return b
 }
 
-// printVersion writes `tidemark VERSION GOVERSION OS/ARCH` and a newline.
+// printVersion writes versionLine(currentBuild()).
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "tidemark %s %s %s/%s\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprint(w, versionLine(currentBuild(), runtime.GOOS+"/"+runtime.GOARCH))
+}
+
+// versionLine is one line, "tidemark VERSION GOVERSION OS/ARCH", followed,
+// when the go command recorded the commit (a build with version control;
+// never the image's, built without .git), by " (commit REVISION, DATE)",
+// with ", modified" after the revision when the work tree had changes not
+// committed. DATE is the commit's time, RFC 3339.
+func versionLine(b admin.Build, platform string) string {
+	line := fmt.Sprintf("tidemark %s %s %s", b.Version, b.GoVersion, platform)
+	if b.Revision != "" {
+		line += " (commit " + b.Revision
+		if b.Modified {
+			line += ", modified"
+		}
+		if b.Time != "" {
+			line += ", " + b.Time
+		}
+		line += ")"
+	}
+	return line + "\n"
 }

@@ -90,7 +90,7 @@ func (c *conn) relay(ctx context.Context, msg jsonrpc.Message, via jsonrpc.ID) b
 		if cl.method == methodInitialize && m.Error == nil {
 			c.noteVersion(m.Result)
 		}
-		c.send(ctx, m, m.ID)
+		c.send(ctx, coded(m), m.ID)
 		return m.ID == via
 	case *jsonrpc.Request:
 		c.mu.Lock()
@@ -99,6 +99,18 @@ func (c *conn) relay(ctx context.Context, msg jsonrpc.Message, via jsonrpc.ID) b
 		c.send(ctx, out, related)
 	}
 	return false
+}
+
+// coded returns r, or, when r is an error whose code is 0, a copy of r
+// whose error has the code -32603 (JSON-RPC 2.0, section 5.1: internal
+// error) and r's message and data. Code 0 names no error class; the
+// go-sdk writes it for a server's Go error that carries no JSON-RPC code.
+func coded(r *jsonrpc.Response) *jsonrpc.Response {
+	var we *jsonrpc.Error
+	if !errors.As(r.Error, &we) || we.Code != 0 {
+		return r
+	}
+	return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: we.Message, Data: we.Data}}
 }
 
 // noteSession records the upstream session ID of the answer to initialize.

@@ -35,8 +35,13 @@ const confirmKey = "confirm"
 // answer and the same state. Either way the retry's state is opened first:
 // a refused one ends the call with sealer's JSON-RPC error. A client that
 // declared no elicitation capability gets a tool error instead of a
-// question it cannot answer.
+// question it cannot answer. An accepted answer whose content does not
+// match the question's requestedSchema fails the call with -32602, under
+// either protocol; AddConfirm installs on s the checks that say so, and
+// that answer every failed call with a JSON-RPC error code (see
+// addAnswerChecks).
 func AddConfirm(s *mcp.Server, sealer *requeststate.Sealer) {
+	addAnswerChecks(s)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "confirm",
 		Description: "Asks the user to confirm a question (elicitation) and returns accepted, declined or cancelled.",
@@ -72,6 +77,11 @@ func confirm(ctx context.Context, sealer *requeststate.Sealer, req *mcp.CallTool
 	if !ok {
 		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("inputResponses[%q] must be an elicitation result, got %T", confirmKey, r)}
 	}
+	if answer.Action == "accept" && answer.Content != nil {
+		if err := matchSchema(confirmSchema(), answer.Content); err != nil {
+			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("inputResponses[%q] %v", confirmKey, err)}
+		}
+	}
 	outcome := "cancelled"
 	switch answer.Action {
 	case "accept":
@@ -92,19 +102,26 @@ func ask(sealer *requeststate.Sealer, binding requeststate.Request, question str
 	if err != nil {
 		return nil, nil, err
 	}
+	// Content is empty, not nil: an input-required result has no content
+	// (MCP 2026-07-28, InputRequiredResult), and the go-sdk writes a nil
+	// one as "content": null where CallToolResult's schema wants an array.
 	return &mcp.CallToolResult{
-		InputRequests: mcp.InputRequestMap{confirmKey: &mcp.ElicitParams{
-			Message: question,
-			RequestedSchema: map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					"confirmed": map[string]any{"type": "boolean", "description": "true to confirm"},
-				},
-				"required": []string{"confirmed"},
-			},
-		}},
-		RequestState: state,
+		Content:       []mcp.Content{},
+		InputRequests: mcp.InputRequestMap{confirmKey: &mcp.ElicitParams{Message: question, RequestedSchema: confirmSchema()}},
+		RequestState:  state,
 	}, nil, nil
+}
+
+// confirmSchema is the requestedSchema of confirm's question: one
+// required boolean field, "confirmed".
+func confirmSchema() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"confirmed": map[string]any{"type": "boolean", "description": "true to confirm"},
+		},
+		"required": []string{"confirmed"},
+	}
 }
 
 func textResult(text string, isError bool) *mcp.CallToolResult {

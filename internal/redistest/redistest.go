@@ -42,6 +42,11 @@ type Options struct {
 	// timeout of 1 s, and replicas that fail over however long their link
 	// was down, for StartCluster.
 	Cluster bool
+
+	// Password makes the server require it (`requirepass`): a client
+	// must AUTH with it, e.g. through a URL redis://:PASSWORD@HOST:PORT/0.
+	// Default (""): no password.
+	Password string
 }
 
 // readyTimeout bounds how long Start waits for redis-server to accept
@@ -155,6 +160,9 @@ func (s *Server) start() bool {
 	if host, port, ok := strings.Cut(s.opts.ReplicaOf, ":"); ok {
 		args = append(args, "--replicaof", host, port)
 	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
 	if s.opts.Cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0")
@@ -167,7 +175,7 @@ func (s *Server) start() bool {
 			return false // e.g. the port was taken: "Address already in use"
 		default:
 		}
-		if ping(s.Addr()) {
+		if ping(s.Addr(), s.opts.Password) {
 			return true
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -176,17 +184,27 @@ func (s *Server) start() bool {
 }
 
 // ping reports whether the server at addr answers PING with +PONG (a server
-// still loading its AOF answers -LOADING instead).
-func ping(addr string) bool {
+// still loading its AOF answers -LOADING instead), after AUTH with
+// password when it is not empty.
+func ping(addr, password string) bool {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
+	r := bufio.NewReader(c)
+	if password != "" {
+		if _, err := fmt.Fprintf(c, "AUTH %s\r\n", password); err != nil {
+			return false
+		}
+		if line, err := r.ReadString('\n'); err != nil || strings.TrimSpace(line) != "+OK" {
+			return false
+		}
+	}
 	if _, err := fmt.Fprint(c, "PING\r\n"); err != nil {
 		return false
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := r.ReadString('\n')
 	return err == nil && strings.TrimSpace(line) == "+PONG"
 }

@@ -137,7 +137,7 @@ sentinel parallel-syncs %[3]s 1
 			return false
 		default:
 		}
-		if ping(s.Addr()) {
+		if ping(s.Addr(), "") {
 			return true
 		}
 		time.Sleep(20 * time.Millisecond)

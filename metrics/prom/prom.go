@@ -169,6 +169,22 @@ func (r *Recorder) WatchSessions(live func() int, leased bool) error {
 	}, func() float64 { return float64(live()) }))
 }
 
+// RegisterBuildInfo registers on reg the gauge tidemark_build_info, whose
+// value is 1 and whose labels say which build runs: version (the main
+// module's), revision (the commit; empty when the binary holds none) and
+// goversion (the Go toolchain), so that a query can join any metric with
+// the build of the process that exposed it. It fails when reg already has
+// it.
+func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goVersion string) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "tidemark_build_info",
+		Help:        "Always 1; its labels name the build of tidemark that runs: version (the main module's), revision (the commit) and goversion.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	return reg.Register(g)
+}
+
 // NewRegistry returns a registry holding the Go runtime and process
 // collectors, for a process that serves its own /metrics.
 func NewRegistry() *prometheus.Registry {

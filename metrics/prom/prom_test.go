@@ -187,3 +187,31 @@ func equal(a, b map[string]uint64) bool {
 	}
 	return true
 }
+
+// TestBuildInfo: tidemark_build_info is 1 with the build's labels, a
+// second registration fails, and the linter finds nothing to complain
+// about.
+func TestBuildInfo(t *testing.T) {
+	reg := prom.NewRegistry()
+	if err := prom.RegisterBuildInfo(reg, "v1.2.3", "40aecafd7b910c398eb60a709f2e43068fb44d8b", "go1.26.8"); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP tidemark_build_info Always 1; its labels name the build of tidemark that runs: version (the main module's), revision (the commit) and goversion.
+# TYPE tidemark_build_info gauge
+tidemark_build_info{goversion="go1.26.8",revision="40aecafd7b910c398eb60a709f2e43068fb44d8b",version="v1.2.3"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tidemark_build_info"); err != nil {
+		t.Error(err)
+	}
+	if err := prom.RegisterBuildInfo(reg, "v1.2.3", "40aecafd7b910c398eb60a709f2e43068fb44d8b", "go1.26.8"); err == nil {
+		t.Error("a second tidemark_build_info registered")
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}

@@ -78,7 +78,7 @@ func TestReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, durable.Options{Logger: quiet()})
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	for _, tok := range []string{"tok-a", "tok-b", "tok-c"} {
+	for _, tok := range []string{"tok-a", "tok-b", "tok-c", "tok-d"} {
 		if err := s.Create(ctx, rec(tok, "boot-1", t0)); err != nil {
 			t.Fatal(err)
 		}
@@ -96,6 +96,9 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.End(ctx, "tok-c", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.End(ctx, "tok-d", store.EndIdle, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	wantA, _ := s.Bounds(ctx, "tok-a")
@@ -132,6 +135,9 @@ func TestReopen(t *testing.T) {
 	var ended *store.EndedError
 	if _, err := s.Get(ctx, "tok-c"); !errors.As(err, &ended) || ended.Reason != store.EndDeleted {
 		t.Fatalf("tok-c after reopen = %v, want its tombstone (deleted)", err)
+	}
+	if _, err := s.Get(ctx, "tok-d"); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("tok-d after reopen = %v, want its tombstone (idle)", err)
 	}
 	if err := s.Create(ctx, rec("tok-c", "boot-2", t0)); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Create over the tombstone after reopen = %v, want ErrExists", err)

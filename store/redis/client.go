@@ -145,6 +145,14 @@ func primaryFor(ctx context.Context, c goredis.UniversalClient, key string) (*go
 	return c.(*goredis.Client), nil
 }
 
+// CheckURL returns the error of the parser url's form selects (see the
+// file comment) when it does not read url, else nil. It connects to
+// nothing.
+func CheckURL(url string) error {
+	_, err := parseEndpoint(url)
+	return err
+}
+
 // NewClient returns a go-redis client of url, in any form Options.URL
 // accepts (one server, Sentinel, Cluster), with go-redis's default
 // settings and whatever url sets: for the parts of a fleet that share the

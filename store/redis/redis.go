@@ -91,6 +91,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/internal/pending"
 )
@@ -245,7 +246,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	ep, err := parseEndpoint(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis store: URL %q: %w", opts.URL, err)
+		return nil, fmt.Errorf("redis store: URL %q: %w", redact.URL(opts.URL), err)
 	}
 	s := &Store{
 		prefix:   opts.Prefix,

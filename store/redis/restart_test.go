@@ -89,9 +89,14 @@ func TestRestartKeepsSessions(t *testing.T) {
 	if err := s.Touch(ctx, "b", epoch.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	// c: ended.
+	// c: evicted as idle; d: ended by DELETE. The tombstones keep the
+	// two apart (a 404 says which).
 	create(t, s, "c")
 	if err := s.End(ctx, "c", store.EndIdle, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "d")
+	if err := s.End(ctx, "d", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]view{"a": look(t, s, "a"), "b": look(t, s, "b")}
@@ -110,6 +115,9 @@ func TestRestartKeepsSessions(t *testing.T) {
 	var ended *store.EndedError
 	if _, err := s.Get(ctx, "c"); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
 		t.Fatalf("ended session after restart: %v, want EndedError(idle)", err)
+	}
+	if _, err := s.Get(ctx, "d"); !errors.As(err, &ended) || ended.Reason != store.EndDeleted {
+		t.Fatalf("deleted session after restart: %v, want EndedError(deleted)", err)
 	}
 	// Sequences continue: no gap, no reuse.
 	evs := msgs("a6")

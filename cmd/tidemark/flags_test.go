@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// badValues holds, for every flag of each command, a value it refuses;
+// TestEveryFlagRefusesInOneLine fails for a flag missing here, so a new
+// flag comes with its bad value.
+func badValues(t *testing.T) map[string]map[string]string {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]map[string]string{
+		"serve": {
+			"addr": "8080", "path": "mcp", "json-response": "maybe",
+			"retention-events": "x", "retention-bytes": "x", "retention-age": "5", "retention-budget": "x",
+			"session-idle-ttl": "5", "max-sessions": "x", "max-calls-per-session": "x", "retry": "5", "keepalive": "5",
+			"max-body-bytes": "x", "max-inflight-bytes": "x", "shutdown-grace": "5",
+			"log-level": "LOUD", "log-format": "xml", "stdio": "maybe", "env": "x",
+			"data-dir": notDir, "redis": "notaurl://", "redis-password-file": dir, "replica-id": "a b", "lease-ttl": "5", "lease-renew": "5",
+			"redis-replicas": "x", "redis-replication-timeout": "5", "advertise-url": "notaurl",
+			"request-state-keys": dir, "request-state-ttl": "5", "request-state-single-use": "maybe",
+			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5",
+			"upstream": "notaurl", "upstream-header": "x", "upstream-forward-header": "a b",
+			"upstream-connect-timeout": "5", "upstream-timeout": "5", "upstream-resume-timeout": "5",
+			"version": "maybe",
+		},
+		"probe": {
+			"tool": "", "args": "[]", "retention-events": "x", "storm": "x", "json": "maybe", "timeout": "5",
+		},
+		"ready": {"metrics-addr": "9464", "timeout": "5"},
+		"inspect": {
+			"metrics-addr": "9464", "recent": "x", "json": "maybe", "timeout": "5",
+			"fleet": "maybe", "redis": "notaurl://", "redis-password-file": dir,
+		},
+	}
+}
+
+// commandFlags returns each command's flag set.
+func commandFlags() map[string]*flag.FlagSet {
+	serveFS, _ := serveFlags(io.Discard)
+	probeFS, _ := probeFlags(io.Discard)
+	inspectFS, _ := inspectFlags(io.Discard)
+	readyFS, _ := readyFlags(io.Discard)
+	return map[string]*flag.FlagSet{"serve": serveFS, "probe": probeFS, "inspect": inspectFS, "ready": readyFS}
+}
+
+// runBinary runs the tidemark binary with args (and env added to its
+// environment) and returns its exit code and stderr; a process still
+// running after 20 seconds is killed, and fails the test (exit code -1).
+func runBinary(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	bin := testenv.BuildTidemark(t) // before the clock starts: a build takes its time
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Errorf("tidemark %v still running after 20s; stderr:\n%s", args, stderr.String())
+		return -1, stderr.String()
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), stderr.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, stderr.String()
+}
+
+// TestEveryFlagRefusesInOneLine: a bad value of any flag of tidemark
+// serve, probe, inspect and ready exits 2 with exactly one line on stderr, which
+// names the command, the flag and what the flag accepts ("want ..."),
+// never the whole usage text (regression: --log-level LOUD printed every
+// flag's help).
+func TestEveryFlagRefusesInOneLine(t *testing.T) {
+	bad := badValues(t)
+	for cmd, fs := range commandFlags() {
+		fs.VisitAll(func(f *flag.Flag) {
+			v, ok := bad[cmd][f.Name]
+			if !ok {
+				t.Errorf("%s --%s has no bad value in badValues", cmd, f.Name)
+				return
+			}
+			args := []string{cmd, "--" + f.Name + "=" + v}
+			switch cmd {
+			case "serve":
+				args = append(args, "--addr=127.0.0.1:0")
+				if f.Name == "addr" {
+					args = args[:2]
+				}
+			case "probe":
+				args = append(args, "http://127.0.0.1:9/mcp")
+			case "inspect", "ready":
+				if f.Name != "metrics-addr" {
+					args = append(args, "--metrics-addr=127.0.0.1:9")
+				}
+			}
+			code, stderr := runBinary(t, nil, args...)
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "tidemark "+cmd+": ") ||
+				!strings.Contains(lines[0], "--"+f.Name) || !strings.Contains(lines[0], "want") {
+				t.Errorf("tidemark %s: exit %d, stderr:\n%s\nwant exit 2 and one line naming --%s and what it accepts (want ...)", strings.Join(args, " "), code, stderr, f.Name)
+			}
+		})
+	}
+	// Two mistakes of another kind: a flag that does not exist, and one
+	// without its value.
+	for args, want := range map[string]string{
+		"serve --loud":           "tidemark serve: unknown flag -loud: tidemark serve -h lists the flags\n",
+		"serve --log-level":      "tidemark serve: --log-level needs a value: want DEBUG, INFO, WARN or ERROR\n",
+		"inspect --recent":       "tidemark inspect: --recent needs a value: want an integer (sessions)\n",
+		"serve --log-level=LOUD": "tidemark serve: --log-level \"LOUD\": want DEBUG, INFO, WARN or ERROR\n",
+	} {
+		if code, stderr := runBinary(t, nil, strings.Fields(args)...); code != 2 || stderr != want {
+			t.Errorf("tidemark %s: exit %d, stderr %q; want 2 and %q", args, code, stderr, want)
+		}
+	}
+}
