@@ -41,20 +41,8 @@ func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http
 		cancel()
 		return nil, err
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = wire.CancelOnClose(resp.Body, cancel)
 	return resp, nil
-}
-
-// cancelBody releases its request's context when closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // sessionFor returns the session a message of method is sent on: none for

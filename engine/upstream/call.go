@@ -293,7 +293,7 @@ func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, c
 		if attempt > 0 {
 			wait = resume.Backoff(backoffPolicy(0), attempt-1, 0)
 		}
-		if !sleep(ctx, min(wait, time.Until(deadline))) {
+		if !resume.Sleep(ctx, min(wait, time.Until(deadline))) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -311,21 +311,5 @@ func (c *conn) checkSession(ctx context.Context, cl *call, deadline time.Time, c
 		}
 		c.failCall(cl, replay.ReasonUpstreamStreamCut, cut)
 		return
-	}
-}
-
-// sleep waits d (nothing when d <= 0) and reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

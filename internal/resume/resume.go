@@ -90,7 +90,7 @@ func get(ctx context.Context, hc *http.Client, r Request, deadline time.Time) (*
 	}
 	a := Answer{Status: resp.StatusCode, MediaType: wire.MediaType(resp), RetryAfter: resp.Header.Get("Retry-After"), Session: r.Session != ""}
 	if o := Classify(a, time.Now()); o.Kind == Resumed {
-		resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+		resp.Body = wire.CancelOnClose(resp.Body, cancel)
 		return resp, o, nil
 	}
 	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, wire.MaxRefusalBody))
@@ -104,18 +104,6 @@ func get(ctx context.Context, hc *http.Client, r Request, deadline time.Time) (*
 // never sooner than retry (the server's SSE retry field; 0 none).
 func Backoff(p Policy, attempt int, retry time.Duration) time.Duration {
 	return Delay(p, attempt, retry, 0, rand.Float64())
-}
-
-// cancelBody releases its request's context when closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // Stream is one SSE stream as its reader resumes it: the policy and
@@ -198,12 +186,12 @@ func (s *Stream) run(ctx context.Context, r Request, last Outcome, a Action) (Re
 		case Stop:
 			return Result{Outcome: last}, nil
 		case Expire:
-			if !sleep(ctx, a.Wait) {
+			if !Sleep(ctx, a.Wait) {
 				return Result{Outcome: last}, ctx.Err()
 			}
 			return Result{Outcome: last, Expired: true}, nil
 		}
-		if !sleep(ctx, a.Wait) {
+		if !Sleep(ctx, a.Wait) {
 			return Result{Outcome: last}, ctx.Err()
 		}
 		var deadline time.Time
@@ -231,9 +219,9 @@ func (s *Stream) run(ctx context.Context, r Request, last Outcome, a Action) (Re
 	}
 }
 
-// sleep waits d (nothing when d <= 0) and reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d (nothing when d <= 0) and reports whether ctx is still
+// live: the wait between two tries of a loop that backs off.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

@@ -243,3 +243,22 @@ func clip(s string) string {
 	}
 	return s[:cut] + "…"
 }
+
+// CancelOnClose returns body, closing which also calls cancel: an answer
+// read after its request returned keeps the request's context alive until
+// the reader is done with it, then releases it.
+func CancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+	return &cancelBody{ReadCloser: body, cancel: cancel}
+}
+
+// cancelBody is CancelOnClose's body.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
