@@ -22,6 +22,9 @@ type Build struct {
 	// Time is that commit's time, RFC 3339 (vcs.time): the date of the
 	// build's source.
 	Time string `json:"time"`
+	// Built is when the binary was linked, RFC 3339, when its build said
+	// so (the Dockerfile passes BUILD_DATE); empty otherwise.
+	Built string `json:"built,omitempty"`
 	// Modified reports that the checkout had changes not committed
 	// (vcs.modified).
 	Modified bool `json:"modified"`

@@ -19,6 +19,13 @@ import (
 // the go command recorded.
 var version string
 
+// commit and built are the commit the binary was built from and when it was
+// linked (RFC 3339), set when it is linked: -X main.commit=REV -X
+// main.built=DATE (the Dockerfile passes its COMMIT and BUILD_DATE build
+// arguments this way, its build context having no .git). Empty: the go
+// command's record of the commit, if any, stands.
+var commit, built string
+
 // currentBuild returns the build of this binary (admin.ReadBuild) with
 // Version the release the linker set, when it set one; otherwise the main
 // module's version the go command recorded (the tag with `go install
@@ -32,6 +39,10 @@ func currentBuild() admin.Build {
 	case b.Version == "":
 		b.Version = "(devel)"
 	}
+	if commit != "" {
+		b.Revision, b.Time, b.Modified = commit, "", false
+	}
+	b.Built = built
 	if b.GoVersion == "" {
 		b.GoVersion = runtime.Version()
 	}
@@ -44,10 +55,12 @@ func printVersion(w io.Writer) {
 }
 
 // versionLine is one line, "tidemark VERSION GOVERSION OS/ARCH", followed,
-// when the go command recorded the commit (a build with version control;
-// never the image's, built without .git), by " (commit REVISION, DATE)",
-// with ", modified" after the revision when the work tree had changes not
-// committed. DATE is the commit's time, RFC 3339.
+// when the build names its commit (the go command's record of a build with
+// version control, or the linker's main.commit), by " (commit REVISION,
+// DATE, built BUILT)", with ", modified" after the revision when the work
+// tree had changes not committed. DATE is the commit's time as the go
+// command recorded it and BUILT the link time main.built names, RFC 3339;
+// each is left out when the build does not hold it.
 func versionLine(b admin.Build, platform string) string {
 	line := fmt.Sprintf("tidemark %s %s %s", b.Version, b.GoVersion, platform)
 	if b.Revision != "" {
@@ -57,6 +70,9 @@ func versionLine(b admin.Build, platform string) string {
 		}
 		if b.Time != "" {
 			line += ", " + b.Time
+		}
+		if b.Built != "" {
+			line += ", built " + b.Built
 		}
 		line += ")"
 	}

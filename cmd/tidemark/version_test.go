@@ -65,6 +65,23 @@ func TestVersionOfACheckout(t *testing.T) {
 	}
 }
 
+// TestVersionOfAnImage: a binary linked with main.commit and main.built
+// (the Dockerfile's COMMIT and BUILD_DATE, its context having no .git)
+// names that commit and the build's time, in the line and in the Build
+// that /healthz answers.
+func TestVersionOfAnImage(t *testing.T) {
+	version, commit, built = "v1.2.0", "0123456789abcdef0123456789abcdef01234567", "2026-12-06T01:00:00Z"
+	defer func() { version, commit, built = "", "", "" }()
+	b := currentBuild()
+	if b.Version != "v1.2.0" || b.Revision != commit || b.Built != built || b.Time != "" || b.Modified {
+		t.Errorf("currentBuild() = %+v; want version v1.2.0, revision %s, built %s, no commit time, not modified", b, commit, built)
+	}
+	want := "tidemark v1.2.0 " + b.GoVersion + " linux/amd64 (commit 0123456789abcdef0123456789abcdef01234567, built 2026-12-06T01:00:00Z)\n"
+	if got := versionLine(b, "linux/amd64"); got != want {
+		t.Errorf("an image's binary prints %q, want %q", got, want)
+	}
+}
+
 // TestBuildOnOperatorListener: a running tidemark serve names its build
 // in /healthz's JSON and in the tidemark_build_info gauge (value 1), which
 // promtool accepts.

@@ -38,6 +38,13 @@ import (
 // testVersion is the VERSION build argument the tests build with.
 const testVersion = "v0.0.0-deploycheck"
 
+// testCommit and testBuilt are the COMMIT and BUILD_DATE build arguments the
+// tests build with.
+const (
+	testCommit = "0123456789abcdef0123456789abcdef01234567"
+	testBuilt  = "2026-12-06T01:00:00Z"
+)
+
 // repoRoot returns the repository's root: this module lives at deploy/check.
 func repoRoot(t testing.TB) string {
 	t.Helper()
@@ -83,7 +90,7 @@ func parseDockerfile(t testing.TB) *dockerfile {
 		t.Fatalf("Dockerfile: %d stages, the first named %q; want two: build, then the image", len(stages), stages[0].Name)
 	}
 	d := &dockerfile{build: &stages[0], final: &stages[1]}
-	env := shell.EnvsFromSlice([]string{"TARGETOS=" + runtime.GOOS, "TARGETARCH=" + runtime.GOARCH, "VERSION=" + testVersion})
+	env := shell.EnvsFromSlice([]string{"TARGETOS=" + runtime.GOOS, "TARGETARCH=" + runtime.GOARCH, "VERSION=" + testVersion, "COMMIT=" + testCommit, "BUILD_DATE=" + testBuilt})
 	for _, c := range d.build.Commands {
 		run, ok := c.(*instructions.RunCommand)
 		if !ok || !strings.Contains(strings.Join(run.CmdLine, " "), "go build") {

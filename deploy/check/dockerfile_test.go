@@ -197,7 +197,8 @@ func TestImageBinary(t *testing.T) {
 	}
 
 	out, err := exec.Command(bin, "version").Output()
-	want := "tidemark " + testVersion + " " + info.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+	want := "tidemark " + testVersion + " " + info.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH +
+		" (commit " + testCommit + ", built " + testBuilt + ")\n"
 	if err != nil || string(out) != want {
 		t.Errorf("tidemark version: %q (%v); want %q", out, err, want)
 	}
