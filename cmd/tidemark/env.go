@@ -160,7 +160,7 @@ func withRedisPassword(redisURL, file string, lookup func(string) (string, bool)
 	}
 	u, err := url.Parse(redisURL) // checked by redis.CheckURL before
 	if err != nil {
-		return "", fmt.Errorf("--redis %s: %v", redact.URL(redisURL), err)
+		return "", fmt.Errorf("--redis %s: %s", redact.URL(redisURL), redact.URLError(redisURL, err))
 	}
 	if _, has := u.User.Password(); has {
 		sources = append([]string{"the --redis URL"}, sources...)

@@ -136,3 +136,30 @@ func TestEveryFlagRefusesInOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestURLPasswordNeverInErrors: a Redis URL whose password was written
+// unencoded (an `openssl rand -base64` password holds / and +), which does
+// not parse, is refused in one line that holds no part of the password,
+// from the flag, from TIDEMARK_REDIS and in tidemark inspect --fleet; the
+// line says how to write it. (The parser's own text quoted the whole URL.)
+func TestURLPasswordNeverInErrors(t *testing.T) {
+	const bad = "redis://:Ab/cD+ef==@127.0.0.1:16380/0"
+	for _, tc := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"serve", "--addr=127.0.0.1:0", "--redis=" + bad}},
+		{[]string{"TIDEMARK_REDIS=" + bad}, []string{"serve", "--addr=127.0.0.1:0"}},
+		{nil, []string{"inspect", "--fleet", "--redis=" + bad}},
+	} {
+		code, stderr := runBinary(t, tc.env, tc.args...)
+		for _, part := range []string{"Ab/cD", "cD+ef", ":Ab", "ef=="} {
+			if strings.Contains(stderr, part) {
+				t.Errorf("tidemark %v (env %v): stderr holds %q of the password:\n%s", tc.args, tc.env, part, stderr)
+			}
+		}
+		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "must be percent-encoded") {
+			t.Errorf("tidemark %v (env %v): exit %d, stderr:\n%s\nwant exit 2 and one line saying the password must be percent-encoded", tc.args, tc.env, code, stderr)
+		}
+	}
+}

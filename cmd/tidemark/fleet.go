@@ -86,9 +86,9 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL, Replicas: c.replicas, ReplicationTimeout: c.replTimeout})
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
-		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%v): start redis-server there, or point --redis at a running one", redact.URL(c.redisURL), err)
+		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%s): start redis-server there, or point --redis at a running one", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
 	case err != nil:
-		return nil, fmt.Errorf("--redis %s: %v (%s)", redact.URL(c.redisURL), err, urlForms)
+		return nil, fmt.Errorf("--redis %s: %s (%s)", redact.URL(c.redisURL), redact.URLError(c.redisURL, err), urlForms)
 	}
 	if c.replicaID == "" {
 		c.replicaID = defaultReplicaID()
@@ -147,7 +147,7 @@ func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(
 	bus, err = fanout.New(ctx, fanout.Options{Redis: rdb, Logger: logger})
 	if err != nil {
 		rdb.Close()
-		return nil, nil, fmt.Errorf("--redis %s: %v: start redis-server there, or point --redis at a running one", redact.URL(c.redisURL), err)
+		return nil, nil, fmt.Errorf("--redis %s: %s: start redis-server there, or point --redis at a running one", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
 	}
 	return bus, func() { bus.Close(); rdb.Close() }, nil
 }
@@ -158,7 +158,7 @@ func (c *fleetConfig) openBus(logger *slog.Logger) (bus *fanout.Bus, close func(
 func (c *fleetConfig) redisClient() (goredis.UniversalClient, error) {
 	rdb, err := redis.NewClient(c.redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %s: %v (%s)", redact.URL(c.redisURL), err, urlForms)
+		return nil, fmt.Errorf("--redis %s: %s (%s)", redact.URL(c.redisURL), redact.URLError(c.redisURL, err), urlForms)
 	}
 	return rdb, nil
 }
@@ -208,7 +208,7 @@ func (c *fleetConfig) announceFirst(st *redis.Store, url string, logger *slog.Lo
 		case err == nil:
 			return nil
 		case !errors.Is(err, redis.ErrReplicaTaken):
-			return fmt.Errorf("--redis %s: %w", redact.URL(c.redisURL), err)
+			return fmt.Errorf("--redis %s: %s", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
 		case time.Now().After(deadline):
 			return fmt.Errorf("--replica-id %s is announced by another live process at %s (it kept its entry for %v): give each replica a unique --replica-id",
 				c.replicaID, holder, 2*c.leaseTTL)

@@ -42,7 +42,7 @@ func (c *inspectConfig) checkFleet() error {
 	}
 	if c.redisURL != "" {
 		if err := redis.CheckURL(c.redisURL); err != nil {
-			return fmt.Errorf("--redis %q: %v: %s", redact.URL(c.redisURL), err, urlForms)
+			return fmt.Errorf("--redis %q: %s: %s", redact.URL(c.redisURL), redact.URLError(c.redisURL, err), urlForms)
 		}
 	}
 	u, err := withRedisPassword(c.redisURL, c.redisPassFile, os.LookupEnv)
@@ -61,14 +61,14 @@ func inspectFleet(c *inspectConfig, prefix string, stdout, stderr io.Writer) int
 	defer cancel()
 	st, err := redis.New(ctx, redis.Options{URL: c.redisURL})
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark inspect: --redis %s: %v (is it the Redis of tidemark serve --redis?)\n", redact.URL(c.redisURL), err)
+		fmt.Fprintf(stderr, "tidemark inspect: --redis %s: %s (is it the Redis of tidemark serve --redis?)\n", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
 		return 1
 	}
 	defer st.Close()
 	now := time.Now()
 	f, err := readFleet(ctx, st, prefix, c.recent, now)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark inspect: --redis %s: %v\n", redact.URL(c.redisURL), err)
+		fmt.Fprintf(stderr, "tidemark inspect: --redis %s: %s\n", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
 		return 1
 	}
 	if prefix != "" && f.Count == 0 {

@@ -292,7 +292,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 func (c *fleetConfig) checkValues() error {
 	if c.redisURL != "" {
 		if err := redis.CheckURL(c.redisURL); err != nil {
-			return fmt.Errorf("--redis %q: %v: %s", redact.URL(c.redisURL), err, urlForms)
+			return fmt.Errorf("--redis %q: %s: %s", redact.URL(c.redisURL), redact.URLError(c.redisURL, err), urlForms)
 		}
 	}
 	if strings.IndexFunc(c.replicaID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {

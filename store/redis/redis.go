@@ -246,7 +246,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	ep, err := parseEndpoint(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis store: URL %q: %w", redact.URL(opts.URL), err)
+		return nil, fmt.Errorf("redis store: URL %q: %s", redact.URL(opts.URL), redact.URLError(opts.URL, err))
 	}
 	s := &Store{
 		prefix:   opts.Prefix,
