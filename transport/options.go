@@ -26,6 +26,17 @@ const (
 	DefaultRetry            = time.Second
 )
 
+const (
+	// MinKeepAlive is the least keep-alive interval: a positive
+	// Options.KeepAlive below it is taken as it, since a stream writes a
+	// comment every half interval and a smaller one floods the client.
+	MinKeepAlive = 10 * time.Millisecond
+	// MinRetry is the least SSE retry field: the field is written in
+	// whole milliseconds, so a positive Options.Retry below it is taken as
+	// it rather than written as 0 (reconnect at once).
+	MinRetry = time.Millisecond
+)
+
 // Options configures a Handler. The zero value serves with the defaults.
 type Options struct {
 	// JSONResponse answers POSTs that carry requests with one
@@ -35,11 +46,13 @@ type Options struct {
 	JSONResponse bool
 	// Retry is the reconnection delay sent as the SSE `retry` field in
 	// priming events and when the server closes a stream. Default 1 second;
-	// negative: no retry field.
+	// negative: no retry field; a positive value below MinRetry is taken
+	// as MinRetry.
 	Retry time.Duration
 	// KeepAlive is the idle time after which an SSE stream gets a comment
 	// line, so proxies and clients keep it open. Default 15 seconds;
-	// negative: never.
+	// negative: never; a positive value below MinKeepAlive is taken as
+	// MinKeepAlive.
 	KeepAlive time.Duration
 	// WriteTimeout bounds each write of events to a connection; a client
 	// that does not read for this long loses the connection (it resumes).
@@ -97,8 +110,14 @@ func (opts Options) withDefaults() Options {
 	if opts.Retry == 0 {
 		opts.Retry = DefaultRetry
 	}
+	if opts.Retry > 0 {
+		opts.Retry = max(opts.Retry, MinRetry)
+	}
 	if opts.KeepAlive == 0 {
 		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.KeepAlive > 0 {
+		opts.KeepAlive = max(opts.KeepAlive, MinKeepAlive)
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout

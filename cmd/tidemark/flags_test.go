@@ -163,3 +163,17 @@ func TestURLPasswordNeverInErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLeastIntervals: --keepalive and --retry below their least positive
+// values are refused in one line (--keepalive 1ns made the first SSE
+// stream panic the process; --retry 1ns was sent as "retry: 0").
+func TestLeastIntervals(t *testing.T) {
+	for args, want := range map[string]string{
+		"serve --addr=127.0.0.1:0 --keepalive=1ns": "tidemark serve: --keepalive 1ns: want 10ms or more, or a negative duration for no keep-alive\n",
+		"serve --addr=127.0.0.1:0 --retry=500us":   "tidemark serve: --retry 500µs: want 1ms or more, or a negative duration for no retry field\n",
+	} {
+		if code, stderr := runBinary(t, nil, strings.Fields(args)...); code != 2 || stderr != want {
+			t.Errorf("tidemark %s: exit %d, stderr %q; want 2 and %q", args, code, stderr, want)
+		}
+	}
+}

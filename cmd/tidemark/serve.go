@@ -160,18 +160,22 @@ func (c *serveConfig) check() error {
 		}
 	}
 	for _, f := range []struct {
-		name string
-		v    time.Duration
-		off  string
+		name  string
+		v     time.Duration
+		least time.Duration // the least positive value
+		off   string
 	}{
-		{"retention-age", c.retentionAge, "no limit"},
-		{"session-idle-ttl", c.idleTTL, "never"},
-		{"retry", c.retry, "no retry field"},
-		{"keepalive", c.keepAlive, "no keep-alive"},
-		{"stdio-init-timeout", c.initTimeout, "no limit"},
+		{"retention-age", c.retentionAge, 1, "no limit"},
+		{"session-idle-ttl", c.idleTTL, 1, "never"},
+		{"retry", c.retry, transport.MinRetry, "no retry field"},
+		{"keepalive", c.keepAlive, transport.MinKeepAlive, "no keep-alive"},
+		{"stdio-init-timeout", c.initTimeout, 1, "no limit"},
 	} {
 		if f.v == 0 {
 			return fmt.Errorf("--%s 0: want a positive duration, or a negative one for %s", f.name, f.off)
+		}
+		if f.v > 0 && f.v < f.least {
+			return fmt.Errorf("--%s %v: want %v or more, or a negative duration for %s", f.name, f.v, f.least, f.off)
 		}
 	}
 	switch {
