@@ -177,3 +177,18 @@ func TestLeastIntervals(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamHeaderRefusedAtStart: an --upstream-header that net/http
+// would refuse to send (a control character in its value, no value, a
+// name with a space) is refused at start in one line that does not repeat
+// the value; it was accepted, and every request then got 503
+// upstream_unreachable.
+func TestUpstreamHeaderRefusedAtStart(t *testing.T) {
+	const want = `tidemark serve: --upstream-header: want NAME: VALUE, e.g. "Authorization: Bearer TOKEN"` + "\n"
+	for _, h := range []string{"Authorization: Bearer s3cret\x01", "Authorization:", "X Token: s3cret"} {
+		code, stderr := runBinary(t, nil, "serve", "--addr=127.0.0.1:0", "--upstream=http://127.0.0.1:9/mcp", "--upstream-header="+h)
+		if code != 2 || stderr != want {
+			t.Errorf("--upstream-header %q: exit %d, stderr %q; want 2 and %q", h, code, stderr, want)
+		}
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
@@ -43,16 +45,18 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 	fs.StringVar(&c.url, "upstream", "", "gateway mode: serve the Streamable HTTP MCP server at this URL, one upstream session per session generation (URL; empty: no upstream)")
 	fs.Func("upstream-header", "NAME: VALUE added to every request to the --upstream server, e.g. an Authorization of the gateway's own (repeatable)", func(s string) error {
 		name, value, ok := strings.Cut(s, ":")
-		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, " \t") {
-			// The value is not repeated: it may hold a credential.
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		// The value is never repeated: it may hold a credential. A name or
+		// value net/http would refuse to send (RFC 9110, section 5.5) fails
+		// here, not as 503 upstream_unreachable on every request.
+		if !ok || !httpguts.ValidHeaderFieldName(name) || value == "" || !httpguts.ValidHeaderFieldValue(value) {
 			return errors.New(`want NAME: VALUE, e.g. "Authorization: Bearer TOKEN"`)
 		}
-		c.header.Add(name, strings.TrimSpace(value))
+		c.header.Add(name, value)
 		return nil
 	})
 	fs.Func("upstream-forward-header", "NAME of a client request header copied to the --upstream requests made for it, e.g. Authorization (repeatable)", func(s string) error {
-		if s == "" || strings.ContainsAny(s, " \t:") {
+		if !httpguts.ValidHeaderFieldName(s) {
 			return fmt.Errorf("want a header name, not %q", s)
 		}
 		c.forward = append(c.forward, s)
