@@ -22,8 +22,8 @@ const (
 	// generations or skip events, so calls failed with ErrSessionLost
 	// (Event.Calls of them): those the 409 listed as lost, or, when its
 	// body does not say which (no error.data.lostRequests), every call
-	// streaming on the session. A new session follows (seed: "Reject with
-	// 409 ... force re-init"). One event is reported per refusal that
+	// streaming on the session. A new session follows: a 409 forces a new
+	// initialize (DESIGN.md, "Where the rule comes from"). One event is reported per refusal that
 	// lists the lost requests, and one per session otherwise.
 	EventFenced
 	// EventReinitialized: a new session (Event.NewSession) replaced a lost

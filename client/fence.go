@@ -16,8 +16,9 @@ import (
 // session whose ids are listed fail at once with ErrSessionLost and the
 // 409's status and reason; st's own call, if still pending and not listed,
 // fails with ErrStreamLost, since this stream was its only way to an
-// answer. The other calls go on. The session is retired: the seed has the
-// client initialize again after a 409 ("Decision Boundary"), so new
+// answer. The other calls go on. The session is retired: the rule has the
+// client initialize again after a 409 (DESIGN.md, "Where the rule comes
+// from"), so new
 // messages go to a new session, and the old one is ended with DELETE once
 // its last call ends.
 func (c *conn) fenceStream(st *stream, ref wire.Refusal) {

@@ -16,8 +16,8 @@
 //     once (EventDuplicate reports it).
 //   - A 404 for the session (token unknown, evicted, deleted) or a 409 on
 //     resume (the session's state was re-created, or the cursor compacted:
-//     a replay would cross generations; seed document, "Decision
-//     Boundary") fails every call streaming on that session with a
+//     a replay would cross generations; DESIGN.md, "Where the rule
+//     comes from") fails every call streaming on that session with a
 //     *CallError wrapping ErrSessionLost, and a new session is started with
 //     the original initialize parameters. A POST refused with 404 was not
 //     executed, so it is sent again on the new session.

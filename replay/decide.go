@@ -256,9 +256,10 @@ func (d Decision) Data() map[string]any {
 // Decide applies the replay decision (DESIGN.md, "The replay decision") to a
 // GET that carries Last-Event-ID. The rows are checked in table order and
 // the first that matches decides; both bounds are inclusive (cursor = floor
-// and cursor = HWM replay). The rule it encodes comes from the seed
-// document: replay validity is a function of (session, generation, cursor
-// range), never of the range alone, and a cursor is never clamped.
+// and cursor = HWM replay). The rule it encodes: replay validity is a
+// function of (session, generation, cursor range), never of the range
+// alone, and a cursor is never clamped (DESIGN.md, "Where the rule comes
+// from").
 //
 // When every row before the stream check passes and in.At is nil, Decide
 // returns NeedEvent; the caller looks up the event and decides again.

@@ -1,6 +1,7 @@
 // Package replay holds Tidemark's one rule: replay validity is a function of
 // (session, generation, cursor range), never of the cursor range alone
-// (seed document, "Condition of Validity"; DESIGN.md, "The replay decision").
+// (DESIGN.md, "Where the rule comes from"), applied as a table
+// (DESIGN.md, "The replay decision").
 //
 // It has three parts, all pure (no I/O, no clock, no project imports):
 //   - the Cursor, the SSE event id that encodes generation, stream and

@@ -98,7 +98,7 @@ const (
 	// session, or names a stream the event at its sequence is not on.
 	ReasonCursorMalformed Reason = "cursor_malformed"
 	// ReasonGenerationMismatch: 409, the cursor belongs to another
-	// generation of the session's live state (seed, "Decision Boundary").
+	// generation of the session's live state (DESIGN.md, "Where the rule comes from").
 	ReasonGenerationMismatch Reason = "generation_mismatch"
 	// ReasonCursorCompacted: 409, the cursor is below the replay floor.
 	ReasonCursorCompacted Reason = "cursor_compacted"

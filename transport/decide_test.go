@@ -139,7 +139,8 @@ func TestDecideCursorMalformed(t *testing.T) {
 	}
 }
 
-// Row 4, the seed's case: the session was re-created (generation 2) and has
+// Row 4, the case the rule comes from (DESIGN.md, "Where the rule comes
+// from"): the session was re-created (generation 2) and has
 // new events; a generation-1 cursor whose sequence is numerically within
 // the log is refused with 409 and nothing is replayed.
 func TestDecideGenerationMismatch(t *testing.T) {

@@ -102,7 +102,8 @@ func wantRefusal(t *testing.T, err error, status int, reason string) *mcptest.St
 	return se
 }
 
-// TestRestartKill9 is the seed's rolling-restart case made explicit: a
+// TestRestartKill9 is the rolling-restart case the rule comes from
+// (DESIGN.md, "Where the rule comes from"), made explicit: a
 // session survives kill -9 of a `tidemark serve --data-dir` process, its
 // old cursors answer 409 generation_mismatch, the same token keeps working
 // at the next generation, streams of that generation resume exactly, no

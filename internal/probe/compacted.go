@@ -1,4 +1,4 @@
-// Check compacted-cursor. Rule (seed, "Decision Boundary"): a cursor below
+// Check compacted-cursor. Rule (DESIGN.md, "Where the rule comes from"): a cursor below
 // the replay floor, whose following events the server no longer retains,
 // answers 409 and forces re-initialization; it is never replayed with a
 // gap.

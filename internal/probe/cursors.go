@@ -1,11 +1,12 @@
 // Checks cursor-ahead, cursor-malformed and foreign-cursor: cursors a
 // careful server refuses. Rules: a cursor beyond the newest event is an
-// error (4xx), never clamped to the high-water mark (seed, "Decision
-// Boundary"); a cursor that does not parse answers 400, since 404 or 409
+// error (4xx), never clamped to the high-water mark (DESIGN.md,
+// "Where the rule comes from"); a cursor that does not parse answers 400, since 404 or 409
 // would make the client drop a live session (DESIGN.md, "The replay
 // decision"); another session's cursor is refused with a 4xx other than
 // 404, never replayed, since replay validity is a function of the session,
-// the generation and the cursor range (seed, "Condition of Validity").
+// the generation and the cursor range (DESIGN.md, "Where the rule comes
+// from").
 
 package probe
 

@@ -110,17 +110,17 @@ type check struct {
 // checks is the catalogue, in the order they run and print.
 var checks = []check{
 	{"priming", "MCP 2025-11-25 basic/transports (SEP-1699): an SSE stream starts with an event that has an ID and empty data, so the client can resume before the first message", checkPriming},
-	{"resume-exact", "MCP 2025-11-25 Resumability: GET with Last-Event-ID replays the messages after it on that stream; seed: replay is exact, no gap and no repeat", checkResumeExact},
-	{"cursor-ahead", "seed, Decision Boundary: never clamp Last-Event-ID to the high-water mark; a cursor beyond the newest event is an error (4xx), not an empty 200", checkCursorAhead},
+	{"resume-exact", `MCP 2025-11-25 Resumability: GET with Last-Event-ID replays the messages after it on that stream; (DESIGN.md, "Delivery rules"): replay is exact, no gap and no repeat`, checkResumeExact},
+	{"cursor-ahead", `(DESIGN.md, "Where the rule comes from"): never clamp Last-Event-ID to the high-water mark; a cursor beyond the newest event is an error (4xx), not an empty 200`, checkCursorAhead},
 	{"cursor-malformed", `Tidemark's replay decision (DESIGN.md, "The replay decision"): a cursor that does not parse answers 400 (cursor_malformed); 404 or 409 would make the client drop a live session`, checkCursorMalformed},
-	{"foreign-cursor", "seed, Condition of Validity: replay is a function of (session, generation, cursor range); another session's cursor is refused (4xx, not 404), never replayed", checkForeignCursor},
-	{"unknown-session", "MCP 2025-11-25 Session Management; seed: an unknown session ID answers 404, on GET with Last-Event-ID and on POST", checkUnknownSession},
+	{"foreign-cursor", `(DESIGN.md, "Where the rule comes from"): replay is a function of (session, generation, cursor range); another session's cursor is refused (4xx, not 404), never replayed`, checkForeignCursor},
+	{"unknown-session", `MCP 2025-11-25 Session Management; (DESIGN.md, "Where the rule comes from"): an unknown session ID answers 404, on GET with Last-Event-ID and on POST`, checkUnknownSession},
 	{"deleted-session", "MCP 2025-11-25 Session Management: after DELETE the session ID answers 404; a deleted session's cursors are never replayed", checkDeletedSession},
 	{"stream-isolation", "MCP 2025-11-25 Resumability: the server MUST NOT replay messages that would have been delivered on a different stream", checkStreamIsolation},
-	{"compacted-cursor", "seed, Decision Boundary: a cursor below the replay floor (its events compacted) answers 409 and forces re-initialization", checkCompacted},
+	{"compacted-cursor", `(DESIGN.md, "Where the rule comes from"): a cursor below the replay floor (its events compacted) answers 409 and forces re-initialization`, checkCompacted},
 	{"takeover", `MCP 2025-11-25 Resumability; one reader per stream (DESIGN.md, "Delivery rules"): a resume while the old connection still looks open (half-open TCP) takes the stream over; refusing it (409) makes a client re-initialize and lose the session`, checkTakeover},
 	{"concurrent-resume", `MCP 2025-11-25 Multiple Connections: a message goes on one stream only; one reader per stream (DESIGN.md, "Delivery rules"), so two resumes of one stream never both get an event`, checkConcurrentResume},
-	{"storm", "seed, What Was Observed: sessions resuming at once (a reconnect storm) each get their stream exactly: no error, no duplicate, nothing missing", checkStorm},
+	{"storm", `(DESIGN.md, "Where the rule comes from"): sessions resuming at once (a reconnect storm) each get their stream exactly: no error, no duplicate, nothing missing`, checkStorm},
 }
 
 // CheckIDs returns the IDs of the checks in the order they run.

@@ -1,5 +1,5 @@
 // Check resume-exact. Rule (MCP 2025-11-25, "Resumability and
-// Redelivery"; seed document): GET with Last-Event-ID replays the messages
+// Redelivery"; DESIGN.md, "Delivery rules"): GET with Last-Event-ID replays the messages
 // sent after that event on its stream, exactly: a call cut and resumed
 // delivers the same messages as an uncut call, none missing and none
 // repeated.

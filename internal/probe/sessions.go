@@ -1,5 +1,5 @@
 // Checks unknown-session and deleted-session. Rule (MCP 2025-11-25,
-// "Session Management"; seed, "Decision Boundary"): a session ID the
+// "Session Management"; DESIGN.md, "Where the rule comes from"): a session ID the
 // server never issued, or one ended by DELETE, answers 404 on GET with
 // Last-Event-ID and on POST; a deleted session's cursors are never
 // replayed.

@@ -1,4 +1,4 @@
-// Check storm. Rule (seed, "What Was Observed"): sessions that resume at
+// Check storm. Rule (DESIGN.md, "Where the rule comes from"): sessions that resume at
 // once, as in a reconnect storm, each get their own stream exactly: no
 // error, no duplicate, nothing missing.
 

@@ -35,7 +35,7 @@ const (
 	// generation_mismatch or cursor_compacted; DESIGN.md, "The replay
 	// decision"); the calls the stream carried are lost
 	// (Outcome.LostRequests lists them when Outcome.LostKnown), and the
-	// client initializes again (seed, "Decision Boundary").
+	// client initializes again (DESIGN.md, "Where the rule comes from").
 	GenerationLost
 	// RetryLater: no answer (a network error, or no headers before the
 	// deadline), or 408, 429 or a 5xx other than 501, 505 and 508: the same
