@@ -22,8 +22,9 @@ import (
 
 // answerConfirm calls the demo's confirm tool through g, answers its
 // elicitation/create with answer (the response's result, or its error
-// when errorAnswer), and returns the call's response.
-func answerConfirm(t *testing.T, ctx context.Context, s *mcptest.Session, answer json.RawMessage, errorAnswer *jsonrpc.Error) *jsonrpc.Response {
+// when errorAnswer), and returns that elicitation/create as the client
+// got it and the call's response.
+func answerConfirm(t *testing.T, ctx context.Context, s *mcptest.Session, answer json.RawMessage, errorAnswer *jsonrpc.Error) (*jsonrpc.Request, *jsonrpc.Response) {
 	t.Helper()
 	confirm := mcptest.ToolCall(2, "confirm", map[string]any{"question": "Proceed?"}, nil)
 	st, err := s.Call(ctx, confirm)
@@ -51,7 +52,7 @@ func answerConfirm(t *testing.T, ctx context.Context, s *mcptest.Session, answer
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response(t, rest)
+	return ask, response(t, rest)
 }
 
 // wantError checks that r is a JSON-RPC error with exactly code and
@@ -75,11 +76,11 @@ func TestElicitationAnswerRefused(t *testing.T) {
 	g := newGateway(t, up.URL(), upstream.Options{})
 	g.client.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}
 
-	r := answerConfirm(t, ctx, g.initialize(t, ctx), json.RawMessage(`{"action":"accept","content":{}}`), nil)
+	_, r := answerConfirm(t, ctx, g.initialize(t, ctx), json.RawMessage(`{"action":"accept","content":{}}`), nil)
 	wantError(t, "content {}", r, jsonrpc.CodeInvalidParams,
 		`the answer to elicitation/create does not match its requestedSchema: validating root: required: missing properties: ["confirmed"]`)
 
-	r = answerConfirm(t, ctx, g.initialize(t, ctx), nil, &jsonrpc.Error{Code: -32042, Message: "the user closed the dialog"})
+	_, r = answerConfirm(t, ctx, g.initialize(t, ctx), nil, &jsonrpc.Error{Code: -32042, Message: "the user closed the dialog"})
 	wantError(t, "the client's error", r, -32042, "the user closed the dialog")
 }
 

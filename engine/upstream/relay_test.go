@@ -76,38 +76,11 @@ func TestElicitationRelayed(t *testing.T) {
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
 	g := newGateway(t, up.URL(), upstream.Options{})
 	g.client.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}
-	s := g.initialize(t, ctx)
-	confirm := mcptest.ToolCall(2, "confirm", map[string]any{"question": "Proceed?"}, nil)
-	st, err := s.Call(ctx, confirm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	evs, err := st.Until(func(e mcptest.Event) bool {
-		r, ok := e.Request()
-		return ok && r.Method == "elicitation/create"
-	})
-	if err != nil {
-		t.Fatalf("no elicitation/create on the call's stream: %v (events %v)", err, evs)
-	}
-	ask, _ := evs[len(evs)-1].Request()
+	ask, r := answerConfirm(t, ctx, g.initialize(t, ctx), json.RawMessage(`{"action":"accept","content":{"confirmed":true}}`), nil)
 	if got := ask.ID.Raw(); got != "tidemark-1-1" {
 		t.Errorf("elicitation/create has ID %v, want tidemark-1-1", got)
 	}
-	answer := &jsonrpc.Response{ID: ask.ID, Result: json.RawMessage(`{"action":"accept","content":{"confirmed":true}}`)}
-	resp, err := s.Post(ctx, answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("the client's answer got HTTP %d, want 202", resp.StatusCode)
-	}
-	rest, err := st.Until(func(e mcptest.Event) bool { return e.IsResponseTo(confirm.ID) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := toolText(t, response(t, rest)); got != "accepted" {
+	if got := toolText(t, r); got != "accepted" {
 		t.Errorf("confirm returned %q, want accepted", got)
 	}
 	var upAnswers []received
