@@ -54,13 +54,24 @@ func (r *report) configurations(b *strings.Builder) {
 }
 
 func (r *report) comparisonTable(b *strings.Builder, rows, refs []*row) {
+	columns := make([]string, len(rows))
+	for i, x := range rows {
+		columns[i] = x.spec.name + " ÷ " + refs[i].spec.name
+	}
+	r.ratioTable(b, columns, func(m metric, i int) string { return quotient(m, rows[i], refs[i]) })
+}
+
+// ratioTable writes a table of one row per metric (its name and whether
+// higher is better) and one column per name in columns, whose cells
+// cell(metric, column) gives.
+func (r *report) ratioTable(b *strings.Builder, columns []string, cell func(m metric, column int) string) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("| metric |")
-	for i, x := range rows {
-		p(" %s ÷ %s |", x.spec.name, refs[i].spec.name)
+	for _, c := range columns {
+		p(" %s |", c)
 	}
 	p("\n| --- |")
-	for range rows {
+	for range columns {
 		p(" ---: |")
 	}
 	p("\n")
@@ -70,8 +81,8 @@ func (r *report) comparisonTable(b *strings.Builder, rows, refs []*row) {
 			arrow = "↑"
 		}
 		p("| %s %s |", m.name, arrow)
-		for i, x := range rows {
-			p(" %s |", quotient(m, x, refs[i]))
+		for i := range columns {
+			p(" %s |", cell(m, i))
 		}
 		p("\n")
 	}

@@ -45,3 +45,31 @@ func TestConfigurations(t *testing.T) {
 		t.Errorf("the section divides the gateway by gosdk, which did not run:\n%s", md)
 	}
 }
+
+// TestRatios renders the Ratios section: one table per Tidemark row,
+// each cell its figure divided by the peer's, – where either is missing.
+func TestRatios(t *testing.T) {
+	cfg := quickConfig()
+	cfg.aConc = []int{16}
+	mk := func(spec serverSpec, rate float64, cpu time.Duration) *row {
+		return &row{spec: spec, a: []resultA{{conc: 16, calls: 1000, rate: rate, cpuPerCall: cpu}}}
+	}
+	r := &report{cfg: cfg, rows: []*row{
+		mk(serverSpec{name: "tidemark", role: roleTidemark}, 4000, 300*time.Microsecond),
+		mk(serverSpec{name: "gosdk", role: rolePeer}, 2000, 400*time.Microsecond),
+		mk(serverSpec{name: "mcpgo", role: rolePeer}, 8000, 150*time.Microsecond),
+	}}
+	var b strings.Builder
+	r.ratios(&b)
+	md := b.String()
+	for _, want := range []string{
+		"### tidemark ÷ …\n\n| metric | gosdk | mcpgo |\n| --- | ---: | ---: |\n",
+		"| (a) calls/s, 16 sessions ↑ | 2.00 | 0.50 |\n",
+		"| (a) CPU per call, 16 sessions ↓ | 0.75 | 2.00 |\n",
+		"| (c) replay time ↓ | – | – |\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the section lacks %q:\n%s", want, md)
+		}
+	}
+}

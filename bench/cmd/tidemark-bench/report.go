@@ -359,33 +359,12 @@ func (r *report) ratios(b *strings.Builder) {
 		if t.spec.role != roleTidemark || len(others) == 0 {
 			continue
 		}
-		p("### %s ÷ …\n\n| metric |", t.spec.name)
-		for _, o := range others {
-			p(" %s |", o.spec.name)
+		p("### %s ÷ …\n\n", t.spec.name)
+		columns := make([]string, len(others))
+		for i, o := range others {
+			columns[i] = o.spec.name
 		}
-		p("\n| --- |")
-		for range others {
-			p(" ---: |")
-		}
-		p("\n")
-		for _, m := range r.metrics() {
-			arrow := "↓"
-			if m.higher {
-				arrow = "↑"
-			}
-			p("| %s %s |", m.name, arrow)
-			tv, tok := m.value(t)
-			for _, o := range others {
-				ov, ook := m.value(o)
-				if !tok || !ook || ov == 0 {
-					p(" – |")
-					continue
-				}
-				p(" %.2f |", tv/ov)
-			}
-			p("\n")
-		}
-		p("\n")
+		r.ratioTable(b, columns, func(m metric, i int) string { return quotient(m, t, others[i]) })
 	}
 }
 
