@@ -134,19 +134,7 @@ func TestQuickGateway(t *testing.T) {
 		t.Fatalf("rows = %v, want gateway and gosdk", rep.rows)
 	}
 	for _, r := range rep.rows {
-		name := r.spec.name
-		if r.failure != "" || len(r.notes) > 0 {
-			t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr.String())
-			continue
-		}
-		for _, a := range r.a {
-			if a.calls == 0 || a.errors != 0 {
-				t.Errorf("%s (a) %d sessions: calls %d errors %d (%s)", name, a.conc, a.calls, a.errors, a.firstErr)
-			}
-		}
-		if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.bN.received != cfg.bStreams*cfg.bN || r.bN.lost != 0 {
-			t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
-		}
+		checkAB(t, r, cfg, stderr.String())
 	}
 	md := stdout.String()
 	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
@@ -190,17 +178,8 @@ func TestQuickConfigurations(t *testing.T) {
 	for _, r := range rep.rows {
 		names = append(names, r.spec.name)
 		name := r.spec.name
-		if r.failure != "" || len(r.notes) > 0 {
-			t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr.String())
+		if !checkAB(t, r, cfg, stderr.String()) {
 			continue
-		}
-		for _, a := range r.a {
-			if a.calls == 0 || a.errors != 0 {
-				t.Errorf("%s (a) %d sessions: calls %d errors %d (%s)", name, a.conc, a.calls, a.errors, a.firstErr)
-			}
-		}
-		if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.bN.received != cfg.bStreams*cfg.bN || r.bN.lost != 0 {
-			t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
 		}
 		if !r.hasC || r.c.na != "" || r.c.wrong != 0 || r.c.median <= 0 {
 			t.Errorf("%s (c): na %q wrong %d (%s) median %v", name, r.c.na, r.c.wrong, r.c.example, r.c.median)
@@ -313,4 +292,25 @@ func noneLeft(t *testing.T, pids []int) {
 func zombie(stat []byte) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// checkAB checks that row r of a quick run ran without failure or note,
+// answered every (a) call and received every (b) event, and reports
+// whether it ran (stderr is the run's, for the failure's message).
+func checkAB(t *testing.T, r *row, cfg config, stderr string) bool {
+	t.Helper()
+	name := r.spec.name
+	if r.failure != "" || len(r.notes) > 0 {
+		t.Errorf("%s: failure %q notes %q\n%s", name, r.failure, r.notes, stderr)
+		return false
+	}
+	for _, a := range r.a {
+		if a.calls == 0 || a.errors != 0 {
+			t.Errorf("%s (a) %d sessions: calls %d errors %d (%s)", name, a.conc, a.calls, a.errors, a.firstErr)
+		}
+	}
+	if !r.hasB || r.b1.received != cfg.b1N || r.b1.lost != 0 || r.bN.received != cfg.bStreams*cfg.bN || r.bN.lost != 0 {
+		t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
+	}
+	return true
 }
