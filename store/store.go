@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/tasks"
 )
 
 // Sentinel errors. Backends wrap them with the values that explain the
@@ -366,6 +367,65 @@ type Log interface {
 
 	// Bounds returns the session's bounds. Errors: ErrNotFound, *EndedError.
 	Bounds(ctx context.Context, token string) (Bounds, error)
+}
+
+// Errors of Tasks.
+var (
+	// ErrTaskNotFound: no record for the task ID: never created, deleted,
+	// or past its expiry (tasks.Record.Expires).
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrStale: the task record's revision is no longer the one the write
+	// was conditioned on: another process wrote it since it was read.
+	// Nothing was written; the caller reads again and applies its rule to
+	// what it finds.
+	ErrStale = errors.New("task record changed since it was read")
+)
+
+// Tasks keeps the records of tasks of the Tasks extension (DESIGN.md,
+// "Tasks: the executor rule"), beside the sessions. Every write is
+// conditioned on the revision the writer read: a writer reads the record,
+// applies the rules of package tasks to it (tasks.Rules.Settle, then
+// tasks.Rules.Apply), and stores the outcome only if nobody wrote in
+// between, so the executor generation those rules check is the one the
+// write replaces, whatever the clocks say.
+//
+// Guarantees every implementation gives:
+//   - Linearizable per task ID; a revision is 1 at creation and grows by
+//     one with each write.
+//   - Durability: once a call returns nil its effect is as durable as the
+//     backend promises (see Sessions).
+//   - Expiry: a record is kept at least until its Expires() as last
+//     written, and is gone soon after it by the store's clock (readers
+//     apply tasks.Rules.Settle, which treats an expired record as gone
+//     whatever the store still holds).
+type Tasks interface {
+	// CreateTask stores rec at revision 1. It fails with ErrExists if the
+	// ID is known.
+	CreateTask(ctx context.Context, rec tasks.Record) error
+
+	// GetTask returns the record of id and its revision. It fails with
+	// ErrTaskNotFound.
+	GetTask(ctx context.Context, id string) (tasks.Record, uint64, error)
+
+	// UpdateTask replaces the record of rec.ID by rec if its revision is
+	// still rev, and returns the new revision. It fails with ErrStale, or
+	// ErrTaskNotFound if the record is gone.
+	UpdateTask(ctx context.Context, rec tasks.Record, rev uint64) (uint64, error)
+
+	// DeleteTask removes the record of id if its revision is still rev.
+	// It fails with ErrStale, or ErrTaskNotFound.
+	DeleteTask(ctx context.Context, id string, rev uint64) error
+
+	// WorkingTasks calls f with each task whose status is working, and its
+	// revision, in no particular order, until f returns false. A task
+	// written during the scan may or may not be seen.
+	WorkingTasks(ctx context.Context, f func(rec tasks.Record, rev uint64) bool) error
+
+	// ExclusiveTasks reports whether one process at a time opens the store
+	// (memory; the durable store's directory lock): a working task written
+	// by another process then belongs to a process that has ended
+	// (tasks.Reader.Exclusive).
+	ExclusiveTasks() bool
 }
 
 // LossNotifier is implemented by pipelined stores (see Log, "Loss"). The

@@ -31,6 +31,8 @@ type Store struct {
 	tombs    map[string]tomb
 	ends     int // End calls since the last tombstone sweep
 	closed   bool
+
+	tasks taskTable
 }
 
 type tomb struct {

@@ -15,3 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return memory.New(memory.Options{}) })
 }
+
+func TestTasksContract(t *testing.T) {
+	storetest.RunTasks(t, func(t *testing.T) store.Store { return memory.New(memory.Options{}) })
+}
