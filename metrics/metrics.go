@@ -4,7 +4,7 @@
 // each layer is given a recorder (DESIGN.md, "Layers").
 //
 // Each layer takes the small interface of its own events (Transport,
-// Sessions, Log, Store, Processes); Recorder is all of them, which an
+// Sessions, Log, Store, Processes, Tasks); Recorder is all of them, which an
 // implementation such as metrics/prom provides. Discard records nothing
 // and is what a layer uses when given nil: its methods are empty, so an
 // unobserved layer pays one indirect call per event.
@@ -29,6 +29,7 @@ type Recorder interface {
 	Log
 	Store
 	Processes
+	Tasks
 }
 
 // Transport records what the HTTP transport decides and serves.
@@ -110,6 +111,27 @@ type Processes interface {
 	ProcessExited(reason replay.Reason)
 }
 
+// Tasks records what happens to tasks of the Tasks extension (DESIGN.md,
+// "Tasks: the executor rule") in this process.
+type Tasks interface {
+	// TaskCreated records a task created here, running here.
+	TaskCreated()
+	// TaskSettled records a task this process stored as terminal: status
+	// is its word ("completed", "failed", "cancelled"); reason is why
+	// Tidemark settled it (replay.ReasonExecutorLost, ReasonTaskExpired,
+	// ...), or "" when the call's own outcome settled it; lived is the
+	// time from its creation.
+	TaskSettled(status string, reason replay.Reason, lived time.Duration)
+	// TaskCancelRequested records a tasks/cancel that asked a working or
+	// input_required task to stop.
+	TaskCancelRequested()
+	// TaskRerun records a call run again after its executor was lost.
+	TaskRerun()
+	// TaskRunning records a round of a task starting (+1) or ending (-1)
+	// in this process.
+	TaskRunning(delta int)
+}
+
 // StreamKind is the kind of an SSE stream, a label value.
 type StreamKind string
 
@@ -168,3 +190,8 @@ func (discard) Trimmed(int)                                        {}
 func (discard) StoreOperation(string, string, time.Duration, bool) {}
 func (discard) ProcessStarted()                                    {}
 func (discard) ProcessExited(replay.Reason)                        {}
+func (discard) TaskCreated()                                       {}
+func (discard) TaskSettled(string, replay.Reason, time.Duration)   {}
+func (discard) TaskCancelRequested()                               {}
+func (discard) TaskRerun()                                         {}
+func (discard) TaskRunning(int)                                    {}

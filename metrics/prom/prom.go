@@ -51,6 +51,17 @@ type Recorder struct {
 	takeovers   prometheus.Counter
 	processes   prometheus.Gauge
 	exits       *prometheus.CounterVec
+	tasks       taskCollectors
+}
+
+// taskCollectors are the collectors of metrics.Tasks.
+type taskCollectors struct {
+	created  prometheus.Counter
+	settled  *prometheus.CounterVec
+	cancels  prometheus.Counter
+	reruns   prometheus.Counter
+	running  prometheus.Gauge
+	duration *prometheus.HistogramVec
 }
 
 // New returns a Recorder whose collectors are registered on reg. It fails
@@ -135,6 +146,33 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Name: "tidemark_subprocess_exits_total",
 			Help: "Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own).",
 		}, []string{"reason"}),
+		tasks: taskCollectors{
+			created: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "tidemark_tasks_created_total",
+				Help: "Tasks created by this process (Tasks extension).",
+			}),
+			settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "tidemark_tasks_settled_total",
+				Help: "Tasks this process stored as terminal, by status (completed, failed, cancelled) and reason: none when the call's own outcome settled it, else why Tidemark did (executor_lost, task_expired, result_too_large).",
+			}, []string{"status", "reason"}),
+			cancels: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "tidemark_tasks_cancel_requests_total",
+				Help: "tasks/cancel requests received by this process that asked a working or input_required task to stop.",
+			}),
+			reruns: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "tidemark_tasks_reruns_total",
+				Help: "Calls of idempotent tools run again by this process after their executor was lost (--task-rerun).",
+			}),
+			running: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "tidemark_tasks_running",
+				Help: "Rounds of tasks running in this process.",
+			}),
+			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name:    "tidemark_task_duration_seconds",
+				Help:    "Time from a task's creation until this process stored it as terminal, by status.",
+				Buckets: mcpBuckets,
+			}, []string{"status"}),
+		},
 	}
 	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed} {
 		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
@@ -143,6 +181,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		r.operation, r.session, r.created, r.streams, r.resumes, r.refusals,
 		r.appended, r.replayed, r.replayTime, r.generations, r.fenced, r.trimmed,
 		r.floorRaises, r.storeTime, r.storeErrors, r.takeovers, r.processes, r.exits,
+		r.tasks.created, r.tasks.settled, r.tasks.cancels, r.tasks.reruns, r.tasks.running, r.tasks.duration,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -281,3 +320,26 @@ func (r *Recorder) ProcessExited(reason replay.Reason) {
 	r.processes.Dec()
 	r.exits.WithLabelValues(string(reason)).Inc()
 }
+
+// TaskCreated implements metrics.Tasks.
+func (r *Recorder) TaskCreated() { r.tasks.created.Inc() }
+
+// TaskSettled implements metrics.Tasks: the reason label is "none" for a
+// task the call's own outcome settled.
+func (r *Recorder) TaskSettled(status string, reason replay.Reason, lived time.Duration) {
+	label := string(reason)
+	if label == "" {
+		label = "none"
+	}
+	r.tasks.settled.WithLabelValues(status, label).Inc()
+	r.tasks.duration.WithLabelValues(status).Observe(lived.Seconds())
+}
+
+// TaskCancelRequested implements metrics.Tasks.
+func (r *Recorder) TaskCancelRequested() { r.tasks.cancels.Inc() }
+
+// TaskRerun implements metrics.Tasks.
+func (r *Recorder) TaskRerun() { r.tasks.reruns.Inc() }
+
+// TaskRunning implements metrics.Tasks.
+func (r *Recorder) TaskRunning(delta int) { r.tasks.running.Add(float64(delta)) }

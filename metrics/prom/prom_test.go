@@ -36,6 +36,15 @@ func TestExposition(t *testing.T) {
 	r.Operation("tools/call", "", 30*time.Millisecond)
 	r.Operation("tools/call", metrics.ErrorType(-32602), 5*time.Millisecond)
 	r.Operation("made/up", "", time.Millisecond)
+	r.TaskCreated()
+	r.TaskCreated()
+	r.TaskRunning(1)
+	r.TaskRunning(1)
+	r.TaskRunning(-1)
+	r.TaskCancelRequested()
+	r.TaskRerun()
+	r.TaskSettled("completed", "", 2*time.Second)
+	r.TaskSettled("failed", replay.Reason("executor_lost"), time.Second)
 	r.SessionStarted()
 	if err := r.WatchSessions(func() int { return 2 }, true); err != nil {
 		t.Fatal(err)
@@ -105,6 +114,22 @@ tidemark_subprocesses_running 1
 # HELP tidemark_subprocess_exits_total Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own).
 # TYPE tidemark_subprocess_exits_total counter
 tidemark_subprocess_exits_total{reason="server_exited"} 1
+# HELP tidemark_tasks_created_total Tasks created by this process (Tasks extension).
+# TYPE tidemark_tasks_created_total counter
+tidemark_tasks_created_total 2
+# HELP tidemark_tasks_settled_total Tasks this process stored as terminal, by status (completed, failed, cancelled) and reason: none when the call's own outcome settled it, else why Tidemark did (executor_lost, task_expired, result_too_large).
+# TYPE tidemark_tasks_settled_total counter
+tidemark_tasks_settled_total{reason="executor_lost",status="failed"} 1
+tidemark_tasks_settled_total{reason="none",status="completed"} 1
+# HELP tidemark_tasks_cancel_requests_total tasks/cancel requests received by this process that asked a working or input_required task to stop.
+# TYPE tidemark_tasks_cancel_requests_total counter
+tidemark_tasks_cancel_requests_total 1
+# HELP tidemark_tasks_reruns_total Calls of idempotent tools run again by this process after their executor was lost (--task-rerun).
+# TYPE tidemark_tasks_reruns_total counter
+tidemark_tasks_reruns_total 1
+# HELP tidemark_tasks_running Rounds of tasks running in this process.
+# TYPE tidemark_tasks_running gauge
+tidemark_tasks_running 1
 `
 	names := []string{
 		"tidemark_refusals_total", "tidemark_resumes_total", "tidemark_streams_open", "tidemark_sessions_live",
@@ -112,6 +137,8 @@ tidemark_subprocess_exits_total{reason="server_exited"} 1
 		"tidemark_events_replayed_total", "tidemark_retention_trimmed_events_total", "tidemark_replay_floor_raises_total",
 		"tidemark_fenced_writes_total", "tidemark_store_errors_total", "tidemark_leases_held", "tidemark_takeovers_total",
 		"tidemark_subprocesses_running", "tidemark_subprocess_exits_total",
+		"tidemark_tasks_created_total", "tidemark_tasks_settled_total", "tidemark_tasks_cancel_requests_total",
+		"tidemark_tasks_reruns_total", "tidemark_tasks_running",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
@@ -123,6 +150,9 @@ tidemark_subprocess_exits_total{reason="server_exited"} 1
 	}
 	if c := histogramCounts(t, reg, "mcp_server_session_duration_seconds", "reason"); !equal(c, map[string]uint64{"deleted": 1}) {
 		t.Errorf("mcp_server_session_duration_seconds counts %v, want deleted: 1", c)
+	}
+	if c := histogramCounts(t, reg, "tidemark_task_duration_seconds", "status"); !equal(c, map[string]uint64{"completed": 1, "failed": 1}) {
+		t.Errorf("tidemark_task_duration_seconds counts %v, want completed: 1, failed: 1", c)
 	}
 	if c := histogramCounts(t, reg, "tidemark_replay_duration_seconds"); !equal(c, map[string]uint64{"": 1}) {
 		t.Errorf("tidemark_replay_duration_seconds counts %v, want 1", c)
