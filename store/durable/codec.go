@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/tasks"
 )
 
 // Key layout (format 1). Every key starts with one byte naming its kind;
@@ -18,11 +20,23 @@ import (
 //	'm' len token          → log meta (40 bytes, meta)
 //	'e' len token seq(BE8) → event (eventValue); big-endian keeps seq order
 //	't' len token          → tombstone (JSON, tombJSON)
+//	'k' len taskID         → task record: revision (BE8), then its stored
+//	                         form (tasks.Marshal, JSON)
+//	'x' expiry(BE8) len taskID → empty: the expiry index of the task records,
+//	                         expiry being tasks.Record.Expires in Unix
+//	                         nanoseconds, so the expired tasks are one key
+//	                         range (DESIGN.md, "Tasks: the executor rule")
+//
+// Task keys need no FormatVersion of their own: a build that keeps no tasks
+// still reads a directory that holds them, as it reads only the kinds of
+// keys it knows.
 const (
-	kindRecord = 'r'
-	kindMeta   = 'm'
-	kindEvent  = 'e'
-	kindTomb   = 't'
+	kindRecord    = 'r'
+	kindMeta      = 'm'
+	kindEvent     = 'e'
+	kindTomb      = 't'
+	kindTask      = 'k'
+	kindTaskIndex = 'x'
 )
 
 // maxTokenLen is the longest session token the key layout holds.
@@ -201,4 +215,71 @@ func eventTime(b []byte) time.Time {
 type tombJSON struct {
 	Reason store.EndReason `json:"reason"`
 	Until  time.Time       `json:"until"`
+}
+
+// taskKey returns the key of the record of task id (1 to maxTokenLen bytes).
+func taskKey(id string) []byte { return tokenKey(kindTask, id) }
+
+// taskIndexKey returns the key of the expiry index that names task id as
+// expiring at expiry (Unix nanoseconds, expiryNanos).
+func taskIndexKey(expiry int64, id string) []byte {
+	k := make([]byte, 0, 1+8+1+len(id))
+	k = binary.BigEndian.AppendUint64(append(k, kindTaskIndex), uint64(expiry))
+	k = append(k, byte(len(id)))
+	return append(k, id...)
+}
+
+// taskIndexBound returns the key that sorts after the index keys of every
+// task expiring at or before expiry, and before all others.
+func taskIndexBound(expiry int64) []byte {
+	if expiry == math.MaxInt64 {
+		return []byte{kindTaskIndex + 1}
+	}
+	return binary.BigEndian.AppendUint64([]byte{kindTaskIndex}, uint64(expiry+1))
+}
+
+// taskIndexEntry returns the expiry and the task ID of an index key.
+func taskIndexEntry(key []byte) (int64, string, error) {
+	if len(key) < 10 || int(key[9]) != len(key)-10 {
+		return 0, "", fmt.Errorf("malformed task index key %q", key)
+	}
+	return int64(binary.BigEndian.Uint64(key[1:9])), string(key[10:]), nil
+}
+
+// expiryNanos returns t in Unix nanoseconds, the form the expiry index
+// sorts, clamped to 0 (before 1970) and math.MaxInt64 (after 2262) so that
+// it keeps the order of the times it can tell apart.
+func expiryNanos(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, 0)):
+		return 0
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// taskRevLen is the length of the revision that heads a task value.
+const taskRevLen = 8
+
+// encodeTask returns the value of a task record: rev (BE8), then data,
+// the record's stored form.
+func encodeTask(rev uint64, data []byte) []byte {
+	v := make([]byte, taskRevLen, taskRevLen+len(data))
+	binary.BigEndian.PutUint64(v, rev)
+	return append(v, data...)
+}
+
+// decodeTask returns the record and revision of a task value; nothing of
+// the record shares memory with v.
+func decodeTask(v []byte) (tasks.Record, uint64, error) {
+	if len(v) <= taskRevLen {
+		return tasks.Record{}, 0, fmt.Errorf("task value of %d bytes, shorter than a revision and a record", len(v))
+	}
+	rev := binary.BigEndian.Uint64(v)
+	if rev == 0 {
+		return tasks.Record{}, 0, errors.New("task value at revision 0")
+	}
+	rec, err := tasks.Unmarshal(v[taskRevLen:])
+	return rec, rev, err
 }

@@ -63,6 +63,18 @@
 // the Options fields. Deleted events are reclaimed by Pebble's background
 // compactions, and at once by Compact.
 //
+// # Tasks
+//
+// The store keeps the task records of the Tasks extension (store.Tasks) in
+// the directory only, never in memory: a task is read from Pebble by its ID
+// when a client asks for it, so the store holds any number of tasks at the
+// cost of their disk space. Each write is the revision check and one batch
+// (the record and its expiry index keys; codec.go has the layout) under
+// the lock of the task's stripe, and returns once the committer has
+// fsync'd it; reads take the same lock, so a task a client is shown
+// survives kill -9 (DESIGN.md, "Tasks: the executor rule"). The sweeper
+// deletes the expired records through the expiry index.
+//
 // # The data directory
 //
 // One process at a time: Open takes a file lock on the directory and a
@@ -146,10 +158,12 @@ type Options struct {
 	// sixteenth, except each session's newest event: when the newest events
 	// alone exceed MaxBytes, the directory stays over it until sessions end
 	// (see enforceBound). The directory on disk holds these bytes
-	// compressed, plus records and tombstones (about 1 KiB per session), the
-	// write-ahead log (Pebble keeps up to three 4 MiB log files for reuse:
-	// about 16 MiB) and deleted data that compaction has not yet
-	// reclaimed. Default 1 GiB; negative: no bound.
+	// compressed, plus records and tombstones (about 1 KiB per session),
+	// task records (each the size of its call's params and result, kept
+	// until its TTL ends and not counted here), the write-ahead log (Pebble
+	// keeps up to three 4 MiB log files for reuse: about 16 MiB) and
+	// deleted data that compaction has not yet reclaimed. Default 1 GiB;
+	// negative: no bound.
 	MaxBytes int64
 	// MinFreeBytes is the free space (bytes) the store keeps on the data
 	// directory's file system: a write that adds data fails with
@@ -228,6 +242,10 @@ type Store struct {
 
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	// taskLocks serialize the writes of each task (tasks.go, taskLock),
+	// held from the revision check to the end of the commit.
+	taskLocks [taskStripes]sync.Mutex
 
 	pendLimits pending.Limits                                            // Options.MaxPending*
 	onLost     atomic.Pointer[func(token string, gen uint64, err error)] // see NotifyLost

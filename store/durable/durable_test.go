@@ -32,7 +32,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(taskChildEnv); dir != "" {
+		os.Exit(runTaskChild(dir)) // TestTaskSurvivesKill's child process
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // open opens a store in dir with the sweeper off and the free-space check
 // off (t.TempDir's file system may be nearly full on a developer machine;

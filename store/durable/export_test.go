@@ -1,6 +1,10 @@
 package durable
 
-import "github.com/cockroachdb/pebble/v2"
+import (
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+)
 
 // Groups returns the number of group commits (one fsync each) so far.
 func (s *Store) Groups() int64 { return s.groups.Load() }
@@ -29,4 +33,39 @@ func SetMetaBytes(dir, token string, n int64) error {
 		return err
 	}
 	return db.Close()
+}
+
+// TaskKeys returns the number of task record keys and of expiry index keys
+// in the store.
+func (s *Store) TaskKeys() (records, index int, err error) {
+	count := func(kind byte) (int, error) {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kind}, UpperBound: []byte{kind + 1}})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for it.First(); it.Valid(); it.Next() {
+			n++
+		}
+		return n, it.Close()
+	}
+	if records, err = count(kindTask); err != nil {
+		return 0, 0, err
+	}
+	index, err = count(kindTaskIndex)
+	return records, index, err
+}
+
+// TaskValue returns the stored value of task id (its revision, then its
+// stored form), nil when there is none.
+func (s *Store) TaskValue(id string) ([]byte, error) {
+	v, closer, err := s.db.Get(taskKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
 }

@@ -38,9 +38,9 @@ func (s *Store) sweeper() {
 
 // Sweep ends, as store.EndIdle, the sessions inherited from a previous
 // process that have been idle for longer than IdleTTL (see Options), and
-// deletes the tombstones that have expired. The sweeper calls it every
-// SweepInterval. It returns the first error met; store.ErrUnavailable
-// once the Store is closed.
+// deletes the tombstones and the task records that have expired. The
+// sweeper calls it every SweepInterval. It returns the first error met;
+// store.ErrUnavailable once the Store is closed.
 func (s *Store) Sweep(ctx context.Context) error {
 	now := s.opts.Now()
 	if s.opts.IdleTTL > 0 {
@@ -73,7 +73,14 @@ func (s *Store) Sweep(ctx context.Context) error {
 				"detail", "inherited from a previous process and idle")
 		}
 	}
-	return s.dropTombstones(now)
+	if err := s.dropTombstones(now); err != nil {
+		return err
+	}
+	n, err := s.purgeTasks(now)
+	if n > 0 {
+		s.logger.Debug("expired tasks deleted", "tasks", n)
+	}
+	return err
 }
 
 // isOwner reports whether owner wrote through this Store since Open.
