@@ -17,7 +17,7 @@ import (
 // prefix of another's.
 //
 //	'r' len token          → record (JSON, recordJSON)
-//	'm' len token          → log meta (40 bytes, meta)
+//	'm' len token          → log meta (32 bytes, meta)
 //	'e' len token seq(BE8) → event (eventValue); big-endian keeps seq order
 //	't' len token          → tombstone (JSON, tombJSON)
 //	'k' len taskID         → task record: revision (BE8), then its stored
