@@ -313,15 +313,17 @@ func TestSentinelFailoverLoss(t *testing.T) {
 }
 
 // TestCluster: a Redis Cluster of three primaries with a replica each,
-// created with redis-cli --cluster create. The store contract holds on
-// it; then, while four sessions are written and tailed, the primary of
-// the first session's slot is replaced twice: by CLUSTER FAILOVER FORCE on
-// its replica, then by killing (SIGKILL) that new primary so the old one
-// is promoted back. Every acknowledged event survives, no cursor names
+// created with redis-cli --cluster create. The store contract and that
+// of task records hold on it (each task's keys in one slot); then, while
+// four sessions are written and tailed, the primary of the first
+// session's slot is replaced twice: by CLUSTER FAILOVER FORCE on its
+// replica, then by killing (SIGKILL) that new primary so the old one is
+// promoted back. Every acknowledged event survives, no cursor names
 // two events, readers see no gap.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("contract", func(t *testing.T) { runContract(t, c.URL()) })
+	t.Run("tasks", func(t *testing.T) { clusterTasks(t, c) })
 	t.Run("failover", func(t *testing.T) {
 		w := openURL(t, c.URL(), redis.Options{})
 		r := openURL(t, c.URL(), redis.Options{})

@@ -13,6 +13,15 @@ package redis
 // replica, tidemark:replica:ID, a string holding the replica's URL, with
 // a TTL.
 //
+// A task (tasks.go) has one key, with the hash tag {t:ID} (the "t:" keeps
+// a task's tag apart from any session token's), so that it and any key a
+// task gains later share one Cluster slot:
+//
+//	tidemark:{t:ID}:task   hash    rev (decimal) and data (tasks.Marshal),
+//	                               expiring at the record's Expires()
+//	tidemark:tasks:working zset    the IDs of working tasks, scored by
+//	                               their lease's end (Unix ms); its own slot
+//
 // The rec hash has these fields (all decimal strings unless said):
 //
 //	gen      generation (the fencing token)
@@ -52,3 +61,9 @@ func (s *Store) keys(token string) keys {
 
 // all returns the keys in the order every script declares them (KEYS[1..4]).
 func (k keys) all() []string { return []string{k.rec, k.log, k.wake, k.tomb} }
+
+// taskKey returns the key of task id's hash.
+func (s *Store) taskKey(id string) string { return s.prefix + "{t:" + id + "}:task" }
+
+// workingKey returns the key of the working index.
+func (s *Store) workingKey() string { return s.prefix + "tasks:working" }

@@ -1,7 +1,8 @@
 // Package redis is Tidemark's fleet store: session records, tombstones
 // and event logs in Redis (github.com/redis/go-redis/v9), shared by every
 // replica of a fleet, so that any replica can serve, replay and tail any
-// session (DESIGN.md, "Fleet mode"). It implements store.Store.
+// session (DESIGN.md, "Fleet mode"). It implements store.Store, and
+// store.Tasks for the records of tasks (tasks.go).
 //
 // # Atomicity and fencing
 //
@@ -332,13 +333,19 @@ func (s *Store) Close() error {
 // everything else (network, timeouts, Redis refusing the command, a closed
 // Store) wraps store.ErrUnavailable.
 func fail(ctx context.Context, op, token string, err error) error {
+	return failing(ctx, op+" session "+store.Prefix(token), err)
+}
+
+// failing is fail for an operation that what names with its object
+// ("update task 0123abcd").
+func failing(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), ctx.Err())
+		return fmt.Errorf("redis store: %s: %w", what, ctx.Err())
 	}
 	if errors.Is(err, goredis.ErrClosed) {
-		return fmt.Errorf("redis store: %s session %s: %w: store closed", op, store.Prefix(token), store.ErrUnavailable)
+		return fmt.Errorf("redis store: %s: %w: store closed", what, store.ErrUnavailable)
 	}
-	return fmt.Errorf("redis store: %s session %s: %w: %w", op, store.Prefix(token), store.ErrUnavailable, err)
+	return fmt.Errorf("redis store: %s: %w: %w", what, store.ErrUnavailable, err)
 }
 
 // status turns a script's reply into an error for its non-"ok" statuses,

@@ -2,21 +2,26 @@ package redis
 
 import "github.com/redis/go-redis/v9"
 
-// The Lua scripts below are every write the store makes. Redis runs a
-// script atomically (no other command runs in between), which is where the
-// store's fencing lives: each script reads the record's generation and
-// writes only if it is the one the caller carried, in one step. Scripts are
-// sent by SHA (EVALSHA) and re-sent in full after a Redis restart emptied
-// the script cache (go-redis Script.Run does this on NOSCRIPT).
+// The Lua scripts below are every write of a session or a task record
+// (the task's working index is written by plain commands: tasks.go).
+// Redis runs a script atomically (no other command runs in between),
+// which is where the store's fencing lives: each script reads the
+// record's generation, or a task's revision, and writes only if it is the
+// one the caller carried, in one step. Scripts are sent by SHA (EVALSHA)
+// and re-sent in full after a Redis restart emptied the script cache
+// (go-redis Script.Run does this on NOSCRIPT).
 //
-// Every script declares the same four keys (keys.all): KEYS[1] rec,
-// KEYS[2] log, KEYS[3] wake, KEYS[4] tomb. Replies are arrays whose first
-// element is a status: "ok", "notfound", "ended" REASON, "fenced" GEN,
-// "exists" WHY. Numbers travel as decimal strings: Lua numbers are doubles,
-// exact for sequences, generations and byte counts below 2^53, and
-// string.format('%d') keeps them out of exponent notation.
+// Every session script declares the same four keys (keys.all): KEYS[1]
+// rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb. Replies are arrays whose
+// first element is a status: "ok", "notfound", "ended" REASON, "fenced"
+// GEN, "exists" WHY. A task script declares one key, the task's hash
+// (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
+// revision) or "exists". Numbers travel as decimal strings: Lua numbers
+// are doubles, exact for sequences, generations, revisions and byte
+// counts below 2^53, and string.format('%d') keeps them out of exponent
+// notation.
 
-// prelude is shared by every script.
+// prelude is shared by every session script.
 const prelude = `
 local rec, log, wake, tomb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function gone()
@@ -215,9 +220,51 @@ end
 return bounds()
 `
 
+// taskPrelude is shared by the task scripts. held(want) returns the
+// task's revision when the hash exists and its revision is want, else
+// nil and the reply to give.
+const taskPrelude = `
+local task = KEYS[1]
+local function held(want)
+  local rev = redis.call('HGET', task, 'rev')
+  if not rev then return nil, {'notfound'} end
+  if rev ~= want then return nil, {'stale', rev} end
+  return rev
+end
+`
+
+// createTaskLua: ARGV data expiry (Unix ms). Revision 1.
+const createTaskLua = taskPrelude + `
+if redis.call('EXISTS', task) == 1 then return {'exists'} end
+redis.call('HSET', task, 'rev', '1', 'data', ARGV[1])
+redis.call('PEXPIREAT', task, ARGV[2])
+return {'ok', '1'}
+`
+
+// updateTaskLua: ARGV rev data expiry (Unix ms). A compare-and-set of the
+// revision; the expiry is set again, since a task's TTL can grow.
+const updateTaskLua = taskPrelude + `
+local rev, refused = held(ARGV[1])
+if not rev then return refused end
+local nrev = string.format('%d', tonumber(rev) + 1)
+redis.call('HSET', task, 'rev', nrev, 'data', ARGV[2])
+redis.call('PEXPIREAT', task, ARGV[3])
+return {'ok', nrev}
+`
+
+// deleteTaskLua: ARGV rev.
+const deleteTaskLua = taskPrelude + `
+local rev, refused = held(ARGV[1])
+if not rev then return refused end
+redis.call('DEL', task)
+return {'ok', rev}
+`
+
 // scripts holds one compiled (hashed) copy of each script per Store.
 type scripts struct {
 	create, claim, renew, saveState, touch, end, append, trim, publish, announceFirst *redis.Script
+
+	createTask, updateTask, deleteTask *redis.Script
 }
 
 func newScripts() scripts {
@@ -233,5 +280,9 @@ func newScripts() scripts {
 		publish:   redis.NewScript(publishLua),
 
 		announceFirst: redis.NewScript(announceFirstLua),
+
+		createTask: redis.NewScript(createTaskLua),
+		updateTask: redis.NewScript(updateTaskLua),
+		deleteTask: redis.NewScript(deleteTaskLua),
 	}
 }
