@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -82,7 +83,21 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		return rejected{err}
 	}
 
-	var unreachableSince time.Time
+	// A POST that cannot connect is retried for at most connectBound; the
+	// first initialize's bound is StartTimeout.
+	connectBound := c.opts.ResumeTimeout
+	if req.Method == "initialize" && c.opts.StartTimeout != 0 {
+		c.mu.Lock()
+		first := c.sess == nil
+		c.mu.Unlock()
+		if first {
+			connectBound = max(c.opts.StartTimeout, 0)
+		}
+	}
+	// retryingSince is when the POST first failed to connect or was
+	// answered 503 with Retry-After: both retries share one window.
+	var retryingSince time.Time
+	unavailable := 0 // POSTs answered 503 with Retry-After
 	renewed := false
 	for attempt := 0; ; attempt++ {
 		s, err := c.sessionFor(ctx, req.Method)
@@ -97,14 +112,34 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 			if notSent(err) {
 				// The server never saw the request: sending it again cannot
 				// run it twice.
-				if unreachableSince.IsZero() {
-					unreachableSince = time.Now()
+				if retryingSince.IsZero() {
+					retryingSince = time.Now()
 				}
-				if left := c.opts.ResumeTimeout - time.Since(unreachableSince); left > 0 && c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), ctx.Done()) {
+				if left := connectBound - time.Since(retryingSince); left > 0 && c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), ctx.Done()) {
 					continue
 				}
 			}
 			return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err})
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+			// The server did not take the request and says when to come
+			// back (RFC 9110, sections 15.6.4 and 10.2.3): send it again
+			// then, within ResumeTimeout of the first failure, as the
+			// resume rule waits (resume.Next).
+			if retryingSince.IsZero() {
+				retryingSince = time.Now()
+			}
+			after := resume.RetryAfter(resp.Header.Get("Retry-After"), time.Now())
+			ref := wire.ReadRefusal(resp)
+			p := c.backoffPolicy()
+			p.Timeout = c.opts.ResumeTimeout
+			a := resume.Next(p, resume.State{Attempt: unavailable, Elapsed: time.Since(retryingSince)},
+				resume.Outcome{Kind: resume.RetryLater, Refusal: ref, RetryAfter: after}, rand.Float64())
+			unavailable++
+			if a.Do == resume.Retry && c.sleep(a.Wait, ctx.Done()) {
+				continue
+			}
+			return fail(statusError(req.Method, ref))
 		}
 		if resp.StatusCode == http.StatusNotFound && s != nil && s.id != "" {
 			// The session is gone and the request was not executed: start

@@ -202,7 +202,47 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 		return nil, statusError("notifications/initialized", wire.ReadRefusal(nresp))
 	}
 	wire.Drain(nresp)
+	if c.opts.Restore != nil {
+		for _, m := range c.opts.Restore() {
+			if err := c.restore(ctx, s, m); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return s, nil
+}
+
+// restore sends m, one of Transport.Restore's messages, on the new
+// session s, and for a call awaits its answer. A refusal or an error
+// answer is logged: the session serves without that part of the state
+// (a server may refuse a subscription it accepted before). A message that
+// cannot be sent, or whose answer breaks, is the handshake's error.
+func (c *conn) restore(ctx context.Context, s *session, m *jsonrpc.Request) error {
+	data, err := jsonrpc.EncodeMessage(m)
+	if err != nil {
+		return fmt.Errorf("client: restore %s: %w", m.Method, err)
+	}
+	resp, err := c.post(ctx, ctx, s, data)
+	if err != nil {
+		return fmt.Errorf("client: restore %s: %w", m.Method, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		ref := wire.ReadRefusal(resp)
+		c.logger.Warn("client: the new session refused a restored message", "session", prefix(s.id), "method", m.Method, "status", ref.Status, "reason", ref.Reason)
+		return nil
+	}
+	if !m.IsCall() {
+		wire.Drain(resp)
+		return nil
+	}
+	answer, err := c.readAnswer(resp, m.ID)
+	if err != nil {
+		return fmt.Errorf("client: restore %s: %w", m.Method, err)
+	}
+	if answer.Error != nil {
+		c.logger.Warn("client: the new session answered a restored call with an error", "session", prefix(s.id), "method", m.Method, "error", answer.Error)
+	}
+	return nil
 }
 
 // readAnswer reads the response to request id from a JSON body or an SSE

@@ -34,14 +34,16 @@
 // call's stream breaks, the call receives a new event, or fails with
 // ErrStreamLost, within R of the break (each resume GET must also get its
 // answer's headers within what is left of R). A resume answered 404 or 409
-// fails the call at once with ErrSessionLost. A POST that cannot connect
-// is retried for at most R, and a call that waits for a re-initialization
-// waits at most R for it. So, whatever the network and the server do, a
-// call never waits longer than 3R without progress (R retrying its POST's
-// connection, R for a re-initialization, R resuming a broken stream before
-// a new event arrives) before it fails with a *CallError. The transport adds
-// no other wait: an intact stream, or a POST whose answer has not started,
-// waits as long as the call's context allows, as with any transport.
+// fails the call at once with ErrSessionLost. A POST that cannot connect,
+// or that the server answers 503 with Retry-After (it did not take the
+// request), is retried for at most R in all, and a call that waits for a
+// re-initialization waits at most R for it. So, whatever the network and
+// the server do, a call never waits longer than 3R without progress (R
+// retrying its POST's connection or through 503s, R for a
+// re-initialization, R resuming a broken stream before a new event arrives)
+// before it fails with a *CallError. The transport adds no other wait: an
+// intact stream, or a POST whose answer has not started, waits as long as
+// the call's context allows, as with any transport.
 //
 // Resumption exists only in the stateful era, so the transport answers the
 // SDK's server/discover probe (protocol 2026-07-28, SEP-2575) itself with
@@ -49,9 +51,9 @@
 // 2025-11-25. Use the SDK's mcp.StreamableClientTransport for the
 // sessionless era.
 //
-// State the SDK keeps per session is not replayed on a new session: log
-// level (logging/setLevel) and resource subscriptions must be set again
-// after EventReinitialized.
+// State the SDK keeps per session (log level, resource subscriptions) is
+// replayed on a new session only as Transport.Restore gives it: without
+// Restore it must be set again after EventReinitialized.
 package client
 
 import (
@@ -125,6 +127,24 @@ type Transport struct {
 	// SeenIDs is how many processed event IDs each stream remembers to drop
 	// repeats (oldest forgotten first). Default 65536 (events).
 	SeenIDs int
+	// StartTimeout bounds the retries of the first initialize's POST while
+	// no connection to the server can be made: a caller that must report
+	// an unreachable server promptly (tidemark connect) sets it short.
+	// Zero: ResumeTimeout. Negative: no retry, the first failure fails the
+	// initialize.
+	StartTimeout time.Duration
+	// Restore, when set, gives the messages that bring a new session to
+	// the state the SDK had set on the lost one (MCP 2025-11-25: the log
+	// level, server/utilities/logging; resource subscriptions,
+	// server/resources), e.g. engine.State.Restore. It is called once per
+	// re-initialization, after notifications/initialized and before the
+	// new session carries any message of the SDK. Each call among them is
+	// sent and its answer awaited and consumed (the SDK never sees it; an
+	// error answer is logged and the next message sent); a message that
+	// cannot be sent fails the handshake, which is retried as a whole.
+	// Their IDs must not be IDs the SDK uses ("tidemark-restore-N" are
+	// not).
+	Restore func() []*jsonrpc.Request
 	// DisableStandaloneStream: no GET stream for server-initiated messages
 	// (MCP 2025-11-25, "Listening for Messages from the Server"). Default
 	// false: the stream is opened after initialization and kept open.

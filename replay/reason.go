@@ -336,6 +336,37 @@ const (
 	ReasonCancelled Reason = "cancelled"
 )
 
+// Connect bridge faults: how the faults of the remote MCP server reach the
+// host that runs `tidemark connect` (docs/connect.md). Each is
+// error.data.reason of the JSON-RPC error (code -32603) that answers the
+// host's call; none is an HTTP status of Tidemark's own.
+const (
+	// ReasonRequestLost: the server answered 404 (the session is gone) or
+	// 409 (its generation is gone, and the call was among the requests the
+	// refused stream carried, error.data.lostRequests, or the server did
+	// not list them) while the call was in flight: its answer can no
+	// longer come. The call may or may not have run. The bridge has
+	// initialized a new session with the host's own parameters; the host
+	// may send the call again. error.data.status is 404 or 409 and
+	// error.data.serverReason the server's own reason, when it gave one.
+	ReasonRequestLost Reason = "request_lost"
+	// ReasonStreamLost: the call's answer stream broke and could not be
+	// resumed (the server gave its events no IDs, refused the resume with a
+	// status other than 404 or 409, or no new event came within the resume
+	// timeout), or the call could not be sent because a new session could
+	// not be initialized. The call may or may not have run.
+	ReasonStreamLost Reason = "stream_lost"
+	// ReasonServerUnreachable: no connection to the server could be made
+	// (connection refused, DNS, TLS) within the bound the bridge retries
+	// for; the call was not sent.
+	ReasonServerUnreachable Reason = "server_unreachable"
+	// ReasonServerRefused: the server refused the call's POST with an HTTP
+	// error status (a 503 with Retry-After after the bridge retried it
+	// within its bound); error.data.status holds the status and
+	// error.data.serverReason the server's reason, when it gave one.
+	ReasonServerRefused Reason = "server_refused"
+)
+
 // Store and process conditions (log reasons).
 const (
 	// ReasonMaxBytes: a store over its own documented size bound trims the
