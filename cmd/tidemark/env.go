@@ -98,7 +98,7 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]
 // secretBearing are the flags whose value may hold a secret, which no
 // error repeats: a header line such as "Authorization: Bearer TOKEN".
 // (--redis and --upstream URLs are shown with their password redacted.)
-var secretBearing = map[string]bool{"upstream-header": true}
+var secretBearing = map[string]bool{"upstream-header": true, "header": true}
 
 // annotate returns msg, an error of serve, with the first mention of each
 // flag set from the environment followed by its variable, e.g.

@@ -11,6 +11,9 @@
 //	                           server at URL, one upstream session per
 //	                           session generation
 //	tidemark probe [flags] URL check how the MCP server at URL resumes streams
+//	tidemark connect [flags] URL
+//	                           bridge a host that speaks MCP over stdio to
+//	                           the Streamable HTTP MCP server at URL
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
 //	                           (its --metrics-addr listener), or with --fleet
@@ -23,9 +26,9 @@
 //	                           (also --version)
 //	tidemark help              print this text
 //
-// Run `tidemark serve -h`, `tidemark probe -h`, `tidemark inspect -h` or `tidemark ready -h` for
-// the flags; docs/operating.md (serve, inspect) and docs/probe.md (probe) list them with their
-// defaults.
+// Run `tidemark serve -h`, `tidemark probe -h`, `tidemark connect -h`, `tidemark inspect -h` or
+// `tidemark ready -h` for the flags; docs/operating.md (serve, inspect), docs/probe.md (probe) and
+// docs/connect.md (connect) list them with their defaults.
 package main
 
 import (
@@ -47,6 +50,10 @@ Usage:
                            at URL, one upstream session per session generation
   tidemark probe [flags] URL
                            check how the MCP server at URL resumes streams
+  tidemark connect [flags] URL
+                           bridge a host that speaks MCP over stdio (a
+                           desktop host's local server) to the Streamable
+                           HTTP MCP server at URL, resuming its streams
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
                            read from its --metrics-addr listener, or with
@@ -59,8 +66,8 @@ Usage:
                            (also: tidemark --version)
   tidemark help            print this text
 
-Run "tidemark serve -h", "tidemark probe -h", "tidemark inspect -h" or
-"tidemark ready -h" for the flags.
+Run "tidemark serve -h", "tidemark probe -h", "tidemark connect -h",
+"tidemark inspect -h" or "tidemark ready -h" for the flags.
 `
 
 func main() {
@@ -79,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "probe":
 		return probe(args[1:], stdout, stderr)
+	case "connect":
+		return runConnect(args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(args[1:], stdout, stderr)
 	case "ready":

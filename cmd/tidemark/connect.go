@@ -1,0 +1,154 @@
+// connect.go holds `tidemark connect`: the stdio bridge a desktop host runs
+// to reach a remote MCP server over resumable Streamable HTTP
+// (internal/connect; docs/connect.md).
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
+)
+
+// connectConfig holds the flags of `tidemark connect`. Each flag's help
+// text states its default and unit; the flag table of docs/connect.md is
+// checked against them by TestDocsFlagTables.
+type connectConfig struct {
+	header        http.Header
+	logFile       string
+	logLevel      slog.Level
+	resumeTimeout time.Duration
+	startTimeout  time.Duration
+	version       bool
+}
+
+func connectFlags(stderr io.Writer) (*flag.FlagSet, *connectConfig) {
+	c := &connectConfig{header: make(http.Header)}
+	fs := flag.NewFlagSet("tidemark connect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tidemark connect [flags] URL\n\nBridges a host that speaks MCP over stdio (stdin, stdout) to the Streamable HTTP\nMCP server at URL, resuming cut streams and starting a new session when the\nserver loses one. Logs go to stderr.\nExit code: 0 when the host closes stdin, 1 when the server cannot be reached\nat start, 2 on a usage error.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.Func("header", "NAME: VALUE added to every request to the server, e.g. \"Authorization: Bearer ${TOKEN}\"; ${VAR} is replaced by the environment variable VAR, $$ by $ (repeatable)", func(s string) error {
+		return addHeader(c.header, s, os.LookupEnv)
+	})
+	fs.StringVar(&c.logFile, "log-file", "", "also append the log lines to this file, created with mode 0600 (path; empty: stderr only)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
+	fs.DurationVar(&c.resumeTimeout, "resume-timeout", connect.DefaultResumeTimeout, "how long a call waits on a cut stream, an unreachable server, 503s or a new session before it fails toward the host (duration)")
+	fs.DurationVar(&c.startTimeout, "start-timeout", connect.DefaultStartTimeout, "how long the host's first initialize retries a server it cannot connect to before tidemark connect exits 1 (duration; 0s: no retry)")
+	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
+	return fs, c
+}
+
+// addHeader adds the header line s, "NAME: VALUE", to h, after replacing
+// ${VAR} and $VAR in it by the variables lookup finds (os.Expand; $$ is a
+// $). An unset variable, a line without a colon, and a name or value
+// net/http would refuse to send (RFC 9110, section 5.5) are refused; the
+// error never repeats the value, which may hold a credential.
+func addHeader(h http.Header, s string, lookup func(string) (string, bool)) error {
+	var unset []string
+	expanded := os.Expand(s, func(name string) string {
+		if name == "$" {
+			return "$"
+		}
+		v, ok := lookup(name)
+		if !ok {
+			unset = append(unset, name)
+		}
+		return v
+	})
+	if len(unset) > 0 {
+		return fmt.Errorf("want NAME: VALUE whose ${VAR} are set; not set: %s", strings.Join(unset, ", "))
+	}
+	name, value, ok := strings.Cut(expanded, ":")
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !ok || !httpguts.ValidHeaderFieldName(name) || value == "" || !httpguts.ValidHeaderFieldValue(value) {
+		return errors.New(`want NAME: VALUE, e.g. "Authorization: Bearer ${TOKEN}"`)
+	}
+	h.Add(name, value)
+	return nil
+}
+
+// runConnect runs `tidemark connect [flags] URL` on the process's stdin
+// and stdout: exit code 0 when the host closes stdin or a signal stops
+// it, 1 when the server cannot be reached at start or the host's input
+// cannot be read, 2 on a usage error.
+func runConnect(args []string, stdout, stderr io.Writer) int {
+	fs, c := connectFlags(stderr)
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if c.version {
+		printVersion(stdout)
+		return 0
+	}
+	if fs.NArg() != 1 {
+		hint := ""
+		if fs.NArg() > 1 && strings.HasPrefix(fs.Arg(1), "-") {
+			hint = ": flags go before the URL (tidemark connect [flags] URL)"
+		}
+		fmt.Fprintf(stderr, "tidemark connect: want one URL argument, got %d%s\n", fs.NArg(), hint)
+		return 2
+	}
+	url := fs.Arg(0)
+	if err := checkHTTPURL("", url, "an MCP endpoint, e.g. https://mcp.example.com/mcp"); err != nil {
+		fmt.Fprintf(stderr, "tidemark connect: URL %q: want an absolute http:// or https:// URL of an MCP endpoint\n", redact.URL(url))
+		return 2
+	}
+	if c.resumeTimeout <= 0 || c.startTimeout < 0 {
+		fmt.Fprintln(stderr, "tidemark connect: --resume-timeout must be positive, --start-timeout 0 or more")
+		return 2
+	}
+	logOut := stderr
+	if c.logFile != "" {
+		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "tidemark connect: --log-file: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		logOut = io.MultiWriter(stderr, f)
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: c.logLevel}))
+	startTimeout := c.startTimeout
+	if startTimeout == 0 {
+		startTimeout = -1 // connect.Options: negative is no retry
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	host, err := (&mcp.StdioTransport{}).Connect(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)
+		return 1
+	}
+	defer host.Close()
+	logger.Debug("connect: bridging stdio to the MCP server", "url", redact.URL(url))
+	err = connect.Run(ctx, host, connect.Options{
+		URL:           url,
+		Header:        c.header,
+		ResumeTimeout: c.resumeTimeout,
+		StartTimeout:  startTimeout,
+		Logger:        logger,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)
+		return 1
+	}
+	return 0
+}

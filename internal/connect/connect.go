@@ -1,0 +1,471 @@
+// Package connect is the bridge `tidemark connect` runs beside a desktop
+// host (DESIGN.md, "The connect bridge"): MCP over stdio toward the host,
+// Streamable HTTP toward a remote server, Tidemark or any other, through the
+// resumable transport of package client. It speaks the stateful era
+// (2025-03-26 to 2025-11-25).
+//
+// The host is the client of record. The bridge passes its messages to the
+// server and the server's to it, and absorbs what the server's faults would
+// otherwise make the host see:
+//
+//   - A cut stream is resumed with Last-Event-ID, each event reaching the
+//     host once (package client).
+//   - A lost session (404) or generation (409): the calls it carried fail
+//     at once toward the host, those a 409 lists in
+//     error.data.lostRequests or, when the server does not list them, every
+//     call of the refused stream (JSON-RPC error -32603, error.data.reason
+//     request_lost); a new session is initialized with the host's own
+//     initialize parameters (the host never sees a second initialize
+//     answer), the log level and resource subscriptions the host set are
+//     set again on it (the session-state rule, engine.State), and the host
+//     gets notifications/tools/list_changed (and prompts, resources, where
+//     the server has them) so that it reads its lists again.
+//   - 503 with Retry-After: the POST is sent again no sooner than asked,
+//     within Options.ResumeTimeout, then the call fails (server_refused).
+//   - An unreachable server: the call fails (server_unreachable) once no
+//     connection could be made within Options.ResumeTimeout; at start, the
+//     host's first initialize fails within Options.StartTimeout and Run
+//     returns an error that wraps ErrUnreachable.
+//
+// Server-to-client requests (elicitation, sampling, roots/list, ping) go
+// to the host and its answers back to the session that asked;
+// notifications/cancelled and progress pass both ways.
+package connect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/client"
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// Defaults of Options' fields.
+const (
+	// DefaultResumeTimeout is the default of Options.ResumeTimeout.
+	DefaultResumeTimeout = client.DefaultResumeTimeout
+	// DefaultStartTimeout is the default of Options.StartTimeout.
+	DefaultStartTimeout = 3 * time.Second
+	// DefaultInitialBackoff is the default of Options.InitialBackoff.
+	DefaultInitialBackoff = 250 * time.Millisecond
+	// DefaultMaxBackoff is the default of Options.MaxBackoff: one user's
+	// bridge comes back within about a second of a server's restart (the
+	// server's SSE retry field, when larger, is honoured as is).
+	DefaultMaxBackoff = time.Second
+)
+
+// oneWayQueue bounds the host's notifications and answers waiting to be
+// sent, in order, to the server (messages); a full queue holds back the
+// reading of the host's next message.
+const oneWayQueue = 64
+
+// ErrUnreachable is wrapped by Run's error when the host's first
+// initialize could make no connection to the server within
+// Options.StartTimeout.
+var ErrUnreachable = errors.New("connect: cannot reach the MCP server")
+
+// Options configures Run.
+type Options struct {
+	// URL is the server's MCP endpoint, e.g. "https://mcp.example.com/mcp".
+	URL string
+	// Header is added to every request to the server (Authorization).
+	Header http.Header
+	// HTTPClient sends the requests. Nil: a client without a timeout
+	// (streams stay open for the length of a call).
+	HTTPClient *http.Client
+	// ResumeTimeout bounds how long a call waits on a broken stream, on an
+	// unreachable server, on 503s and on a re-initialization before it
+	// fails (client.Transport.ResumeTimeout). Zero: DefaultResumeTimeout.
+	ResumeTimeout time.Duration
+	// StartTimeout bounds how long the host's first initialize retries a
+	// server it cannot connect to. Zero: DefaultStartTimeout; negative: no
+	// retry.
+	StartTimeout time.Duration
+	// InitialBackoff and MaxBackoff are the first wait and the cap of the
+	// waits between resumes (client.Transport). Zero: DefaultInitialBackoff,
+	// DefaultMaxBackoff.
+	InitialBackoff, MaxBackoff time.Duration
+	// Logger receives the bridge's and the transport's log lines. Nil:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// bridge is one run of Run.
+type bridge struct {
+	o      Options
+	host   mcp.Connection
+	server mcp.Connection
+	logger *slog.Logger
+	ctx    context.Context // ends when Run returns
+	wg     sync.WaitGroup  // the goroutines of calls and of notices to the host
+
+	mu sync.Mutex
+	// state is what the host set on the session (engine.State.Fold of its
+	// messages and the server's answers): replayed on a new session.
+	state engine.State
+	// pending are the host's state-changing calls awaiting their answers.
+	pending map[jsonrpc.ID]*jsonrpc.Request
+	// lists are the list_changed notifications the host gets after a new
+	// session: those of the lists the server's first initialize result
+	// offers.
+	lists []string
+	// started reports that the host's first initialize was sent.
+	started bool
+}
+
+// Run bridges host (the host's stdio connection, e.g. from
+// mcp.StdioTransport) and the server at o.URL until the host closes its
+// end (nil), ctx ends (nil), the host sends what its stdio decoder cannot
+// frame (an error), or the host's first initialize cannot reach the server
+// (an error wrapping ErrUnreachable, after the host got that initialize's
+// error answer). The server's session is ended with DELETE on the way out.
+func Run(ctx context.Context, host mcp.Connection, o Options) error {
+	if o.ResumeTimeout <= 0 {
+		o.ResumeTimeout = DefaultResumeTimeout
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, pending: make(map[jsonrpc.ID]*jsonrpc.Request)}
+	t := &client.Transport{
+		Endpoint:       o.URL,
+		HTTPClient:     o.HTTPClient,
+		Header:         o.Header,
+		InitialBackoff: o.InitialBackoff,
+		MaxBackoff:     o.MaxBackoff,
+		ResumeTimeout:  o.ResumeTimeout,
+		StartTimeout:   o.StartTimeout,
+		OnEvent:        b.onEvent,
+		Restore:        b.restore,
+		Logger:         o.Logger,
+	}
+	server, err := t.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	b.server = server
+	fromServer := make(chan struct{})
+	go func() {
+		defer close(fromServer)
+		b.fromServer()
+	}()
+	oneWay := make(chan jsonrpc.Message, oneWayQueue)
+	toServer := make(chan struct{})
+	go func() {
+		defer close(toServer)
+		for m := range oneWay {
+			b.sendOneWay(m)
+		}
+	}()
+	err = b.fromHost(oneWay)
+	close(oneWay)
+	<-toServer
+	cancel()
+	server.Close() // ends the session; fromServer's Read then ends
+	<-fromServer
+	b.wg.Wait()
+	return err
+}
+
+// fromHost reads the host's messages and sends them on: calls each in a
+// goroutine of its own (a call's POST may be retried for a while), the
+// rest in order through oneWay. The host's first initialize is sent
+// before anything else is read, so that an unreachable server ends the
+// bridge.
+func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
+	for {
+		msg, err := b.host.Read(b.ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) || b.ctx.Err() != nil {
+				return nil
+			}
+			// The SDK's stdio decoder stops at a frame it cannot decode:
+			// nothing more can be read from the host.
+			return fmt.Errorf("reading the host's messages: %w", err)
+		}
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			if ok {
+				b.fold(req)
+			}
+			select {
+			case oneWay <- msg:
+			case <-b.ctx.Done():
+				return nil
+			}
+			continue
+		}
+		b.track(req)
+		b.mu.Lock()
+		first := req.Method == "initialize" && !b.started
+		if first {
+			b.started = true
+		}
+		b.mu.Unlock()
+		if first {
+			if err := b.call(req); err != nil {
+				return err
+			}
+			continue
+		}
+		b.wg.Go(func() { b.call(req) })
+	}
+}
+
+// call sends the host's call req to the server. When the transport refuses
+// it, the host gets the error answer (the transport will not answer it);
+// an initialize that could not connect is also returned, wrapped in
+// ErrUnreachable.
+func (b *bridge) call(req *jsonrpc.Request) error {
+	err := b.server.Write(b.ctx, req)
+	if err == nil || b.ctx.Err() != nil {
+		return nil
+	}
+	b.untrack(req.ID)
+	werr := b.hostError(err)
+	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
+	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
+	if op := dialError(err); req.Method == "initialize" && op != nil {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), op)
+	}
+	return nil
+}
+
+// sendOneWay sends a notification or an answer of the host's; a failure
+// is logged (nothing awaits it).
+func (b *bridge) sendOneWay(m jsonrpc.Message) {
+	if err := b.server.Write(b.ctx, m); err != nil && b.ctx.Err() == nil {
+		what := "response"
+		if r, ok := m.(*jsonrpc.Request); ok {
+			what = r.Method
+		}
+		b.logger.Warn("connect: message not delivered to the server", "method", what, "error", err)
+	}
+}
+
+// fromServer reads what the transport delivers and passes it to the host:
+// an error answer the transport made (a lost call) becomes a JSON-RPC
+// error with a catalogue reason.
+func (b *bridge) fromServer() {
+	for {
+		msg, err := b.server.Read(b.ctx)
+		if err != nil {
+			return
+		}
+		if r, ok := msg.(*jsonrpc.Response); ok {
+			b.answered(r)
+			if r.Error != nil {
+				if _, wire := r.Error.(*jsonrpc.Error); !wire {
+					werr := b.hostError(r.Error)
+					b.logger.Warn("connect: call failed", "id", r.ID.Raw(), "reason", reasonOf(werr), "error", r.Error)
+					msg = &jsonrpc.Response{ID: r.ID, Error: werr}
+				}
+			}
+		}
+		b.toHost(msg)
+	}
+}
+
+// toHost writes msg to the host; a failure (the host went away) is logged.
+func (b *bridge) toHost(msg jsonrpc.Message) {
+	if err := b.host.Write(context.WithoutCancel(b.ctx), msg); err != nil {
+		b.logger.Debug("connect: message not delivered to the host", "error", err)
+	}
+}
+
+// track records the host's state-changing call req until its answer.
+func (b *bridge) track(req *jsonrpc.Request) {
+	if !engine.ChangesState(req) {
+		return
+	}
+	b.mu.Lock()
+	b.pending[req.ID] = req
+	b.mu.Unlock()
+}
+
+// untrack forgets the call id, which will get no answer from the server.
+func (b *bridge) untrack(id jsonrpc.ID) {
+	b.mu.Lock()
+	delete(b.pending, id)
+	b.mu.Unlock()
+}
+
+// fold records the host's notification req (notifications/initialized)
+// in the state.
+func (b *bridge) fold(req *jsonrpc.Request) {
+	if !engine.ChangesState(req) {
+		return
+	}
+	b.mu.Lock()
+	b.state, _ = b.state.Fold(req, nil)
+	b.mu.Unlock()
+}
+
+// answered folds the answer r of a state-changing call into the state;
+// the first initialize's result says which lists the server has.
+func (b *bridge) answered(r *jsonrpc.Response) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	req := b.pending[r.ID]
+	if req == nil {
+		return
+	}
+	delete(b.pending, r.ID)
+	first := len(b.state.InitializeParams) == 0
+	b.state, _ = b.state.Fold(req, r)
+	if req.Method == "initialize" && first && r.Error == nil {
+		b.lists = listsOf(r.Result)
+	}
+}
+
+// listsOf returns the list_changed notifications of the lists an
+// initialize result's capabilities offer (MCP 2025-11-25, "Lifecycle",
+// capability negotiation): tools, prompts, resources.
+func listsOf(result json.RawMessage) []string {
+	var res struct {
+		Capabilities map[string]json.RawMessage `json:"capabilities"`
+	}
+	if json.Unmarshal(result, &res) != nil {
+		return nil
+	}
+	var lists []string
+	for _, l := range []string{"tools", "prompts", "resources"} {
+		if _, ok := res.Capabilities[l]; ok {
+			lists = append(lists, "notifications/"+l+"/list_changed")
+		}
+	}
+	return lists
+}
+
+// restore is the transport's Restore: the calls that set again, on a new
+// session, the log level and the subscriptions the host set (the
+// session-state rule, engine.State.Restore; the transport has already
+// sent initialize and notifications/initialized).
+func (b *bridge) restore() []*jsonrpc.Request {
+	b.mu.Lock()
+	st := b.state
+	b.mu.Unlock()
+	return st.Restore(engine.State{ProtocolVersion: st.ProtocolVersion, InitializeParams: st.InitializeParams, Initialized: st.Initialized})
+}
+
+// onEvent is the transport's OnEvent. After a re-initialization the host
+// is told that the lists it read may have changed, so that it reads them
+// again; it must not block, so the notices go from a goroutine.
+func (b *bridge) onEvent(e client.Event) {
+	if e.Kind != client.EventReinitialized {
+		return
+	}
+	b.mu.Lock()
+	lists := b.lists
+	b.mu.Unlock()
+	b.logger.Info("connect: new session; the host is told to read its lists again", "session", prefix(e.Session), "new_session", prefix(e.NewSession), "notifications", len(lists))
+	b.wg.Go(func() {
+		for _, m := range lists {
+			b.toHost(&jsonrpc.Request{Method: m, Params: json.RawMessage("{}")})
+		}
+	})
+}
+
+// hostError returns the JSON-RPC error the host gets for err, a call's
+// failure in the transport: the server's own JSON-RPC error as it is,
+// otherwise code -32603 with error.data.reason a catalogue word
+// (replay.ReasonRequestLost, ReasonStreamLost, ReasonServerUnreachable,
+// ReasonServerRefused), error.data.status the HTTP status and
+// error.data.serverReason the server's reason when known.
+func (b *bridge) hostError(err error) *jsonrpc.Error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && we.Code != -32005 { // -32005: the SDK's "rejected by transport" marker
+		return we
+	}
+	var (
+		reason  = replay.ReasonStreamLost
+		status  int
+		sreason string
+		msg     string
+	)
+	var ce *client.CallError
+	var se *client.StatusError
+	switch {
+	case dialError(err) != nil:
+		reason = replay.ReasonServerUnreachable
+		msg = "tidemark connect could not connect to the MCP server, so the call was not sent: check that the server runs at " + redact.URL(b.o.URL) + ", then send the call again"
+	case errors.As(err, &ce) && errors.Is(ce, client.ErrSessionLost):
+		reason, status, sreason = replay.ReasonRequestLost, ce.Status, ce.Reason
+		msg = "the MCP server lost this call with its session (HTTP " + strconv.Itoa(ce.Status) + ") before answering it; it may or may not have run. tidemark connect has opened a new session: send the call again if running it twice is safe"
+	case errors.As(err, &ce):
+		status, sreason = ce.Status, ce.Reason
+		msg = "the call's answer stream from the MCP server broke and could not be resumed; it may or may not have run: send it again if running it twice is safe"
+	case errors.As(err, &se):
+		reason, status, sreason = replay.ReasonServerRefused, se.Status, se.Reason
+		msg = "the MCP server refused the call with HTTP " + strconv.Itoa(se.Status)
+		if se.Message != "" {
+			msg += ": " + se.Message
+		}
+	default:
+		msg = "tidemark connect could not send the call to the MCP server: " + err.Error()
+	}
+	data := map[string]any{"reason": reason}
+	if status != 0 {
+		data["status"] = status
+	}
+	if sreason != "" {
+		data["serverReason"] = sreason
+	}
+	raw, _ := json.Marshal(data) // strings and an int always encode
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg, Data: raw}
+}
+
+// reasonOf returns error.data.reason of e, for logs.
+func reasonOf(e *jsonrpc.Error) string {
+	var d struct {
+		Reason string `json:"reason"`
+	}
+	json.Unmarshal(e.Data, &d)
+	return d.Reason
+}
+
+// dialError returns the failure to connect inside err, or nil.
+func dialError(err error) *net.OpError {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return op
+	}
+	return nil
+}
+
+// prefix shortens a session token for logs, as store.Prefix does on the
+// server: tokens are credentials.
+func prefix(token string) string {
+	if len(token) <= 8 {
+		return token
+	}
+	return token[:8] + "…"
+}
