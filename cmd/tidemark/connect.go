@@ -115,6 +115,10 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tidemark connect: --resume-timeout must be positive, --start-timeout 0 or more")
 		return 2
 	}
+	if fi, err := os.Stat(c.logFile); c.logFile != "" && err == nil && fi.IsDir() {
+		fmt.Fprintf(stderr, "tidemark connect: --log-file %q: a directory: want the path of a file\n", c.logFile)
+		return 2
+	}
 	logOut := stderr
 	if c.logFile != "" {
 		f, err := os.OpenFile(c.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)

@@ -11,7 +11,8 @@ import (
 
 // TestDocsFlagTables checks that the flag tables of `tidemark serve` and
 // `tidemark inspect` (docs/operating.md), of `tidemark probe`
-// (docs/probe.md) and of `tidemark ready` (docs/deploying.md) list exactly
+// (docs/probe.md), of `tidemark ready` (docs/deploying.md) and of
+// `tidemark connect` (docs/connect.md) list exactly
 // the flags each command declares, with their defaults and help texts.
 func TestDocsFlagTables(t *testing.T) {
 	serveFS, _ := serveFlags(io.Discard)
@@ -22,6 +23,8 @@ func TestDocsFlagTables(t *testing.T) {
 	checkFlagTable(t, "docs/operating.md", "`tidemark inspect` flags", inspectFS)
 	readyFS, _ := readyFlags(io.Discard)
 	checkFlagTable(t, "docs/deploying.md", "`tidemark ready` flags", readyFS)
+	connectFS, _ := connectFlags(io.Discard)
+	checkFlagTable(t, "docs/connect.md", "`tidemark connect` flags", connectFS)
 }
 
 // checkFlagTable compares the table under the heading "## heading" of the

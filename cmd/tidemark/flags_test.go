@@ -44,6 +44,9 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"tool": "", "args": "[]", "retention-events": "x", "storm": "x", "json": "maybe", "timeout": "5",
 		},
 		"ready": {"metrics-addr": "9464", "timeout": "5"},
+		"connect": {
+			"header": "x", "log-file": dir, "log-level": "LOUD", "resume-timeout": "5", "start-timeout": "5", "version": "maybe",
+		},
 		"inspect": {
 			"metrics-addr": "9464", "recent": "x", "json": "maybe", "timeout": "5",
 			"fleet": "maybe", "redis": "notaurl://", "redis-password-file": dir,
@@ -57,7 +60,8 @@ func commandFlags() map[string]*flag.FlagSet {
 	probeFS, _ := probeFlags(io.Discard)
 	inspectFS, _ := inspectFlags(io.Discard)
 	readyFS, _ := readyFlags(io.Discard)
-	return map[string]*flag.FlagSet{"serve": serveFS, "probe": probeFS, "inspect": inspectFS, "ready": readyFS}
+	connectFS, _ := connectFlags(io.Discard)
+	return map[string]*flag.FlagSet{"serve": serveFS, "probe": probeFS, "inspect": inspectFS, "ready": readyFS, "connect": connectFS}
 }
 
 // runBinary runs the tidemark binary with args (and env added to its
@@ -88,7 +92,7 @@ func runBinary(t *testing.T, env []string, args ...string) (int, string) {
 }
 
 // TestEveryFlagRefusesInOneLine: a bad value of any flag of tidemark
-// serve, probe, inspect and ready exits 2 with exactly one line on stderr, which
+// serve, probe, inspect, ready and connect exits 2 with exactly one line on stderr, which
 // names the command, the flag and what the flag accepts ("want ..."),
 // never the whole usage text (regression: --log-level LOUD printed every
 // flag's help).
@@ -108,7 +112,7 @@ func TestEveryFlagRefusesInOneLine(t *testing.T) {
 				if f.Name == "addr" {
 					args = args[:2]
 				}
-			case "probe":
+			case "probe", "connect":
 				args = append(args, "http://127.0.0.1:9/mcp")
 			case "inspect", "ready":
 				if f.Name != "metrics-addr" {

@@ -76,7 +76,7 @@ const oneWayQueue = 64
 // ErrUnreachable is wrapped by Run's error when the host's first
 // initialize could make no connection to the server within
 // Options.StartTimeout.
-var ErrUnreachable = errors.New("connect: cannot reach the MCP server")
+var ErrUnreachable = errors.New("cannot reach the MCP server")
 
 // Options configures Run.
 type Options struct {
@@ -251,11 +251,12 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	}
 	b.untrack(req.ID)
 	werr := b.hostError(err)
-	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
 	if op := dialError(err); req.Method == "initialize" && op != nil {
+		// Run's error is the one line that says it.
 		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), op)
 	}
+	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
 	return nil
 }
 
