@@ -1,7 +1,8 @@
 package redis
 
-// tasks.go keeps the records of tasks (store.Tasks; DESIGN.md, "Tasks:
-// the executor rule", "Where each store keeps tasks").
+// tasks.go keeps the records of tasks (store.Tasks), as the paragraph
+// "Where each store keeps tasks" of (DESIGN.md, "Tasks: the executor rule")
+// says.
 //
 // A task is one hash, {t:ID}:task (keys.go), holding its revision and
 // its stored form (tasks.Marshal). Every write sets PEXPIREAT to the
