@@ -410,3 +410,33 @@ const (
 	// of this replica.
 	ReasonNotificationsLost Reason = "notifications_lost"
 )
+
+// Tasks of the Tasks extension (package taskrun; DESIGN.md, "Tasks: the
+// executor rule"): the reasons a task read as failed carries in
+// error.data.reason, and the refusals of the task requests. The refusals
+// of this group are JSON-RPC errors of the sessionless era, which the
+// HTTP transport's own refusal tables do not list.
+const (
+	// ReasonExecutorLost: a working task's executor is gone (its process
+	// ended or its lease lapsed); the task is settled failed with error
+	// -32603, and the tool may or may not have taken effect.
+	ReasonExecutorLost Reason = "executor_lost"
+	// ReasonTaskExpired: the task's time to live ended before it settled;
+	// it is settled failed with error -32603 and its call cancelled.
+	ReasonTaskExpired Reason = "task_expired"
+	// ReasonTaskNotFound: JSON-RPC error -32602 (HTTP 200): the task ID is
+	// unknown, expired, or belongs to another subject.
+	ReasonTaskNotFound Reason = "task_not_found"
+	// ReasonCapabilityMissing: JSON-RPC error -32021 (HTTP 200): the
+	// request did not declare the Tasks extension in its client
+	// capabilities, and what it asks needs it (tasks/get, tasks/update,
+	// tasks/cancel, a tool that runs only as a task).
+	ReasonCapabilityMissing Reason = "capability_missing"
+	// ReasonHeaderMismatch: HTTP 400 with JSON-RPC error -32020: a task
+	// request's Mcp-Method or Mcp-Name header is missing or disagrees with
+	// its body (Mcp-Name carries params.taskId).
+	ReasonHeaderMismatch Reason = "header_mismatch"
+	// ReasonResultTooLarge: a task's call returned a result over 8 MiB; the
+	// task is stored failed with error -32603 instead.
+	ReasonResultTooLarge Reason = "result_too_large"
+)
