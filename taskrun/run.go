@@ -1,0 +1,428 @@
+// run.go holds the executor: the table of tasks this process runs, one
+// round of a task as an ordinary call through the wrapped handler, the
+// outcome that settles the round, and the sweep and lease renewal of
+// Start (DESIGN.md, "Tasks: the executor rule", "The executor rule and
+// fencing").
+
+package taskrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// job is one task this process runs: one round at a time.
+type job struct {
+	id     string
+	gen    uint64
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	cancelReq bool // a tasks/cancel asked to stop the call
+	abandoned bool // the task changed hands, or the process shuts down: write nothing
+	window    *window
+}
+
+// window is the creation window of a task's first round (Tool.Window).
+type window struct {
+	open    bool          // guarded by job.mu
+	handoff chan *answer  // an input_required answer within the window
+	settled chan struct{} // closed once the first round is settled
+}
+
+// closeWindow ends the window; it reports whether the window was still
+// open, so that the creator answers CreateTaskResult and the round
+// settles as any other.
+func (j *job) closeWindow() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	open := j.window.open
+	j.window.open = false
+	return open
+}
+
+// abandon stops the call without writing its outcome.
+func (j *job) abandon() {
+	j.mu.Lock()
+	j.abandoned = true
+	j.mu.Unlock()
+	j.cancel()
+}
+
+// round is what one round of a task sends: the headers of the client's
+// request that started it, the _meta without the tasks declaration, and
+// the tools/call params.
+type round struct {
+	header http.Header
+	meta   object
+	params object
+}
+
+// start runs a round of the task rec in a goroutine of this process, at
+// rec's executor generation; win > 0 opens its creation window. It
+// returns nil when this process shuts down.
+func (h *Handler) start(parent context.Context, rec tasks.Record, rd round, win time.Duration) *job {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	j := &job{id: rec.ID, gen: rec.Executor.Generation, cancel: cancel}
+	if win > 0 {
+		j.window = &window{open: true, handoff: make(chan *answer, 1), settled: make(chan struct{})}
+	}
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		cancel()
+		return nil
+	}
+	if old := h.jobs[rec.ID]; old != nil {
+		old.abandon()
+	}
+	h.jobs[rec.ID] = j
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		defer cancel()
+		h.execute(ctx, j, rec, rd)
+	}()
+	return j
+}
+
+// cancelLocal cancels the call of task id if this process runs it;
+// requested marks it a client's cancel, whose call settles cancelled.
+func (h *Handler) cancelLocal(id string, requested bool) {
+	h.mu.Lock()
+	j := h.jobs[id]
+	h.mu.Unlock()
+	if j == nil {
+		return
+	}
+	if !requested {
+		j.abandon()
+		return
+	}
+	j.mu.Lock()
+	j.cancelReq = true
+	j.mu.Unlock()
+	j.cancel()
+}
+
+// drop removes j from the table of running tasks.
+func (h *Handler) drop(j *job) {
+	h.mu.Lock()
+	if h.jobs[j.id] == j {
+		delete(h.jobs, j.id)
+	}
+	h.mu.Unlock()
+}
+
+// execute runs one round of j and settles it. j stays in the table of
+// running tasks until its outcome is stored: until then this process is
+// the task's live executor to every reader.
+func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd round) {
+	defer h.drop(j)
+	a := h.call(ctx, rd)
+	ev := h.outcome(ctx, j, a)
+	j.mu.Lock()
+	abandoned := j.abandoned
+	if w := j.window; w != nil && w.open {
+		w.open = false
+		if ev != nil && ev.Kind == tasks.NeedInput {
+			j.mu.Unlock()
+			w.handoff <- a
+			return
+		}
+	}
+	j.mu.Unlock()
+	if j.window != nil {
+		defer close(j.window.settled)
+	}
+	wctx := context.WithoutCancel(ctx)
+	if abandoned || ev == nil {
+		h.release(wctx, j)
+		return
+	}
+	ev.Generation = j.gen
+	if err := h.write(wctx, j.id, *ev); err != nil {
+		h.log.Log(ctx, dropLevel(err), "task write dropped", "task", tasks.Prefix(j.id), "generation", j.gen,
+			"reason", replay.ReasonFenced, "event", ev.Kind.String(), "error", err)
+	}
+}
+
+// call sends one round to the wrapped handler as an ordinary tools/call,
+// in memory, and returns its answer.
+func (h *Handler) call(ctx context.Context, rd round) *answer {
+	params := rd.params.clone()
+	if rd.meta != nil {
+		params["_meta"] = mustJSON(rd.meta)
+	}
+	body, err := jsonrpc.EncodeMessage(&jsonrpc.Request{ID: taskCallID, Method: "tools/call", Params: mustJSON(params)})
+	a := newAnswer()
+	if err != nil {
+		a.status = http.StatusInternalServerError
+		return a
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader(string(body)))
+	if err != nil {
+		a.status = http.StatusInternalServerError
+		return a
+	}
+	for k, vs := range rd.header {
+		r.Header[k] = append([]string(nil), vs...)
+	}
+	r.Header.Del("Content-Length")
+	r.Header.Set("Content-Type", mediaJSON)
+	r.Header.Set("Accept", mediaJSON+", "+mediaSSE)
+	r.Header.Set(headerMethod, "tools/call")
+	r.Header.Set(headerName, rd.params.str("name"))
+	version := r.Header.Get(headerVersion)
+	if v := rd.meta.str("io.modelcontextprotocol/protocolVersion"); v != "" {
+		version = v
+	}
+	if version == "" {
+		version = sessionlessVersion
+	}
+	r.Header.Set(headerVersion, version)
+	r.ContentLength = int64(len(body))
+	defer func() {
+		// A panic of the engine is the call's failure, not the process's.
+		if p := recover(); p != nil {
+			a.status, a.header = http.StatusInternalServerError, http.Header{}
+			a.body.Reset()
+		}
+	}()
+	h.inner.ServeHTTP(a, r)
+	return a
+}
+
+// taskCallID is the JSON-RPC ID of a round's tools/call.
+var taskCallID, _ = jsonrpc.MakeID("tidemark-task")
+
+// outcome returns the event that settles j's round from its answer a, or
+// nil when nothing is to be written (the process abandons the call).
+func (h *Handler) outcome(ctx context.Context, j *job, a *answer) *tasks.Event {
+	j.mu.Lock()
+	cancelReq, abandoned := j.cancelReq, j.abandoned
+	j.mu.Unlock()
+	if abandoned {
+		return nil
+	}
+	resp := a.response(taskCallID)
+	// A call cut short by its context ends with no answer, a JSON-RPC
+	// error or a tool error; a result that came anyway stands (SEP-2663,
+	// "Task Cancellation": the task reports what the call did).
+	cut := resp == nil || resp.Error != nil || string(decodeObject(resp.Result)["isError"]) == "true"
+	if cut && cancelReq {
+		return &tasks.Event{Kind: tasks.Stop}
+	}
+	if cut && ctx.Err() != nil {
+		return nil
+	}
+	if resp == nil {
+		msg := "the engine answered the task's call with HTTP " + itoa(a.status) + " and no JSON-RPC response"
+		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(map[string]any{"code": jsonrpc.CodeInternalError, "message": msg})}
+	}
+	if resp.Error != nil {
+		var we *jsonrpc.Error
+		if !errors.As(resp.Error, &we) {
+			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: resp.Error.Error()}
+		}
+		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(we)}
+	}
+	result := decodeObject(resp.Result)
+	if result.str("resultType") == "input_required" {
+		var reqs map[string]json.RawMessage
+		json.Unmarshal(result["inputRequests"], &reqs)
+		if len(reqs) > 0 {
+			byKey := make(map[string][]byte, len(reqs))
+			for k, v := range reqs {
+				byKey[k] = v
+			}
+			return &tasks.Event{Kind: tasks.NeedInput, Requests: byKey, State: []byte(result.str("requestState"))}
+		}
+	}
+	out := []byte(resp.Result)
+	if meta := decodeObject(result["_meta"]); meta != nil {
+		if _, ok := meta[metaRelatedTask]; ok {
+			delete(meta, metaRelatedTask)
+			if len(meta) == 0 {
+				delete(result, "_meta")
+			} else {
+				result["_meta"] = mustJSON(meta)
+			}
+			out = mustJSON(result)
+		}
+	}
+	if len(out) > MaxResult {
+		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(map[string]any{
+			"code":    jsonrpc.CodeInternalError,
+			"message": "the tool's result is " + itoa(len(out)) + " bytes, over the " + itoa(MaxResult) + " a task keeps: the tool ran; ask for less output",
+			"data":    map[string]any{"reason": replay.ReasonResultTooLarge},
+		})}
+	}
+	return &tasks.Event{Kind: tasks.Complete, Result: out}
+}
+
+// dropLevel is the level of a dropped write: WARN for a fenced or settled
+// task (it changed hands), ERROR for a store failure.
+func dropLevel(err error) slog.Level {
+	if errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, store.ErrTaskNotFound) {
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+// write stores the executor's event ev for task id: read, settle, apply,
+// store conditioned on the revision read, again on ErrStale. A settle that
+// finds the task changed hands stores the settle and returns ErrFenced.
+func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) error {
+	for {
+		rec, rev, err := h.opts.Store.GetTask(ctx, id)
+		if err != nil {
+			return err
+		}
+		now := h.opts.Now()
+		rd := h.reader(id)
+		rd.Runs = true // the writer is the round that just ended
+		settled, verdict := h.rules.Settle(rec, now, rd)
+		if verdict != tasks.Keep {
+			if verdict == tasks.Delete {
+				return store.ErrTaskNotFound
+			}
+			if _, err := h.opts.Store.UpdateTask(ctx, settled, rev); errors.Is(err, store.ErrStale) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			h.settled(ctx, rec, settled, verdict)
+			return tasks.ErrFenced
+		}
+		next, eff, err := h.rules.Apply(rec, ev, now)
+		if err != nil || eff == tasks.Unchanged {
+			return err
+		}
+		if _, err := h.opts.Store.UpdateTask(ctx, next, rev); errors.Is(err, store.ErrStale) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if next.Status.Terminal() || next.Status == tasks.InputRequired {
+			h.log.Info("task settled", "task", tasks.Prefix(id), "generation", next.Executor.Generation,
+				"status", next.Status.String(), "reason", "none")
+		}
+		return nil
+	}
+}
+
+// release ends this process's lease on task j, which it stops running
+// without an outcome (a shutdown): the next reader settles it at once.
+// Without leases nothing is written: the next process knows this one is
+// gone by its boot ID.
+func (h *Handler) release(ctx context.Context, j *job) {
+	if h.opts.Lease <= 0 {
+		return
+	}
+	err := h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: h.opts.Now()})
+	if err != nil {
+		h.log.Debug("task lease not released", "task", tasks.Prefix(j.id), "generation", j.gen, "error", err)
+	}
+}
+
+// nextRound is the round a tasks/update r that completed the input of rec
+// starts: the original call with the answers by the engine's keys and the
+// round's requestState, under r's headers and _meta.
+func (h *Handler) nextRound(r *http.Request, params object, rec tasks.Record) round {
+	return round{header: r.Header, meta: withoutDeclaration(params), params: roundParams(rec)}
+}
+
+// rerunRound is the round of a re-run, which no client request carries.
+func (h *Handler) rerunRound(rec tasks.Record) round {
+	meta := object{
+		"io.modelcontextprotocol/protocolVersion": mustJSON(sessionlessVersion),
+		metaClientCapabilities:                    json.RawMessage(`{}`),
+	}
+	return round{header: http.Header{}, meta: meta, params: roundParams(rec)}
+}
+
+// roundParams are the tools/call params of rec's current round.
+func roundParams(rec tasks.Record) object {
+	params := decodeObject(rec.Call)
+	if params == nil {
+		params = object{}
+	}
+	if len(rec.Input.Slots) > 0 {
+		responses := map[string]json.RawMessage{}
+		for _, s := range rec.Input.Slots {
+			if s.Response != nil {
+				responses[s.Key] = s.Response
+			}
+		}
+		params["inputResponses"] = mustJSON(responses)
+		if len(rec.Input.State) > 0 {
+			params["requestState"] = mustJSON(string(rec.Input.State))
+		} else {
+			delete(params, "requestState")
+		}
+	}
+	return params
+}
+
+// sweep settles every working task of the store whose executor is gone.
+func (h *Handler) sweep(ctx context.Context) error {
+	var ids []string
+	err := h.opts.Store.WorkingTasks(ctx, func(rec tasks.Record, _ uint64) bool {
+		ids = append(ids, rec.ID)
+		return true
+	})
+	for _, id := range ids {
+		rec, _, gerr := h.opts.Store.GetTask(ctx, id)
+		if gerr != nil {
+			continue
+		}
+		h.change(ctx, id, rec.Owner, nil)
+	}
+	return err
+}
+
+// renew renews the leases of the tasks this process runs, and reads their
+// records back: a task that changed hands stops here, a cancel asked on
+// another replica reaches its call.
+func (h *Handler) renew(ctx context.Context) {
+	h.mu.Lock()
+	jobs := make([]*job, 0, len(h.jobs))
+	for _, j := range h.jobs {
+		jobs = append(jobs, j)
+	}
+	h.mu.Unlock()
+	for _, j := range jobs {
+		rec, _, err := h.opts.Store.GetTask(ctx, j.id)
+		switch {
+		case errors.Is(err, store.ErrTaskNotFound):
+			j.abandon()
+			continue
+		case err != nil:
+			continue
+		case rec.Executor.Boot != h.opts.Boot || rec.Executor.Generation != j.gen || rec.Status != tasks.Working:
+			h.log.Warn("task changed hands", "task", tasks.Prefix(j.id), "generation", j.gen, "reason", replay.ReasonFenced)
+			j.abandon()
+			continue
+		case rec.CancelRequested:
+			h.cancelLocal(j.id, true)
+		}
+		err = h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: h.opts.Now().Add(h.opts.Lease)})
+		if errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal) {
+			j.abandon()
+		}
+	}
+}

@@ -1,0 +1,286 @@
+// Package taskrun serves the Tasks extension (io.modelcontextprotocol/tasks,
+// SEP-2663; protocol 2026-07-28) in front of the sessionless-era handler of
+// any engine (DESIGN.md, "Tasks: the executor rule", "How the engines serve
+// tasks").
+//
+// A Handler wraps that handler. It decides each request with tasks.Gate;
+// answers tasks/get, tasks/update and tasks/cancel from a store.Tasks; adds
+// the extension to the server/discover answer; and for a tools/call that
+// becomes a task, stores the record first, answers CreateTaskResult, and
+// runs the call in this process as an ordinary call through the wrapped
+// handler, without the tasks declaration. What the call answers settles
+// the round, through the rules of package tasks and a write conditioned on
+// the revision read, so that an executor that lost the task stores
+// nothing.
+package taskrun
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// Defaults of Options (DESIGN.md, "Tasks: the executor rule", "Time to
+// live").
+const (
+	// DefaultTTL is a task's ttlMs, also its maximum: the event log's
+	// retention.
+	DefaultTTL = time.Hour
+	// DefaultKeep is how long a settled task stays readable at least.
+	DefaultKeep = 10 * time.Minute
+	// DefaultPoll is pollIntervalMs.
+	DefaultPoll = time.Second
+	// DefaultMax is the most tasks one process runs at once.
+	DefaultMax = 1000
+	// MaxResult bounds a stored result, in bytes: a larger one is stored
+	// failed with reason result_too_large.
+	MaxResult = 8 << 20
+	// sweepEvery is how often Start's sweep settles the working tasks of
+	// the store whose executor is gone, even when nobody reads them.
+	sweepEvery = 5 * time.Second
+)
+
+// Tool is how one tool takes part in tasks.
+type Tool struct {
+	// Support: Forbidden (the zero value) answers at once, Optional runs as
+	// a task for a request that declared the extension, Required only as a
+	// task.
+	Support tasks.Support
+	// Idempotent marks the tool safe to run again after its executor was
+	// lost (with Options.Reruns); a tool whose tools/list annotations say
+	// idempotentHint true is treated so as well.
+	Idempotent bool
+	// Window is how long a new task's first round may take to be answered
+	// as it is: an input_required answer within it goes to the client as a
+	// plain answer and no task remains (an input round before any task);
+	// any other outcome within it, or none, answers CreateTaskResult. 0:
+	// CreateTaskResult at once.
+	Window time.Duration
+}
+
+// Options configures a Handler.
+type Options struct {
+	// Store keeps the task records. Required.
+	Store store.Tasks
+	// Tools returns how the tool named name takes part in tasks; nil: no
+	// tool does.
+	Tools func(name string) Tool
+	// Replica names this process in the fleet (its replica ID); default
+	// "local".
+	Replica string
+	// Boot is the ID of this process, new at every start; default a random
+	// one.
+	Boot string
+	// Lease is the lease this process takes on the tasks it runs, renewed
+	// every Renew; 0 (memory, durable store): no leases, a process that
+	// ends is known gone by its boot ID.
+	Lease, Renew time.Duration
+	// TTL is each task's time to live (ttlMs); default and most DefaultTTL.
+	TTL time.Duration
+	// Keep is how long a settled task stays readable at least; default
+	// DefaultKeep.
+	Keep time.Duration
+	// Poll is pollIntervalMs; default DefaultPoll.
+	Poll time.Duration
+	// Max is the most tasks this process runs at once; beyond it an
+	// optional tool answers at once and a required one is refused (503
+	// capacity). Default DefaultMax.
+	Max int
+	// Reruns is how many times a task of an idempotent tool may run again
+	// after its executor was lost; 0, the default: never.
+	Reruns int
+	// Subject returns who sent r: a task's owner, the only one who sees
+	// it. Default: "" for everyone.
+	Subject func(*http.Request) string
+	// Logger receives one line per create, settle, re-run and fenced
+	// write. Default: none.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the Tasks extension in front of a sessionless-era handler.
+type Handler struct {
+	inner http.Handler
+	opts  Options
+	rules tasks.Rules
+	log   *slog.Logger
+	tools *toolCache
+
+	mu       sync.Mutex
+	jobs     map[string]*job // running tasks by ID
+	closing  bool
+	wg       sync.WaitGroup // the jobs' goroutines
+	loops    sync.WaitGroup // Start's sweep and renewal
+	stop     context.CancelFunc
+	stopOnce sync.Once
+}
+
+// New returns a Handler serving the Tasks extension in front of inner.
+// It panics when opts.Store is nil.
+func New(inner http.Handler, opts Options) *Handler {
+	if opts.Store == nil {
+		panic("taskrun: Options.Store is required")
+	}
+	if opts.Tools == nil {
+		opts.Tools = func(string) Tool { return Tool{} }
+	}
+	if opts.Replica == "" {
+		opts.Replica = "local"
+	}
+	if opts.Boot == "" {
+		opts.Boot = rand.Text()
+	}
+	if opts.TTL <= 0 || opts.TTL > DefaultTTL {
+		opts.TTL = DefaultTTL
+	}
+	if opts.Keep <= 0 {
+		opts.Keep = DefaultKeep
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = DefaultPoll
+	}
+	if opts.Max <= 0 {
+		opts.Max = DefaultMax
+	}
+	if opts.Lease > 0 && opts.Renew <= 0 {
+		opts.Renew = opts.Lease / 3
+	}
+	if opts.Subject == nil {
+		opts.Subject = func(*http.Request) string { return "" }
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{
+		inner: inner, opts: opts, log: log,
+		rules: tasks.Rules{Keep: opts.Keep, Reruns: opts.Reruns},
+		tools: &toolCache{hints: map[string]bool{}},
+		jobs:  map[string]*job{},
+	}
+}
+
+// Boot returns the ID of this process that the records it writes carry.
+func (h *Handler) Boot() string { return h.opts.Boot }
+
+// Running returns how many tasks this process runs now.
+func (h *Handler) Running() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.jobs)
+}
+
+// reader is this process as the reader of the record of task id.
+func (h *Handler) reader(id string) tasks.Reader {
+	h.mu.Lock()
+	_, runs := h.jobs[id]
+	h.mu.Unlock()
+	return tasks.Reader{
+		Replica: h.opts.Replica, Boot: h.opts.Boot, Exclusive: h.opts.Store.ExclusiveTasks(),
+		Runs: runs, Lease: h.opts.Lease,
+	}
+}
+
+// self is this process as an executor at now.
+func (h *Handler) self(now time.Time) tasks.Executor {
+	ex := tasks.Executor{Replica: h.opts.Replica, Boot: h.opts.Boot}
+	if h.opts.Lease > 0 {
+		ex.LeaseUntil = now.Add(h.opts.Lease)
+	}
+	return ex
+}
+
+// Start settles every working task of the store whose executor is gone
+// (on a durable store: every task of the previous process, before this one
+// serves), then sweeps the store every few seconds until Shutdown, and
+// with leases renews those of the tasks this process runs. The error is
+// the store's, from the first scan.
+func (h *Handler) Start(ctx context.Context) error {
+	err := h.sweep(ctx)
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.mu.Lock()
+	if h.closing || h.stop != nil {
+		h.mu.Unlock()
+		cancel()
+		return err
+	}
+	h.stop = cancel
+	h.mu.Unlock()
+	h.loops.Add(1)
+	go func() {
+		defer h.loops.Done()
+		h.every(lctx, sweepEvery, func() { h.sweep(lctx) })
+	}()
+	if h.opts.Lease > 0 {
+		h.loops.Add(1)
+		go func() {
+			defer h.loops.Done()
+			h.every(lctx, h.opts.Renew, func() { h.renew(lctx) })
+		}()
+	}
+	return err
+}
+
+// every calls f every d until ctx ends.
+func (h *Handler) every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Shutdown stops taking tasks, waits for the running ones until ctx ends,
+// then cancels them and releases their leases (expiry now), so that the
+// next reader settles them at once; it returns when every goroutine of the
+// Handler has ended.
+func (h *Handler) Shutdown(ctx context.Context) {
+	h.mu.Lock()
+	h.closing = true
+	stop := h.stop
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	h.loops.Wait()
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	for _, j := range h.jobs {
+		j.abandon()
+	}
+	h.mu.Unlock()
+	<-done
+}
+
+// causeReason is the catalogue word of why Tidemark settled a task.
+func causeReason(c tasks.Cause) replay.Reason {
+	switch c {
+	case tasks.ExecutorLost:
+		return replay.ReasonExecutorLost
+	case tasks.Expired:
+		return replay.ReasonTaskExpired
+	}
+	return ""
+}
