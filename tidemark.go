@@ -12,11 +12,13 @@ package tidemark
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"path"
 	"reflect"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -30,6 +32,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/store/observed"
+	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tracing"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
@@ -70,11 +73,43 @@ type Options struct {
 	// request (OpenTelemetry MCP semantic conventions), per resume and per
 	// store write (package tracing). Default: no spans.
 	TracerProvider trace.TracerProvider
+	// Tasks, when set, serves the Tasks extension (io.modelcontextprotocol/
+	// tasks) in the sessionless era, in front of Transport.Sessionless
+	// (package taskrun; DESIGN.md, "Tasks: the executor rule"). The task
+	// records go to Store when it keeps tasks (store.Tasks); otherwise
+	// tasks are not served, and the handler logs why. Default: no tasks.
+	Tasks *TaskOptions
+}
+
+// TaskOptions configures the Tasks extension of a Handler (taskrun.Options).
+type TaskOptions struct {
+	// Tools names the tools that run as tasks and how (taskrun.Tool);
+	// every other tool answers at once.
+	Tools map[string]taskrun.Tool
+	// Fallback, when set, says how a tool not in Tools runs; nil: at once.
+	Fallback func(name string) taskrun.Tool
+	// TTL is each task's ttlMs, default and most 1 hour; Poll its
+	// pollIntervalMs, default 1 second; Keep how long a settled task stays
+	// readable at least, default 10 minutes.
+	TTL, Poll, Keep time.Duration
+	// Max is the most tasks this process runs at once (default 1,000);
+	// Reruns how many times a task of an idempotent tool runs again after
+	// its executor was lost (default 0: never).
+	Max, Reruns int
+	// Replica names this process (default: Sessions.Owner, else "local");
+	// the lease on the tasks it runs is Sessions.Lease, renewed every
+	// Sessions.RenewInterval.
+	Replica string
+	// Subject returns the owner of the tasks r creates and the only one
+	// who sees them; default: the go-sdk auth.TokenInfo.UserID of r, or
+	// "" without one.
+	Subject func(*http.Request) string
 }
 
 // Handler is an http.Handler that serves one *mcp.Server.
 type Handler struct {
 	*transport.Handler
+	tasks  *taskrun.Handler // nil: no tasks
 	reg    *session.Registry
 	st     store.Store
 	cancel context.CancelFunc
@@ -101,6 +136,10 @@ func NewHandler(server *mcp.Server, opts *Options) *Handler {
 				// The transport has already checked Host and Origin.
 				DisableLocalhostProtection: true,
 				MaxRequestBodyBytes:        tOpts.MaxBodyBytes,
+				// A sessionless request lives exactly as long as its POST
+				// (DESIGN.md, "Eras"): a cut one, or a task's call that
+				// tasks/cancel stops, ends its handler.
+				PropagateRequestCancellation: true,
 			})
 	}
 	return NewEngineHandler(gosdk.New(server), &o)
@@ -119,6 +158,7 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	if o.Store == nil {
 		o.Store = memory.New(memory.Options{})
 	}
+	tasksRun := taskHandler(&o)
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Retention.MaxAge)
 	}
@@ -156,7 +196,7 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		Handler: transport.New(reg, tOpts),
-		reg:     reg, st: o.Store, cancel: cancel, done: make(chan struct{}),
+		tasks:   tasksRun, reg: reg, st: o.Store, cancel: cancel, done: make(chan struct{}),
 	}
 	go func() {
 		defer close(h.done)
@@ -169,9 +209,81 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 // Registry().Recreate (start a new generation of a session).
 func (h *Handler) Registry() *session.Registry { return h.reg }
 
-// Close stops the sweeper, ends every session's live state in this process
-// and closes the store. Shut the HTTP server down first.
+// taskHandler wraps o.Transport.Sessionless with the Tasks extension when
+// o.Tasks asks for it and o.Store keeps tasks, starts it, and returns it;
+// nil otherwise.
+func taskHandler(o *Options) *taskrun.Handler {
+	if o.Tasks == nil || o.Transport.Sessionless == nil {
+		return nil
+	}
+	log := o.Transport.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, ok := o.Store.(store.Tasks)
+	if !ok {
+		log.Warn("tasks not served: the store keeps no task records", "store", backendName(o.Store))
+		return nil
+	}
+	t := o.Tasks
+	replica := t.Replica
+	if replica == "" {
+		replica = o.Sessions.Owner
+	}
+	subject := t.Subject
+	if subject == nil {
+		subject = func(r *http.Request) string {
+			if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+				return ti.UserID
+			}
+			return ""
+		}
+	}
+	tools := func(name string) taskrun.Tool {
+		if tool, ok := t.Tools[name]; ok {
+			return tool
+		}
+		if t.Fallback != nil {
+			return t.Fallback(name)
+		}
+		return taskrun.Tool{}
+	}
+	th := taskrun.New(o.Transport.Sessionless, taskrun.Options{
+		Store: st, Tools: tools, Replica: replica,
+		Lease: o.Sessions.Lease, Renew: o.Sessions.RenewInterval,
+		TTL: t.TTL, Keep: t.Keep, Poll: t.Poll, Max: t.Max, Reruns: t.Reruns,
+		Subject: subject, Logger: log,
+	})
+	if err := th.Start(context.Background()); err != nil {
+		log.Warn("tasks of an earlier process not all settled at start", "error", err)
+	}
+	o.Transport.Sessionless = th
+	return th
+}
+
+// Drain stops taking new calls and waits until ctx ends for the calls in
+// flight and the tasks this process runs (their leases are then released,
+// so that the next reader settles them at once); see transport.Handler.
+func (h *Handler) Drain(ctx context.Context) error {
+	if h.tasks == nil {
+		return h.Handler.Drain(ctx)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); h.tasks.Shutdown(ctx) }()
+	err := h.Handler.Drain(ctx)
+	<-done
+	return err
+}
+
+// Close stops the sweeper, stops the tasks this process runs, ends every
+// session's live state in this process and closes the store. Shut the
+// HTTP server down first.
 func (h *Handler) Close() error {
+	if h.tasks != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		h.tasks.Shutdown(ctx)
+	}
 	h.cancel()
 	<-h.done
 	h.reg.Close()
