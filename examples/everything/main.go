@@ -39,7 +39,10 @@ func main() {
 	logger.Info("request state keys", "source", source, "keys", ring.IDs())
 	server, run := newServer(logger, requeststate.New(ring, requeststate.Options{Logger: logger}))
 	go run(ctx)
-	h := tidemark.NewHandler(server, &tidemark.Options{Transport: transport.Options{Logger: logger}})
+	h := tidemark.NewHandler(server, &tidemark.Options{
+		Transport: transport.Options{Logger: logger},
+		Tasks:     &tidemark.TaskOptions{Tools: taskTools},
+	})
 	mux := http.NewServeMux()
 	mux.Handle(*path, h)
 	// Listen before logging, so the logged URL has the resolved port.

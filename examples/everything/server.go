@@ -62,6 +62,7 @@ func newServer(logger *slog.Logger, sealer *requeststate.Sealer) (*mcp.Server, f
 	addInteractiveTools(server)
 	addDiagnosticTools(server)
 	addInputRequiredTools(server, sealer)
+	addTaskTools(server)
 	// The demo's confirm tool: one question, asked through elicitation or
 	// an input-required result depending on the protocol revision.
 	demo.AddConfirm(server, sealer)
