@@ -1,0 +1,402 @@
+package taskrun_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/taskrun"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// fixture is a go-sdk server behind its stateless handler behind a
+// taskrun.Handler on a memory store, on loopback HTTP.
+type fixture struct {
+	t       *testing.T
+	url     string
+	st      *memory.Store
+	h       *taskrun.Handler
+	release chan struct{} // closing it lets "work" finish
+	calls   atomic.Int32  // executions of "work"
+	nextID  int
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	f := &fixture{t: t, st: memory.New(memory.Options{}), release: make(chan struct{})}
+	s := mcp.NewServer(&mcp.Implementation{Name: "taskrun-test", Version: "1"}, nil)
+	type noArgs struct{}
+	mcp.AddTool(s, &mcp.Tool{Name: "work"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+		f.calls.Add(1)
+		select {
+		case <-f.release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}, StructuredContent: map[string]any{"n": 42}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "broken"}, func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "tool failed"}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "crash"}, func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal failure"}
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(_ context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+		p := req.Params
+		missing := mcp.InputRequestMap{}
+		for _, k := range []string{"a", "b"} {
+			if _, ok := p.InputResponses[k]; !ok {
+				missing[k] = &mcp.ElicitParams{Message: "question " + k, RequestedSchema: map[string]any{"type": "object"}}
+			}
+		}
+		if len(missing) > 0 {
+			return &mcp.CallToolResult{InputRequests: missing}, nil, nil
+		}
+		a, _ := p.InputResponses["a"].(*mcp.ElicitResult)
+		b, _ := p.InputResponses["b"].(*mcp.ElicitResult)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Content["v"].(string) + "+" + b.Content["v"].(string)}}}, nil, nil
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
+		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
+	})
+	support := map[string]tasks.Support{"work": tasks.Optional, "broken": tasks.Optional, "crash": tasks.Optional, "ask": tasks.Required}
+	f.h = taskrun.New(inner, taskrun.Options{
+		Store:   f.st,
+		Tools:   func(name string) taskrun.Tool { return taskrun.Tool{Support: support[name]} },
+		Replica: "r1", Poll: 50 * time.Millisecond,
+		Subject: func(r *http.Request) string { return r.Header.Get("X-User") },
+	})
+	if err := f.h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f.h)
+	f.url = srv.URL
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		select {
+		case <-f.release:
+		default:
+			close(f.release)
+		}
+		f.h.Shutdown(ctx)
+		srv.Close()
+		f.st.Close()
+		http.DefaultClient.CloseIdleConnections()
+		goleak.VerifyNone(t, before)
+	})
+	return f
+}
+
+// reply is one answer: its HTTP status and the JSON-RPC response.
+type reply struct {
+	status int
+	result map[string]any
+	raw    json.RawMessage
+	err    *jsonrpc.Error
+}
+
+// post sends method with params; declare adds the Tasks extension to the
+// request's client capabilities; hdr overrides headers.
+func (f *fixture) post(method string, params map[string]any, declare bool, hdr map[string]string) reply {
+	f.t.Helper()
+	caps := map[string]any{}
+	if declare {
+		caps["extensions"] = map[string]any{tasks.ExtensionID: map[string]any{}}
+	}
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": caps,
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "test", "version": "1"},
+	}
+	f.nextID++
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": f.nextID, "method": method, "params": params})
+	req, _ := http.NewRequest(http.MethodPost, f.url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	if name, ok := params["name"].(string); ok {
+		req.Header.Set("Mcp-Name", name)
+	}
+	if id, ok := params["taskId"].(string); ok {
+		req.Header.Set("Mcp-Name", id)
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				data = []byte(d)
+			}
+		}
+	}
+	msg, err := jsonrpc.DecodeMessage(data)
+	if err != nil {
+		f.t.Fatalf("%s: answer %d %q: %v", method, resp.StatusCode, data, err)
+	}
+	r := reply{status: resp.StatusCode}
+	jr := msg.(*jsonrpc.Response)
+	if jr.Error != nil {
+		r.err = jr.Error.(*jsonrpc.Error)
+		return r
+	}
+	r.raw = jr.Result
+	json.Unmarshal(jr.Result, &r.result)
+	return r
+}
+
+func (f *fixture) get(id string) reply {
+	f.t.Helper()
+	return f.post("tasks/get", map[string]any{"taskId": id}, true, nil)
+}
+
+// create calls tool as a task and returns its ID.
+func (f *fixture) create(tool string) string {
+	f.t.Helper()
+	r := f.post("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}}, true, nil)
+	if r.err != nil || r.result["resultType"] != "task" || r.result["taskId"] == nil {
+		f.t.Fatalf("tools/call %s: %+v %v, want a CreateTaskResult", tool, r.result, r.err)
+	}
+	for _, k := range []string{"result", "error", "inputRequests", "requestState", "ttl", "pollInterval"} {
+		if _, ok := r.result[k]; ok {
+			f.t.Errorf("CreateTaskResult carries %s: %s", k, r.raw)
+		}
+	}
+	if r.result["ttlMs"] != float64(time.Hour.Milliseconds()) || r.result["pollIntervalMs"] != float64(50) {
+		f.t.Errorf("CreateTaskResult ttlMs %v pollIntervalMs %v, want 3600000 and 50", r.result["ttlMs"], r.result["pollIntervalMs"])
+	}
+	return r.result["taskId"].(string)
+}
+
+// await polls task id until its status is want, and returns that answer.
+func (f *fixture) await(id, want string) reply {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := f.get(id)
+		if r.err != nil {
+			f.t.Fatalf("tasks/get: %v", r.err)
+		}
+		if r.result["status"] == want {
+			return r
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("task %s is %v after 10 s, want %s", id, r.result["status"], want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCompletedResultByteForByte(t *testing.T) {
+	f := newFixture(t)
+	id := f.create("work")
+	if r := f.get(id); r.result["status"] != "working" || r.result["resultType"] != "complete" {
+		t.Fatalf("tasks/get while the call runs: %s, want status working, resultType complete", r.raw)
+	}
+	close(f.release)
+	got := f.await(id, "completed")
+	// The same call answered at once (no declaration) is the result the
+	// task must show, byte for byte.
+	plain := f.post("tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, false, nil)
+	var task struct {
+		Result json.RawMessage `json:"result"`
+	}
+	json.Unmarshal(got.raw, &task)
+	if !bytes.Equal(task.Result, plain.raw) {
+		t.Errorf("task result %s, want the call's own %s", task.Result, plain.raw)
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Errorf("work ran %d times, want 2 (the task once, the plain call once)", n)
+	}
+}
+
+func TestToolErrorIsCompleted(t *testing.T) {
+	f := newFixture(t)
+	r := f.await(f.create("broken"), "completed")
+	res, _ := r.result["result"].(map[string]any)
+	if res["isError"] != true {
+		t.Errorf("result %v, want isError true", r.result["result"])
+	}
+}
+
+func TestJSONRPCErrorIsFailed(t *testing.T) {
+	f := newFixture(t)
+	r := f.await(f.create("crash"), "failed")
+	e, _ := r.result["error"].(map[string]any)
+	if e["code"] != float64(jsonrpc.CodeInternalError) || e["message"] != "internal failure" {
+		t.Errorf("error %v, want code -32603 message \"internal failure\"", r.result["error"])
+	}
+	if _, ok := r.result["result"]; ok {
+		t.Errorf("a failed task carries result: %s", r.raw)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	f := newFixture(t)
+	id := f.create("work")
+	ack := f.post("tasks/cancel", map[string]any{"taskId": id}, true, nil)
+	if string(ack.raw) != `{"resultType":"complete"}` {
+		t.Fatalf("tasks/cancel answered %s %v, want {\"resultType\":\"complete\"}", ack.raw, ack.err)
+	}
+	f.await(id, "cancelled")
+	// A settled task acknowledges a cancel the same way, and stays.
+	ack = f.post("tasks/cancel", map[string]any{"taskId": id}, true, nil)
+	if string(ack.raw) != `{"resultType":"complete"}` {
+		t.Errorf("second tasks/cancel answered %s %v", ack.raw, ack.err)
+	}
+	if r := f.get(id); r.result["status"] != "cancelled" {
+		t.Errorf("after a second cancel: %s", r.raw)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	f := newFixture(t)
+	check := func(what string, r reply) {
+		t.Helper()
+		if r.err == nil || r.err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(string(r.err.Data), `"reason":"task_not_found"`) {
+			t.Errorf("%s: %+v %s, want -32602 task_not_found", what, r.err, r.raw)
+		}
+	}
+	check("unknown ID", f.get("NOSUCHTASKNOSUCHTASKNOSUCH"))
+	id := f.create("work")
+	check("another subject's task", f.post("tasks/get", map[string]any{"taskId": id}, true, map[string]string{"X-User": "mallory"}))
+	check("another subject's cancel", f.post("tasks/cancel", map[string]any{"taskId": id}, true, map[string]string{"X-User": "mallory"}))
+	if r := f.get(id); r.result["status"] != "working" {
+		t.Errorf("the owner's task after another's cancel: %s, want working", r.raw)
+	}
+}
+
+func TestUndeclared(t *testing.T) {
+	f := newFixture(t)
+	r := f.post("tasks/get", map[string]any{"taskId": "x"}, false, nil)
+	if r.err == nil || r.err.Code != -32021 || !strings.Contains(string(r.err.Data), `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
+		t.Errorf("undeclared tasks/get: %+v, want -32021 naming the extension", r.err)
+	}
+	r = f.post("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{}}, false, nil)
+	if r.err == nil || r.err.Code != -32021 {
+		t.Errorf("undeclared call of a required tool: %+v %s, want -32021", r.err, r.raw)
+	}
+	close(f.release)
+	r = f.post("tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, false, nil)
+	if r.err != nil || r.result["resultType"] != "complete" {
+		t.Errorf("undeclared call of an optional tool: %s %v, want a plain result", r.raw, r.err)
+	}
+	for _, m := range []string{"tasks/result", "tasks/list"} {
+		if r := f.post(m, map[string]any{}, true, nil); r.err == nil || r.err.Code != jsonrpc.CodeMethodNotFound {
+			t.Errorf("%s: %+v, want -32601", m, r.err)
+		}
+	}
+}
+
+func TestHeaderMismatch(t *testing.T) {
+	f := newFixture(t)
+	id := f.create("work")
+	for _, hdr := range []map[string]string{
+		{"Mcp-Name": "another"}, {"Mcp-Name": ""}, {"Mcp-Method": "tasks/cancel"}, {"Mcp-Method": ""},
+	} {
+		r := f.post("tasks/get", map[string]any{"taskId": id}, true, hdr)
+		if r.status != http.StatusBadRequest || r.err == nil || r.err.Code != -32020 || !strings.Contains(string(r.err.Data), "header_mismatch") {
+			t.Errorf("headers %v: %d %+v, want 400 -32020 header_mismatch", hdr, r.status, r.err)
+		}
+	}
+}
+
+func TestDiscoverAddsTheExtension(t *testing.T) {
+	f := newFixture(t)
+	r := f.post("server/discover", map[string]any{}, false, nil)
+	caps, _ := r.result["capabilities"].(map[string]any)
+	ext, _ := caps["extensions"].(map[string]any)
+	if _, ok := ext[tasks.ExtensionID]; !ok || caps["tasks"] != nil {
+		t.Errorf("capabilities %v, want extensions[%s] and no tasks", caps, tasks.ExtensionID)
+	}
+}
+
+func TestExecutorLost(t *testing.T) {
+	f := newFixture(t)
+	now := time.Now()
+	rec, err := tasks.New(tasks.Spec{
+		ID: "LOSTLOSTLOSTLOSTLOSTLOSTLO", Tool: "work", Call: []byte(`{"name":"work"}`),
+		Executor: tasks.Executor{Replica: "r1", Boot: "an-earlier-boot"}, Now: now,
+		TTL: time.Hour, PollInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.CreateTask(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	r := f.get(rec.ID)
+	e, _ := r.result["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if r.result["status"] != "failed" || e["code"] != float64(-32603) || data["reason"] != "executor_lost" || data["replica"] != "r1" ||
+		!strings.Contains(e["message"].(string), "may or may not have taken effect") {
+		t.Fatalf("a task of an earlier boot reads %s, want failed, -32603, executor_lost, replica r1", r.raw)
+	}
+	got, _, _ := f.st.GetTask(context.Background(), rec.ID)
+	if got.Executor.Generation != 2 || got.Cause != tasks.ExecutorLost {
+		t.Errorf("stored generation %d cause %v, want 2 ExecutorLost", got.Executor.Generation, got.Cause)
+	}
+	if f.calls.Load() != 0 {
+		t.Errorf("the lost call ran again")
+	}
+}
+
+func TestInputRequiredPartialAnswers(t *testing.T) {
+	f := newFixture(t)
+	id := f.create("ask")
+	r := f.await(id, "input_required")
+	reqs, _ := r.result["inputRequests"].(map[string]any)
+	if len(reqs) != 2 || reqs["1-a"] == nil || reqs["1-b"] == nil {
+		t.Fatalf("inputRequests %v, want keys 1-a and 1-b", r.result["inputRequests"])
+	}
+	if m, _ := reqs["1-a"].(map[string]any); m["method"] != "elicitation/create" {
+		t.Errorf("inputRequests[1-a] %v, want method elicitation/create", reqs["1-a"])
+	}
+	answer := func(key, v string) {
+		t.Helper()
+		ack := f.post("tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{
+			key: map[string]any{"action": "accept", "content": map[string]any{"v": v}},
+		}}, true, nil)
+		if string(ack.raw) != `{"resultType":"complete"}` {
+			t.Fatalf("tasks/update answered %s %v", ack.raw, ack.err)
+		}
+	}
+	answer("1-b", "B")
+	r = f.get(id)
+	reqs, _ = r.result["inputRequests"].(map[string]any)
+	if r.result["status"] != "input_required" || len(reqs) != 1 || reqs["1-a"] == nil {
+		t.Fatalf("after one answer: %s, want input_required with 1-a only", r.raw)
+	}
+	answer("1-a", "A")
+	r = f.await(id, "completed")
+	res, _ := r.result["result"].(map[string]any)
+	content, _ := res["content"].([]any)
+	if len(content) != 1 || content[0].(map[string]any)["text"] != "A+B" {
+		t.Errorf("result %v, want the text A+B", r.result["result"])
+	}
+}
