@@ -64,7 +64,13 @@ func TestListTools(t *testing.T) {
 	}
 	want := []string{
 		"confirm",
+		"confirm_delete",
+		"failing_job",
+		"greet",
 		"json_schema_2020_12_tool",
+		"multi_input",
+		"protocol_error_job",
+		"slow_compute",
 		"test_audio_content",
 		"test_elicitation",
 		"test_elicitation_sep1034_defaults",
@@ -90,6 +96,7 @@ func TestListTools(t *testing.T) {
 		"test_streaming_elicitation",
 		"test_tool_with_logging",
 		"test_tool_with_progress",
+		"test_tool_with_task",
 		"test_trigger_prompt_change",
 		"test_trigger_tool_change",
 	}
