@@ -160,6 +160,7 @@ func localAddrs() map[netip.Addr]bool {
 // not found, an invalid URL or header) or the bus's (Redis at --redis
 // refuses its stream).
 func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, logger *slog.Logger, sealer *requeststate.Sealer) (*tidemark.Handler, func(), error) {
+	opts.Tasks = c.tasks.options(c.stdio || c.upstream.url != "")
 	if c.upstream.url != "" {
 		gateway, err := upstream.New(upstream.Options{
 			URL: c.upstream.url, Header: c.upstream.header, Forward: c.upstream.forward,

@@ -59,6 +59,7 @@ type serveConfig struct {
 	secrets         secretConfig
 	state           stateConfig
 	upstream        upstreamConfig
+	tasks           taskConfig
 	version         bool // --version: print the build and exit
 }
 
@@ -99,6 +100,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
+	taskFlags(fs, &c.tasks)
 	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
 	return fs, c
 }
@@ -118,6 +120,9 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 		return err
 	}
 	if err := c.upstream.check(c.stdio); err != nil {
+		return err
+	}
+	if err := c.tasks.check(c.stdio || c.upstream.url != ""); err != nil {
 		return err
 	}
 	if err := c.operator.check(c.addr); err != nil {
