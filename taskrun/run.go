@@ -1,8 +1,7 @@
 // run.go holds the executor: the table of tasks this process runs, one
 // round of a task as an ordinary call through the wrapped handler, the
 // outcome that settles the round, and the sweep and lease renewal of
-// Start (DESIGN.md, "Tasks: the executor rule", "The executor rule and
-// fencing").
+// Start (DESIGN.md, "Tasks: the executor rule").
 
 package taskrun
 

@@ -1,7 +1,6 @@
 // serve.go holds the requests a Handler answers: server/discover, the
 // tools/call that becomes a task, tasks/get, tasks/update, tasks/cancel,
-// and the refusals of tasks.Gate (DESIGN.md, "Tasks: the executor rule",
-// "The wire").
+// and the refusals of tasks.Gate (DESIGN.md, "Tasks: the executor rule").
 
 package taskrun
 

@@ -1,7 +1,6 @@
 // Package taskrun serves the Tasks extension (io.modelcontextprotocol/tasks,
 // SEP-2663; protocol 2026-07-28) in front of the sessionless-era handler of
-// any engine (DESIGN.md, "Tasks: the executor rule", "How the engines serve
-// tasks").
+// any engine (DESIGN.md, "Tasks: the executor rule").
 //
 // A Handler wraps that handler. It decides each request with tasks.Gate;
 // answers tasks/get, tasks/update and tasks/cancel from a store.Tasks; adds
@@ -27,8 +26,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/tasks"
 )
 
-// Defaults of Options (DESIGN.md, "Tasks: the executor rule", "Time to
-// live").
+// Defaults of Options (DESIGN.md, "Tasks: the executor rule").
 const (
 	// DefaultTTL is a task's ttlMs, also its maximum: the event log's
 	// retention.

@@ -25,8 +25,8 @@ var declaration = map[string]any{
 // TestServeTasksStayOutOf20251125: a 2025-11-25 session of `tidemark
 // serve` is offered neither the Tasks extension nor the experimental
 // 2025-11-25 tasks, and countdown answers with a plain result even when
-// the call's _meta declares the extension (SEP-2663 forbids reading it
-// there; DESIGN.md, "Tasks: the executor rule", "2025-11-25 sessions").
+// the call's _meta declares the extension: SEP-2663 forbids reading it
+// there (DESIGN.md, "Tasks: the executor rule").
 func TestServeTasksStayOutOf20251125(t *testing.T) {
 	endpoint := startTidemarkServe(t)
 	c := &mcptest.Client{URL: endpoint}
