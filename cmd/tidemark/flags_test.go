@@ -38,6 +38,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5",
 			"upstream": "notaurl", "upstream-header": "x", "upstream-forward-header": "a b",
 			"upstream-connect-timeout": "5", "upstream-timeout": "5", "upstream-resume-timeout": "5",
+			"task-ttl": "5", "task-poll": "5", "task-rerun": "x", "task-max": "x", "task-tools": "x", "task-required": "x",
 			"version": "maybe",
 		},
 		"probe": {

@@ -51,11 +51,11 @@ func (c *taskConfig) check(gateway bool) error {
 	case c.max <= 0:
 		return fmt.Errorf("--task-max %d: want a positive number of tasks", c.max)
 	case !gateway && (c.tools != "" || c.required != ""):
-		return errors.New("--task-tools and --task-required apply to --stdio and --upstream; the demo server's countdown runs as a task already")
+		return errors.New("--task-tools and --task-required apply to --stdio and --upstream only: want them with a gateway (the demo server's countdown runs as a task already)")
 	}
 	for _, name := range names(c.required) {
 		if name == "all" {
-			return errors.New("--task-required all: name the tools (NAME,...): a tool that runs only as a task refuses clients without the Tasks extension")
+			return errors.New("--task-required all: want the tools' names (NAME,...): a tool that runs only as a task refuses clients without the Tasks extension")
 		}
 	}
 	return nil
