@@ -158,7 +158,6 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	if o.Store == nil {
 		o.Store = memory.New(memory.Options{})
 	}
-	tasksRun := taskHandler(&o)
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Retention.MaxAge)
 	}
@@ -173,6 +172,9 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 		}
 		rec = pr
 	}
+	// The task layer takes the store before the observed wrapper, which
+	// keeps no task records.
+	tasksRun := taskHandler(&o, rec)
 	tracer := tracing.New(o.TracerProvider)
 	if rec != nil || tracer != nil {
 		o.Store = observed.New(o.Store, backendName(o.Store), rec, tracer)
@@ -212,7 +214,7 @@ func (h *Handler) Registry() *session.Registry { return h.reg }
 // taskHandler wraps o.Transport.Sessionless with the Tasks extension when
 // o.Tasks asks for it and o.Store keeps tasks, starts it, and returns it;
 // nil otherwise.
-func taskHandler(o *Options) *taskrun.Handler {
+func taskHandler(o *Options, rec metrics.Recorder) *taskrun.Handler {
 	if o.Tasks == nil || o.Transport.Sessionless == nil {
 		return nil
 	}
@@ -252,7 +254,7 @@ func taskHandler(o *Options) *taskrun.Handler {
 		Store: st, Tools: tools, Replica: replica,
 		Lease: o.Sessions.Lease, Renew: o.Sessions.RenewInterval,
 		TTL: t.TTL, Keep: t.Keep, Poll: t.Poll, Max: t.Max, Reruns: t.Reruns,
-		Subject: subject, Logger: log,
+		Subject: subject, Logger: log, Metrics: rec,
 	})
 	if err := th.Start(context.Background()); err != nil {
 		log.Warn("tasks of an earlier process not all settled at start", "error", err)

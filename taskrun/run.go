@@ -131,6 +131,8 @@ func (h *Handler) drop(j *job) {
 // the task's live executor to every reader.
 func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd round) {
 	defer h.drop(j)
+	h.opts.Metrics.TaskRunning(1)
+	defer h.opts.Metrics.TaskRunning(-1)
 	a := h.call(ctx, rd)
 	ev := h.outcome(ctx, j, a)
 	j.mu.Lock()
@@ -315,6 +317,9 @@ func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) error {
 			continue
 		} else if err != nil {
 			return err
+		}
+		if next.Status.Terminal() {
+			h.opts.Metrics.TaskSettled(next.Status.String(), "", now.Sub(next.Created))
 		}
 		if next.Status.Terminal() || next.Status == tasks.InputRequired {
 			h.log.Info("task settled", "task", tasks.Prefix(id), "generation", next.Executor.Generation,

@@ -175,6 +175,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Re
 			"the task store cannot take the task now: "+err.Error()+"; try again shortly", replay.ReasonUnavailable, nil)
 		return
 	}
+	h.opts.Metrics.TaskCreated()
 	h.log.Info("task created", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation, "tool", name)
 	j := h.start(r.Context(), rec, round{header: r.Header, meta: withoutDeclaration(params), params: call}, tool.Window)
 	if j == nil || j.window == nil {
@@ -333,6 +334,12 @@ func (h *Handler) change(ctx context.Context, id, subject string, ev *tasks.Even
 			return changed{}, err
 		}
 		h.settled(ctx, rec, out.rec, verdict)
+		if ev != nil && ev.Kind == tasks.Cancel && !settled.Status.Terminal() && !settled.CancelRequested {
+			h.opts.Metrics.TaskCancelRequested()
+			if out.rec.Status.Terminal() {
+				h.opts.Metrics.TaskSettled(out.rec.Status.String(), "", now.Sub(out.rec.Created))
+			}
+		}
 		return out, nil
 	}
 }
@@ -342,10 +349,12 @@ func (h *Handler) change(ctx context.Context, id, subject string, ev *tasks.Even
 func (h *Handler) settled(ctx context.Context, before, rec tasks.Record, v tasks.Verdict) {
 	switch v {
 	case tasks.SettleLost, tasks.SettleExpired:
+		h.opts.Metrics.TaskSettled(rec.Status.String(), causeReason(rec.Cause), rec.Updated.Sub(rec.Created))
 		h.log.Warn("task settled", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,
 			"reason", causeReason(rec.Cause), "executor", before.Executor.Replica)
 		h.cancelLocal(rec.ID, false)
 	case tasks.Rerun:
+		h.opts.Metrics.TaskRerun()
 		h.log.Warn("task re-run", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,
 			"reason", replay.ReasonExecutorLost, "reruns", rec.Reruns, "executor", before.Executor.Replica)
 		h.start(ctx, rec, h.rerunRound(rec), 0)

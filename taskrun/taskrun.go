@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -100,6 +101,9 @@ type Options struct {
 	// Logger receives one line per create, settle, re-run and fenced
 	// write. Default: none.
 	Logger *slog.Logger
+	// Metrics records tasks created, settled, cancelled, re-run and
+	// running (metrics.Tasks). Default: none.
+	Metrics metrics.Tasks
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -156,6 +160,9 @@ func New(inner http.Handler, opts Options) *Handler {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.Discard
 	}
 	log := opts.Logger
 	if log == nil {

@@ -14,8 +14,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/tidemark-mcp/tidemark/metrics/prom"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -28,6 +31,7 @@ type fixture struct {
 	url     string
 	st      *memory.Store
 	h       *taskrun.Handler
+	reg     *prometheus.Registry
 	release chan struct{} // closing it lets "work" finish
 	calls   atomic.Int32  // executions of "work"
 	nextID  int
@@ -73,8 +77,13 @@ func newFixture(t *testing.T) *fixture {
 		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
 	})
 	support := map[string]tasks.Support{"work": tasks.Optional, "broken": tasks.Optional, "crash": tasks.Optional, "ask": tasks.Required}
+	f.reg = prometheus.NewRegistry()
+	rec, err := prom.New(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.h = taskrun.New(inner, taskrun.Options{
-		Store:   f.st,
+		Store: f.st, Metrics: rec,
 		Tools:   func(name string) taskrun.Tool { return taskrun.Tool{Support: support[name]} },
 		Replica: "r1", Poll: 50 * time.Millisecond,
 		Subject: func(r *http.Request) string { return r.Header.Get("X-User") },
@@ -398,5 +407,47 @@ func TestInputRequiredPartialAnswers(t *testing.T) {
 	content, _ := res["content"].([]any)
 	if len(content) != 1 || content[0].(map[string]any)["text"] != "A+B" {
 		t.Errorf("result %v, want the text A+B", r.result["result"])
+	}
+}
+
+// TestMetrics checks the task metrics after a task that completes, one
+// cancelled while it works, and one whose executor was lost.
+func TestMetrics(t *testing.T) {
+	f := newFixture(t)
+	f.await(f.create("broken"), "completed")
+	f.post("tasks/cancel", map[string]any{"taskId": f.create("work")}, true, nil)
+	now := time.Now()
+	lost, _ := tasks.New(tasks.Spec{
+		ID: "LOSTMETRICSLOSTMETRICSLOST", Tool: "work", Call: []byte(`{"name":"work"}`),
+		Executor: tasks.Executor{Replica: "r1", Boot: "an-earlier-boot"}, Now: now,
+		TTL: time.Hour, PollInterval: time.Second,
+	})
+	if err := f.st.CreateTask(context.Background(), lost); err != nil {
+		t.Fatal(err)
+	}
+	f.await(lost.ID, "failed")
+	deadline := time.Now().Add(10 * time.Second)
+	for f.h.Running() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := `
+# HELP tidemark_tasks_created_total Tasks created by this process (Tasks extension).
+# TYPE tidemark_tasks_created_total counter
+tidemark_tasks_created_total 2
+# HELP tidemark_tasks_settled_total Tasks this process stored as terminal, by status (completed, failed, cancelled) and reason: none when the call's own outcome settled it, else why Tidemark did (executor_lost, task_expired, result_too_large).
+# TYPE tidemark_tasks_settled_total counter
+tidemark_tasks_settled_total{reason="executor_lost",status="failed"} 1
+tidemark_tasks_settled_total{reason="none",status="cancelled"} 1
+tidemark_tasks_settled_total{reason="none",status="completed"} 1
+# HELP tidemark_tasks_cancel_requests_total tasks/cancel requests received by this process that asked a working or input_required task to stop.
+# TYPE tidemark_tasks_cancel_requests_total counter
+tidemark_tasks_cancel_requests_total 1
+# HELP tidemark_tasks_running Rounds of tasks running in this process.
+# TYPE tidemark_tasks_running gauge
+tidemark_tasks_running 0
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want),
+		"tidemark_tasks_created_total", "tidemark_tasks_settled_total", "tidemark_tasks_cancel_requests_total", "tidemark_tasks_running"); err != nil {
+		t.Error(err)
 	}
 }
