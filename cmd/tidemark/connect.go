@@ -35,6 +35,7 @@ type connectConfig struct {
 	resumeTimeout time.Duration
 	startTimeout  time.Duration
 	version       bool
+	oauth         oauthConfig
 }
 
 func connectFlags(stderr io.Writer) (*flag.FlagSet, *connectConfig) {
@@ -52,6 +53,7 @@ func connectFlags(stderr io.Writer) (*flag.FlagSet, *connectConfig) {
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.DurationVar(&c.resumeTimeout, "resume-timeout", connect.DefaultResumeTimeout, "how long a call waits on a cut stream, an unreachable server, 503s or a new session before it fails toward the host (duration)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", connect.DefaultStartTimeout, "how long the host's first initialize retries a server it cannot connect to before tidemark connect exits 1 (duration; 0s: no retry)")
+	c.oauth.register(fs)
 	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
 	return fs, c
 }
@@ -130,6 +132,16 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		logOut = io.MultiWriter(stderr, f)
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: c.logLevel}))
+	oauth, err := c.oauth.transport(url, c.header, stderr, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)
+		return 2
+	}
+	var httpClient *http.Client // nil: connect.Options' default
+	if oauth != nil {
+		defer oauth.Close()
+		httpClient = &http.Client{Transport: oauth}
+	}
 	startTimeout := c.startTimeout
 	if startTimeout == 0 {
 		startTimeout = -1 // connect.Options: negative is no retry
@@ -146,6 +158,7 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 	err = connect.Run(ctx, host, connect.Options{
 		URL:           url,
 		Header:        c.header,
+		HTTPClient:    httpClient,
 		ResumeTimeout: c.resumeTimeout,
 		StartTimeout:  startTimeout,
 		Logger:        logger,
