@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 
@@ -54,7 +55,12 @@ func (o *oauthConfig) transport(server string, header http.Header, prompt io.Wri
 		return nil, fmt.Errorf("--oauth-client-secret: %w", err)
 	}
 	if secret != "" && id == "" {
-		return nil, fmt.Errorf("--oauth-client-secret needs --oauth-client-id")
+		return nil, fmt.Errorf("--oauth-client-secret: want it with --oauth-client-id, the client it authenticates")
+	}
+	if m := o.clientMetadataURL; m != "" {
+		if u, err := url.Parse(m); err != nil || u.Scheme != "https" || strings.Trim(u.Path, "/") == "" {
+			return nil, fmt.Errorf("--oauth-client-metadata-url %q: want an https URL with a path, e.g. https://example.com/client.json", m)
+		}
 	}
 	if o.callbackPort < 0 || o.callbackPort > 65535 {
 		return nil, fmt.Errorf("--oauth-callback-port: want 0 to 65535, got %d", o.callbackPort)
@@ -86,7 +92,7 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 		return v
 	})
 	if len(unset) > 0 {
-		return "", fmt.Errorf("not set: %s", strings.Join(unset, ", "))
+		return "", fmt.Errorf("want ${VAR} of variables that are set; not set: %s", strings.Join(unset, ", "))
 	}
 	return out, nil
 }
