@@ -27,6 +27,8 @@ npm_packages=(
 	@modelcontextprotocol/server-everything@2026.8.31 # reference stdio server behind gateway mode: engine/stdio
 	@modelcontextprotocol/inspector@2.12.0           # MCP Inspector, run as `mcp-inspector --cli`: interop/
 	mcp-remote@0.15.1                                # stdio-to-HTTP bridge for desktop hosts: interop/
+	@modelcontextprotocol/client@2.3.1               # TypeScript SDK v2 client (2026-07-28): interop/ts/tasks.mjs
+	@modelcontextprotocol/ext-tasks@0.2.2            # official Tasks client on it: interop/ts/tasks.mjs
 )
 
 # Debian packages, one line each, PACKAGE:COMMAND; PACKAGE is installed
