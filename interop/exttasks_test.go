@@ -146,7 +146,9 @@ func checkCompleted(t *testing.T, r extReport, n int) {
 	t.Helper()
 	if o := r.outcome; o == nil || o.Outcome != "completed" || o.Text != countdownResult(n) || o.IsError {
 		t.Errorf("outcome %+v, want completed with %q", o, countdownResult(n))
+		return
 	}
+	t.Logf("settled %d ms after callTool, %d tasks/get", r.outcome.MS, len(r.calls("tasks/get")))
 }
 
 // serveTidemark starts `tidemark serve` with args and returns it and its
@@ -228,6 +230,57 @@ func TestExtTasksThroughUpstream(t *testing.T) {
 	}
 }
 
+// killMidTask waits until client's task is working (one tasks/get
+// answered working), kills the server first with SIGKILL, keeps it down
+// until a tasks/get met the refused port, and starts it again with args
+// (the same port and directory). It returns the new process and when it
+// served.
+func killMidTask(t *testing.T, client, first *testenv.Process, args ...string) (*testenv.Process, time.Time) {
+	t.Helper()
+	client.WaitFor(t, `"dispatch":"tasks/get","attempt":1,"resultType":"complete","status":"working"`, clientBound)
+	first.Kill()
+	<-first.Done()
+	client.WaitFor(t, `"dispatch":"tasks/get","attempt":\d+,"networkError"`, clientBound)
+	second, _ := serveTidemark(t, args...)
+	return second, time.Now()
+}
+
+// checkLost asserts that the call settled with the executor_lost failure
+// of a task, within extSettleBound of restarted, its tools/call sent once;
+// and that the restarted process second created no task, re-ran none and
+// settled one as lost.
+func checkLost(t *testing.T, r extReport, restarted time.Time, second *testenv.Process) {
+	t.Helper()
+	settledAfter := time.Since(restarted)
+	checkOneCreate(t, r)
+	o := r.outcome
+	want := "the task's executor was lost (replica local): the tool may or may not have taken effect; check before calling it again"
+	if o == nil || o.Outcome != "failed" || o.Code == nil || *o.Code != -32603 || o.Message != want {
+		t.Fatalf("outcome %+v, want failed, code -32603, message %q", o, want)
+	}
+	if want := map[string]any{"reason": string(replay.ReasonExecutorLost), "replica": "local"}; !reflect.DeepEqual(o.Data, want) {
+		t.Errorf("error data %v, want %v", o.Data, want)
+	}
+	if settledAfter > extSettleBound {
+		t.Errorf("settled %v after the restart, want within %v", settledAfter, extSettleBound)
+	}
+	gets := r.calls("tasks/get")
+	if last := gets[len(gets)-1]; last.Status != "failed" {
+		t.Errorf("last tasks/get %+v, want failed", last)
+	}
+	out := second.Output()
+	if c, rr, s := count(out, `msg="task created"`), count(out, logRerun), count(out, logLost); c != 0 || rr != 0 || s != 1 {
+		t.Errorf("restarted process logged %d tasks created, %d re-runs, %d settled executor_lost; want 0, 0, 1", c, rr, s)
+	}
+	refused := 0
+	for _, g := range gets {
+		if g.NetworkError != "" {
+			refused++
+		}
+	}
+	t.Logf("settled %v after the restart; %d tasks/get dispatches, %d met the refused port", settledAfter, len(gets), refused)
+}
+
 // TestExtTasksKillDataDir: `tidemark serve --data-dir` is killed with
 // SIGKILL while ext-tasks polls a working countdown task, and started again
 // on the same port and directory. While it is down the script's tasks/get
@@ -245,39 +298,62 @@ func TestExtTasksKillDataDir(t *testing.T) {
 	args := []string{"--addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--task-poll", extPoll}
 	first, url := serveTidemark(t, args...)
 	client := startExtTasks(t, url, "countdown", extLongCountdown, extRetryMs)
-	// The task works: one tasks/get answered working.
-	client.WaitFor(t, `"dispatch":"tasks/get","attempt":1,"resultType":"complete","status":"working"`, clientBound)
-	first.Kill()
-	<-first.Done()
-	// Down until a poll met the refused port.
-	client.WaitFor(t, `"dispatch":"tasks/get","attempt":\d+,"networkError"`, clientBound)
-	second, _ := serveTidemark(t, args...)
-	restarted := time.Now()
+	second, restarted := killMidTask(t, client, first, args...)
 	r := waitExtTasks(t, client)
-	settledAfter := time.Since(restarted)
-
-	checkOneCreate(t, r)
-	o := r.outcome
-	want := "the task's executor was lost (replica local): the tool may or may not have taken effect; check before calling it again"
-	if o == nil || o.Outcome != "failed" || o.Code == nil || *o.Code != -32603 || o.Message != want {
-		t.Fatalf("outcome %+v, want failed, code -32603, message %q", o, want)
-	}
-	if want := map[string]any{"reason": string(replay.ReasonExecutorLost), "replica": "local"}; !reflect.DeepEqual(o.Data, want) {
-		t.Errorf("error data %v, want %v", o.Data, want)
-	}
-	if settledAfter > extSettleBound {
-		t.Errorf("settled %v after the restart, want within %v", settledAfter, extSettleBound)
-	}
-	gets := r.calls("tasks/get")
-	if last := gets[len(gets)-1]; last.Status != "failed" {
-		t.Errorf("last tasks/get %+v, want failed", last)
-	}
+	checkLost(t, r, restarted, second)
 	if n := count(first.Output(), logCreated); n != 1 {
 		t.Errorf("killed process logged %d tasks created, want 1", n)
 	}
-	out := second.Output()
-	if c, rr, s := count(out, `msg="task created"`), count(out, logRerun), count(out, logLost); c != 0 || rr != 0 || s != 1 {
-		t.Errorf("restarted process logged %d tasks created, %d re-runs, %d settled failed executor_lost; want 0, 0, 1", c, rr, s)
+}
+
+// TestExtTasksKillGateway: as TestExtTasksKillDataDir with the tool on an
+// upstream: `tidemark serve --upstream URL --task-tools all --data-dir` is
+// killed mid-task and restarted. The call settles with executor_lost, and
+// the upstream, where countdown runs, got exactly one tools/call: the tool
+// ran once, counted where it runs.
+func TestExtTasksKillGateway(t *testing.T) {
+	testenv.NeedNode(t)
+	t.Parallel()
+	up := startBackend(t, memoryStore)
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	args := []string{"--addr", addr, "--upstream", up.URL(), "--task-tools", "all",
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--task-poll", extPoll}
+	first, url := serveTidemark(t, args...)
+	client := startExtTasks(t, url, "countdown", extLongCountdown, extRetryMs)
+	second, restarted := killMidTask(t, client, first, args...)
+	r := waitExtTasks(t, client)
+	checkLost(t, r, restarted, second)
+	if calls := where(up.relay.recorded(), func(e exchange) bool { return e.RPC == "tools/call" }); len(calls) != 1 {
+		t.Errorf("upstream tools/call requests %v, want 1", calls)
 	}
-	t.Logf("settled %v after the restart; %d tasks/get dispatches, %d met the refused port", settledAfter, len(gets), count(client.Output(), `"networkError"`))
+}
+
+// TestExtTasksServerStaysDown: without the host's retries (retryMs 0),
+// ext-tasks ends a task's observation at the first tasks/get that cannot
+// reach the server: the rawDispatch's DispatchError (retryable) is sent
+// once more at once, then the call settles failed with that error's
+// message, no code and no data; it does not hang, and it does not report
+// the task's own outcome. A host that must see a task through a server
+// restart retries tasks/* itself, as ts/tasks.mjs does with retryMs.
+func TestExtTasksServerStaysDown(t *testing.T) {
+	testenv.NeedNode(t)
+	t.Parallel()
+	srv, url := serveTidemark(t, "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--task-poll", extPoll)
+	client := startExtTasks(t, url, "countdown", extLongCountdown, 0)
+	client.WaitFor(t, `"dispatch":"tasks/get","attempt":1,"resultType":"complete","status":"working"`, clientBound)
+	srv.Kill()
+	r := waitExtTasks(t, client)
+	checkOneCreate(t, r)
+	var refused []extLine
+	for _, g := range r.calls("tasks/get") {
+		if g.NetworkError != "" {
+			refused = append(refused, g)
+		}
+	}
+	if len(refused) != 2 || refused[0].NetworkError != "fetch failed" || refused[1].NetworkError != "fetch failed" {
+		t.Errorf("tasks/get dispatches that met the refused port: %+v, want 2 (ext-tasks sends a retryable DispatchError once more), \"fetch failed\"", refused)
+	}
+	if o := r.outcome; o == nil || o.Outcome != "failed" || o.Code != nil || o.Data != nil || o.Message != "tasks/get: fetch failed" {
+		t.Errorf("outcome %+v, want failed with message %q, no code, no data", o, "tasks/get: fetch failed")
+	}
 }
