@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
@@ -230,15 +231,31 @@ var taskScenarios = []string{
 var skippedTaskChecks = map[string]bool{"tasks-status-notifications": true}
 
 // TestConformanceTasks runs each tasks-* scenario by name against this
-// server at spec version 2026-07-28 and requires every check SUCCESS,
-// except those the suite always skips, which must be reported SKIPPED.
+// server at spec version 2026-07-28, once with tasks in memory and once in
+// a real redis-server (--redis), one server process per store and the
+// scenarios one after another, and requires every check SUCCESS, except
+// those the suite always skips, which must be reported SKIPPED.
 func TestConformanceTasks(t *testing.T) {
 	testenv.NeedNode(t)
 	bin := testenv.Build(t, "./examples/everything")
 	node := testenv.Node(t)
 	suite := testenv.NPMBin(t, "conformance")
-	srv := testenv.StartProcess(t, bin, "--addr", "127.0.0.1:0")
-	url := testenv.ServeURL(t, srv)
+	t.Run("memory", func(t *testing.T) {
+		srv := testenv.StartProcess(t, bin, "--addr", "127.0.0.1:0")
+		runTaskScenarios(t, node, suite, testenv.ServeURL(t, srv))
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{})
+		srv := testenv.StartProcess(t, bin, "--addr", "127.0.0.1:0", "--redis", rs.URL())
+		url := testenv.ServeURL(t, srv)
+		srv.WaitFor(t, `msg=store store=redis`, time.Second)
+		runTaskScenarios(t, node, suite, url)
+	})
+}
+
+// runTaskScenarios runs each tasks-* scenario, one after another, against
+// the server at url, each in a subtest of its name.
+func runTaskScenarios(t *testing.T, node, suite, url string) {
 	for _, name := range taskScenarios {
 		t.Run(name, func(t *testing.T) {
 			outDir := t.TempDir()
