@@ -4,7 +4,8 @@
 //
 // Sessions and tasks are kept in memory, in a data directory (--data-dir,
 // package store/durable) or in Redis (--redis, package store/redis), so
-// that the suite runs against each store.
+// that the suite runs against each store; --journal adds the journal tool
+// (journal.go) that a crash test counts executions with.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -43,6 +45,7 @@ func main() {
 	keys := flag.String("request-state-keys", "", "key ring file that seals requestState, as `tidemark serve --request-state-keys` reads it (path; empty: $"+requeststate.EnvKeys+", else a random key of this process)")
 	dataDir := flag.String("data-dir", "", "keep sessions and tasks in this directory (store/durable), as `tidemark serve --data-dir` does (path; empty: in memory)")
 	redisURL := flag.String("redis", "", "keep sessions and tasks in Redis (store/redis), as `tidemark serve --redis` does (URL; empty: in memory)")
+	journal := flag.String("journal", "", "serve the journal tool, which appends one line per execution to this file (path; empty: no journal tool)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *dataDir != "" && *redisURL != "" {
@@ -69,6 +72,11 @@ func main() {
 		os.Exit(1)
 	}
 	server, run := newServer(logger, requeststate.New(ring, requeststate.Options{Logger: logger}))
+	if *journal != "" {
+		addJournal(server, *journal)
+		opts.Tasks.Tools = maps.Clone(taskTools)
+		opts.Tasks.Tools["journal"] = journalTool
+	}
 	go run(ctx)
 	h := tidemark.NewHandler(server, opts)
 	mux := http.NewServeMux()
