@@ -145,22 +145,38 @@ func checkInspectorRestart(t *testing.T, st store, want refusal) {
 }
 
 // TestInspectorCLIProtocolEra: with --protocol-era auto the CLI asks
-// server/discover, gets 2026-07-28 from Tidemark, and calls sessionless;
-// a cut stream there has nothing to resume with: the CLI sends no
-// resume and waits (its 60 s timeout), still waiting 3 s after the cut.
+// server/discover, gets 2026-07-28 and the Tasks extension from Tidemark,
+// and calls sessionless, declaring the extension: countdown runs as a
+// task, whose CreateTaskResult the CLI polls with tasks/get until it
+// completes, then prints the result and exits 0. The call's answer is no
+// longer a stream a cut could lose.
 func TestInspectorCLIProtocolEra(t *testing.T) {
 	testenv.NeedNode(t)
 	t.Parallel()
 	b := startBackend(t, memoryStore)
-	b.relay.cutAt(cutAfter)
 	p := startInspector(t, append([]string{b.URL(), "--protocol-era", "auto"}, inspectorCountdown(steps)...)...)
-	b.relay.waitProgress(t, cutAfter, clientBound)
-	select {
-	case <-p.Done():
-		t.Fatalf("the CLI exited %v within %v of the cut; output:\n%s", p.Wait(), stillWaiting, p.Output())
-	case <-time.After(stillWaiting):
+	waitExit(t, p, clientBound)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("mcp-inspector --cli: %v; output:\n%s", err, p.Output())
 	}
-	checkSessionless(t, b.relay)
+	if got := inspectorResult(p.Output()); got != countdownResult(steps) {
+		t.Errorf("printed result %q, want %q; output:\n%s", got, countdownResult(steps), p.Output())
+	}
+	xs := b.relay.recorded()
+	posts := where(xs, func(e exchange) bool { return e.Method == "POST" })
+	if len(posts) == 0 || posts[0].RPC != "server/discover" {
+		t.Errorf("POSTs %v, want server/discover first", posts)
+	}
+	for _, e := range xs {
+		if e.Session != "" || e.LastEventID != "" || e.RPC == "initialize" || e.Method == "POST" && e.Protocol != modernEra {
+			t.Errorf("%s: want sessionless requests at %s", e, modernEra)
+		}
+	}
+	calls := where(xs, func(e exchange) bool { return e.RPC == "tools/call" })
+	polls := where(xs, func(e exchange) bool { return e.RPC == "tasks/get" })
+	if len(calls) != 1 || len(polls) == 0 {
+		t.Errorf("%d tools/call and %d tasks/get, want 1 and at least 1 (the call ran as a task)", len(calls), len(polls))
+	}
 }
 
 // checkSessionless asserts that the client discovered the server at
