@@ -1,0 +1,267 @@
+package fleettest_test
+
+// Tasks (the Tasks extension, protocol 2026-07-28) across three replicas
+// of `tidemark serve --redis` (DESIGN.md, "Tasks: the executor rule").
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// taskVersion is the protocol version of the Tasks extension.
+const taskVersion = "2026-07-28"
+
+// taskAnswer is a replica's answer to one request of protocol 2026-07-28.
+type taskAnswer struct {
+	raw    json.RawMessage // the result, as the replica sent it
+	fields map[string]any  // the result, decoded
+}
+
+func (a taskAnswer) str(k string) string { s, _ := a.fields[k].(string); return s }
+
+// taskPost sends method with params to replica r as one request of
+// protocol 2026-07-28 that declares the Tasks extension, with the routing
+// headers (Mcp-Name: the tool's name for tools/call, the taskId for
+// tasks/*), and returns the result; an HTTP or JSON-RPC error fails the
+// test.
+func taskPost(t *testing.T, ctx context.Context, r *replica, method string, params map[string]any) taskAnswer {
+	t.Helper()
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    taskVersion,
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "fleettest", "version": "1.0.0"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{tasks.ExtensionID: map[string]any{}}},
+	}
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", taskVersion)
+	req.Header.Set("Mcp-Method", method)
+	if name, ok := params["name"].(string); ok {
+		req.Header.Set("Mcp-Name", name)
+	}
+	if id, ok := params["taskId"].(string); ok {
+		req.Header.Set("Mcp-Name", id)
+	}
+	resp, err := r.client.HTTP.Do(req)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", method, r.id, err)
+	}
+	msgs, err := mcptest.ReadAnswer(resp)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("%s on %s: %d messages, %v", method, r.id, len(msgs), err)
+	}
+	res, ok := msgs[0].(*jsonrpc.Response)
+	if !ok || res.Error != nil {
+		t.Fatalf("%s on %s answered %v, want a result", method, r.id, msgs[0])
+	}
+	a := taskAnswer{raw: res.Result}
+	if err := json.Unmarshal(res.Result, &a.fields); err != nil {
+		t.Fatalf("%s on %s: result %s: %v", method, r.id, res.Result, err)
+	}
+	return a
+}
+
+// countdownTask calls countdown{n, delay_ms} on r, which answers with a
+// task, and returns the task's ID.
+func countdownTask(t *testing.T, ctx context.Context, r *replica, n, delayMS int) string {
+	t.Helper()
+	a := taskPost(t, ctx, r, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": n, "delay_ms": delayMS}})
+	id := a.str("taskId")
+	if a.str("resultType") != "task" || a.str("status") != "working" || id == "" {
+		t.Fatalf("countdown on %s answered %s, want a CreateTaskResult, working", r.id, a.raw)
+	}
+	return id
+}
+
+// taskGet answers tasks/get of task id on r.
+func taskGet(t *testing.T, ctx context.Context, r *replica, id string) taskAnswer {
+	t.Helper()
+	return taskPost(t, ctx, r, "tasks/get", map[string]any{"taskId": id})
+}
+
+// taskAwait reads task id on r until its status is want, within d, and
+// returns that answer.
+func taskAwait(t *testing.T, ctx context.Context, r *replica, id, want string, d time.Duration) taskAnswer {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		a := taskGet(t, ctx, r, id)
+		if a.str("status") == want {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s reads %s on %s after %v, want status %s", tasks.Prefix(id), a.raw, r.id, d, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTasksAcrossReplicas: three replicas r0, r1, r2 on one redis-server,
+// --lease-ttl 2s and --lease-renew 400ms, the demo's countdown run as a
+// task (DESIGN.md, "Tasks: the executor rule"):
+//
+//   - a task created on r0 reads working on r1 and r2 while it runs, and
+//     once completed the same JSON bytes on every replica;
+//   - a tasks/cancel sent to r1 stops the call running on r2, which
+//     settles the task cancelled itself (generation 1), read so on every
+//     replica within one lease renewal plus 1 s of the cancel;
+//   - after kill -9 of r0, each of its working tasks reads failed on r1,
+//     error.data.reason executor_lost, within the lease TTL plus 2 s of the
+//     kill, and never anything else afterwards, on r1 and r2.
+func TestTasksAcrossReplicas(t *testing.T) {
+	testenv.NeedRedis(t)
+	f := newFleet(t, 3, redistest.Options{})
+	ctx := testCtx(t, 90*time.Second)
+	a, b, c := f.r[0], f.r[1], f.r[2]
+
+	t.Run("read on every replica", func(t *testing.T) {
+		const n = 15
+		id := countdownTask(t, ctx, a, n, 100)
+		for _, r := range []*replica{b, c} {
+			got := taskGet(t, ctx, r, id)
+			if got.str("status") != "working" || got.str("taskId") != id || got.str("resultType") != "complete" {
+				t.Fatalf("tasks/get on %s while the countdown runs on %s: %s, want working", r.id, a.id, got.raw)
+			}
+		}
+		done := taskAwait(t, ctx, a, id, "completed", 20*time.Second)
+		var res struct {
+			Result struct {
+				Content []struct{ Text string } `json:"content"`
+			} `json:"result"`
+		}
+		json.Unmarshal(done.raw, &res)
+		if len(res.Result.Content) != 1 || res.Result.Content[0].Text != "countdown of 15 finished" {
+			t.Fatalf("completed task on %s: %s, want the text \"countdown of 15 finished\"", a.id, done.raw)
+		}
+		for _, r := range []*replica{b, c} {
+			if got := taskGet(t, ctx, r, id); !bytes.Equal(got.raw, done.raw) {
+				t.Errorf("tasks/get on %s:\n%s\nwant %s's bytes:\n%s", r.id, got.raw, a.id, done.raw)
+			}
+		}
+		rec, _, err := f.st.GetTask(ctx, id)
+		if err != nil || rec.Executor.Replica != a.id || rec.Executor.Generation != 1 {
+			t.Errorf("record: executor %+v (%v), want %s at generation 1", rec.Executor, err, a.id)
+		}
+	})
+
+	t.Run("cancel on another replica", func(t *testing.T) {
+		id := countdownTask(t, ctx, c, 600, 100) // 60 s unless cancelled
+		time.Sleep(200 * time.Millisecond)
+		if got := taskGet(t, ctx, b, id); got.str("status") != "working" {
+			t.Fatalf("tasks/get on %s: %s, want working", b.id, got.raw)
+		}
+		start := time.Now()
+		ack := taskPost(t, ctx, b, "tasks/cancel", map[string]any{"taskId": id})
+		if string(ack.raw) != `{"resultType":"complete"}` {
+			t.Fatalf("tasks/cancel on %s answered %s, want {\"resultType\":\"complete\"}", b.id, ack.raw)
+		}
+		// The cancel reaches the executor through its next renewal, which
+		// reads the record back (within leaseRenew); the call stops at
+		// once and the executor stores cancelled. 1 s covers the call's
+		// end, the write and this loop's reads.
+		bound := leaseRenew + time.Second
+		var took time.Duration
+		for _, r := range []*replica{c, b, a} {
+			taskAwait(t, ctx, r, id, "cancelled", 10*time.Second)
+			took = time.Since(start)
+		}
+		t.Logf("cancel sent to %s, task on %s: cancelled on all three replicas %v after the cancel (bound %v)", b.id, c.id, took, bound)
+		if took > bound {
+			t.Errorf("cancelled on every replica %v after the cancel, want within %v (one renewal, %v, plus 1 s)", took, bound, leaseRenew)
+		}
+		rec, _, err := f.st.GetTask(ctx, id)
+		if err != nil || rec.Status != tasks.Cancelled || rec.Executor.Replica != c.id || rec.Executor.Generation != 1 || rec.Cause != tasks.NoCause {
+			t.Errorf("record: %v executor %+v cause %v (%v), want cancelled by %s at generation 1", rec.Status, rec.Executor, rec.Cause, err, c.id)
+		}
+		// The executor stored the cancel: its call had returned.
+		c.proc.WaitFor(t, `msg="task settled" task=`+regexp.QuoteMeta(tasks.Prefix(id))+` generation=1 status=cancelled`, 5*time.Second)
+		for _, r := range []*replica{a, b} {
+			if strings.Contains(r.proc.Output(), "task="+tasks.Prefix(id)+" generation=1 status=cancelled") {
+				t.Errorf("%s settled the task that %s runs", r.id, c.id)
+			}
+		}
+	})
+
+	t.Run("executor killed", func(t *testing.T) {
+		// Each countdown would finish 4 s after it starts.
+		const n, delay = 40, 100
+		ids := make([]string, 3)
+		for i := range ids {
+			ids[i] = countdownTask(t, ctx, a, n, delay)
+		}
+		finish := time.Now().Add(n * delay * time.Millisecond)
+		time.Sleep(leaseRenew + 100*time.Millisecond) // a renewal at least
+		for _, id := range ids {
+			if got := taskGet(t, ctx, b, id); got.str("status") != "working" {
+				t.Fatalf("tasks/get on %s before the kill: %s, want working", b.id, got.raw)
+			}
+		}
+		killed := time.Now()
+		kill9(t, a)
+		bound := leaseTTL + 2*time.Second
+		failed := map[string][]byte{}
+		for _, id := range ids {
+			got := taskAwait(t, ctx, b, id, "failed", bound+5*time.Second)
+			took := time.Since(killed)
+			t.Logf("task %s: failed on %s %v after the kill of %s (bound %v)", tasks.Prefix(id), b.id, took, a.id, bound)
+			if took > bound {
+				t.Errorf("task %s read failed %v after the kill, want within %v (the lease TTL plus 2 s)", tasks.Prefix(id), took, bound)
+			}
+			var e struct {
+				Error struct {
+					Code    int
+					Message string
+					Data    struct{ Reason, Replica string }
+				}
+			}
+			json.Unmarshal(got.raw, &e)
+			if e.Error.Code != jsonrpc.CodeInternalError || e.Error.Data.Reason != "executor_lost" || e.Error.Data.Replica != a.id ||
+				!strings.Contains(e.Error.Message, "may or may not have taken effect") {
+				t.Errorf("task %s: %s, want error -32603, data.reason executor_lost, data.replica %s", tasks.Prefix(id), got.raw, a.id)
+			}
+			if _, ok := got.fields["result"]; ok {
+				t.Errorf("a lost task carries a result: %s", got.raw)
+			}
+			failed[id] = got.raw
+		}
+		// Past the time the countdowns would have finished, every
+		// replica alive reads each task exactly as it was settled.
+		for time.Now().Before(finish.Add(time.Second)) {
+			for _, id := range ids {
+				for _, r := range []*replica{b, c} {
+					if got := taskGet(t, ctx, r, id); !bytes.Equal(got.raw, failed[id]) {
+						t.Fatalf("task %s on %s later: %s, want the settled %s", tasks.Prefix(id), r.id, got.raw, failed[id])
+					}
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, id := range ids {
+			rec, _, err := f.st.GetTask(ctx, id)
+			if err != nil || rec.Status != tasks.Failed || rec.Cause != tasks.ExecutorLost || rec.Executor.Generation != 2 {
+				t.Errorf("record of %s: %v cause %v generation %d (%v), want failed, executor lost, generation 2",
+					tasks.Prefix(id), rec.Status, rec.Cause, rec.Executor.Generation, err)
+			}
+		}
+	})
+}
