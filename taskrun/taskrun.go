@@ -116,13 +116,15 @@ type Handler struct {
 	log   *slog.Logger
 	tools *toolCache
 
-	mu       sync.Mutex
-	jobs     map[string]*job // running tasks by ID
-	closing  bool
-	wg       sync.WaitGroup // the jobs' goroutines
-	loops    sync.WaitGroup // Start's sweep and renewal
-	stop     context.CancelFunc
-	stopOnce sync.Once
+	mu        sync.Mutex
+	jobs      map[string]*job // running tasks by ID
+	closing   bool
+	started   bool
+	wg        sync.WaitGroup // the jobs' goroutines
+	sweeping  sync.WaitGroup // Start's sweep
+	renewing  sync.WaitGroup // Start's lease renewal
+	stopSweep context.CancelFunc
+	stopRenew context.CancelFunc
 }
 
 // New returns a Handler serving the Tasks extension in front of inner.
@@ -209,29 +211,32 @@ func (h *Handler) self(now time.Time) tasks.Executor {
 // Start settles every working task of the store whose executor is gone
 // (on a durable store: every task of the previous process, before this one
 // serves), then sweeps the store every few seconds until Shutdown, and
-// with leases renews those of the tasks this process runs. The error is
-// the store's, from the first scan.
+// with leases renews those of the tasks this process runs until Shutdown
+// has stopped them. The error is the store's, from the first scan.
 func (h *Handler) Start(ctx context.Context) error {
 	err := h.sweep(ctx)
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	base := context.WithoutCancel(ctx)
+	sctx, stopSweep := context.WithCancel(base)
+	rctx, stopRenew := context.WithCancel(base)
 	h.mu.Lock()
-	if h.closing || h.stop != nil {
+	if h.closing || h.started {
 		h.mu.Unlock()
-		cancel()
+		stopSweep()
+		stopRenew()
 		return err
 	}
-	h.stop = cancel
+	h.started, h.stopSweep, h.stopRenew = true, stopSweep, stopRenew
 	h.mu.Unlock()
-	h.loops.Add(1)
+	h.sweeping.Add(1)
 	go func() {
-		defer h.loops.Done()
-		h.every(lctx, sweepEvery, func() { h.sweep(lctx) })
+		defer h.sweeping.Done()
+		h.every(sctx, sweepEvery, func() { h.sweep(sctx) })
 	}()
 	if h.opts.Lease > 0 {
-		h.loops.Add(1)
+		h.renewing.Add(1)
 		go func() {
-			defer h.loops.Done()
-			h.every(lctx, h.opts.Renew, func() { h.renew(lctx) })
+			defer h.renewing.Done()
+			h.every(rctx, h.opts.Renew, func() { h.renew(rctx) })
 		}()
 	}
 	return err
@@ -251,25 +256,36 @@ func (h *Handler) every(ctx context.Context, d time.Duration, f func()) {
 	}
 }
 
-// Shutdown stops taking tasks, waits for the running ones until ctx ends,
-// then cancels them and releases their leases (expiry now), so that the
-// next reader settles them at once; it returns when every goroutine of the
-// Handler has ended.
+// Shutdown stops taking tasks and sweeping, waits for the running tasks
+// until ctx ends, renewing their leases meanwhile (a task that ends within
+// the wait reads what its call reached, on every replica), then cancels
+// those left and releases their leases (expiry now), so that the next
+// reader settles them at once; it returns when every goroutine of the
+// Handler has ended. The renewal stops before the release, so no renewal
+// extends a released lease.
 func (h *Handler) Shutdown(ctx context.Context) {
 	h.mu.Lock()
 	h.closing = true
-	stop := h.stop
+	stopSweep, stopRenew := h.stopSweep, h.stopRenew
 	h.mu.Unlock()
-	if stop != nil {
-		stop()
+	if stopSweep != nil {
+		stopSweep()
 	}
-	h.loops.Wait()
+	h.sweeping.Wait()
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return
 	case <-ctx.Done():
+	}
+	if stopRenew != nil {
+		stopRenew()
+	}
+	h.renewing.Wait()
+	select {
+	case <-done:
+		return
+	default:
 	}
 	h.mu.Lock()
 	for _, j := range h.jobs {

@@ -451,3 +451,68 @@ tidemark_tasks_running 0
 		t.Error(err)
 	}
 }
+
+// TestDrainRenewsLeases: while Shutdown waits for a running task, the
+// process still renews the task's lease, so that a replica reading the
+// task during the drain finds its executor alive rather than lost; once
+// the call ends the task reads what it reached: draining, a replica waits
+// for its tasks up to its grace (DESIGN.md, "Tasks: the executor rule").
+func TestDrainRenewsLeases(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	st := memory.New(memory.Options{})
+	defer st.Close()
+	release := make(chan struct{})
+	s := mcp.NewServer(&mcp.Implementation{Name: "taskrun-test", Version: "1"}, nil)
+	type noArgs struct{}
+	mcp.AddTool(s, &mcp.Tool{Name: "work"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
+		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
+	})
+	const lease, renew = 300 * time.Millisecond, 50 * time.Millisecond
+	h := taskrun.New(inner, taskrun.Options{
+		Store: st, Replica: "r1", Lease: lease, Renew: renew, Poll: 50 * time.Millisecond,
+		Tools: func(string) taskrun.Tool { return taskrun.Tool{Support: tasks.Optional} },
+	})
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	f := &fixture{t: t, url: srv.URL}
+	id := f.create("work")
+
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.Shutdown(ctx)
+	}()
+	// Three lease times into the drain, another replica of a shared store
+	// reads the task: its executor lives.
+	time.Sleep(3 * lease)
+	rec, _, err := st.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := tasks.Reader{Replica: "r2", Boot: "another-process", Lease: lease}
+	if now := time.Now(); rec.Status != tasks.Working || !tasks.Alive(rec, now, other) {
+		t.Fatalf("during the drain: %v, lease until %v (now %v), want working with a live lease",
+			rec.Status, rec.Executor.LeaseUntil.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	close(release)
+	<-drained
+	if rec, _, _ := st.GetTask(context.Background(), id); rec.Status != tasks.Completed || rec.Executor.Generation != 1 {
+		t.Errorf("after the drain: %v at generation %d, want completed at generation 1", rec.Status, rec.Executor.Generation)
+	}
+	srv.Close()
+	http.DefaultClient.CloseIdleConnections()
+	goleak.VerifyNone(t, before)
+}
