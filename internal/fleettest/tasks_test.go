@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +117,17 @@ func taskAwait(t *testing.T, ctx context.Context, r *replica, id, want string, d
 	}
 }
 
+// taskRev returns the revision of task id's record in Redis: how many
+// writes it has had.
+func taskRev(t *testing.T, ctx context.Context, f *fleet, id string) uint64 {
+	t.Helper()
+	_, rev, err := f.st.GetTask(ctx, id)
+	if err != nil {
+		t.Fatalf("record of task %s: %v", tasks.Prefix(id), err)
+	}
+	return rev
+}
+
 // TestTasksAcrossReplicas: three replicas r0, r1, r2 on one redis-server,
 // --lease-ttl 2s and --lease-renew 400ms, the demo's countdown run as a
 // task (DESIGN.md, "Tasks: the executor rule"):
@@ -125,9 +137,13 @@ func taskAwait(t *testing.T, ctx context.Context, r *replica, id, want string, d
 //   - a tasks/cancel sent to r1 stops the call running on r2, which
 //     settles the task cancelled itself (generation 1), read so on every
 //     replica within one lease renewal plus 1 s of the cancel;
-//   - after kill -9 of r0, each of its working tasks reads failed on r1,
+//   - r0 writes each of its tasks once per lease renewal; after kill -9
+//     of r0, each of its working tasks reads failed on r1,
 //     error.data.reason executor_lost, within the lease TTL plus 2 s of the
-//     kill, and never anything else afterwards, on r1 and r2.
+//     kill, and never anything else afterwards, on r1 and r2;
+//   - SIGTERM of r1 while its task runs: the drain waits for the call and
+//     renews its lease, so the task reads working on r2 past the lease
+//     TTL, then completed.
 func TestTasksAcrossReplicas(t *testing.T) {
 	testenv.NeedRedis(t)
 	f := newFleet(t, 3, redistest.Options{})
@@ -203,14 +219,31 @@ func TestTasksAcrossReplicas(t *testing.T) {
 	})
 
 	t.Run("executor killed", func(t *testing.T) {
-		// Each countdown would finish 4 s after it starts.
-		const n, delay = 40, 100
+		// Each countdown would finish 6 s after it starts.
+		const n, delay = 60, 100
 		ids := make([]string, 3)
 		for i := range ids {
 			ids[i] = countdownTask(t, ctx, a, n, delay)
 		}
 		finish := time.Now().Add(n * delay * time.Millisecond)
-		time.Sleep(leaseRenew + 100*time.Millisecond) // a renewal at least
+		// The executor renews each lease once per --lease-renew: over a
+		// lease TTL, each record's revision grows by at most one per
+		// renewal interval begun, and at least once.
+		revs := make([]uint64, len(ids))
+		for i, id := range ids {
+			revs[i] = taskRev(t, ctx, f, id)
+		}
+		from := time.Now()
+		time.Sleep(leaseTTL)
+		window := time.Since(from)
+		most := uint64(window/leaseRenew) + 1
+		for i, id := range ids {
+			writes := taskRev(t, ctx, f, id) - revs[i]
+			t.Logf("task %s: %d writes by %s in %v (renewal every %v)", tasks.Prefix(id), writes, a.id, window.Round(time.Millisecond), leaseRenew)
+			if writes < 1 || writes > most {
+				t.Errorf("task %s: %d writes in %v, want 1 to %d: one renewal per %v", tasks.Prefix(id), writes, window, most, leaseRenew)
+			}
+		}
 		for _, id := range ids {
 			if got := taskGet(t, ctx, b, id); got.str("status") != "working" {
 				t.Fatalf("tasks/get on %s before the kill: %s, want working", b.id, got.raw)
@@ -262,6 +295,31 @@ func TestTasksAcrossReplicas(t *testing.T) {
 				t.Errorf("record of %s: %v cause %v generation %d (%v), want failed, executor lost, generation 2",
 					tasks.Prefix(id), rec.Status, rec.Cause, rec.Executor.Generation, err)
 			}
+		}
+	})
+	t.Run("drain", func(t *testing.T) {
+		// SIGTERM of r1 while its task runs: the drain (--shutdown-grace
+		// 10s by default) waits for the call, renewing its lease, so the
+		// task reads working on r2 past the lease TTL, then completed.
+		const n, delay = 40, 100 // 4 s
+		id := countdownTask(t, ctx, b, n, delay)
+		time.Sleep(300 * time.Millisecond)
+		if err := b.proc.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		b.proc.WaitFor(t, `msg="shutting down"`, 5*time.Second)
+		time.Sleep(leaseTTL + leaseRenew)
+		if got := taskGet(t, ctx, c, id); got.str("status") != "working" {
+			t.Fatalf("tasks/get on %s %v into %s's drain: %s, want working", c.id, leaseTTL+leaseRenew, b.id, got.raw)
+		}
+		done := taskAwait(t, ctx, c, id, "completed", 10*time.Second)
+		if !strings.Contains(string(done.raw), `"text":"countdown of 40 finished"`) {
+			t.Errorf("task on %s after %s's drain: %s, want the countdown's result", c.id, b.id, done.raw)
+		}
+		select {
+		case <-b.proc.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not exit within 20 s of SIGTERM", b.id)
 		}
 	})
 }
