@@ -25,6 +25,10 @@ import (
 // taskVersion is the protocol version of the Tasks extension.
 const taskVersion = "2026-07-28"
 
+// taskSweep is how often each replica sweeps the store for working tasks
+// whose executor is gone (taskrun's sweep period).
+const taskSweep = 5 * time.Second
+
 // taskAnswer is a replica's answer to one request of protocol 2026-07-28.
 type taskAnswer struct {
 	raw    json.RawMessage // the result, as the replica sent it
@@ -140,7 +144,9 @@ func taskRev(t *testing.T, ctx context.Context, f *fleet, id string) uint64 {
 //   - r0 writes each of its tasks once per lease renewal; after kill -9
 //     of r0, each of its working tasks reads failed on r1,
 //     error.data.reason executor_lost, within the lease TTL plus 2 s of the
-//     kill, and never anything else afterwards, on r1 and r2;
+//     kill, and never anything else afterwards, on r1 and r2; one that
+//     nobody reads is settled so by a sweep within the lease TTL plus the
+//     5 s sweep period plus 1 s;
 //   - SIGTERM of r1 while its task runs: the drain waits for the call and
 //     renews its lease, so the task reads working on r2 past the lease
 //     TTL, then completed.
@@ -225,6 +231,9 @@ func TestTasksAcrossReplicas(t *testing.T) {
 		for i := range ids {
 			ids[i] = countdownTask(t, ctx, a, n, delay)
 		}
+		// One more task that nobody reads after the kill: the other
+		// replicas' sweeps settle it.
+		unread := countdownTask(t, ctx, a, n, delay)
 		finish := time.Now().Add(n * delay * time.Millisecond)
 		// The executor renews each lease once per --lease-renew: over a
 		// lease TTL, each record's revision grows by at most one per
@@ -289,7 +298,25 @@ func TestTasksAcrossReplicas(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		for _, id := range ids {
+		// The unread task is settled by a sweep (each replica sweeps every
+		// 5 s) once its lease ended: read in Redis itself, which settles
+		// nothing.
+		sweepBound := leaseTTL + taskSweep + time.Second
+		for {
+			rec, _, err := f.st.GetTask(ctx, unread)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Status != tasks.Working {
+				t.Logf("unread task %s: %v in Redis %v after the kill (bound %v)", tasks.Prefix(unread), rec.Status, time.Since(killed), sweepBound)
+				break
+			}
+			if time.Since(killed) > sweepBound {
+				t.Fatalf("unread task %s still working in Redis %v after the kill, want settled by a sweep within %v", tasks.Prefix(unread), time.Since(killed), sweepBound)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, id := range append(ids, unread) {
 			rec, _, err := f.st.GetTask(ctx, id)
 			if err != nil || rec.Status != tasks.Failed || rec.Cause != tasks.ExecutorLost || rec.Executor.Generation != 2 {
 				t.Errorf("record of %s: %v cause %v generation %d (%v), want failed, executor lost, generation 2",
