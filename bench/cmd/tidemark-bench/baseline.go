@@ -125,6 +125,9 @@ func (r *report) beforeAfter(b *strings.Builder) {
 		before, after := pr[0], pr[1]
 		p("### %s\n\n| metric | before | after | after ÷ before |\n| --- | ---: | ---: | ---: |\n", after.spec.name)
 		for _, m := range r.metrics() {
+			if m.ofTasks() {
+				continue // the baseline rows do not run (t)
+			}
 			arrow := "↓"
 			if m.higher {
 				arrow = "↑"

@@ -58,13 +58,13 @@ func (r *report) comparisonTable(b *strings.Builder, rows, refs []*row) {
 	for i, x := range rows {
 		columns[i] = x.spec.name + " ÷ " + refs[i].spec.name
 	}
-	r.ratioTable(b, columns, func(m metric, i int) string { return quotient(m, rows[i], refs[i]) })
+	r.ratioTable(b, columns, true, func(m metric, i int) string { return quotient(m, rows[i], refs[i]) })
 }
 
 // ratioTable writes a table of one row per metric (its name and whether
-// higher is better) and one column per name in columns, whose cells
-// cell(metric, column) gives.
-func (r *report) ratioTable(b *strings.Builder, columns []string, cell func(m metric, column int) string) {
+// higher is better; (t)'s only when tasks is set) and one column per name
+// in columns, whose cells cell(metric, column) gives.
+func (r *report) ratioTable(b *strings.Builder, columns []string, tasks bool, cell func(m metric, column int) string) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("| metric |")
 	for _, c := range columns {
@@ -76,6 +76,9 @@ func (r *report) ratioTable(b *strings.Builder, columns []string, cell func(m me
 	}
 	p("\n")
 	for _, m := range r.metrics() {
+		if m.ofTasks() && !tasks {
+			continue
+		}
 		arrow := "↓"
 		if m.higher {
 			arrow = "↑"

@@ -23,11 +23,15 @@
 //	(f) a countdown of 5,000 steps while 0, 3,000 and 6,000 idle sessions
 //	    keep `tidemark serve --retention-budget 1048576` over its budget;
 //	(g) peak RSS when 150 sessions each echo 4 MiB, with the memory store
-//	    and with --data-dir, and how many resume with their newest cursor.
+//	    and with --data-dir, and how many resume with their newest cursor;
+//	(t) the Tasks extension (protocol 2026-07-28) at 16 clients: tasks
+//	    created per second, tasks/get per second, and a countdown run as a
+//	    task until it reads completed ÷ the same call without one.
 //
 // (f) and (g) run against the `tidemark` row (and its --baseline) only, and
 // (g), which takes minutes and measures a peak rather than a rate, in the
-// last round only.
+// last round only; (t) against the rows of the stores that keep tasks:
+// `tidemark` (memory), `durable` and `redis`.
 //
 // Usage, from the bench directory:
 //
@@ -35,6 +39,7 @@
 //	go run ./cmd/tidemark-bench --quick        # smoke run at small sizes; prints only
 //	go run ./cmd/tidemark-bench --profile DIR  # also profiles Tidemark under (a) and (b)
 //	go run ./cmd/tidemark-bench --baseline REV # also runs Tidemark built from commit REV: before and after
+//	go run ./cmd/tidemark-bench --servers tidemark,durable,redis --workloads t --out /tmp/t.md  # the tasks rows only
 package main
 
 import (
@@ -100,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, figures not comparable with a full run's; writes no file unless --out is given")
 	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
 	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, durable (--data-dir), redis, sentinel, cluster (--redis on a deployment the benchmark starts), metrics (--metrics-addr), gateway (tidemark serve --upstream in front of a gosdk process), gateway-stdio (tidemark serve --stdio), gosdk, mcpgo, ts, ceiling, --tidemark-variant names, or all")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f,g", "comma-separated workloads to run: a to g (f and g: the tidemark row only)")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f,g,t", "comma-separated workloads to run: a to g, and t (f and g: the tidemark row only; t: the tidemark, durable and redis rows only)")
 	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
 	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")
 	fs.StringVar(&o.node, "node", "", "Node.js 22 executable for the TypeScript peer (default: $BENCH_NODE, then scripts/deps.sh's install under $TIDEMARK_CACHE or the repository's .cache, then PATH)")
@@ -315,8 +320,8 @@ func treeCommit(ctx context.Context, repo string) string {
 // runServer runs the chosen workloads against fresh processes of spec;
 // (g) only when last (the last round).
 func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]bool, last bool, work string, r *row, progress func(string, ...any)) error {
-	with := func(tag string, f func(*server) error) error {
-		s, err := startServer(ctx, spec, work, tag)
+	with := func(tag string, f func(*server) error, extraArgs ...string) error {
+		s, err := startServer(ctx, spec, work, tag, extraArgs...)
 		if err != nil {
 			return err
 		}
@@ -426,6 +431,29 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 		if err != nil {
 			r.notes = append(r.notes, "(e) "+err.Error())
 			progress("%-14s (e) %v", spec.name, err)
+		}
+	}
+	if wl["t"] && spec.tasks {
+		err := with("t", func(s *server) error {
+			var err error
+			r.t, err = runT(ctx, s, cfg)
+			r.hasT = err == nil
+			if err == nil {
+				if r.t.na != "" {
+					progress("%-14s (t) N/A: %s", spec.name, r.t.na)
+				} else {
+					t := r.t
+					progress("%-14s (t) %d clients: created %7.0f tasks/s p50 %s (at once %d, errors %d)  tasks/get %7.0f/s p50 %s (errors %d)  as a task %6.0f/s p50 %s, %.2f gets/run (errors %d)  without %6.0f calls/s p50 %s (errors %d) %s",
+						spec.name, t.conc, t.create.rate, ms(t.create.p50), t.atOnce, t.create.errors, t.get.rate, ms(t.get.p50), t.get.errors,
+						t.asTask.rate, ms(t.asTask.p50), t.polls, t.asTask.errors, t.plain.rate, ms(t.plain.p50), t.plain.errors,
+						strings.TrimSpace(t.create.firstErr+" "+t.get.firstErr+" "+t.asTask.firstErr+" "+t.plain.firstErr))
+				}
+			}
+			return err
+		}, "--task-poll", taskPoll)
+		if err != nil {
+			r.notes = append(r.notes, "(t) "+err.Error())
+			progress("%-14s (t) %v", spec.name, err)
 		}
 	}
 	if wl["f"] && servesRetention(spec) {

@@ -27,6 +27,8 @@ type row struct {
 	hasE    bool
 	f       []resultF // (f), one per number of idle sessions
 	g       []resultG // (g), one per store
+	t       resultT
+	hasT    bool
 	failure string
 	notes   []string
 }
@@ -103,6 +105,7 @@ func (r *report) markdown() string {
 	r.tableE(&b)
 	r.tableF(&b)
 	r.tableG(&b)
+	r.tableT(&b)
 	r.ratios(&b)
 	r.configurations(&b)
 	r.goals(&b)
@@ -178,8 +181,9 @@ func (r *report) machine() []string {
 			}
 		}
 	}
-	out = append(out, fmt.Sprintf("Sizes: (a) %v sessions, %s measured per level after %s warm-up; (b) %d events on 1 stream (median of %d), %d streams × %d events; (c) %d events replayed (median of %d); (d) %d sessions, up to %d streams; (e) %d sessions",
-		r.cfg.aConc, r.cfg.aDur, r.cfg.aWarm, r.cfg.b1N, r.cfg.b1Runs, r.cfg.bStreams, r.cfg.bN, r.cfg.cN, r.cfg.cRuns, r.cfg.dSessions, r.cfg.dStreamCap, r.cfg.eSessions))
+	out = append(out, fmt.Sprintf("Sizes: (a) %v sessions, %s measured per level after %s warm-up; (b) %d events on 1 stream (median of %d), %d streams × %d events; (c) %d events replayed (median of %d); (d) %d sessions, up to %d streams; (e) %d sessions; (t) %d clients, %s measured per window after %s warm-up",
+		r.cfg.aConc, r.cfg.aDur, r.cfg.aWarm, r.cfg.b1N, r.cfg.b1Runs, r.cfg.bStreams, r.cfg.bN, r.cfg.cN, r.cfg.cRuns, r.cfg.dSessions, r.cfg.dStreamCap, r.cfg.eSessions,
+		r.cfg.tConc, r.cfg.tDur, r.cfg.tWarm))
 	if r.rounds > 1 {
 		out = append(out, fmt.Sprintf("Rounds: %d; every server ran every workload once per round, the servers taking turns, and each figure below is the median of the rounds (failed calls, lost events and wrong storm answers: the worst round's; calls, and replays with their wrong ones: the sum; (g) runs in the last round only)", r.rounds))
 	}
@@ -305,6 +309,11 @@ type metric struct {
 	value  func(*row) (float64, bool)
 }
 
+// ofTasks reports whether m is a figure of (t), which only Tidemark's
+// rows of the stores that keep tasks measure: the Ratios to the peers and
+// the baseline comparison leave it out.
+func (m metric) ofTasks() bool { return strings.HasPrefix(m.name, "(t) ") }
+
 func (r *report) metrics() []metric {
 	var ms []metric
 	for li, conc := range r.cfg.aConc {
@@ -339,7 +348,7 @@ func (r *report) metrics() []metric {
 			return float64(x.e.all), x.hasE && x.e.na == "" && x.e.all > 0
 		}},
 	)
-	return ms
+	return append(ms, r.taskMetrics()...)
 }
 
 func (r *report) ratios(b *strings.Builder) {
@@ -364,7 +373,7 @@ func (r *report) ratios(b *strings.Builder) {
 		for i, o := range others {
 			columns[i] = o.spec.name
 		}
-		r.ratioTable(b, columns, func(m metric, i int) string { return quotient(m, t, others[i]) })
+		r.ratioTable(b, columns, false, func(m metric, i int) string { return quotient(m, t, others[i]) })
 	}
 }
 

@@ -56,26 +56,10 @@ func mergeRounds(rounds []*row) *row {
 		if len(as) == 0 {
 			continue
 		}
-		m := as[0]
-		m.calls, m.errors = 0, 0
-		for _, a := range as {
-			m.calls += a.calls
-			m.errors = max(m.errors, a.errors)
-			if m.firstErr == "" {
-				m.firstErr = a.firstErr
-			}
-		}
-		m.rate = median(as, func(a resultA) float64 { return a.rate })
-		m.p50 = medianDuration(as, func(a resultA) time.Duration { return a.p50 })
-		m.p99 = medianDuration(as, func(a resultA) time.Duration { return a.p99 })
-		m.cpuPerCall = medianDuration(as, func(a resultA) time.Duration { return a.cpuPerCall })
-		m.helperPerCall = medianDuration(as, func(a resultA) time.Duration { return a.helperPerCall })
-		m.writesPerCall = median(as, func(a resultA) float64 { return a.writesPerCall })
-		m.foreign = median(as, func(a resultA) float64 { return a.foreign })
-		out.a = append(out.a, m)
+		out.a = append(out.a, mergeA(as))
 	}
 
-	var withB, withC, withD, withE []*row
+	var withB, withC, withD, withE, withT []*row
 	for _, r := range rounds {
 		if r.hasB {
 			withB = append(withB, r)
@@ -88,6 +72,9 @@ func mergeRounds(rounds []*row) *row {
 		}
 		if r.hasE {
 			withE = append(withE, r)
+		}
+		if r.hasT {
+			withT = append(withT, r)
 		}
 	}
 	if len(withB) > 0 {
@@ -132,7 +119,34 @@ func mergeRounds(rounds []*row) *row {
 		out.e.p50 = medianDuration(withE, func(r *row) time.Duration { return r.e.p50 })
 		out.e.p99 = medianDuration(withE, func(r *row) time.Duration { return r.e.p99 })
 	}
+	if len(withT) > 0 {
+		out.hasT = true
+		out.t = mergeT(withT)
+	}
 	return out
+}
+
+// mergeA merges one window of calls of several rounds (as is not empty):
+// rates, latencies and costs are medians; calls are summed; failed calls
+// are the worst round's.
+func mergeA(as []resultA) resultA {
+	m := as[0]
+	m.calls, m.errors = 0, 0
+	for _, a := range as {
+		m.calls += a.calls
+		m.errors = max(m.errors, a.errors)
+		if m.firstErr == "" {
+			m.firstErr = a.firstErr
+		}
+	}
+	m.rate = median(as, func(a resultA) float64 { return a.rate })
+	m.p50 = medianDuration(as, func(a resultA) time.Duration { return a.p50 })
+	m.p99 = medianDuration(as, func(a resultA) time.Duration { return a.p99 })
+	m.cpuPerCall = medianDuration(as, func(a resultA) time.Duration { return a.cpuPerCall })
+	m.helperPerCall = medianDuration(as, func(a resultA) time.Duration { return a.helperPerCall })
+	m.writesPerCall = median(as, func(a resultA) float64 { return a.writesPerCall })
+	m.foreign = median(as, func(a resultA) float64 { return a.foreign })
+	return m
 }
 
 // mergeB merges one (b) result of several rounds: rates and costs are

@@ -17,6 +17,7 @@ func TestMergeRounds(t *testing.T) {
 			hasC: true, c: resultC{events: 10000, median: cpu * 100, runs: 5, wrong: wrong},
 			hasD: true, d: resultD{perSession: rss, streams: 10, streamsTried: 10},
 			hasE: true, e: resultE{all: cpu * 1000, wrong: wrong},
+			hasT: true, t: resultT{conc: 16, create: resultA{calls: 100, rate: rate / 2, errors: wrong}, polls: float64(lost + 1), atOnce: wrong},
 		}
 	}
 	m := mergeRounds([]*row{
@@ -35,6 +36,10 @@ func TestMergeRounds(t *testing.T) {
 	}
 	if m.d.perSession != 6000 || m.e.all != 60*time.Millisecond || m.e.wrong != 1 {
 		t.Errorf("(d)/(e) merged to %v per session, all %v, wrong %d; want 6000, 60ms, 1", m.d.perSession, m.e.all, m.e.wrong)
+	}
+	if m.t.create.rate != 1000 || m.t.create.calls != 300 || m.t.create.errors != 1 || m.t.atOnce != 1 || m.t.polls != 1 || m.t.get.calls != 0 {
+		t.Errorf("(t) merged to rate %v calls %d failed %d, %d at once, %v polls, %d gets; want 1000, 300, 1, 1, 1, 0",
+			m.t.create.rate, m.t.create.calls, m.t.create.errors, m.t.atOnce, m.t.polls, m.t.get.calls)
 	}
 	even := mergeRounds([]*row{mk(1000, 60*time.Microsecond, 0, 0, 5000), mk(3000, 90*time.Microsecond, 0, 0, 7000)})
 	if even.a[0].rate != 2000 || even.d.perSession != 6000 {

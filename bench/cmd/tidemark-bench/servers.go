@@ -58,6 +58,9 @@ type serverSpec struct {
 	// serve its requests (the stdio gateway): their CPU time is its
 	// helpers'.
 	subprocesses bool
+	// tasks is set for the `tidemark serve` rows of the stores that keep
+	// tasks (memory, --data-dir, one Redis): they run workload (t).
+	tasks bool
 }
 
 // hasHelpers reports whether processes besides the server's serve its
@@ -109,7 +112,7 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSp
 	}
 	peer := func(kind string) func(int) []string { return peerFrom(tc.bin, kind) }
 	out := []serverSpec{
-		{name: "tidemark", role: roleTidemark, argv: tidemarkServe(),
+		{name: "tidemark", role: roleTidemark, argv: tidemarkServe(), tasks: true,
 			label: "Tidemark: `tidemark serve` (go-sdk mcp.Server engine, memory store)"},
 		{name: "tidemark-min", role: roleTidemark, argv: peer("tidemark-min"),
 			label: "Tidemark transport + memory store + minimal SDK-free engine (bench/peers/minengine)"},
@@ -124,18 +127,19 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSp
 	type builtin struct {
 		variant
 		redis, versus, means, what string
+		tasks                      bool // runs workload (t)
 	}
 	rows := []builtin{
 		{variant{"durable", []string{"--data-dir", tmpdirPlaceholder}}, "", "tidemark", "durable ÷ memory",
-			"the durable store (Pebble), a new empty directory per process"},
+			"the durable store (Pebble), a new empty directory per process", true},
 		{variant{"redis", []string{"--redis", redisPlaceholder(redisOne)}}, redisOne, "tidemark", "Redis ÷ memory",
-			"one Redis"},
+			"one Redis", true},
 		{variant{"sentinel", []string{"--redis", redisPlaceholder(redisSentinel)}}, redisSentinel, "redis", "Sentinel ÷ one Redis",
-			"Redis Sentinel: a primary, one replica, three sentinels; every write waits for the replica (`--redis-replicas` 0)"},
+			"Redis Sentinel: a primary, one replica, three sentinels; every write waits for the replica (`--redis-replicas` 0)", false},
 		{variant{"cluster", []string{"--redis", redisPlaceholder(redisCluster)}}, redisCluster, "redis", "Cluster ÷ one Redis",
-			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)"},
+			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)", false},
 		{variant{"metrics", []string{"--metrics-addr", metricsPlaceholder}}, "", "tidemark", "metrics on ÷ off",
-			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)"},
+			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)", false},
 	}
 	for _, v := range variants {
 		kind := ""
@@ -148,7 +152,7 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSp
 	}
 	for _, v := range rows {
 		out = append(out, serverSpec{name: v.name, role: roleVariant, argv: tidemarkServe(v.args...), redis: v.redis, fleet: fleet,
-			versus: v.versus, versusMeans: v.means,
+			versus: v.versus, versusMeans: v.means, tasks: v.tasks,
 			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`: " + v.what})
 		if tc.baselineBin != "" {
 			out = append(out, serverSpec{name: v.name + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin, v.args...),

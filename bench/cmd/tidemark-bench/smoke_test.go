@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -313,4 +314,83 @@ func checkAB(t *testing.T, r *row, cfg config, stderr string) bool {
 		t.Errorf("%s (b): received %d and %d, lost %d and %d", name, r.b1.received, r.bN.received, r.b1.lost, r.bN.lost)
 	}
 	return true
+}
+
+// TestQuickTasks runs `tidemark-bench --quick` on workload (t), the Tasks
+// extension, with the memory store, --data-dir and one Redis (a deployment
+// the benchmark starts): every store creates tasks, reads each completed
+// with the countdown's result, and runs the countdown as a task and
+// without one, none answered at once or failed; the server suggests the
+// poll interval (t) starts it with; the report has both tables of (t), a
+// row per store, and divides each store by the memory store.
+func TestQuickTasks(t *testing.T) {
+	testenv.Need(t, testenv.RedisServer)
+	bin := prebuilt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const servers = "tidemark,durable,redis"
+	var stdout, stderr bytes.Buffer
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: servers, workloads: "t",
+		args: []string{"--quick", "--servers", servers, "--workloads", "t"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	noneLeft(t, nil)
+	var names []string
+	for _, r := range rep.rows {
+		names = append(names, r.spec.name)
+		name := r.spec.name
+		if r.failure != "" || len(r.notes) > 0 || !r.hasT || r.t.na != "" {
+			t.Errorf("%s: failure %q notes %q (t) ran %v, N/A %q\n%s", name, r.failure, r.notes, r.hasT, r.t.na, stderr.String())
+			continue
+		}
+		x := r.t
+		if x.conc != 16 || x.pollMs != 1 || x.atOnce != 0 {
+			t.Errorf("%s (t): %d clients, pollIntervalMs %d, %d answered at once; want 16, 1, 0", name, x.conc, x.pollMs, x.atOnce)
+		}
+		for _, w := range []struct {
+			what string
+			a    resultA
+		}{{"created", x.create}, {"tasks/get", x.get}, {"as a task", x.asTask}, {"without", x.plain}} {
+			if w.a.calls == 0 || w.a.errors != 0 || w.a.p50 <= 0 || w.a.p99 < w.a.p50 {
+				t.Errorf("%s (t) %s: %d done, %d failed (%s), p50 %v p99 %v", name, w.what, w.a.calls, w.a.errors, w.a.firstErr, w.a.p50, w.a.p99)
+			}
+		}
+		if x.polls < 1 {
+			t.Errorf("%s (t): %.2f tasks/get per run, want at least 1", name, x.polls)
+		}
+	}
+	if want := strings.Split(servers, ","); !slices.Equal(names, want) {
+		t.Fatalf("rows %q, want %q", names, want)
+	}
+	md := stdout.String()
+	_, section, ok := strings.Cut(md, "## (t) tasks\n")
+	if !ok {
+		t.Fatalf("report lacks section (t):\n%s", md)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	created, asTask, ok := strings.Cut(section, "### A countdown run as a task ÷ the same call without one\n")
+	if !ok {
+		t.Fatalf("section (t) lacks the table of a countdown as a task:\n%s", section)
+	}
+	for _, name := range names {
+		if !strings.Contains(created, "\n| "+name+" | ") {
+			t.Errorf("the table of tasks created lacks a row %s:\n%s", name, created)
+		}
+		// The ratios of the run as a task to the call without one: three
+		// figures, then the failures.
+		if !regexp.MustCompile(`\n\| ` + name + ` \|( [^|]+ \|){9}( \d+\.\d\d \|){3} 0 / 0 \|\n`).MatchString(asTask) {
+			t.Errorf("the table of a countdown as a task lacks a row %s with three quotients:\n%s", name, asTask)
+		}
+	}
+	_, configs, ok := strings.Cut(md, "## Tidemark's configurations\n")
+	if !ok {
+		t.Fatalf("report lacks the configurations section:\n%s", md)
+	}
+	configs, _, _ = strings.Cut(configs, "\n## ")
+	for _, m := range []string{"(t) tasks created/s, 16 clients ↑", "(t) tasks/get/s, 16 clients ↑", "(t) countdowns run as tasks/s, 16 clients ↑"} {
+		if !regexp.MustCompile(`\| ` + regexp.QuoteMeta(m) + ` \| \d+\.\d\d \| \d+\.\d\d \|\n`).MatchString(configs) {
+			t.Errorf("configurations section lacks %q with durable ÷ tidemark and redis ÷ tidemark:\n%s", m, configs)
+		}
+	}
 }

@@ -34,6 +34,10 @@ type config struct {
 
 	eSessions int // (e) sessions resuming at once
 
+	tConc int           // (t) concurrent clients
+	tWarm time.Duration // (t) warm-up
+	tDur  time.Duration // (t) measured time per window
+
 	parallel int // concurrent requests while preparing sessions
 
 	retention retentionConfig // (f) and (g)
@@ -50,7 +54,8 @@ func fullConfig() config {
 		cN: 10000, cRuns: 5,
 		dSessions: 10000, dStreamCap: 10000,
 		eSessions: 5000,
-		parallel:  32, idle: 3 * time.Second,
+		tConc:     16, tWarm: 500 * time.Millisecond, tDur: 10 * time.Second,
+		parallel: 32, idle: 3 * time.Second,
 		retention: fullRetention(),
 	}
 }
@@ -63,7 +68,8 @@ func quickConfig() config {
 		cN: 2000, cRuns: 1,
 		dSessions: 300, dStreamCap: 300,
 		eSessions: 200,
-		parallel:  32, idle: time.Second,
+		tConc:     16, tWarm: 150 * time.Millisecond, tDur: 700 * time.Millisecond,
+		parallel: 32, idle: time.Second,
 		retention: quickRetention(),
 	}
 }
