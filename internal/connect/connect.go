@@ -68,9 +68,9 @@ const (
 	DefaultMaxBackoff = time.Second
 )
 
-// oneWayQueue bounds the host's notifications and answers waiting to be
-// sent, in order, to the server (messages); a full queue holds back the
-// reading of the host's next message.
+// oneWayQueue bounds the host's messages waiting to be sent, in order, to
+// the server (messages); a full queue holds back the reading of the host's
+// next message.
 const oneWayQueue = 64
 
 // ErrUnreachable is wrapped by Run's error when the host's first
@@ -182,6 +182,10 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	go func() {
 		defer close(toServer)
 		for m := range oneWay {
+			if req, ok := m.(*jsonrpc.Request); ok && req.IsCall() {
+				b.wg.Go(func() { b.call(req) })
+				continue
+			}
 			b.sendOneWay(m)
 		}
 	}()
@@ -195,11 +199,13 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	return err
 }
 
-// fromHost reads the host's messages and sends them on: calls each in a
-// goroutine of its own (a call's POST may be retried for a while), the
-// rest in order through oneWay. The host's first initialize is sent
-// before anything else is read, so that an unreachable server ends the
-// bridge.
+// fromHost reads the host's messages and sends them on, in order,
+// through oneWay: a call starts once the server took the host's earlier
+// notifications and answers (notifications/initialized comes before the
+// first call, MCP 2025-11-25, "Lifecycle"), in a goroutine of its own (a
+// call's POST may be retried for a while). The host's first initialize is
+// sent before anything else is read, so that an unreachable server ends
+// the bridge.
 func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 	for {
 		msg, err := b.host.Read(b.ctx)
@@ -236,7 +242,11 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 			}
 			continue
 		}
-		b.wg.Go(func() { b.call(req) })
+		select {
+		case oneWay <- req:
+		case <-b.ctx.Done():
+			return nil
+		}
 	}
 }
 
