@@ -48,7 +48,7 @@ func TestCallWaitsForInitialized(t *testing.T) {
 			switch {
 			case bytes.Contains(body, []byte(`"notifications/initialized"`)):
 				time.Sleep(initializedDelay)
-				defer taken.Store(true)
+				taken.Store(true) // before the 202 can reach the bridge
 			case bytes.Contains(body, []byte(`"tools/call"`)) && !taken.Load():
 				w.Header().Set("Content-Type", "application/json")
 				io.WriteString(w, `{"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"tools/call before notifications/initialized"}}`)
