@@ -42,6 +42,9 @@ const (
 	// connect fails the call in flight: its resume backoff is capped at
 	// 1 s (docs/connect.md, "What the bridge does on each fault").
 	lostWithin = 2 * time.Second
+	// noticeWithin bounds the wait for notifications/tools/list_changed
+	// after the next call's answer.
+	noticeWithin = 3 * time.Second
 	// startBound bounds a process's start and the host's initialize.
 	startBound = 30 * time.Second
 )
@@ -308,7 +311,24 @@ func restartServer(t *testing.T, srv peer, b bridge) observation {
 	o.answer, o.seen = awaitWithin(t, h, id)
 	o.after = time.Since(restarted)
 	nextCall(t, h, &o)
+	// The bridge may tell the host to read its lists again after the next
+	// call's answer: the new session starts with that call.
+	if !slices.ContainsFunc(o.seen, listChanged) {
+		ctx, cancel := context.WithTimeout(t.Context(), noticeWithin)
+		defer cancel()
+		m, before, _ := h.until(ctx, listChanged)
+		o.seen = append(o.seen, before...)
+		if m != nil {
+			o.seen = append(o.seen, m)
+		}
+	}
 	return o
+}
+
+// listChanged reports whether m is notifications/tools/list_changed.
+func listChanged(m jsonrpc.Message) bool {
+	r, ok := m.(*jsonrpc.Request)
+	return ok && r.Method == "notifications/tools/list_changed"
 }
 
 // fault is one fault a test applies to a server in front of a bridge.
@@ -362,11 +382,8 @@ func checkRestartLosesCall(t *testing.T, srv peer, o observation) {
 		t.Errorf("the call in flight: result %s, error %v (data %s), want code -32603, data %v", o.answer.Result, o.answer.Error, dataOf(o.answer), srv.lost)
 	}
 	checkNext(t, o)
-	if !slices.ContainsFunc(o.seen, func(m jsonrpc.Message) bool {
-		r, ok := m.(*jsonrpc.Request)
-		return ok && r.Method == "notifications/tools/list_changed"
-	}) {
-		t.Errorf("the host was not sent notifications/tools/list_changed after the new session")
+	if !slices.ContainsFunc(o.seen, listChanged) {
+		t.Errorf("the host was not sent notifications/tools/list_changed within %v of the next call's answer", noticeWithin)
 	}
 	first, _ := jsonrpc.MakeID(float64(1))
 	if slices.ContainsFunc(o.seen, func(m jsonrpc.Message) bool {
