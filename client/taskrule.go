@@ -20,7 +20,7 @@ import (
 // Bounds of the wait between two polls of a task: the server's
 // pollIntervalMs clamped to [MinPollInterval, MaxPollInterval], and
 // DefaultPollInterval while the server has sent none (DESIGN.md, "Tasks:
-// the executor rule", "The Go client").
+// the executor rule").
 const (
 	MinPollInterval     = 50 * time.Millisecond
 	MaxPollInterval     = 30 * time.Second

@@ -1,7 +1,7 @@
 // tasks.go holds TaskTransport: the sessionless era's calls run as tasks
 // of the Tasks extension (io.modelcontextprotocol/tasks, SEP-2663; protocol
 // 2026-07-28), polled until they settle, across cuts and server restarts
-// (DESIGN.md, "Tasks: the executor rule", "The Go client").
+// (DESIGN.md, "Tasks: the executor rule").
 
 package client
 

@@ -37,7 +37,7 @@ func taskClient(t *testing.T, endpoint string, opts *mcp.ClientOptions, tune fun
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(hc.CloseIdleConnections)
 	tr := &client.TaskTransport{
-		Transport:      &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, DisableStandaloneSSE: true},
+		Transport:      &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc},
 		InitialBackoff: 20 * time.Millisecond,
 		MaxBackoff:     200 * time.Millisecond,
 		ResumeTimeout:  10 * time.Second,
@@ -64,7 +64,7 @@ func plainClient(t *testing.T, endpoint string) *mcp.ClientSession {
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(hc.CloseIdleConnections)
 	c := mcp.NewClient(&mcp.Implementation{Name: "plain-test", Version: "1.0.0"}, nil)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -49,7 +49,7 @@
 // SDK's server/discover probe (protocol 2026-07-28, SEP-2575) itself with
 // "method not found", on which mcp.Client falls back to initialize with
 // 2025-11-25. Use the SDK's mcp.StreamableClientTransport for the
-// sessionless era.
+// sessionless era, wrapped in TaskTransport to run calls as tasks.
 //
 // State the SDK keeps per session (log level, resource subscriptions) is
 // replayed on a new session only as Transport.Restore gives it: without
