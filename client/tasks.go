@@ -670,7 +670,8 @@ func (c *taskConn) request(ctx context.Context, tc *taskCall, method string, par
 	p := resume.Policy{Base: c.opts.InitialBackoff, Cap: c.opts.MaxBackoff, Timeout: bound}
 	var since time.Time
 	for attempt := 0; ; attempt++ {
-		deadline := time.Now().Add(bound)
+		start := time.Now()
+		deadline := start.Add(bound)
 		if !since.IsZero() {
 			deadline = since.Add(bound)
 		}
@@ -682,7 +683,9 @@ func (c *taskConn) request(ctx context.Context, tc *taskCall, method string, par
 			return nil, ctx.Err()
 		}
 		if since.IsZero() {
-			since = time.Now()
+			// The bound runs from the start of the first request that
+			// failed: one whose answer never came counts whole.
+			since = start
 		}
 		a := resume.Next(p, resume.State{Attempt: attempt, Elapsed: time.Since(since)}, o, rand.Float64())
 		switch a.Do {

@@ -168,65 +168,81 @@ func TestTaskSurvivesCuts(t *testing.T) {
 	t.Logf("%d tasks/get answers of a working task, %d cut", polls.Load(), cuts.Load())
 }
 
-// TestTaskAcrossKill: countdown runs as a task on `tidemark serve
-// --data-dir`; the server is killed with SIGKILL mid-task and a new one
-// started on the same port and directory. The call fails, well within its
-// deadline, with the task's error: -32603 and data.reason executor_lost,
-// as the server sent it; countdown ran once (one task created, by the
-// first process; none created or re-run by the second).
+// TestTaskAcrossKill: countdown runs as a task on `tidemark serve`; the
+// server is killed with SIGKILL mid-task and a new one started on the
+// same port (and directory) half a second later. The call fails, well within its deadline,
+// with the task's error as the server sent it: with --data-dir, -32603
+// and data.reason executor_lost; with the memory store, which forgot the
+// task, tasks/get's -32602 task_not_found. countdown ran once: one task
+// created, by the first process; none created or re-run by the second.
 func TestTaskAcrossKill(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	first, endpoint := startTaskServe(t, addr, "--data-dir", dir)
-	cs := taskClient(t, endpoint, nil, func(tr *client.TaskTransport) { tr.ResumeTimeout = 20 * time.Second })
+	for _, tc := range []struct {
+		name   string
+		args   func(t *testing.T) []string
+		code   int64
+		reason string
+		status string // TaskError.Status
+	}{
+		{"durable", func(t *testing.T) []string { return []string{"--data-dir", t.TempDir()} }, jsonrpc.CodeInternalError, "executor_lost", "failed"},
+		{"memory", func(*testing.T) []string { return nil }, jsonrpc.CodeInvalidParams, "task_not_found", "working"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+			first, endpoint := startTaskServe(t, addr, args...)
+			cs := taskClient(t, endpoint, nil, func(tr *client.TaskTransport) { tr.ResumeTimeout = 20 * time.Second })
 
-	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
-	defer cancel()
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := callCountdown(ctx, cs, 100, 100)
-		done <- outcome{res, err}
-	}()
-	first.WaitFor(t, `msg="task created"`, 10*time.Second)
-	time.Sleep(300 * time.Millisecond) // a few polls of the working task
-	first.Kill()
-	first.Wait()
-	second, _ := startTaskServe(t, addr, "--data-dir", dir)
+			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+			defer cancel()
+			type outcome struct {
+				res *mcp.CallToolResult
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := callCountdown(ctx, cs, 100, 100)
+				done <- outcome{res, err}
+			}()
+			first.WaitFor(t, `msg="task created"`, 10*time.Second)
+			time.Sleep(300 * time.Millisecond) // a few polls of the working task
+			first.Kill()
+			first.Wait()
+			// Down for a while: the polls meanwhile cannot connect.
+			time.Sleep(500 * time.Millisecond)
+			second, _ := startTaskServe(t, addr, args...)
 
-	var o outcome
-	select {
-	case o = <-done:
-	case <-time.After(35 * time.Second):
-		t.Fatal("the call did not end within 35 s of the kill")
-	}
-	if o.err == nil {
-		t.Fatalf("the call returned %s, want the task's failure", contentJSON(t, o.res))
-	}
-	var te *client.TaskError
-	if !errors.As(o.err, &te) || te.Status != "failed" {
-		t.Fatalf("error %v (%T), want a *client.TaskError of a failed task", o.err, o.err)
-	}
-	var we *jsonrpc.Error
-	if !errors.As(o.err, &we) {
-		t.Fatalf("error %v does not wrap the task's *jsonrpc.Error", o.err)
-	}
-	var data struct {
-		Reason string `json:"reason"`
-	}
-	if err := json.Unmarshal(we.Data, &data); err != nil || we.Code != jsonrpc.CodeInternalError || data.Reason != "executor_lost" {
-		t.Errorf("task error code %d data %s, want -32603 with reason executor_lost", we.Code, we.Data)
-	}
-	if n := strings.Count(first.Output(), "msg=\"task created\""); n != 1 {
-		t.Errorf("the first server logged %d \"task created\", want 1", n)
-	}
-	for _, line := range []string{`msg="task created"`, `msg="task re-run"`} {
-		if strings.Contains(second.Output(), line) {
-			t.Errorf("the restarted server logged %s: the call ran again", line)
-		}
+			var o outcome
+			select {
+			case o = <-done:
+			case <-time.After(35 * time.Second):
+				t.Fatal("the call did not end within 35 s of the kill")
+			}
+			if o.err == nil {
+				t.Fatalf("the call returned %s, want the task's failure", contentJSON(t, o.res))
+			}
+			var te *client.TaskError
+			if !errors.As(o.err, &te) || te.Status != tc.status {
+				t.Fatalf("error %v (%T), want a *client.TaskError of a %s task", o.err, o.err, tc.status)
+			}
+			var we *jsonrpc.Error
+			if !errors.As(o.err, &we) {
+				t.Fatalf("error %v does not wrap the server's *jsonrpc.Error", o.err)
+			}
+			var data struct {
+				Reason string `json:"reason"`
+			}
+			if err := json.Unmarshal(we.Data, &data); err != nil || we.Code != tc.code || data.Reason != tc.reason {
+				t.Errorf("error code %d data %s, want %d with reason %s", we.Code, we.Data, tc.code, tc.reason)
+			}
+			if n := strings.Count(first.Output(), "msg=\"task created\""); n != 1 {
+				t.Errorf("the first server logged %d \"task created\", want 1", n)
+			}
+			for _, line := range []string{`msg="task created"`, `msg="task re-run"`} {
+				if strings.Contains(second.Output(), line) {
+					t.Errorf("the restarted server logged %s: the call ran again", line)
+				}
+			}
+		})
 	}
 }
 
