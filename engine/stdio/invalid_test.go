@@ -165,6 +165,9 @@ func TestSpewEndsAtInitializeTimeout(t *testing.T) {
 		t.Errorf("Running() = %d, want 0", n)
 	}
 
+	// The count at the end is logged by the stdout reader once it reads
+	// EOF, which may come after the process group is gone.
+	waitLog(t, logs, `msg="subprocess ended; it wrote lines to stdout that are not JSON-RPC messages`)
 	ls := invalidLogs(t, logs.String())
 	if len(ls) < invalidInFull+2 {
 		t.Fatalf("invalid_message log lines %q, want %d in full, at least one summary and one at the end",
