@@ -1,6 +1,7 @@
 // Package tracing records Tidemark's OpenTelemetry traces: one server span
 // per JSON-RPC request following the OpenTelemetry semantic conventions for
-// MCP, one span per resume, one per store write. Trace context comes from
+// MCP, one span per resume, one per store write, one per round of a task
+// and one per settle of a task by a reader. Trace context comes from
 // the message's params._meta (traceparent, tracestate; SEP-414) or else
 // from the HTTP request's headers (W3C Trace Context).
 //
