@@ -70,8 +70,9 @@ type Options struct {
 	// Its sessions-live gauge is registered when it has WatchSessions.
 	Metrics metrics.Recorder
 	// TracerProvider, when set, starts Tidemark's spans: one per JSON-RPC
-	// request (OpenTelemetry MCP semantic conventions), per resume and per
-	// store write (package tracing). Default: no spans.
+	// request (OpenTelemetry MCP semantic conventions), per resume, per
+	// store write, and with Tasks per round of a task and per settle of one
+	// by a reader (package tracing). Default: no spans.
 	TracerProvider trace.TracerProvider
 	// Tasks, when set, serves the Tasks extension (io.modelcontextprotocol/
 	// tasks) in the sessionless era, in front of Transport.Sessionless
@@ -174,8 +175,8 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	}
 	// The task layer takes the store before the observed wrapper, which
 	// keeps no task records.
-	tasksRun := taskHandler(&o, rec)
 	tracer := tracing.New(o.TracerProvider)
+	tasksRun := taskHandler(&o, rec, tracer)
 	if rec != nil || tracer != nil {
 		o.Store = observed.New(o.Store, backendName(o.Store), rec, tracer)
 	}
@@ -214,7 +215,7 @@ func (h *Handler) Registry() *session.Registry { return h.reg }
 // taskHandler wraps o.Transport.Sessionless with the Tasks extension when
 // o.Tasks asks for it and o.Store keeps tasks, starts it, and returns it;
 // nil otherwise.
-func taskHandler(o *Options, rec metrics.Recorder) *taskrun.Handler {
+func taskHandler(o *Options, rec metrics.Recorder, tracer *tracing.Tracer) *taskrun.Handler {
 	if o.Tasks == nil || o.Transport.Sessionless == nil {
 		return nil
 	}
@@ -254,7 +255,7 @@ func taskHandler(o *Options, rec metrics.Recorder) *taskrun.Handler {
 		Store: st, Tools: tools, Replica: replica,
 		Lease: o.Sessions.Lease, Renew: o.Sessions.RenewInterval,
 		TTL: t.TTL, Keep: t.Keep, Poll: t.Poll, Max: t.Max, Reruns: t.Reruns,
-		Subject: subject, Logger: log, Metrics: rec,
+		Subject: subject, Logger: log, Metrics: rec, Tracer: tracer,
 	})
 	if err := th.Start(context.Background()); err != nil {
 		log.Warn("tasks of an earlier process not all settled at start", "error", err)

@@ -20,18 +20,23 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // job is one task this process runs: one round at a time.
 type job struct {
-	id     string
-	gen    uint64
-	cancel context.CancelFunc
+	id      string
+	gen     uint64
+	tool    string
+	started time.Time // when the round started
+	cancel  context.CancelFunc
 
-	mu        sync.Mutex
-	cancelReq bool // a tasks/cancel asked to stop the call
-	abandoned bool // the task changed hands, or the process shuts down: write nothing
-	window    *window
+	mu         sync.Mutex
+	cancelReq  bool          // a tasks/cancel asked to stop the call
+	abandoned  bool          // the task changed hands, or the process shuts down: write nothing
+	why        replay.Reason // why it was abandoned, the first reason given
+	leaseUntil time.Time     // the lease this process last stored; zero without leases
+	window     *window
 }
 
 // window is the creation window of a task's first round (Tool.Window).
@@ -52,10 +57,14 @@ func (j *job) closeWindow() bool {
 	return open
 }
 
-// abandon stops the call without writing its outcome.
-func (j *job) abandon() {
+// abandon stops the call without writing its outcome; why says what took
+// the task from this process (the first reason given stands).
+func (j *job) abandon(why replay.Reason) {
 	j.mu.Lock()
 	j.abandoned = true
+	if j.why == "" {
+		j.why = why
+	}
 	j.mu.Unlock()
 	j.cancel()
 }
@@ -74,7 +83,10 @@ type round struct {
 // returns nil when this process shuts down.
 func (h *Handler) start(parent context.Context, rec tasks.Record, rd round, win time.Duration) *job {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	j := &job{id: rec.ID, gen: rec.Executor.Generation, cancel: cancel}
+	j := &job{
+		id: rec.ID, gen: rec.Executor.Generation, tool: rec.Tool, started: h.opts.Now(), cancel: cancel,
+		leaseUntil: rec.Executor.LeaseUntil,
+	}
 	if win > 0 {
 		j.window = &window{open: true, handoff: make(chan *answer, 1), settled: make(chan struct{})}
 	}
@@ -85,7 +97,7 @@ func (h *Handler) start(parent context.Context, rec tasks.Record, rd round, win 
 		return nil
 	}
 	if old := h.jobs[rec.ID]; old != nil {
-		old.abandon()
+		old.abandon(replay.ReasonFenced)
 	}
 	h.jobs[rec.ID] = j
 	h.wg.Add(1)
@@ -93,28 +105,36 @@ func (h *Handler) start(parent context.Context, rec tasks.Record, rd round, win 
 	go func() {
 		defer h.wg.Done()
 		defer cancel()
-		h.execute(ctx, j, rec, rd)
+		ctx, span := h.opts.Tracer.StartTaskRound(ctx, tracing.Task{ID: j.id, Generation: j.gen, Tool: j.tool})
+		span.EndTaskRound(h.execute(ctx, j, rec, rd))
 	}()
 	return j
 }
 
-// cancelLocal cancels the call of task id if this process runs it;
-// requested marks it a client's cancel, whose call settles cancelled.
-func (h *Handler) cancelLocal(id string, requested bool) {
+// cancelLocal cancels the call of task id if this process runs it: a
+// client's cancel, whose call settles cancelled.
+func (h *Handler) cancelLocal(id string) {
 	h.mu.Lock()
 	j := h.jobs[id]
 	h.mu.Unlock()
 	if j == nil {
 		return
 	}
-	if !requested {
-		j.abandon()
-		return
-	}
 	j.mu.Lock()
 	j.cancelReq = true
 	j.mu.Unlock()
 	j.cancel()
+}
+
+// abandonLocal stops the call of task id, if this process runs it,
+// without writing its outcome: why took the task from this process.
+func (h *Handler) abandonLocal(id string, why replay.Reason) {
+	h.mu.Lock()
+	j := h.jobs[id]
+	h.mu.Unlock()
+	if j != nil {
+		j.abandon(why)
+	}
 }
 
 // drop removes j from the table of running tasks.
@@ -128,13 +148,15 @@ func (h *Handler) drop(j *job) {
 
 // execute runs one round of j and settles it. j stays in the table of
 // running tasks until its outcome is stored: until then this process is
-// the task's live executor to every reader.
-func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd round) {
+// the task's live executor to every reader. It returns what the round's
+// span records (tracing.Span.EndTaskRound): the status the round stored,
+// "" for none, and the reason when Tidemark decided the round's end.
+func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd round) (string, replay.Reason) {
 	defer h.drop(j)
 	h.opts.Metrics.TaskRunning(1)
 	defer h.opts.Metrics.TaskRunning(-1)
 	a := h.call(ctx, rd)
-	ev := h.outcome(ctx, j, a)
+	ev, why := h.outcome(ctx, j, a)
 	j.mu.Lock()
 	abandoned := j.abandoned
 	if w := j.window; w != nil && w.open {
@@ -142,7 +164,7 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 		if ev != nil && ev.Kind == tasks.NeedInput {
 			j.mu.Unlock()
 			w.handoff <- a
-			return
+			return tasks.InputRequired.String(), ""
 		}
 	}
 	j.mu.Unlock()
@@ -152,13 +174,30 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 	wctx := context.WithoutCancel(ctx)
 	if abandoned || ev == nil {
 		h.release(wctx, j)
-		return
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.why == "" {
+			return "", replay.ReasonFenced
+		}
+		return "", j.why
 	}
 	ev.Generation = j.gen
-	if err := h.write(wctx, j.id, *ev); err != nil {
+	stored, err := h.write(wctx, j.id, *ev)
+	if err != nil {
 		h.log.Log(ctx, dropLevel(err), "task write dropped", "task", tasks.Prefix(j.id), "generation", j.gen,
 			"reason", replay.ReasonFenced, "event", ev.Kind.String(), "error", err)
 	}
+	switch {
+	case err == nil:
+		return stored.Status.String(), why
+	case stored.Cause != tasks.NoCause:
+		return stored.Status.String(), causeReason(stored.Cause)
+	case errors.Is(err, store.ErrTaskNotFound):
+		return "", replay.ReasonTaskNotFound
+	case errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal):
+		return "", replay.ReasonFenced
+	}
+	return "", replay.ReasonUnavailable
 }
 
 // call sends one round to the wrapped handler as an ordinary tools/call,
@@ -211,13 +250,15 @@ func (h *Handler) call(ctx context.Context, rd round) *answer {
 var taskCallID, _ = jsonrpc.MakeID("tidemark-task")
 
 // outcome returns the event that settles j's round from its answer a, or
-// nil when nothing is to be written (the process abandons the call).
-func (h *Handler) outcome(ctx context.Context, j *job, a *answer) *tasks.Event {
+// nil when nothing is to be written (the process abandons the call), and
+// the reason when Tidemark, not the call, decided the event
+// (result_too_large).
+func (h *Handler) outcome(ctx context.Context, j *job, a *answer) (*tasks.Event, replay.Reason) {
 	j.mu.Lock()
 	cancelReq, abandoned := j.cancelReq, j.abandoned
 	j.mu.Unlock()
 	if abandoned {
-		return nil
+		return nil, ""
 	}
 	resp := a.response(taskCallID)
 	// A call cut short by its context ends with no answer, a JSON-RPC
@@ -225,21 +266,21 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) *tasks.Event {
 	// "Task Cancellation": the task reports what the call did).
 	cut := resp == nil || resp.Error != nil || string(decodeObject(resp.Result)["isError"]) == "true"
 	if cut && cancelReq {
-		return &tasks.Event{Kind: tasks.Stop}
+		return &tasks.Event{Kind: tasks.Stop}, ""
 	}
 	if cut && ctx.Err() != nil {
-		return nil
+		return nil, ""
 	}
 	if resp == nil {
 		msg := "the engine answered the task's call with HTTP " + itoa(a.status) + " and no JSON-RPC response"
-		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(map[string]any{"code": jsonrpc.CodeInternalError, "message": msg})}
+		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(map[string]any{"code": jsonrpc.CodeInternalError, "message": msg})}, ""
 	}
 	if resp.Error != nil {
 		var we *jsonrpc.Error
 		if !errors.As(resp.Error, &we) {
 			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: resp.Error.Error()}
 		}
-		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(we)}
+		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(we)}, ""
 	}
 	result := decodeObject(resp.Result)
 	if result.str("resultType") == "input_required" {
@@ -250,7 +291,7 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) *tasks.Event {
 			for k, v := range reqs {
 				byKey[k] = v
 			}
-			return &tasks.Event{Kind: tasks.NeedInput, Requests: byKey, State: []byte(result.str("requestState"))}
+			return &tasks.Event{Kind: tasks.NeedInput, Requests: byKey, State: []byte(result.str("requestState"))}, ""
 		}
 	}
 	out := []byte(resp.Result)
@@ -270,9 +311,9 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) *tasks.Event {
 			"code":    jsonrpc.CodeInternalError,
 			"message": "the tool's result is " + itoa(len(out)) + " bytes, over the " + itoa(MaxResult) + " a task keeps: the tool ran; ask for less output",
 			"data":    map[string]any{"reason": replay.ReasonResultTooLarge},
-		})}
+		})}, replay.ReasonResultTooLarge
 	}
-	return &tasks.Event{Kind: tasks.Complete, Result: out}
+	return &tasks.Event{Kind: tasks.Complete, Result: out}, ""
 }
 
 // dropLevel is the level of a dropped write: WARN for a fenced or settled
@@ -285,13 +326,15 @@ func dropLevel(err error) slog.Level {
 }
 
 // write stores the executor's event ev for task id: read, settle, apply,
-// store conditioned on the revision read, again on ErrStale. A settle that
-// finds the task changed hands stores the settle and returns ErrFenced.
-func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) error {
+// store conditioned on the revision read, again on ErrStale. It returns
+// the record as stored, or as read when ev changed nothing. A settle that
+// finds the task changed hands stores the settle and returns the settled
+// record with ErrFenced.
+func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) (tasks.Record, error) {
 	for {
 		rec, rev, err := h.opts.Store.GetTask(ctx, id)
 		if err != nil {
-			return err
+			return tasks.Record{}, err
 		}
 		now := h.opts.Now()
 		rd := h.reader(id)
@@ -299,24 +342,27 @@ func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) error {
 		settled, verdict := h.rules.Settle(rec, now, rd)
 		if verdict != tasks.Keep {
 			if verdict == tasks.Delete {
-				return store.ErrTaskNotFound
+				return tasks.Record{}, store.ErrTaskNotFound
 			}
 			if _, err := h.opts.Store.UpdateTask(ctx, settled, rev); errors.Is(err, store.ErrStale) {
 				continue
 			} else if err != nil {
-				return err
+				return tasks.Record{}, err
 			}
 			h.settled(ctx, rec, settled, verdict)
-			return tasks.ErrFenced
+			return settled, tasks.ErrFenced
 		}
 		next, eff, err := h.rules.Apply(rec, ev, now)
-		if err != nil || eff == tasks.Unchanged {
-			return err
+		if err != nil {
+			return tasks.Record{}, err
+		}
+		if eff == tasks.Unchanged {
+			return rec, nil
 		}
 		if _, err := h.opts.Store.UpdateTask(ctx, next, rev); errors.Is(err, store.ErrStale) {
 			continue
 		} else if err != nil {
-			return err
+			return tasks.Record{}, err
 		}
 		if next.Status.Terminal() {
 			h.opts.Metrics.TaskSettled(next.Status.String(), "", now.Sub(next.Created))
@@ -325,7 +371,7 @@ func (h *Handler) write(ctx context.Context, id string, ev tasks.Event) error {
 			h.log.Info("task settled", "task", tasks.Prefix(id), "generation", next.Executor.Generation,
 				"status", next.Status.String(), "reason", "none")
 		}
-		return nil
+		return next, nil
 	}
 }
 
@@ -337,7 +383,7 @@ func (h *Handler) release(ctx context.Context, j *job) {
 	if h.opts.Lease <= 0 {
 		return
 	}
-	err := h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: h.opts.Now()})
+	_, err := h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: h.opts.Now()})
 	if err != nil {
 		h.log.Debug("task lease not released", "task", tasks.Prefix(j.id), "generation", j.gen, "error", err)
 	}
@@ -413,20 +459,26 @@ func (h *Handler) renew(ctx context.Context) {
 		rec, _, err := h.opts.Store.GetTask(ctx, j.id)
 		switch {
 		case errors.Is(err, store.ErrTaskNotFound):
-			j.abandon()
+			j.abandon(replay.ReasonTaskNotFound)
 			continue
 		case err != nil:
 			continue
 		case rec.Executor.Boot != h.opts.Boot || rec.Executor.Generation != j.gen || rec.Status != tasks.Working:
 			h.log.Warn("task changed hands", "task", tasks.Prefix(j.id), "generation", j.gen, "reason", replay.ReasonFenced)
-			j.abandon()
+			j.abandon(replay.ReasonFenced)
 			continue
 		case rec.CancelRequested:
-			h.cancelLocal(j.id, true)
+			h.cancelLocal(j.id)
 		}
-		err = h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: h.opts.Now().Add(h.opts.Lease)})
-		if errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal) {
-			j.abandon()
+		until := h.opts.Now().Add(h.opts.Lease)
+		_, err = h.write(ctx, j.id, tasks.Event{Kind: tasks.Renew, Generation: j.gen, LeaseUntil: until})
+		switch {
+		case errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal):
+			j.abandon(replay.ReasonFenced)
+		case err == nil:
+			j.mu.Lock()
+			j.leaseUntil = until
+			j.mu.Unlock()
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // maxBody bounds the request body taskrun reads to decide; a larger one
@@ -177,7 +178,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Re
 	}
 	h.opts.Metrics.TaskCreated()
 	h.log.Info("task created", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation, "tool", name)
-	j := h.start(r.Context(), rec, round{header: r.Header, meta: withoutDeclaration(params), params: call}, tool.Window)
+	origin := h.opts.Tracer.Incoming(r.Context(), r.Header, params["_meta"])
+	j := h.start(origin, rec, round{header: r.Header, meta: withoutDeclaration(params), params: call}, tool.Window)
 	if j == nil || j.window == nil {
 		writeResult(w, req, createResult(rec))
 		return
@@ -258,7 +260,10 @@ func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc
 		notFound(w, req, id)
 		return
 	}
-	out, err := h.change(r.Context(), id, subject, ev)
+	// The request's trace context parents the settle spans of the read
+	// and links the round it starts.
+	ctx := h.opts.Tracer.Incoming(r.Context(), r.Header, params["_meta"])
+	out, err := h.change(ctx, id, subject, ev)
 	switch {
 	case errors.Is(err, store.ErrTaskNotFound):
 		notFound(w, req, id)
@@ -275,10 +280,10 @@ func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc
 		return
 	case "tasks/update":
 		if out.effect == tasks.Execute {
-			h.start(r.Context(), out.rec, h.nextRound(r, params, out.rec), 0)
+			h.start(ctx, out.rec, h.nextRound(r, params, out.rec), 0)
 		}
 	case "tasks/cancel":
-		h.cancelLocal(id, true)
+		h.cancelLocal(id)
 	}
 	writeResult(w, req, map[string]any{"resultType": "complete"})
 }
@@ -352,7 +357,9 @@ func (h *Handler) settled(ctx context.Context, before, rec tasks.Record, v tasks
 		h.opts.Metrics.TaskSettled(rec.Status.String(), causeReason(rec.Cause), rec.Updated.Sub(rec.Created))
 		h.log.Warn("task settled", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,
 			"reason", causeReason(rec.Cause), "executor", before.Executor.Replica)
-		h.cancelLocal(rec.ID, false)
+		h.opts.Tracer.TaskSettled(ctx, tracing.Task{ID: rec.ID, Generation: rec.Executor.Generation, Tool: rec.Tool},
+			rec.Status.String(), causeReason(rec.Cause))
+		h.abandonLocal(rec.ID, causeReason(rec.Cause))
 	case tasks.Rerun:
 		h.opts.Metrics.TaskRerun()
 		h.log.Warn("task re-run", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,

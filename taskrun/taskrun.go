@@ -14,10 +14,12 @@
 package taskrun
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // Defaults of Options (DESIGN.md, "Tasks: the executor rule").
@@ -104,6 +107,10 @@ type Options struct {
 	// Metrics records tasks created, settled, cancelled, re-run and
 	// running (metrics.Tasks). Default: none.
 	Metrics metrics.Tasks
+	// Tracer starts a span per round this process runs, linked to the
+	// request that started it, and one per settle by a reader
+	// (tracing.Tracer.StartTaskRound, TaskSettled). Default: none.
+	Tracer *tracing.Tracer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -186,6 +193,56 @@ func (h *Handler) Running() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.jobs)
+}
+
+// RunningTask is one task this process runs, as Handler.RunningTasks
+// gives it.
+type RunningTask struct {
+	// ID is the whole task ID, a bearer handle: show only tasks.Prefix of
+	// it.
+	ID string
+	// Tool is the name of the tool the task calls.
+	Tool string
+	// Generation is the executor generation the round runs at.
+	Generation uint64
+	// Started is when this process started the round.
+	Started time.Time
+	// LeaseUntil is the lease this process last stored for the task; the
+	// zero time without leases.
+	LeaseUntil time.Time
+	// CancelRequested reports that a tasks/cancel reached the round's call.
+	CancelRequested bool
+}
+
+// RunningTasks returns the tasks this process runs, the longest running
+// first, then by ID.
+func (h *Handler) RunningTasks() []RunningTask {
+	h.mu.Lock()
+	jobs := make([]*job, 0, len(h.jobs))
+	for _, j := range h.jobs {
+		jobs = append(jobs, j)
+	}
+	h.mu.Unlock()
+	out := make([]RunningTask, 0, len(jobs))
+	for _, j := range jobs {
+		j.mu.Lock()
+		out = append(out, RunningTask{
+			ID: j.id, Tool: j.tool, Generation: j.gen, Started: j.started,
+			LeaseUntil: j.leaseUntil, CancelRequested: j.cancelReq,
+		})
+		j.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b RunningTask) int {
+		return cmp.Or(a.Started.Compare(b.Started), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// Record returns the record of task id as the store holds it, without
+// settling it; store.ErrTaskNotFound when there is none.
+func (h *Handler) Record(ctx context.Context, id string) (tasks.Record, error) {
+	rec, _, err := h.opts.Store.GetTask(ctx, id)
+	return rec, err
 }
 
 // reader is this process as the reader of the record of task id.
@@ -289,7 +346,7 @@ func (h *Handler) Shutdown(ctx context.Context) {
 	}
 	h.mu.Lock()
 	for _, j := range h.jobs {
-		j.abandon()
+		j.abandon(replay.ReasonShutdown)
 	}
 	h.mu.Unlock()
 	<-done

@@ -16,12 +16,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/metrics/prom"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
 // fixture is a go-sdk server behind its stateless handler behind a
@@ -32,6 +35,7 @@ type fixture struct {
 	st      *memory.Store
 	h       *taskrun.Handler
 	reg     *prometheus.Registry
+	spans   *tracetest.SpanRecorder
 	release chan struct{} // closing it lets "work" finish
 	calls   atomic.Int32  // executions of "work"
 	nextID  int
@@ -82,8 +86,10 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.spans = tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
 	f.h = taskrun.New(inner, taskrun.Options{
-		Store: f.st, Metrics: rec,
+		Store: f.st, Metrics: rec, Tracer: tracing.New(tp),
 		Tools:   func(name string) taskrun.Tool { return taskrun.Tool{Support: support[name]} },
 		Replica: "r1", Poll: 50 * time.Millisecond,
 		Subject: func(r *http.Request) string { return r.Header.Get("X-User") },
@@ -102,6 +108,7 @@ func newFixture(t *testing.T) *fixture {
 			close(f.release)
 		}
 		f.h.Shutdown(ctx)
+		tp.Shutdown(ctx)
 		srv.Close()
 		f.st.Close()
 		http.DefaultClient.CloseIdleConnections()
@@ -126,11 +133,14 @@ func (f *fixture) post(method string, params map[string]any, declare bool, hdr m
 	if declare {
 		caps["extensions"] = map[string]any{tasks.ExtensionID: map[string]any{}}
 	}
-	params["_meta"] = map[string]any{
-		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-		"io.modelcontextprotocol/clientCapabilities": caps,
-		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "test", "version": "1"},
+	meta, _ := params["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
 	}
+	meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
+	meta["io.modelcontextprotocol/clientCapabilities"] = caps
+	meta["io.modelcontextprotocol/clientInfo"] = map[string]any{"name": "test", "version": "1"}
+	params["_meta"] = meta
 	f.nextID++
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": f.nextID, "method": method, "params": params})
 	req, _ := http.NewRequest(http.MethodPost, f.url, bytes.NewReader(body))
