@@ -1,16 +1,23 @@
 // The session inspector of a Handler (admin.Inspector): the registry's
 // live sessions, the store's bounds of their logs, and the transport's
-// readers of their streams.
+// readers of their streams; and its task inspector (admin.TaskInspector):
+// the tasks it runs and their records.
 
 package tidemark
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/taskrun"
+	"github.com/tidemark-mcp/tidemark/tasks"
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
@@ -78,4 +85,61 @@ func (h *Handler) summary(s session.Snapshot, readers map[uint64]int) admin.Summ
 		Session: tracing.Prefix(s.Token), Generation: s.Generation,
 		CallsInFlight: s.CallsInFlight, Readers: n, IdleSeconds: s.Idle.Seconds(),
 	}
+}
+
+// RunningTasks implements admin.TaskInspector: the tasks this Handler
+// runs, the longest running first; none without Options.Tasks.
+func (h *Handler) RunningTasks() []admin.Task {
+	if h.tasks == nil {
+		return nil
+	}
+	running := h.tasks.RunningTasks()
+	out := make([]admin.Task, 0, len(running))
+	for _, t := range running {
+		out = append(out, admin.Task{
+			Task: tasks.Prefix(t.ID), Tool: t.Tool, Generation: t.Generation, Status: tasks.Working.String(),
+			Started: t.Started, LeaseExpiry: lease(t.LeaseUntil), CancelRequested: t.CancelRequested,
+		})
+	}
+	return out
+}
+
+// LookupTasks implements admin.TaskInspector: the stored state of the
+// tasks this Handler runs whose ID starts with prefix. A task that
+// settled and left the table meanwhile is left out; a store that cannot
+// be read fails the lookup.
+func (h *Handler) LookupTasks(ctx context.Context, prefix string) ([]admin.TaskDetail, error) {
+	if h.tasks == nil {
+		return nil, nil
+	}
+	var out []admin.TaskDetail
+	for _, t := range h.tasks.RunningTasks() {
+		if !strings.HasPrefix(t.ID, prefix) {
+			continue
+		}
+		rec, err := h.tasks.Record(ctx, t.ID)
+		if errors.Is(err, store.ErrTaskNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, admin.TaskDetail{
+			Task: tasks.Prefix(rec.ID), Tool: rec.Tool, Generation: rec.Executor.Generation,
+			Status: rec.Status.String(), StatusMessage: rec.Message, Reason: string(taskrun.CauseReason(rec.Cause)),
+			Executor: rec.Executor.Replica, LeaseExpiry: lease(rec.Executor.LeaseUntil),
+			Created: rec.Created, Updated: rec.Updated, Expires: rec.Expires(),
+			CancelRequested: rec.CancelRequested, InputRequests: len(rec.Outstanding()),
+			Idempotent: rec.Idempotent, Reruns: rec.Reruns,
+			RoundGeneration: t.Generation, RoundStarted: t.Started,
+		})
+	}
+	return out, nil
+}
+
+// lease returns the time of a lease, nil for none (the zero time).
+func lease(until time.Time) *time.Time {
+	if until.IsZero() {
+		return nil
+	}
+	return &until
 }

@@ -1,8 +1,9 @@
 // Package admin serves the operator's listener of tidemark serve
 // (--metrics-addr): Prometheus metrics at /metrics, the Kubernetes probes
-// /healthz and /readyz, and the session inspector at /debug/sessions. It is
-// never mounted on the MCP listener: what it shows (token prefixes, owners,
-// positions) is for operators, not clients.
+// /healthz and /readyz, the session inspector at /debug/sessions and the
+// task inspector at /debug/tasks. It is never mounted on the MCP listener:
+// what it shows (token and task ID prefixes, owners, positions) is for
+// operators, not clients.
 package admin
 
 import (
@@ -37,6 +38,8 @@ type Options struct {
 	Ready []func(ctx context.Context) error
 	// Sessions answers the inspector; nil: /debug/sessions answers 404.
 	Sessions Inspector
+	// Tasks answers the task inspector; nil: /debug/tasks answers 404.
+	Tasks TaskInspector
 	// Build is the build /healthz names; nil: /healthz names none.
 	Build *Build
 }
@@ -86,9 +89,17 @@ func Handler(opts Options) http.Handler {
 			serveSession(w, r, opts.Sessions)
 		})))
 	}
+	if opts.Tasks != nil {
+		mux.Handle("/debug/tasks", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			serveTasks(w, opts.Tasks)
+		})))
+		mux.Handle("/debug/tasks/{prefix}", onlyGET(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			serveTask(w, r, opts.Tasks)
+		})))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{
-			"error": "no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions or /debug/sessions/{token prefix}",
+			"error": "no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions, /debug/sessions/{token prefix}, /debug/tasks or /debug/tasks/{task ID prefix}",
 		})
 	})
 	return mux
@@ -166,6 +177,33 @@ func serveSession(w http.ResponseWriter, r *http.Request, in Inspector) {
 		})
 	default:
 		writeJSON(w, http.StatusOK, Details{Sessions: found})
+	}
+}
+
+// serveTasks answers the tasks this process runs.
+func serveTasks(w http.ResponseWriter, in TaskInspector) {
+	running := in.RunningTasks()
+	if running == nil {
+		running = []Task{}
+	}
+	writeJSON(w, http.StatusOK, TaskList{Count: len(running), Tasks: running})
+}
+
+// serveTask answers the stored state of the tasks this process runs whose
+// ID starts with the path's prefix: 404 when none does.
+func serveTask(w http.ResponseWriter, r *http.Request, in TaskInspector) {
+	prefix := r.PathValue("prefix")
+	found, err := in.LookupTasks(r.Context(), prefix)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "reason": replay.ReasonUnavailable})
+	case len(found) == 0:
+		writeJSON(w, http.StatusNotFound, map[string]any{
+			"error": "no task this process runs has an ID starting with " + strconv.Quote(prefix) +
+				"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)",
+		})
+	default:
+		writeJSON(w, http.StatusOK, TaskDetails{Tasks: found})
 	}
 }
 

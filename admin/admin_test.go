@@ -185,7 +185,7 @@ func TestEndpointsAllowGETOnly(t *testing.T) {
 		{http.MethodPost, "/debug/sessions", 405, "GET, HEAD", `{"error":"method POST is not allowed on /debug/sessions: use GET"}`},
 		{http.MethodPost, "/debug/sessions/ABC", 405, "GET, HEAD", `{"error":"method POST is not allowed on /debug/sessions/ABC: use GET"}`},
 		{http.MethodHead, "/healthz", 200, "", ``},
-		{http.MethodPost, "/other", 404, "", `{"error":"no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions or /debug/sessions/{token prefix}"}`},
+		{http.MethodPost, "/other", 404, "", `{"error":"no such endpoint: GET /metrics, /healthz, /readyz, /debug/sessions, /debug/sessions/{token prefix}, /debug/tasks or /debug/tasks/{task ID prefix}"}`},
 	} {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		resp, err := http.DefaultClient.Do(req)

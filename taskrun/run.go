@@ -191,7 +191,7 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 	case err == nil:
 		return stored.Status.String(), why
 	case stored.Cause != tasks.NoCause:
-		return stored.Status.String(), causeReason(stored.Cause)
+		return stored.Status.String(), CauseReason(stored.Cause)
 	case errors.Is(err, store.ErrTaskNotFound):
 		return "", replay.ReasonTaskNotFound
 	case errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal):

@@ -354,12 +354,12 @@ func (h *Handler) change(ctx context.Context, id, subject string, ev *tasks.Even
 func (h *Handler) settled(ctx context.Context, before, rec tasks.Record, v tasks.Verdict) {
 	switch v {
 	case tasks.SettleLost, tasks.SettleExpired:
-		h.opts.Metrics.TaskSettled(rec.Status.String(), causeReason(rec.Cause), rec.Updated.Sub(rec.Created))
+		h.opts.Metrics.TaskSettled(rec.Status.String(), CauseReason(rec.Cause), rec.Updated.Sub(rec.Created))
 		h.log.Warn("task settled", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,
-			"reason", causeReason(rec.Cause), "executor", before.Executor.Replica)
+			"reason", CauseReason(rec.Cause), "executor", before.Executor.Replica)
 		h.opts.Tracer.TaskSettled(ctx, tracing.Task{ID: rec.ID, Generation: rec.Executor.Generation, Tool: rec.Tool},
-			rec.Status.String(), causeReason(rec.Cause))
-		h.abandonLocal(rec.ID, causeReason(rec.Cause))
+			rec.Status.String(), CauseReason(rec.Cause))
+		h.abandonLocal(rec.ID, CauseReason(rec.Cause))
 	case tasks.Rerun:
 		h.opts.Metrics.TaskRerun()
 		h.log.Warn("task re-run", "task", tasks.Prefix(rec.ID), "generation", rec.Executor.Generation,

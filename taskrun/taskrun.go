@@ -352,8 +352,9 @@ func (h *Handler) Shutdown(ctx context.Context) {
 	<-done
 }
 
-// causeReason is the catalogue word of why Tidemark settled a task.
-func causeReason(c tasks.Cause) replay.Reason {
+// CauseReason is the catalogue word of why Tidemark settled a task with
+// cause c (executor_lost, task_expired); "" for tasks.NoCause.
+func CauseReason(c tasks.Cause) replay.Reason {
 	switch c {
 	case tasks.ExecutorLost:
 		return replay.ReasonExecutorLost

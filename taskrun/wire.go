@@ -334,7 +334,7 @@ func detailed(rec tasks.Record) map[string]any {
 		if rec.Cause != tasks.NoCause || rec.Error == nil {
 			m["error"] = map[string]any{
 				"code": jsonrpc.CodeInternalError, "message": rec.Message,
-				"data": map[string]any{"reason": causeReason(rec.Cause), "replica": rec.Executor.Replica},
+				"data": map[string]any{"reason": CauseReason(rec.Cause), "replica": rec.Executor.Replica},
 			}
 		} else {
 			m["error"] = json.RawMessage(rec.Error)

@@ -1,0 +1,189 @@
+package tidemark_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/admin"
+	"github.com/tidemark-mcp/tidemark/taskrun"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// postSessionless sends one request of protocol 2026-07-28 that declares
+// the Tasks extension, and returns the body of its answer.
+func postSessionless(t *testing.T, url, method string, params map[string]any) string {
+	t.Helper()
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "test", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{tasks.ExtensionID: map[string]any{}}},
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	for _, k := range []string{"name", "taskId"} {
+		if v, ok := params[k].(string); ok {
+			req.Header.Set("Mcp-Name", v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return string(data)
+}
+
+// getJSON GETs url and returns its status and body.
+func getJSON(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestTaskInspector: a Handler serving tasks answers the operator's
+// /debug/tasks with the task it runs (the ID's prefix, never the whole
+// ID), /debug/tasks/{prefix} with its stored record, and 404 for a prefix
+// it does not run; the round's span reaches the Handler's
+// TracerProvider.
+func TestTaskInspector(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	release := make(chan struct{})
+	s := mcp.NewServer(&mcp.Implementation{Name: "inspect-test", Version: "1"}, nil)
+	type noArgs struct{}
+	mcp.AddTool(s, &mcp.Tool{Name: "work"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	})
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	h := tidemark.NewHandler(s, &tidemark.Options{
+		TracerProvider: tp,
+		Tasks:          &tidemark.TaskOptions{Tools: map[string]taskrun.Tool{"work": {Support: tasks.Optional}}},
+	})
+	mcpSrv := httptest.NewServer(h)
+	adminSrv := httptest.NewServer(admin.Handler(admin.Options{Sessions: h, Tasks: h}))
+	defer func() {
+		adminSrv.Close()
+		mcpSrv.Close()
+		h.Close()
+		tp.Shutdown(context.Background())
+		http.DefaultClient.CloseIdleConnections()
+	}()
+
+	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks"); code != 200 || body != "{\n  \"count\": 0,\n  \"tasks\": []\n}\n" {
+		t.Errorf("/debug/tasks before any task: %d %s", code, body)
+	}
+	before := time.Now()
+	answer := postSessionless(t, mcpSrv.URL, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}})
+	var created struct {
+		Result struct {
+			TaskID string `json:"taskId"`
+		} `json:"result"`
+	}
+	for line := range strings.SplitSeq(answer, "\n") {
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			answer = d
+		}
+	}
+	if err := json.Unmarshal([]byte(answer), &created); err != nil || len(created.Result.TaskID) != 26 {
+		t.Fatalf("tools/call work answered %s, want a CreateTaskResult", answer)
+	}
+	id := created.Result.TaskID
+	prefix := tasks.Prefix(id)
+	after := time.Now()
+
+	code, body := getJSON(t, adminSrv.URL+"/debug/tasks")
+	shown := body
+	var list admin.TaskList
+	if err := json.Unmarshal([]byte(body), &list); err != nil || code != 200 || list.Count != 1 || len(list.Tasks) != 1 {
+		t.Fatalf("/debug/tasks with one task: %d %s", code, body)
+	}
+	started := list.Tasks[0].Started
+	if started.Before(before) || started.After(after) {
+		t.Errorf("started %v, want between %v and %v", started, before, after)
+	}
+	want := admin.Task{Task: prefix, Tool: "work", Generation: 1, Status: "working", Started: started}
+	if list.Tasks[0] != want {
+		t.Errorf("/debug/tasks: %+v, want %+v", list.Tasks[0], want)
+	}
+
+	code, body = getJSON(t, adminSrv.URL+"/debug/tasks/"+prefix[:4])
+	var details admin.TaskDetails
+	if err := json.Unmarshal([]byte(body), &details); err != nil || code != 200 || len(details.Tasks) != 1 {
+		t.Fatalf("/debug/tasks/%s: %d %s", prefix[:4], code, body)
+	}
+	d := details.Tasks[0]
+	wantDetail := admin.TaskDetail{
+		Task: prefix, Tool: "work", Generation: 1, Status: "working", Executor: "local",
+		Created: d.Created, Updated: d.Created, Expires: d.Created.Add(time.Hour),
+		RoundGeneration: 1, RoundStarted: started,
+	}
+	if d != wantDetail || d.Created.Before(before) || d.Created.After(after) {
+		t.Errorf("/debug/tasks/%s: %+v, want %+v", prefix[:4], d, wantDetail)
+	}
+	if strings.Contains(shown+body, id) {
+		t.Errorf("the inspector shows the whole task ID: %s %s", shown, body)
+	}
+	wantMissing := "{\n  \"error\": \"no task this process runs has an ID starting with \\\"ZZZZ\\\"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)\"\n}\n"
+	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/ZZZZ"); code != 404 || body != wantMissing {
+		t.Errorf("/debug/tasks/ZZZZ: %d %s, want 404 %s", code, body, wantMissing)
+	}
+
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(spans.Ended()) == 0 || len(h.RunningTasks()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d spans, %d tasks running", len(spans.Ended()), len(h.RunningTasks()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var rounds []string
+	for _, sp := range spans.Ended() {
+		if sp.Name() != "task round" {
+			continue
+		}
+		line := ""
+		for _, kv := range sp.Attributes() {
+			line += " " + string(kv.Key) + "=" + kv.Value.Emit()
+		}
+		if l := sp.Links(); len(l) == 1 {
+			line += " link=" + l[0].SpanContext.TraceID().String()
+		}
+		rounds = append(rounds, line)
+	}
+	wantRound := " tidemark.task=" + prefix + " tidemark.generation=1 gen_ai.tool.name=work gen_ai.operation.name=execute_tool tidemark.task.status=completed link=4bf92f3577b34da6a3ce929d0e0e4736"
+	if len(rounds) != 1 || rounds[0] != wantRound {
+		t.Errorf("round spans %q, want [%q]", rounds, wantRound)
+	}
+	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/"+prefix); code != 404 {
+		t.Errorf("/debug/tasks/%s once the task completed: %d %s, want 404", prefix, code, body)
+	}
+}
