@@ -1,7 +1,8 @@
 // admin.go holds what `tidemark serve` sets up for operators: the
 // --metrics-addr flag, the Prometheus recorder and the OTEL_* tracer
 // provider the handler records on, and the operator's listener (package
-// admin: metrics, health probes, the session inspector), never the MCP one.
+// admin: metrics, health probes, the session and task inspectors), never
+// the MCP one.
 
 package main
 
@@ -37,7 +38,7 @@ type operatorConfig struct {
 }
 
 func operatorFlags(fs *flag.FlagSet, c *operatorConfig) {
-	fs.StringVar(&c.addr, "metrics-addr", "", "serve Prometheus metrics (/metrics), health probes (/healthz, /readyz) and the session inspector (/debug/sessions) on this TCP address, a listener of its own (host:port; empty: off)")
+	fs.StringVar(&c.addr, "metrics-addr", "", "serve Prometheus metrics (/metrics), health probes (/healthz, /readyz) and the session and task inspectors (/debug/sessions, /debug/tasks) on this TCP address, a listener of its own (host:port; empty: off)")
 }
 
 // check refuses an operator's listener on the MCP listener's address
@@ -107,7 +108,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 	// The MCP listener's Host and Origin checks keep a page of a foreign
 	// origin (DNS rebinding) from reading metrics and token prefixes.
 	h := transport.GuardOriginAndHost(admin.Handler(admin.Options{
-		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o, Build: &build,
+		Gatherer: o.reg, Ready: []func(context.Context) error{o.ready}, Sessions: o, Tasks: o, Build: &build,
 	}), transport.Options{Logger: logger})
 	o.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
 	go func() {
@@ -115,7 +116,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 			logger.Error("metrics listener failed", "error", err)
 		}
 	}()
-	logger.Info("operator's listener", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions")
+	logger.Info("operator's listener", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions /debug/tasks")
 	return o, nil
 }
 
@@ -168,6 +169,28 @@ func (o *operator) Recent(n int) (int, []admin.Summary) {
 func (o *operator) Lookup(ctx context.Context, prefix string) ([]admin.Detail, error) {
 	if s := o.serving.Load(); s != nil {
 		return s.sessions.Lookup(ctx, prefix)
+	}
+	return nil, nil
+}
+
+// RunningTasks implements admin.TaskInspector with the attached
+// inspector; none before attach.
+func (o *operator) RunningTasks() []admin.Task {
+	if s := o.serving.Load(); s != nil {
+		if in, ok := s.sessions.(admin.TaskInspector); ok {
+			return in.RunningTasks()
+		}
+	}
+	return nil
+}
+
+// LookupTasks implements admin.TaskInspector with the attached
+// inspector; none before attach.
+func (o *operator) LookupTasks(ctx context.Context, prefix string) ([]admin.TaskDetail, error) {
+	if s := o.serving.Load(); s != nil {
+		if in, ok := s.sessions.(admin.TaskInspector); ok {
+			return in.LookupTasks(ctx, prefix)
+		}
 	}
 	return nil, nil
 }

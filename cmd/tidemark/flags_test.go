@@ -52,7 +52,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 		},
 		"inspect": {
 			"metrics-addr": "9464", "recent": "x", "json": "maybe", "timeout": "5",
-			"fleet": "maybe", "redis": "notaurl://", "redis-password-file": dir,
+			"fleet": "maybe", "tasks": "maybe", "redis": "notaurl://", "redis-password-file": dir,
 		},
 	}
 }

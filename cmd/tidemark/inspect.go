@@ -1,6 +1,6 @@
-// inspect.go holds `tidemark inspect`: the session inspector of a running
-// tidemark serve, read from its operator's listener (--metrics-addr,
-// /debug/sessions) and printed for a person.
+// inspect.go holds `tidemark inspect`: the session and task inspectors of
+// a running tidemark serve, read from its operator's listener
+// (--metrics-addr, /debug/sessions, /debug/tasks) and printed for a person.
 
 package main
 
@@ -23,6 +23,7 @@ type inspectConfig struct {
 	metricsAddr   string
 	recent        int
 	json          bool
+	tasks         bool // --tasks: the tasks the server runs instead of its sessions
 	timeout       time.Duration
 	fleet         bool   // --fleet: read every replica's sessions from --redis
 	redisURL      string // --redis, as given
@@ -36,6 +37,7 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "the --metrics-addr of the tidemark serve to inspect (host:port or http:// URL; required without --fleet)")
 	fs.IntVar(&c.recent, "recent", admin.DefaultRecent, "without a token prefix: how many of the most recently used sessions to list (sessions)")
 	fs.BoolVar(&c.json, "json", false, "print the inspector's JSON answer as it is")
+	fs.BoolVar(&c.tasks, "tasks", false, "list the tasks the server runs (/debug/tasks), or with a task ID prefix show their stored state, instead of sessions")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server, or on reading Redis with --fleet (duration)")
 	fs.BoolVar(&c.fleet, "fleet", false, "list the sessions of every replica of a fleet, with their owner, generation and lease, read from the fleet's Redis (--redis) instead of one server's listener")
 	fs.StringVar(&c.redisURL, "redis", "", "with --fleet: the fleet's Redis, as tidemark serve --redis names it, or host:port for redis://HOST:PORT/0 (URL or host:port)")
@@ -45,7 +47,8 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 
 // inspect runs `tidemark inspect [flags] [TOKEN-PREFIX]`: without a prefix
 // it lists the sessions, with one it details those whose token starts with
-// it. Exit codes: 0, 1 when the server cannot be asked or knows no such
+// it; with --tasks the same of the tasks the server runs, by task ID
+// prefix. Exit codes: 0, 1 when the server cannot be asked or knows no such
 // session, 2 on a usage error.
 func inspect(args []string, stdout, stderr io.Writer) int {
 	fs, c := inspectFlags(stderr)
@@ -59,6 +62,9 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	switch {
+	case c.fleet && c.tasks:
+		fmt.Fprintln(stderr, "tidemark inspect: --tasks reads one server's listener (--metrics-addr), not a fleet's Redis: drop --fleet")
+		return 2
 	case c.fleet && fs.NArg() > 1:
 		fmt.Fprintf(stderr, "tidemark inspect: want at most one token prefix, got %d arguments\n", fs.NArg())
 		return 2
@@ -83,9 +89,15 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	u := base + "/debug/sessions"
-	if fs.NArg() == 1 {
+	switch {
+	case c.tasks:
+		u = base + "/debug/tasks"
+		if fs.NArg() == 1 {
+			u += "/" + url.PathEscape(fs.Arg(0))
+		}
+	case fs.NArg() == 1:
 		u += "/" + url.PathEscape(fs.Arg(0))
-	} else {
+	default:
 		u += "?n=" + strconv.Itoa(c.recent)
 	}
 	body, status, err := fetchJSON(u, c.timeout)
@@ -100,6 +112,9 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 	if c.json {
 		stdout.Write(body)
 		return 0
+	}
+	if c.tasks {
+		return printTaskAnswer(stdout, stderr, u, body, fs.NArg() == 1)
 	}
 	if fs.NArg() == 1 {
 		var d admin.Details

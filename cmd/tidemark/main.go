@@ -16,8 +16,9 @@
 //	                           the Streamable HTTP MCP server at URL
 //	tidemark inspect [flags] [TOKEN-PREFIX]
 //	                           show the sessions of a running tidemark serve
-//	                           (its --metrics-addr listener), or with --fleet
-//	                           those of every replica (the fleet's Redis)
+//	                           (its --metrics-addr listener), with --tasks the
+//	                           tasks it runs, or with --fleet the sessions of
+//	                           every replica (the fleet's Redis)
 //	tidemark ready [flags]     exit 0 when a running tidemark serve is ready
 //	                           (its --metrics-addr listener's /readyz), 1 when
 //	                           not: a health check for images without a shell
@@ -56,8 +57,9 @@ Usage:
                            HTTP MCP server at URL, resuming its streams
   tidemark inspect [flags] [TOKEN-PREFIX]
                            show the sessions of a running tidemark serve,
-                           read from its --metrics-addr listener, or with
-                           --fleet --redis URL those of every replica
+                           read from its --metrics-addr listener, with
+                           --tasks the tasks it runs, or with --fleet
+                           --redis URL the sessions of every replica
   tidemark ready [flags]   exit 0 when a running tidemark serve is ready (its
                            --metrics-addr listener's /readyz), 1 when not:
                            a health check for images without a shell

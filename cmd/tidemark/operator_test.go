@@ -47,7 +47,7 @@ func TestOperatorListenerChecksHostAndOrigin(t *testing.T) {
 	_, _, addr := startObserved(t, nil)
 	awaitReady(t, addr, http.StatusOK, "", 10*time.Second)
 	_, port, _ := net.SplitHostPort(addr)
-	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/debug/sessions", "/debug/sessions/ABC"} {
+	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/debug/sessions", "/debug/sessions/ABC", "/debug/tasks"} {
 		for _, tc := range []struct {
 			hdr    map[string]string
 			status int
