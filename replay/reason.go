@@ -57,7 +57,6 @@ var statuses = map[Reason]int{
 	ReasonCursorCompacted:     http.StatusConflict,
 	ReasonCursorAhead:         http.StatusBadRequest,
 	ReasonSessionIDInvalid:    http.StatusBadRequest,
-	ReasonSessionForbidden:    http.StatusForbidden,
 	ReasonProtocolVersion:     http.StatusBadRequest,
 	ReasonContentType:         http.StatusUnsupportedMediaType,
 	ReasonNotAcceptable:       http.StatusNotAcceptable,
@@ -81,6 +80,9 @@ var statuses = map[Reason]int{
 	ReasonOwnerUnreachable:    http.StatusServiceUnavailable,
 	ReasonUpstreamUnreachable: http.StatusServiceUnavailable,
 	ReasonLoopDetected:        http.StatusLoopDetected,
+	ReasonTokenMissing:        http.StatusUnauthorized,
+	ReasonTokenInvalid:        http.StatusUnauthorized,
+	ReasonInsufficientScope:   http.StatusForbidden,
 }
 
 // Outcomes of the replay decision (DESIGN.md, "The replay decision").
@@ -112,8 +114,6 @@ const (
 	// ReasonSessionIDInvalid: 400, Mcp-Session-Id repeated, longer than 128
 	// bytes or not visible ASCII.
 	ReasonSessionIDInvalid Reason = "session_id_invalid"
-	// ReasonSessionForbidden: 403, the session belongs to another user.
-	ReasonSessionForbidden Reason = "session_forbidden"
 	// ReasonProtocolVersion: 400, MCP-Protocol-Version unsupported, repeated
 	// or of an era this endpoint does not serve.
 	ReasonProtocolVersion Reason = "protocol_version"
@@ -163,8 +163,11 @@ const (
 	ReasonLastEventIDOnPost Reason = "last_event_id_on_post"
 	// ReasonUnavailable: 503 with Retry-After, the store or the engine
 	// cannot take the request now; also the log reason of a store that
-	// cannot be reached, and the reason of a JSON-RPC error -32603 when the
-	// memory of used requestStates (package requeststate) cannot be reached.
+	// cannot be reached, the refusal of a request whose bearer token the
+	// authorization server could not be asked about (token introspection
+	// or the issuer's keys unreachable), and the reason of a JSON-RPC
+	// error -32603 when the memory of used requestStates (package
+	// requeststate) cannot be reached.
 	ReasonUnavailable Reason = "unavailable"
 	// ReasonCapacity: 503 with Retry-After, no room for another session or
 	// subprocess; also the end reason of a session evicted to make room,
@@ -188,6 +191,30 @@ const (
 	// other gateways or a load balancer, and serving the request would send
 	// it round again without limit.
 	ReasonLoopDetected Reason = "loop_detected"
+)
+
+// Refusals of authorization: an endpoint that is an OAuth 2.1 resource
+// server (transport.Options.Auth; MCP 2025-11-25, basic/authorization)
+// refuses a request whose bearer token does not let it through, before
+// anything else is done with the request, with WWW-Authenticate: Bearer
+// and the URL of its protected resource metadata (RFC 6750, section 3;
+// RFC 9728, section 5.1). A session, task or requestState of another
+// user is not one of these: it answers as one that does not exist.
+const (
+	// ReasonTokenMissing: 401, the request carries no bearer token (no
+	// Authorization header, or one of another scheme); the challenge
+	// names no error (RFC 6750, section 3.1).
+	ReasonTokenMissing Reason = "token_missing"
+	// ReasonTokenInvalid: 401 with error="invalid_token", the bearer token
+	// is malformed, or its verification refused it: expired, not yet
+	// valid, issued by another issuer or for another audience, signed by
+	// a key the issuer does not publish, or not active.
+	ReasonTokenInvalid Reason = "token_invalid"
+	// ReasonInsufficientScope: 403 with error="insufficient_scope" and the
+	// scope to ask for: the token lacks a scope every request needs, or
+	// the one a tools/call of the tool needs (tidemark serve
+	// --auth-tool-scope).
+	ReasonInsufficientScope Reason = "insufficient_scope"
 )
 
 // Refusals of a requestState that a retried request carries (package

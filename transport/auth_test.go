@@ -6,6 +6,8 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,20 +19,28 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// verifier accepts the bearer tokens "alice" and "bob" as the users of the
-// same name.
+// verifier accepts the bearer tokens "alice" (scope tools:slow) and "bob"
+// (no scope) as the users of the same name; "expired" is refused as
+// expired, "down" as if the authorization server could not be reached.
 func verifier(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 	switch token {
-	case "alice", "bob":
+	case "alice":
+		return &auth.TokenInfo{UserID: token, Scopes: []string{"tools:slow"}, Expiration: time.Now().Add(time.Hour)}, nil
+	case "bob":
 		return &auth.TokenInfo{UserID: token, Expiration: time.Now().Add(time.Hour)}, nil
+	case "expired":
+		return nil, fmt.Errorf("%w: the token expired at 2026-01-01T00:00:00Z", auth.ErrInvalidToken)
+	case "down":
+		return nil, errors.New("introspection: connection refused")
 	}
 	return nil, auth.ErrInvalidToken
 }
 
 // TestAuthBinding: behind the go-sdk's bearer-token middleware, a session
 // belongs to the user who created it. Another user's POST, GET, resume
-// and DELETE get 403 session_forbidden, learn nothing of the session's
-// events, and change nothing.
+// and DELETE get 404 session_not_found with the very body a session that
+// never existed gets, learn nothing of the session's events, and change
+// nothing.
 func TestAuthBinding(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, auth.RequireBearerToken(verifier, nil))
@@ -51,14 +61,27 @@ func TestAuthBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refusals = append(refusals, refusalOf(t, resp, http.StatusForbidden, "session_forbidden"))
+	refusals = append(refusals, refusalOf(t, resp, http.StatusNotFound, "session_not_found"))
 	_, err = bs.Get(ctx)
-	refusals = append(refusals, wantRefusal(t, err, http.StatusForbidden, "session_forbidden"))
+	refusals = append(refusals, wantRefusal(t, err, http.StatusNotFound, "session_not_found"))
 	for _, e := range evs {
 		_, err = bs.Resume(ctx, e.ID)
-		refusals = append(refusals, wantRefusal(t, err, http.StatusForbidden, "session_forbidden"))
+		refusals = append(refusals, wantRefusal(t, err, http.StatusNotFound, "session_not_found"))
 	}
-	refusals = append(refusals, wantRefusal(t, bs.Delete(ctx), http.StatusForbidden, "session_forbidden"))
+	refusals = append(refusals, wantRefusal(t, bs.Delete(ctx), http.StatusNotFound, "session_not_found"))
+
+	// A session that never existed answers each the same, byte for byte.
+	nobody := bob.SessionFor(strings.Repeat("0", len(as.Token)), as.ProtocolVersion)
+	resp, err = nobody.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := refusalOf(t, resp, http.StatusNotFound, "session_not_found")
+	for _, se := range refusals {
+		if string(se.RawBody) != string(unknown.RawBody) {
+			t.Fatalf("%s of another user's session: %s; a session that never existed: %s", se.Method, se.RawBody, unknown.RawBody)
+		}
+	}
 
 	for _, se := range refusals {
 		// The body is exactly {jsonrpc, id: null, error: {code, message,
@@ -73,8 +96,8 @@ func TestAuthBinding(t *testing.T) {
 			len(env.Error) != 3 || len(se.Body.Data) != 1 {
 			t.Fatalf("%s refusal body %s: want only jsonrpc, id, error{code, message, data{reason}}", se.Method, se.RawBody)
 		}
-		if se.Body.Code != -32000 {
-			t.Fatalf("%s refusal code %d, want -32000", se.Method, se.Body.Code)
+		if se.Body.Code != -32001 {
+			t.Fatalf("%s refusal code %d, want -32001", se.Method, se.Body.Code)
 		}
 		body := string(se.RawBody)
 		for _, leak := range []string{"secret-token", "countdown", "progress", as.Token, evs[0].ID[:8]} {

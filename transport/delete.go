@@ -16,8 +16,8 @@ import (
 // order: Mcp-Session-Id well formed (400 session_id_invalid) and present
 // (400 session_required), the session live as the registry knows it
 // (Registry.Status, which starts nothing: 404 session_not_found, or 503
-// when the store cannot say), and bound to this user, if to any (403
-// session_forbidden).
+// when the store cannot say), and bound to this user, if to any (another
+// user's session is 404 session_not_found, as an unknown one).
 func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	if hdr.tokenRef != nil {
 		return hdr.tokenRef

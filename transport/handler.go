@@ -91,16 +91,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request to the function of its kind, returning that function's refusal:
 //  1. a Via that names this process (508 loop_detected; security.go), then
 //     Host, then Origin (403 host_forbidden, origin_forbidden);
-//  2. a POST's Content-Length over MaxBodyBytes (413 body_too_large), before
+//  2. with Options.Auth, the bearer token (authorize.go: 401 token_missing,
+//     token_invalid, 403 insufficient_scope, 503 unavailable), in both
+//     eras;
+//  3. a POST's Content-Length over MaxBodyBytes (413 body_too_large), before
 //     anything reads the body;
-//  3. the era: a sessionless request goes to serveSessionless
+//  4. the era: a sessionless request goes to serveSessionless
 //     (sessionless.go), whatever its other headers say;
-//  4. MCP-Protocol-Version (400 protocol_version);
-//  5. shutdown (503 unavailable);
-//  6. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
+//  5. MCP-Protocol-Version (400 protocol_version);
+//  6. shutdown (503 unavailable);
+//  7. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
 //     any other answers 405 method_not_allowed.
 //
-// The MCP headers are read once, before step 3 (readHeaders), and the kind
+// The MCP headers are read once, before step 4 (readHeaders), and the kind
 // applies the refusals of their rules in its own order.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	if ref := checkLoop(r); ref != nil {
@@ -109,6 +112,12 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	}
 	if ref := checkOriginAndHost(r, &h.opts); ref != nil {
 		return ref
+	}
+	if a := h.opts.Auth; a != nil {
+		var ref *refusal
+		if r, ref = h.authorize(r, a); ref != nil {
+			return ref
+		}
 	}
 	if r.Method == http.MethodPost {
 		if ref := h.bodyTooLarge(r); ref != nil {

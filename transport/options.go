@@ -99,6 +99,11 @@ type Options struct {
 	// Metrics records refusals, resumes, streams, replays and
 	// notifications (package metrics). Default: metrics.Discard.
 	Metrics metrics.Transport
+	// Auth, when set, makes the Handler an OAuth 2.1 resource server: each
+	// request needs a bearer token Auth.Verify accepts (authorize.go).
+	// Default nil: no authorization (a middleware in front may still put
+	// a go-sdk auth.TokenInfo in the request's context).
+	Auth *Auth
 	// Tracer starts a span per resume and per notification, and gives
 	// requests the trace context of their HTTP headers (package tracing).
 	// Default nil: no spans.

@@ -45,7 +45,8 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //     (decodeMessages: 400 parse_error, batch_not_allowed,
 //     invalid_request, batch_too_large for a batch of more messages than
 //     a session may have calls in flight); initialize alone (400
-//     invalid_request);
+//     invalid_request); with Options.Auth, the scope each tools/call's
+//     tool needs (403 insufficient_scope);
 //  3. new calls while the server drains (503 unavailable);
 //  4. the session: created by initialize (initialize.go: 503 capacity,
 //     unavailable), or named by Mcp-Session-Id (postSession: 400
@@ -75,6 +76,9 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 	if p.initialize != nil && (len(msgs) > 1 || batch) {
 		// MCP 2025-03-26, lifecycle: initialize MUST NOT be part of a batch.
 		return refuse(replay.ReasonInvalidRequest, "initialize must be sent alone, not in a batch")
+	}
+	if ref := h.toolScopes(r, p.calls); ref != nil {
+		return ref
 	}
 	if len(p.calls) > 0 && h.isDraining() {
 		return refuse(replay.ReasonUnavailable,

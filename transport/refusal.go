@@ -51,6 +51,9 @@ type refusal struct {
 	message string         // what went wrong and what to do next
 	data    map[string]any // fields of error.data besides reason
 	id      jsonrpc.ID     // the request's id when known; null otherwise
+	// challenge is the WWW-Authenticate header of a refusal of
+	// authorization (authorize.go; RFC 6750, section 3).
+	challenge string
 	// allow is the Allow header of a 405 refusal: the methods the request's
 	// protocol era serves (RFC 9110, section 15.5.6).
 	allow string
@@ -78,7 +81,7 @@ func (ref *refusal) code() int {
 		return codeSessionNotFound
 	}
 	switch ref.reason.Status() {
-	case http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusLoopDetected:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusLoopDetected:
 		return codeServerError
 	}
 	return codeInvalidRequest
@@ -128,6 +131,9 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	}
+	if ref.challenge != "" {
+		h.Set("WWW-Authenticate", ref.challenge)
+	}
 	w.WriteHeader(status)
 	w.Write(body)
 	if ref.logged {
@@ -158,7 +164,9 @@ func lookupRefusal(err error) *refusal {
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):
 		ref = notFound(err)
 	case errors.Is(err, session.ErrForbidden):
-		ref = refuse(replay.ReasonSessionForbidden, "the session belongs to another user")
+		// Another user's session answers exactly as one that never
+		// existed: the answer gives no hint that the token is a session.
+		ref = refuse(replay.ReasonSessionNotFound, replay.Unknown.NotFoundMessage())
 	case errors.Is(err, engine.ErrCapacity):
 		ref = refuse(replay.ReasonCapacity, "no room for another session or server process: retry later")
 	case errors.Is(err, engine.ErrUnreachable):

@@ -79,7 +79,8 @@ type refusalSession struct {
 // The servers testdata/refusals runs against.
 const (
 	mainServer     = "main"     // body limit 8 KiB, body timeout 300 ms, 2 calls per session, 20 events retained; other paths answer PathNotFound
-	authServer     = "auth"     // behind the go-sdk's bearer-token middleware (users alice and bob)
+	authServer     = "auth"     // a resource server (Options.Auth; users alice and bob, tokens expired and down); countdown needs scope tools:slow
+	gosdkServer    = "gosdk"    // behind the go-sdk's bearer-token middleware (users alice and bob)
 	drainingServer = "draining" // draining: takes no new call
 	fullServer     = "full"     // one session at most, which has a call in flight; 1,000 request bytes in flight at most
 	fleetServer    = "fleet"    // replica b of a fleet whose replica a owns session "remote" and cannot be reached
@@ -91,6 +92,7 @@ func newRefusalFixture(t *testing.T, ctx context.Context) *refusalFixture {
 	fx.values["via"] = via.Pseudonym()
 	fx.startMain(t, ctx)
 	fx.startAuth(t, ctx)
+	fx.startGoSDKAuth(t, ctx)
 	fx.startDraining(t, ctx)
 	fx.startFull(t, ctx)
 	fx.startFleet(t, ctx)
@@ -183,17 +185,33 @@ func countdown2025(t *testing.T, ctx context.Context, s *mcptest.Session) string
 	return evs[0].ID
 }
 
+// resourceMetadata is the protected resource metadata URL the auth
+// server's challenges name.
+const resourceMetadata = "http://127.0.0.1:1/.well-known/oauth-protected-resource/mcp"
+
 func (fx *refusalFixture) startAuth(t *testing.T, ctx context.Context) {
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{Auth: &transport.Auth{
+		Verify: verifier, ResourceMetadata: resourceMetadata, ToolScopes: map[string]string{"countdown": "tools:slow"},
+	}}}, nil)
+	fx.addAuthServer(t, ctx, authServer, st, "alice")
+}
+
+func (fx *refusalFixture) startGoSDKAuth(t *testing.T, ctx context.Context) {
 	st := newStack(t, nil, nil, auth.RequireBearerToken(verifier, nil))
+	fx.addAuthServer(t, ctx, gosdkServer, st, "alice:gosdk")
+}
+
+// addAuthServer adds st as server, with a session of alice's named name.
+func (fx *refusalFixture) addAuthServer(t *testing.T, ctx context.Context, server string, st *stack, name string) {
 	client := &mcptest.Client{URL: st.srv.URL, HTTP: st.srv.Client()}
-	fx.servers[authServer] = &refusalServer{st: st, client: client}
+	fx.servers[server] = &refusalServer{st: st, client: client}
 	alice := &mcptest.Client{URL: st.srv.URL, HTTP: st.srv.Client(), Header: http.Header{"Authorization": {"Bearer alice"}}}
 	s, err := alice.Initialize(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.sessions["alice"] = &refusalSession{server: authServer, s: s, user: "alice"}
-	fx.values["token:alice"] = s.Token
+	fx.sessions[name] = &refusalSession{server: server, s: s, user: "alice"}
+	fx.values["token:"+name] = s.Token
 }
 
 func (fx *refusalFixture) startDraining(t *testing.T, ctx context.Context) {
@@ -481,6 +499,9 @@ func outcome(se *mcptest.StatusError) string {
 	}
 	if allow := se.Header.Get("Allow"); allow != "" {
 		out += " allow=" + strconv.Quote(allow)
+	}
+	if c := se.Header.Get("WWW-Authenticate"); c != "" {
+		out += "\nwww-authenticate: " + c + "\nmessage: " + se.Body.Message
 	}
 	return out + "\n"
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -34,7 +36,8 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // order: a handler is set (400 protocol_version), the method is POST (405
 // method_not_allowed with Allow: POST: the revision has no standalone
 // stream and no session to end), and the media rules (postMedia: 415
-// content_type, 406 not_acceptable). The request goes on without Mcp-Session-Id and
+// content_type, 406 not_acceptable), and with Options.Auth the scope a
+// tools/call's tool needs (403 insufficient_scope). The request goes on without Mcp-Session-Id and
 // Last-Event-ID, which a server of the revision ignores, and no session
 // ID is minted or echoed (MCP 2026-07-28, basic/transports, "Earlier
 // Streamable HTTP Revisions"). The handler's own answers (the revision's
@@ -53,6 +56,11 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	if hdr.media != nil {
 		return hdr.media
 	}
+	if a := h.opts.Auth; a != nil && len(a.ToolScopes) > 0 {
+		if ref := h.sessionlessToolScopes(r); ref != nil {
+			return ref
+		}
+	}
 	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
 		r = r.Clone(r.Context())
 		r.Header.Del(wire.HeaderSession)
@@ -67,18 +75,7 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 // next reader. A body it cannot read or parse is left to the stateful path,
 // which refuses it precisely.
 func (h *Handler) sessionlessBody(r *http.Request) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBodyBytes+1))
-	// The body is put back for its handler to read again, with the read
-	// error, if any, after the bytes that came: a truncated or stalled body
-	// must fail there too, not pass as a shorter message.
-	rest := r.Body
-	if err != nil {
-		rest = io.NopCloser(errReader{err})
-	}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
+	body, err := h.peekBody(r)
 	if err != nil || !bytes.Contains(body, []byte(metaProtocolVersion)) {
 		return false
 	}
@@ -92,6 +89,43 @@ func (h *Handler) sessionlessBody(r *http.Request) bool {
 	}
 	_, ok := msg.Params.Meta[metaProtocolVersion]
 	return ok
+}
+
+// peekBody reads r's body, up to one byte over MaxBodyBytes, and puts it
+// back for the next reader.
+func (h *Handler) peekBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBodyBytes+1))
+	// The body is put back for its handler to read again, with the read
+	// error, if any, after the bytes that came: a truncated or stalled body
+	// must fail there too, not pass as a shorter message.
+	rest := r.Body
+	if err != nil {
+		rest = io.NopCloser(errReader{err})
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
+	return body, err
+}
+
+// sessionlessToolScopes refuses a sessionless tools/call whose tool needs
+// a scope the token lacks (toolScopes). A body it cannot read or decode
+// is left to the handler, which refuses it precisely.
+func (h *Handler) sessionlessToolScopes(r *http.Request) *refusal {
+	body, err := h.peekBody(r)
+	if err != nil || !bytes.Contains(body, []byte("tools/call")) {
+		return nil
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return nil
+	}
+	return h.toolScopes(r, []*jsonrpc.Request{req})
 }
 
 // errReader fails every Read with err.
