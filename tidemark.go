@@ -20,9 +20,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tidemark-mcp/tidemark/bearer"
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
@@ -74,12 +76,38 @@ type Options struct {
 	// store write, and with Tasks per round of a task and per settle of one
 	// by a reader (package tracing). Default: no spans.
 	TracerProvider trace.TracerProvider
+	// Auth, when set, makes the Handler an OAuth 2.1 resource server (MCP
+	// 2025-11-25, basic/authorization): every request needs a bearer token
+	// Auth.Verify accepts, and the sessions, tasks and requestStates it
+	// creates belong to the token's user (transport.Auth). Default: no
+	// authorization.
+	Auth *Auth
 	// Tasks, when set, serves the Tasks extension (io.modelcontextprotocol/
 	// tasks) in the sessionless era, in front of Transport.Sessionless
 	// (package taskrun; DESIGN.md, "Tasks: the executor rule"). The task
 	// records go to Store when it keeps tasks (store.Tasks); otherwise
 	// tasks are not served, and the handler logs why. Default: no tasks.
 	Tasks *TaskOptions
+}
+
+// Auth configures the resource server of a Handler.
+type Auth struct {
+	// Verify checks a bearer token and says whom it acts for: a go-sdk
+	// auth.TokenVerifier such as bearer.Verifier.Verify (JWTs against the
+	// issuer's keys, or introspection). An error wrapping
+	// auth.ErrInvalidToken answers 401 token_invalid; any other 503
+	// unavailable. Required.
+	Verify auth.TokenVerifier
+	// Metadata is this resource's protected resource metadata (RFC 9728;
+	// bearer.ResourceMetadata): its Resource, the URL clients reach the
+	// endpoint at, gives the URL every challenge names
+	// (bearer.ResourceMetadataURL), and Handler.ResourceMetadata serves
+	// it. Required.
+	Metadata *oauthex.ProtectedResourceMetadata
+	// Scopes are the scopes every request needs; ToolScopes the scope a
+	// tools/call of each tool needs besides (403 insufficient_scope).
+	Scopes     []string
+	ToolScopes map[string]string
 }
 
 // TaskOptions configures the Tasks extension of a Handler (taskrun.Options).
@@ -111,6 +139,7 @@ type TaskOptions struct {
 type Handler struct {
 	*transport.Handler
 	tasks  *taskrun.Handler // nil: no tasks
+	meta   http.Handler     // the protected resource metadata; nil: no Auth
 	reg    *session.Registry
 	st     store.Store
 	cancel context.CancelFunc
@@ -165,6 +194,18 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	if o.Sessions.Logger == nil {
 		o.Sessions.Logger = o.Transport.Logger
 	}
+	var meta http.Handler
+	if a := o.Auth; a != nil {
+		if a.Verify == nil || a.Metadata == nil {
+			panic("tidemark: Options.Auth needs Verify and Metadata")
+		}
+		u, err := bearer.ResourceMetadataURL(a.Metadata.Resource)
+		if err != nil {
+			panic("tidemark: Options.Auth.Metadata: " + err.Error())
+		}
+		o.Transport.Auth = &transport.Auth{Verify: a.Verify, ResourceMetadata: u, Scopes: a.Scopes, ToolScopes: a.ToolScopes}
+		meta = auth.ProtectedResourceMetadataHandler(a.Metadata)
+	}
 	rec := o.Metrics
 	if rec == nil && o.Registerer != nil {
 		pr, err := prom.New(o.Registerer)
@@ -199,7 +240,7 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		Handler: transport.New(reg, tOpts),
-		tasks:   tasksRun, reg: reg, st: o.Store, cancel: cancel, done: make(chan struct{}),
+		tasks:   tasksRun, meta: meta, reg: reg, st: o.Store, cancel: cancel, done: make(chan struct{}),
 	}
 	go func() {
 		defer close(h.done)
@@ -207,6 +248,13 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	}()
 	return h
 }
+
+// ResourceMetadata returns the handler of the protected resource metadata
+// of Options.Auth (RFC 9728, with CORS for browser clients), nil without
+// it. Serve it at the path bearer.ResourceMetadataURL gives for the
+// resource (bearer.WellKnownPath followed by the endpoint's path), and at
+// bearer.WellKnownPath itself for clients that look there first.
+func (h *Handler) ResourceMetadata() http.Handler { return h.meta }
 
 // Registry returns the session registry, for operations such as
 // Registry().Recreate (start a new generation of a session).
