@@ -13,8 +13,10 @@ package main
 // holds it, by its file flag or TIDEMARK_S_FILE, or as itself in
 // TIDEMARK_S; naming it both ways is an error. The secrets are the
 // requestState key ring (S = REQUEST_STATE_KEYS, file flag
-// --request-state-keys) and the Redis password (S = REDIS_PASSWORD, file
-// flag --redis-password-file). No log line or error holds a secret.
+// --request-state-keys), the Redis password (S = REDIS_PASSWORD, file
+// flag --redis-password-file) and the introspection client secret (S =
+// AUTH_INTROSPECTION_CLIENT_SECRET, file flag
+// --auth-introspection-client-secret-file). No log line or error holds a secret.
 
 import (
 	"errors"
@@ -36,13 +38,14 @@ const envPrefix = "TIDEMARK_"
 // name: their variable is TIDEMARK_<SECRET>_FILE, and TIDEMARK_<SECRET>
 // holds the secret itself.
 var secretOfFile = map[string]string{
-	"request-state-keys":  "REQUEST_STATE_KEYS",
-	"redis-password-file": "REDIS_PASSWORD",
+	"request-state-keys":                    "REQUEST_STATE_KEYS",
+	"redis-password-file":                   "REDIS_PASSWORD",
+	"auth-introspection-client-secret-file": "AUTH_INTROSPECTION_CLIENT_SECRET",
 }
 
 // repeatable are the flags that may be given more than once; their
 // variable holds one value per line.
-var repeatable = map[string]bool{"env": true, "upstream-header": true, "upstream-forward-header": true}
+var repeatable = map[string]bool{"env": true, "upstream-header": true, "upstream-forward-header": true, "auth-tool-scope": true}
 
 // notFromEnv are the flags no variable sets: --version would turn a
 // deployment's TIDEMARK_VERSION into a process that prints and exits.

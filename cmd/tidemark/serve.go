@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/bearer"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
@@ -60,6 +61,7 @@ type serveConfig struct {
 	state           stateConfig
 	upstream        upstreamConfig
 	tasks           taskConfig
+	auth            authConfig
 	version         bool // --version: print the build and exit
 }
 
@@ -101,6 +103,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
 	taskFlags(fs, &c.tasks)
+	authFlags(fs, &c.auth)
 	fs.BoolVar(&c.version, "version", false, "print the version, commit, commit date and Go version of this build, and exit")
 	return fs, c
 }
@@ -126,6 +129,9 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 		return err
 	}
 	if err := c.operator.check(c.addr); err != nil {
+		return err
+	}
+	if err := c.auth.check(os.LookupEnv); err != nil {
 		return err
 	}
 	return c.fleet.check(c.dataDir)
@@ -265,6 +271,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts := c.options(b, logger)
+	if opts.Auth, err = c.auth.options(ln.Addr(), c.path, logger); err != nil {
+		ln.Close()
+		b.close()
+		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
+		return 2
+	}
 	op.configure(opts)
 	if b.fleet != nil {
 		opts.Transport.Directory = b.fleet
@@ -380,13 +392,20 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 // endpoint serves h at exactly c.path. The path is matched exactly, not
 // through http.ServeMux, whose path cleaning answers "//mcp" or
 // "/x/../mcp" with a 307 redirect; every other path is a JSON-RPC 404
-// (TestServeUnknownPath).
+// (TestServeUnknownPath). With --auth-issuer, the protected resource
+// metadata is served at its well-known path, bare and suffixed with
+// c.path (RFC 9728, section 3.1).
 func (c *serveConfig) endpoint(h *tidemark.Handler) http.Handler {
-	if c.path == "/" {
+	meta := h.ResourceMetadata()
+	if c.path == "/" && meta == nil {
 		return h
 	}
 	notFound := h.PathNotFound(c.path)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if meta != nil && (r.URL.Path == bearer.WellKnownPath || r.URL.Path == bearer.WellKnownPath+strings.TrimSuffix(c.path, "/")) {
+			meta.ServeHTTP(w, r)
+			return
+		}
 		if r.URL.Path != c.path {
 			notFound.ServeHTTP(w, r)
 			return
