@@ -59,13 +59,16 @@ func authFlags(fs *flag.FlagSet, c *authConfig) {
 func (c *authConfig) check(lookup func(string) (string, bool)) error {
 	envSecret, inEnv := lookup(secretEnv)
 	if c.issuer == "" {
-		for name, set := range map[string]bool{
-			"auth-audience": c.audience != "", "auth-resource": c.resource != "", "auth-jwks": c.jwks != "",
-			"auth-introspection": c.introspection != "", "auth-introspection-client-id": c.clientID != "",
-			"auth-introspection-client-secret-file": c.secretFile != "", "auth-tool-scope": len(c.toolScopes) > 0,
+		for _, f := range [...]struct {
+			name string
+			set  bool
+		}{
+			{"auth-audience", c.audience != ""}, {"auth-resource", c.resource != ""}, {"auth-jwks", c.jwks != ""},
+			{"auth-introspection", c.introspection != ""}, {"auth-introspection-client-id", c.clientID != ""},
+			{"auth-introspection-client-secret-file", c.secretFile != ""}, {"auth-tool-scope", len(c.toolScopes) > 0},
 		} {
-			if set {
-				return fmt.Errorf("--%s applies with --auth-issuer only: set the issuer of the tokens too", name)
+			if f.set {
+				return fmt.Errorf("--%s applies with --auth-issuer only: want --auth-issuer, the issuer of the tokens, too", f.name)
 			}
 		}
 		return nil
@@ -86,11 +89,11 @@ func (c *authConfig) check(lookup func(string) (string, bool)) error {
 	}
 	switch {
 	case c.clientID != "" && c.introspection == "":
-		return errors.New("--auth-introspection-client-id applies with --auth-introspection only")
+		return errors.New("--auth-introspection-client-id applies with --auth-introspection only: want --auth-introspection too")
 	case c.secretFile != "" && inEnv:
 		return fmt.Errorf("the introspection client secret is named by $%s and --auth-introspection-client-secret-file: want one of them", secretEnv)
 	case (c.secretFile != "" || inEnv) && c.clientID == "":
-		return errors.New("an introspection client secret needs --auth-introspection-client-id")
+		return errors.New("an introspection client secret needs its client: want --auth-introspection-client-id too")
 	}
 	c.secret = envSecret
 	if c.secretFile != "" {
