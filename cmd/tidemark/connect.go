@@ -32,6 +32,7 @@ type connectConfig struct {
 	header        http.Header
 	logFile       string
 	logLevel      slog.Level
+	protocol      string
 	resumeTimeout time.Duration
 	startTimeout  time.Duration
 	version       bool
@@ -51,6 +52,7 @@ func connectFlags(stderr io.Writer) (*flag.FlagSet, *connectConfig) {
 	})
 	fs.StringVar(&c.logFile, "log-file", "", "also append the log lines to this file, created with mode 0600 (path; empty: stderr only)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
+	fs.StringVar(&c.protocol, "protocol", connect.ProtocolAuto, "the era spoken to the server: auto (2025-11-25 when the server serves it, whose streams resume; 2026-07-28 when its server/discover lists nothing older), 2025-11-25 or 2026-07-28 (sessionless: tool calls run as tasks when the server offers the Tasks extension)")
 	fs.DurationVar(&c.resumeTimeout, "resume-timeout", connect.DefaultResumeTimeout, "how long a call waits on a cut stream, an unreachable server, 503s or a new session before it fails toward the host (duration)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", connect.DefaultStartTimeout, "how long the host's first initialize retries a server it cannot connect to before tidemark connect exits 1 (duration; 0s: no retry)")
 	c.oauth.register(fs)
@@ -117,6 +119,12 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tidemark connect: --resume-timeout must be positive, --start-timeout 0 or more")
 		return 2
 	}
+	switch c.protocol {
+	case connect.ProtocolAuto, connect.ProtocolStateful, connect.ProtocolSessionless:
+	default:
+		fmt.Fprintf(stderr, "tidemark connect: --protocol %q: want auto, %s or %s\n", c.protocol, connect.ProtocolStateful, connect.ProtocolSessionless)
+		return 2
+	}
 	if fi, err := os.Stat(c.logFile); c.logFile != "" && err == nil && fi.IsDir() {
 		fmt.Fprintf(stderr, "tidemark connect: --log-file %q: a directory: want the path of a file\n", c.logFile)
 		return 2
@@ -162,6 +170,7 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		ResumeTimeout: c.resumeTimeout,
 		StartTimeout:  startTimeout,
 		Logger:        logger,
+		Protocol:      c.protocol,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)

@@ -2,7 +2,8 @@
 // host (DESIGN.md, "The connect bridge"): MCP over stdio toward the host,
 // Streamable HTTP toward a remote server, Tidemark or any other, through the
 // resumable transport of package client. It speaks the stateful era
-// (2025-03-26 to 2025-11-25).
+// (2025-03-26 to 2025-11-25) through package client, or the sessionless
+// era (2026-07-28) through client.TaskTransport (Options.Protocol).
 //
 // The host is the client of record. The bridge passes its messages to the
 // server and the server's to it, and absorbs what the server's faults would
@@ -102,6 +103,9 @@ type Options struct {
 	// Logger receives the bridge's and the transport's log lines. Nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// Protocol is the era spoken to the server: ProtocolAuto (or ""),
+	// ProtocolStateful or ProtocolSessionless (the rule: PickEra).
+	Protocol string
 }
 
 // bridge is one run of Run.
@@ -151,6 +155,20 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	switch o.Protocol {
+	case ProtocolSessionless:
+		return runSessionless(ctx, host, o)
+	case ProtocolStateful:
+	case "", ProtocolAuto:
+		if e := probeEra(ctx, o); e.Pick == ProtocolSessionless {
+			o.Logger.Info("connect: the server serves only the sessionless era: protocol "+ProtocolSessionless, "supported", e.Supported, "tasks", e.Tasks)
+			return runSessionless(ctx, host, o)
+		} else {
+			o.Logger.Debug("connect: stateful era", "supported", e.Supported, "discover_error", e.Err)
+		}
+	default:
+		return fmt.Errorf("connect: Options.Protocol %q: want %q, %q or %q", o.Protocol, ProtocolAuto, ProtocolStateful, ProtocolSessionless)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

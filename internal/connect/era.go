@@ -1,0 +1,167 @@
+// era.go holds the rule by which `tidemark connect --protocol auto` picks
+// the era it speaks to the server, and the server/discover probe that
+// feeds it (DESIGN.md, "The connect bridge").
+
+package connect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/tasks"
+)
+
+// Values of Options.Protocol (and of --protocol).
+const (
+	// ProtocolAuto picks the era by PickEra.
+	ProtocolAuto = "auto"
+	// ProtocolStateful is the stateful era (2025-03-26 to 2025-11-25),
+	// whose streams resume.
+	ProtocolStateful = "2025-11-25"
+	// ProtocolSessionless is the sessionless era, whose calls outlive a
+	// connection only as tasks.
+	ProtocolSessionless = "2026-07-28"
+)
+
+// probeTimeout bounds the server/discover probe of ProtocolAuto.
+const probeTimeout = 5 * time.Second
+
+// Era is what the server/discover probe found, and the era picked.
+type Era struct {
+	// Pick is ProtocolStateful or ProtocolSessionless.
+	Pick string
+	// Supported is the answer's supportedVersions; nil when the probe got
+	// no result.
+	Supported []string
+	// Tasks reports that the answer offers the Tasks extension.
+	Tasks bool
+	// Err is why the probe got no result (the server refused or does not
+	// know server/discover, or could not be reached); nil otherwise.
+	Err error
+}
+
+// PickEra is the rule of ProtocolAuto, given the result of a
+// server/discover (MCP 2026-07-28, SEP-2575) or its failure: the stateful
+// era whenever the server may serve it, since its streams resume every
+// call through cuts and restarts; the sessionless era only when
+// server/discover answered and every revision it lists is 2026-07-28 or
+// later, so that the server serves nothing older. A failed probe (a
+// server of the stateful era only, which refuses the request, or one the
+// bridge cannot reach, for which the stateful path reports the failure)
+// and an empty list pick the stateful era.
+func PickEra(discovered bool, supported []string) string {
+	if !discovered || len(supported) == 0 {
+		return ProtocolStateful
+	}
+	for _, v := range supported {
+		if v < ProtocolSessionless {
+			return ProtocolStateful
+		}
+	}
+	return ProtocolSessionless
+}
+
+// probeEra sends one server/discover to o.URL, framed as the sessionless
+// era asks (MCP-Protocol-Version and Mcp-Method headers, the per-request
+// _meta), within probeTimeout, and applies PickEra to its answer.
+func probeEra(ctx context.Context, o Options) Era {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	supported, offered, err := discover(ctx, o)
+	return Era{Pick: PickEra(err == nil, supported), Supported: supported, Tasks: offered, Err: err}
+}
+
+// discover returns the supportedVersions of o.URL's server/discover
+// answer, and whether it offers the Tasks extension.
+func discover(ctx context.Context, o Options) ([]string, bool, error) {
+	id, _ := jsonrpc.MakeID("tidemark-connect-discover")
+	params := map[string]any{"_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    ProtocolSessionless,
+		"io.modelcontextprotocol/clientInfo":         map[string]string{"name": "tidemark connect", "version": "probe"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return nil, false, err
+	}
+	body, err := jsonrpc.EncodeMessage(&jsonrpc.Request{ID: id, Method: "server/discover", Params: raw})
+	if err != nil {
+		return nil, false, err
+	}
+	req, err := wire.NewRequest(ctx, http.MethodPost, o.URL, body, o.Header, "", ProtocolSessionless)
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set("Mcp-Method", "server/discover")
+	resp, err := o.HTTPClient.Do(req)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		wire.Drain(resp)
+		return nil, false, fmt.Errorf("server/discover: HTTP %d", resp.StatusCode)
+	}
+	r, err := readAnswer(resp, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if r.Error != nil {
+		return nil, false, fmt.Errorf("server/discover: %w", r.Error)
+	}
+	var res struct {
+		SupportedVersions []string `json:"supportedVersions"`
+		Capabilities      struct {
+			Extensions map[string]json.RawMessage `json:"extensions"`
+		} `json:"capabilities"`
+	}
+	if err := json.Unmarshal(r.Result, &res); err != nil {
+		return nil, false, fmt.Errorf("server/discover result: %w", err)
+	}
+	ext, ok := res.Capabilities.Extensions[tasks.ExtensionID]
+	return res.SupportedVersions, ok && string(ext) != "null", nil
+}
+
+// maxProbeAnswer bounds the server/discover answer read (bytes).
+const maxProbeAnswer = 1 << 20
+
+// readAnswer returns the response to id in resp's body, JSON or SSE.
+func readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response, error) {
+	if wire.MediaType(resp) == wire.MediaSSE {
+		rd := sse.NewReader(resp.Body, maxProbeAnswer)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				return nil, fmt.Errorf("server/discover answer: %w", err)
+			}
+			if m, err := jsonrpc.DecodeMessage(ev.Data); err == nil {
+				if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+					return r, nil
+				}
+			}
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeAnswer))
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := wire.DecodeAnswer(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+			return r, nil
+		}
+	}
+	return nil, errors.New("server/discover answer without its response")
+}

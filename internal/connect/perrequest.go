@@ -1,0 +1,127 @@
+// perrequest.go holds the transport under the sessionless bridge: each
+// message goes out on a connection of its own of the go-sdk's streamable
+// client transport, so that a broken answer fails one call, never the
+// others (DESIGN.md, "The connect bridge").
+
+package connect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// errAnswerLost is the error answer a call gets when its connection broke
+// before the server's answer came (the sessionless era resumes nothing).
+var errAnswerLost = errors.New("the answer stream broke before the server's answer")
+
+// perRequest is an mcp.Transport whose connection sends every message on a
+// new connection of t. In go-sdk v1.8.0 a JSON answer cut mid-body, an
+// undecodable event or a refused resume fails the whole connection, and
+// every later Write with it; a connection per request confines that
+// failure to its call, whose answer becomes an error wrapping
+// errAnswerLost. A sessionless request carries its protocol version in
+// params._meta, from which the SDK's transport sets MCP-Protocol-Version,
+// so a fresh connection frames it as the shared one would.
+type perRequest struct {
+	t *mcp.StreamableClientTransport
+}
+
+// Connect implements mcp.Transport.
+func (p perRequest) Connect(ctx context.Context) (mcp.Connection, error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &perRequestConn{t: p.t, ctx: cctx, cancel: cancel, in: make(chan jsonrpc.Message), done: make(chan struct{})}, nil
+}
+
+type perRequestConn struct {
+	t      *mcp.StreamableClientTransport
+	ctx    context.Context // ends with Close: ends the pumps
+	cancel context.CancelFunc
+	in     chan jsonrpc.Message
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// SessionID implements mcp.Connection: the sessionless era has none.
+func (c *perRequestConn) SessionID() string { return "" }
+
+// Read implements mcp.Connection.
+func (c *perRequestConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case m := <-c.in:
+		return m, nil
+	case <-c.done:
+		return nil, io.EOF
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Write implements mcp.Connection: msg goes out on a new connection; for
+// a call, that connection is read until the call's answer (or its end,
+// which answers the call with errAnswerLost), then closed. A call whose
+// context ends is given up: the SDK has answered it already.
+func (c *perRequestConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	select {
+	case <-c.done:
+		return mcp.ErrConnectionClosed
+	default:
+	}
+	inner, err := c.t.Connect(c.ctx)
+	if err != nil {
+		return err
+	}
+	if err := inner.Write(ctx, msg); err != nil {
+		inner.Close()
+		return err
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		inner.Close()
+		return nil
+	}
+	rctx, stop := context.WithCancel(c.ctx)
+	unhook := context.AfterFunc(ctx, stop)
+	c.wg.Go(func() {
+		defer inner.Close()
+		defer stop()
+		defer unhook()
+		for {
+			m, err := inner.Read(rctx)
+			if err != nil {
+				if rctx.Err() == nil {
+					c.push(&jsonrpc.Response{ID: req.ID, Error: fmt.Errorf("%w: %v", errAnswerLost, err)})
+				}
+				return
+			}
+			c.push(m)
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID == req.ID {
+				return
+			}
+		}
+	})
+	return nil
+}
+
+func (c *perRequestConn) push(m jsonrpc.Message) {
+	select {
+	case c.in <- m:
+	case <-c.done:
+	}
+}
+
+// Close implements mcp.Connection: it ends the connections still read.
+func (c *perRequestConn) Close() error {
+	c.once.Do(func() {
+		close(c.done)
+		c.cancel()
+		c.wg.Wait()
+	})
+	return nil
+}
