@@ -68,9 +68,6 @@ func TestConnectSessionlessTasks(t *testing.T) {
 	if _, ok := init.Capabilities["extensions"]; ok || init.Capabilities["tools"] == nil {
 		t.Errorf("initialize capabilities %v: want tools and no extensions", init.Capabilities)
 	}
-	if !strings.Contains(h.stderr.String(), "answered from server/discover") {
-		t.Errorf("the bridge did not log answering initialize from server/discover")
-	}
 
 	h.request(2, "tools/list", map[string]any{})
 	r, _ := h.answer(2, 10*time.Second)
@@ -98,6 +95,9 @@ func TestConnectSessionlessTasks(t *testing.T) {
 	}
 	if n := strings.Count(p.Output(), `msg="task created"`); n != 1 {
 		t.Errorf("the server logged %d \"task created\", want 1", n)
+	}
+	if !strings.Contains(h.stderr.String(), "answered from server/discover") {
+		t.Errorf("the bridge did not log answering initialize from server/discover")
 	}
 	if n := h.initializeAnswers(2, 3); n != 1 {
 		t.Errorf("the host received %d initialize answers, want 1", n)
@@ -142,43 +142,57 @@ func TestConnectSessionlessTaskThroughCuts(t *testing.T) {
 }
 
 // TestConnectSessionlessTaskAcrossKill: countdown runs as a task on
-// `tidemark serve --data-dir`; the server is killed with SIGKILL mid-task
-// and started again on the same port and directory. The host gets exactly
-// one answer, the task's error as the restarted server settled it (-32603,
-// data.reason executor_lost); the first process logged one "task
-// created", the second none and no "task re-run": countdown ran once.
+// `tidemark serve`; the server is killed with SIGKILL mid-task and started
+// again on the same port (and directory). The host gets exactly one
+// answer, the task's error as the restarted server gives it: with
+// --data-dir the settled task's -32603, data.reason executor_lost; with
+// the memory store, which forgot the task, tasks/get's -32602
+// task_not_found. The first process logged one "task created", the second
+// none and no "task re-run": countdown ran once.
 func TestConnectSessionlessTaskAcrossKill(t *testing.T) {
-	bin := testenv.BuildTidemark(t)
-	port := testenv.FreePort(t)
-	args := []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--task-poll", "50ms"}
-	first := startOn(t, bin, port, args...)
-	h := startConnect(t, bin, "--protocol", "2026-07-28", "http://127.0.0.1:"+strconv.Itoa(port)+"/mcp")
-	h.initialize()
-	h.request(5, "tools/call", countdown(1000, 100))
-	first.WaitFor(t, `msg="task created"`, 20*time.Second)
-	time.Sleep(300 * time.Millisecond) // a few polls of the working task
-	kill9(t, first)
-	second := startOn(t, bin, port, args...)
+	for _, tc := range []struct {
+		name   string
+		args   func(t *testing.T) []string
+		code   int64
+		reason replay.Reason
+	}{
+		{"durable", func(t *testing.T) []string { return []string{"--data-dir", filepath.Join(t.TempDir(), "data")} }, jsonrpc.CodeInternalError, replay.ReasonExecutorLost},
+		{"memory", func(*testing.T) []string { return nil }, jsonrpc.CodeInvalidParams, replay.ReasonTaskNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := testenv.BuildTidemark(t)
+			port := testenv.FreePort(t)
+			args := append(tc.args(t), "--task-poll", "50ms")
+			first := startOn(t, bin, port, args...)
+			h := startConnect(t, bin, "--protocol", "2026-07-28", "http://127.0.0.1:"+strconv.Itoa(port)+"/mcp")
+			h.initialize()
+			h.request(5, "tools/call", countdown(1000, 100))
+			first.WaitFor(t, `msg="task created"`, 20*time.Second)
+			time.Sleep(300 * time.Millisecond) // a few polls of the working task
+			kill9(t, first)
+			second := startOn(t, bin, port, args...)
 
-	r := h.onlyAnswer(5, 30*time.Second)
-	var we *jsonrpc.Error
-	if !errors.As(r.Error, &we) {
-		t.Fatalf("answer %s, want the task's error", r.Result)
-	}
-	var data struct {
-		Reason string `json:"reason"`
-	}
-	json.Unmarshal(we.Data, &data)
-	if we.Code != jsonrpc.CodeInternalError || data.Reason != replay.ReasonExecutorLost.String() {
-		t.Errorf("error %d %s (data %s), want -32603 with data.reason executor_lost", we.Code, we.Message, we.Data)
-	}
-	if n := strings.Count(first.Output(), `msg="task created"`); n != 1 {
-		t.Errorf("the first server logged %d \"task created\", want 1", n)
-	}
-	for _, msg := range []string{`msg="task created"`, `msg="task re-run"`} {
-		if n := strings.Count(second.Output(), msg); n != 0 {
-			t.Errorf("the restarted server logged %d %s, want 0", n, msg)
-		}
+			r := h.onlyAnswer(5, 30*time.Second)
+			var we *jsonrpc.Error
+			if !errors.As(r.Error, &we) {
+				t.Fatalf("answer %s, want the task's error", r.Result)
+			}
+			var data struct {
+				Reason string `json:"reason"`
+			}
+			json.Unmarshal(we.Data, &data)
+			if we.Code != tc.code || data.Reason != tc.reason.String() {
+				t.Errorf("error %d %s (data %s), want %d with data.reason %s", we.Code, we.Message, we.Data, tc.code, tc.reason)
+			}
+			if n := strings.Count(first.Output(), `msg="task created"`); n != 1 {
+				t.Errorf("the first server logged %d \"task created\", want 1", n)
+			}
+			for _, msg := range []string{`msg="task created"`, `msg="task re-run"`} {
+				if n := strings.Count(second.Output(), msg); n != 0 {
+					t.Errorf("the restarted server logged %d %s, want 0", n, msg)
+				}
+			}
+		})
 	}
 }
 

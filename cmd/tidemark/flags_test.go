@@ -51,7 +51,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 		"connect": {
 			"header": "x", "log-file": dir, "log-level": "LOUD", "resume-timeout": "5", "start-timeout": "5", "version": "maybe",
 			"oauth-browser": "chrome", "oauth-callback-port": "70000", "oauth-client-id": "${TIDEMARK_TEST_UNSET}",
-			"oauth-client-metadata-url": "http://example.com/client.json", "oauth-client-secret": "s3cret",
+			"oauth-client-metadata-url": "http://example.com/client.json", "oauth-client-secret": "s3cret", "protocol": "2027",
 		},
 		"inspect": {
 			"metrics-addr": "9464", "recent": "x", "json": "maybe", "timeout": "5",

@@ -1,0 +1,98 @@
+package connect_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+)
+
+// TestSessionlessRun: in process, a host initializes through the bridge
+// in the sessionless mode, against a handler that serves both eras; the
+// bridge answers initialize with the host's revision, a call passes, the
+// host's server/discover is declined, and Run returns nil when the host
+// closes its end, with no goroutine left behind (goleak).
+func TestSessionlessRun(t *testing.T) {
+	h := newHandler()
+	srv := httptest.NewServer(h)
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	}()
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	conn, err := (&mcp.IOTransport{Reader: toBridge, Writer: bridgeOut}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- connect.Run(context.Background(), conn, connect.Options{URL: srv.URL, Protocol: connect.ProtocolSessionless, Logger: slog.New(slog.DiscardHandler)})
+		conn.Close()
+	}()
+	in := make(chan *jsonrpc.Response, 16)
+	go func() {
+		sc := bufio.NewScanner(fromBridge)
+		for sc.Scan() {
+			if m, err := jsonrpc.DecodeMessage(sc.Bytes()); err == nil {
+				if r, ok := m.(*jsonrpc.Response); ok {
+					in <- r
+				}
+			}
+		}
+		close(in)
+	}()
+	call := func(id, method, params string) *jsonrpc.Response {
+		t.Helper()
+		rid, _ := jsonrpc.MakeID(id)
+		data, _ := jsonrpc.EncodeMessage(&jsonrpc.Request{ID: rid, Method: method, Params: json.RawMessage(params)})
+		if _, err := hostOut.Write(append(data, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-in:
+			if r.ID != rid {
+				t.Fatalf("answer to %v, want %s", r.ID.Raw(), id)
+			}
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no answer to %s within 10s", id)
+		}
+		return nil
+	}
+	r := call("init", "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"host","version":"1"}}`)
+	if r.Error != nil || !strings.Contains(string(r.Result), `"protocolVersion":"2025-06-18"`) || strings.Contains(string(r.Result), `"extensions"`) {
+		t.Errorf("initialize: %s %v, want protocol 2025-06-18 and no extensions", r.Result, r.Error)
+	}
+	r = call("d", "server/discover", `{}`)
+	if we, ok := r.Error.(*jsonrpc.Error); !ok || we.Code != jsonrpc.CodeMethodNotFound {
+		t.Errorf("server/discover from the host: %v, want -32601", r.Error)
+	}
+	r = call("echo", "tools/call", `{"name":"echo","arguments":{"text":"sessionless"}}`)
+	if r.Error != nil || !strings.Contains(string(r.Result), `"text":"sessionless"`) {
+		t.Errorf("echo: %s %v", r.Result, r.Error)
+	}
+	hostOut.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v, want nil when the host closes its end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still runs 10s after the host closed its end")
+	}
+	bridgeOut.Close()
+	for range in {
+	}
+}
