@@ -171,6 +171,8 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		StartTimeout:  startTimeout,
 		Logger:        logger,
 		Protocol:      c.protocol,
+		// The probe of --protocol auto never starts an authorization.
+		ProbeHTTPClient: &http.Client{},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)

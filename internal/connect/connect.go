@@ -106,6 +106,11 @@ type Options struct {
 	// Protocol is the era spoken to the server: ProtocolAuto (or ""),
 	// ProtocolStateful or ProtocolSessionless (the rule: PickEra).
 	Protocol string
+	// ProbeHTTPClient sends ProtocolAuto's server/discover probe. Nil:
+	// HTTPClient. tidemark connect gives one without OAuth, so that the
+	// probe never starts an authorization: a server that answers it 401
+	// is taken to serve the stateful era.
+	ProbeHTTPClient *http.Client
 }
 
 // bridge is one run of Run.

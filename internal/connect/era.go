@@ -102,7 +102,11 @@ func discover(ctx context.Context, o Options) ([]string, bool, error) {
 		return nil, false, err
 	}
 	req.Header.Set("Mcp-Method", "server/discover")
-	resp, err := o.HTTPClient.Do(req)
+	hc := o.ProbeHTTPClient
+	if hc == nil {
+		hc = o.HTTPClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, false, err
 	}
