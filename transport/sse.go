@@ -89,13 +89,15 @@ func appendRetry(b []byte, d time.Duration) []byte {
 	return append(b, '\n')
 }
 
-// writeEvents writes evs and flushes once. It reports whether the stream is
-// over: an event marked End (the last response of a POST stream) or a
-// close event (SEP-1699) was written. The events that end a stream are not
-// flushed: the handler returns next, and net/http sends them with the end
-// of the response in one write (a flush first would cost a write system
-// call of its own).
-func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
+// writeEvents writes evs and flushes once, unless hold is set. It reports
+// whether the stream is over: an event marked End (the last response of a
+// POST stream) or a close event (SEP-1699) was written. The events that end
+// a stream are not flushed: the handler returns next, and net/http sends
+// them with the end of the response in one write (a flush first would cost
+// a write system call of its own). With hold, events that do not end the
+// stream stay in the response's buffer too, for the caller to flush (see
+// (*Handler).serve, coalesceWindow).
+func (sw *sseWriter) writeEvents(evs []store.Event, hold bool) (over bool, err error) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if sw.final {
@@ -120,8 +122,8 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 		}
 	}
 	sw.buf = b
-	if over {
-		return true, sw.writeLocked(b)
+	if over || hold {
+		return over, sw.writeLocked(b)
 	}
 	return false, sw.flushLocked(b)
 }

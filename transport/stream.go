@@ -24,6 +24,15 @@ import (
 // of its generation ended, for the answers the engine still appends.
 const deadEngineGrace = time.Second
 
+// coalesceWindow is how long a POST stream holds what it writes first (its
+// headers, its priming event) for the events that follow: an engine that
+// answers at once, from its own goroutine, appends the answer within
+// microseconds of the stream's start, and the headers, the priming event
+// and the answer then leave in one write system call instead of two. A
+// slower call's client gets its priming event (and its cursor) at most this
+// much later.
+const coalesceWindow = 2 * time.Millisecond
+
 // stream is one connection serving one stream of one session generation.
 type stream struct {
 	live   *session.Live
@@ -88,13 +97,21 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	// The headers go out with the preamble, or, when there is none and
 	// the stream's opening event (priming) is in the log already, with
 	// the first events: the reader returns that event at once, so a flush
-	// of the headers alone would only cost a write system call. A stream
+	// of the headers alone would only cost a write system call. A POST
+	// stream holds its headers and what it writes during its first
+	// coalesceWindow (flushBy), and flushes them with the event that ends
+	// it or at the window's end, whichever comes first. Any other stream
 	// without priming may wait long for its first event: its headers are
 	// flushed now.
-	if len(s.preamble) > 0 || s.unprimed || s.finished {
+	coalesce := s.kind == metrics.StreamPost && len(s.preamble) == 0 && !s.finished
+	if len(s.preamble) > 0 || (s.unprimed && !coalesce) || s.finished {
 		if err := sw.writeRaw(s.preamble); err != nil || s.finished {
 			return nil
 		}
+	}
+	var flushBy time.Time // non-zero: writes are held until then
+	if coalesce {
+		flushBy = time.Now().Add(coalesceWindow)
 	}
 
 	var helpers sync.WaitGroup
@@ -110,7 +127,22 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 
 	rd := l.Reader(s.stream, s.after)
 	for {
-		evs, err := rd.Next(ctx)
+		var evs []store.Event
+		var err error
+		if flushBy.IsZero() || s.opening != nil {
+			// Unbounded: nothing is held, or the priming event is in
+			// the log and the read returns at once.
+			evs, err = rd.Next(ctx)
+		} else {
+			var expired bool
+			if evs, expired, err = nextBefore(ctx, rd, flushBy); expired {
+				flushBy = time.Time{}
+				if sw.writeRaw(nil) != nil {
+					return nil
+				}
+				continue
+			}
+		}
 		if err != nil && s.opening != nil && errors.Is(err, eventlog.ErrCompacted) {
 			// Retention trimmed the opening event before it was written
 			// (an answer larger than the session's retention followed it
@@ -133,7 +165,10 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			}
 			return nil
 		}
-		over, err := sw.writeEvents(evs)
+		if !flushBy.IsZero() && !time.Now().Before(flushBy) {
+			flushBy = time.Time{}
+		}
+		over, err := sw.writeEvents(evs, !flushBy.IsZero())
 		s.replay.count(h.opts.Metrics, evs, rd.Position())
 		if err != nil && !errors.Is(err, errTakenOver) {
 			l.Logger().Info("stream write failed", "stream", s.stream, "reason", replay.ReasonClientGone, "error", err)
@@ -142,6 +177,19 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			return nil
 		}
 	}
+}
+
+// nextBefore is rd.Next bounded by the time by: expired reports that no
+// event came by then (and ctx is not done), the Reader staying where it
+// was.
+func nextBefore(ctx context.Context, rd *eventlog.Reader, by time.Time) (evs []store.Event, expired bool, err error) {
+	wctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
+	evs, err = rd.Next(wctx)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, true, nil
+	}
+	return evs, false, err
 }
 
 // refuseUnstored returns the refusal of a stream whose reader stopped
@@ -205,7 +253,7 @@ func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWri
 			if err != nil || len(evs) == 0 {
 				break
 			}
-			if over, err := sw.writeEvents(evs); over || err != nil {
+			if over, err := sw.writeEvents(evs, false); over || err != nil {
 				return
 			}
 		}
