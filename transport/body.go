@@ -31,7 +31,11 @@ func (h *Handler) bodyTooLarge(r *http.Request) *refusal {
 // body_timeout when it does not arrive within BodyTimeout, 400 parse_error
 // when it ends before its Content-Length.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *refusal) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	size := int64(0)
+	if r.ContentLength > 0 && r.ContentLength <= h.opts.MaxBodyBytes {
+		size = r.ContentLength
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes), size)
 	if err == nil {
 		return body, nil
 	}
@@ -43,6 +47,27 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *ref
 		return nil, refuse(replay.ReasonBodyTimeout, fmt.Sprintf("the request body did not arrive within %v", h.opts.BodyTimeout))
 	}
 	return nil, refuse(replay.ReasonParseError, "reading the body failed: "+err.Error()+": send the whole body as its Content-Length says")
+}
+
+// readAll is io.ReadAll into a buffer sized for a body of size bytes (0:
+// unknown), so that a body whose Content-Length is known is read into one
+// allocation of its size: io.ReadAll starts at 512 bytes and grows by
+// copying, which for a 4 MiB body allocates 9.5 MiB (size in bytes).
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	b := make([]byte, 0, max(size+1, 512)) // +1: room to read the EOF without growing
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append choose the next size
+		}
+	}
 }
 
 // timedBody bounds the reading of a request body by a deadline on the

@@ -53,15 +53,28 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration, tag string, gen 
 	return sw
 }
 
-// appendEvent renders e as one SSE event: its cursor as `id`, `retry` when
-// set, and its JSON-RPC message as `data` (empty for priming and close).
-func (sw *sseWriter) appendEvent(b []byte, e *store.Event) []byte {
+// directData is the size (bytes) from which an event's message is written
+// to the response as it is stored instead of being copied into the
+// writer's buffer first: an answer of megabytes would otherwise be held
+// twice while it is written.
+const directData = 64 << 10
+
+// appendHead renders the fields of e that precede its data: its cursor as
+// `id`, and `retry` when set.
+func (sw *sseWriter) appendHead(b []byte, e *store.Event) []byte {
 	b = append(b, "id: "...)
 	b = replay.Cursor{Tag: sw.tag, Generation: e.Generation, Stream: e.Stream, Sequence: e.Seq}.AppendText(b)
 	b = append(b, '\n')
 	if e.Retry > 0 {
 		b = appendRetry(b, e.Retry)
 	}
+	return b
+}
+
+// appendEvent renders e as one SSE event: its cursor as `id`, `retry` when
+// set, and its JSON-RPC message as `data` (empty for priming and close).
+func (sw *sseWriter) appendEvent(b []byte, e *store.Event) []byte {
+	b = sw.appendHead(b, e)
 	if e.Kind != store.KindMessage || len(e.Data) == 0 {
 		return append(b, "data:\n\n"...)
 	}
@@ -115,7 +128,19 @@ func (sw *sseWriter) writeEvents(evs []store.Event, hold bool) (over bool, err e
 			}
 			continue
 		}
-		b = sw.appendEvent(b, &evs[i])
+		if e := &evs[i]; e.Kind == store.KindMessage && len(e.Data) >= directData && bytes.IndexByte(e.Data, '\n') < 0 {
+			// One data line, written from the event itself.
+			b = append(sw.appendHead(b, e), "data: "...)
+			if err := sw.writeLocked(b); err != nil {
+				return false, err
+			}
+			if err := sw.writeLocked(e.Data); err != nil {
+				return false, err
+			}
+			b = append(b[:0], '\n', '\n')
+		} else {
+			b = sw.appendEvent(b, e)
+		}
 		if evs[i].End || evs[i].Kind == store.KindClose {
 			over = true
 			break

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -179,5 +181,51 @@ func TestSlowAnswerPrimesFirst(t *testing.T) {
 	}
 	if got := wc.writes.Load() - before; got != 2 {
 		t.Errorf("%d write calls in all, want 2", got)
+	}
+}
+
+// TestLargeAnswerIntact: an answer of more than 64 KiB, which the stream
+// writes from the stored event instead of copying it, arrives whole as
+// one event with its cursor, after the priming event, on a stream whose
+// cursors a resume accepts.
+func TestLargeAnswerIntact(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, nil, nil)
+	s := st.initialize(t, ctx, "2025-11-25")
+	text := strings.Repeat("0123456789abcdef", 20000) // 320,000 bytes
+	str, err := s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": text}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer str.Close()
+	evs, err := str.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("stream had %d events, want 2: the priming event and the echo response", len(evs))
+	}
+	wantPriming(t, evs[0], "", time.Second)
+	r, ok := evs[1].Response()
+	if !ok {
+		t.Fatalf("stream ended with %+v, want the echo response", evs[1])
+	}
+	if got := toolText(t, r); got != text {
+		t.Fatalf("echo returned %d bytes, want %d", len(got), len(text))
+	}
+	if c := parseCursor(t, evs[1].ID); c.Sequence != parseCursor(t, evs[0].ID).Sequence+1 {
+		t.Fatalf("response cursor %q, want the one after the priming event's %q", evs[1].ID, evs[0].ID)
+	}
+	res, err := s.Resume(ctx, evs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	again, err := res.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) == 0 || again[len(again)-1].ID != evs[1].ID || string(again[len(again)-1].Data) != string(evs[1].Data) {
+		t.Fatalf("resumed after the priming event: %d events, want the same response again", len(again))
 	}
 }
