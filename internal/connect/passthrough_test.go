@@ -1,0 +1,319 @@
+package connect_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// hostTimeout bounds each wait of the host below for a message.
+const hostTimeout = 10 * time.Second
+
+// hostSide is a host speaking to connect.Run over a pipe, as a desktop
+// host does over the bridge's stdio.
+type hostSide struct {
+	t    *testing.T
+	out  io.WriteCloser
+	in   chan jsonrpc.Message
+	seen []jsonrpc.Message // every message read so far, in order
+}
+
+// startBridge runs the bridge toward url with o (URL and Logger set here)
+// and returns its host side. The test's cleanup closes the host's end and
+// requires Run to return nil.
+func startBridge(t *testing.T, url string, o connect.Options) *hostSide {
+	t.Helper()
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	conn, err := (&mcp.IOTransport{Reader: toBridge, Writer: bridgeOut}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.URL = url
+	o.Logger = slog.New(slog.DiscardHandler)
+	done := make(chan error, 1)
+	go func() {
+		done <- connect.Run(context.Background(), conn, o)
+		conn.Close()
+	}()
+	h := &hostSide{t: t, out: hostOut, in: make(chan jsonrpc.Message, 256)}
+	go func() {
+		defer close(h.in)
+		sc := bufio.NewScanner(fromBridge)
+		for sc.Scan() {
+			if m, err := jsonrpc.DecodeMessage(sc.Bytes()); err == nil {
+				h.in <- m
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		hostOut.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v, want nil when the host closes its end", err)
+			}
+		case <-time.After(hostTimeout):
+			t.Error("Run still runs 10s after the host closed its end")
+		}
+		bridgeOut.Close()
+		for range h.in {
+		}
+	})
+	return h
+}
+
+// send writes one message line to the bridge.
+func (h *hostSide) send(line string) {
+	h.t.Helper()
+	if _, err := io.WriteString(h.out, line+"\n"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// reply answers the server-to-client request req with result.
+func (h *hostSide) reply(req *jsonrpc.Request, result string) {
+	h.t.Helper()
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: json.RawMessage(result)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.send(string(data))
+}
+
+// next returns the next message from the bridge.
+func (h *hostSide) next() jsonrpc.Message {
+	h.t.Helper()
+	select {
+	case m, ok := <-h.in:
+		if !ok {
+			h.t.Fatal("the bridge closed its output")
+		}
+		h.seen = append(h.seen, m)
+		return m
+	case <-time.After(hostTimeout):
+		h.t.Fatalf("no message from the bridge within %v", hostTimeout)
+		return nil
+	}
+}
+
+// answer reads messages up to the answer to id and returns it with the
+// messages read before it.
+func (h *hostSide) answer(id any) (*jsonrpc.Response, []jsonrpc.Message) {
+	h.t.Helper()
+	want, err := jsonrpc.MakeID(id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var before []jsonrpc.Message
+	for {
+		m := h.next()
+		if r, ok := m.(*jsonrpc.Response); ok && r.ID == want {
+			return r, before
+		}
+		before = append(before, m)
+	}
+}
+
+// request reads messages up to the next server-to-client request.
+func (h *hostSide) request() *jsonrpc.Request {
+	h.t.Helper()
+	for {
+		if r, ok := h.next().(*jsonrpc.Request); ok && r.IsCall() {
+			return r
+		}
+	}
+}
+
+// initialize opens the session with the client capabilities caps.
+func (h *hostSide) initialize(caps string) {
+	h.t.Helper()
+	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":` + caps + `,"clientInfo":{"name":"host","version":"1"}}}`)
+	if r, _ := h.answer("init"); r.Error != nil {
+		h.t.Fatalf("initialize: %v", r.Error)
+	}
+	h.send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
+}
+
+// toolText returns the text of a tool result's single text content.
+func toolText(t *testing.T, r *jsonrpc.Response) string {
+	t.Helper()
+	if r.Error != nil {
+		t.Fatalf("call %v: error %v", r.ID.Raw(), r.Error)
+	}
+	var res struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	}
+	if err := json.Unmarshal(r.Result, &res); err != nil || len(res.Content) != 1 || res.IsError {
+		t.Fatalf("call %v: result %s, want one text content and no isError", r.ID.Raw(), r.Result)
+	}
+	return res.Content[0].Text
+}
+
+// sameJSON reports whether got and want hold the same JSON value; absent
+// params (got empty) are null.
+func sameJSON(t *testing.T, got json.RawMessage, want string) bool {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("want %s: %v", want, err)
+	}
+	if len(got) == 0 {
+		got = json.RawMessage("null")
+	}
+	return json.Unmarshal(got, &g) == nil && reflect.DeepEqual(g, w)
+}
+
+// textResult is a tool result of one text content.
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// serve serves s through Tidemark's handler on loopback (the stateful era)
+// behind wrap (nil: none), until the test's end.
+func serve(t *testing.T, s *mcp.Server, wrap func(http.Handler) http.Handler) *httptest.Server {
+	t.Helper()
+	h := tidemark.NewHandler(s, &tidemark.Options{
+		Transport: transport.Options{Retry: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+	})
+	var handler http.Handler = h
+	if wrap != nil {
+		handler = wrap(h)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	return srv
+}
+
+// asking is a server whose tools put the server-to-client requests to the
+// client of the call and return what it answered: ask (elicitation/create),
+// sample (sampling/createMessage), roots (roots/list), ping (ping).
+func asking() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "asking", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+			Message: "Proceed?",
+			RequestedSchema: map[string]any{
+				"type":       "object",
+				"properties": map[string]any{"ok": map[string]any{"type": "boolean"}},
+				"required":   []any{"ok"},
+			},
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return textResult(fmt.Sprintf("%s ok=%v", res.Action, res.Content["ok"])), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "sample"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
+			MaxTokens: 10,
+			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "Say hi"}}},
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		text, _ := res.Content.(*mcp.TextContent)
+		if text == nil {
+			return nil, nil, fmt.Errorf("sampling answered %T, want text", res.Content)
+		}
+		return textResult(res.Model + ": " + text.Text), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "roots"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		res, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		text := ""
+		for _, r := range res.Roots {
+			text += r.URI + " " + r.Name + ";"
+		}
+		return textResult(text), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "ping"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		if err := req.Session.Ping(ctx, nil); err != nil {
+			return nil, nil, err
+		}
+		return textResult("pong"), nil, nil
+	})
+	return s
+}
+
+// TestServerToClientRequests: in the stateful era, a tool that asks the
+// client for an elicitation, a sampling and its roots reaches the host
+// through the bridge: the host receives elicitation/create,
+// sampling/createMessage, roots/list and ping with the params the server
+// sent, answers each, and the tool's result carries the host's answer.
+func TestServerToClientRequests(t *testing.T) {
+	srv := serve(t, asking(), nil)
+	h := startBridge(t, srv.URL, connect.Options{})
+	h.initialize(`{"elicitation":{},"sampling":{},"roots":{}}`)
+
+	for _, tc := range []struct {
+		tool, method, params, answer, result string
+	}{
+		{
+			tool:   "ask",
+			method: "elicitation/create",
+			params: `{"mode":"form","message":"Proceed?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}}`,
+			answer: `{"action":"accept","content":{"ok":true}}`,
+			result: "accept ok=true",
+		},
+		{
+			tool:   "sample",
+			method: "sampling/createMessage",
+			params: `{"maxTokens":10,"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}]}`,
+			answer: `{"role":"assistant","content":{"type":"text","text":"hi from the host"},"model":"host-model"}`,
+			result: "host-model: hi from the host",
+		},
+		{
+			tool:   "roots",
+			method: "roots/list",
+			params: `null`, // the SDK sends roots/list without params
+			answer: `{"roots":[{"uri":"file:///work/project","name":"project"}]}`,
+			result: "file:///work/project project;",
+		},
+		{
+			tool:   "ping",
+			method: "ping",
+			params: `null`,
+			answer: `{}`,
+			result: "pong",
+		},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			h.t = t
+			h.send(`{"jsonrpc":"2.0","id":"` + tc.tool + `","method":"tools/call","params":{"name":"` + tc.tool + `","arguments":{}}}`)
+			req := h.request()
+			if req.Method != tc.method || !sameJSON(t, req.Params, tc.params) {
+				t.Fatalf("the host received %s %s, want %s %s", req.Method, req.Params, tc.method, tc.params)
+			}
+			h.reply(req, tc.answer)
+			r, _ := h.answer(tc.tool)
+			if got := toolText(t, r); got != tc.result {
+				t.Errorf("%s's result: %q, want %q", tc.tool, got, tc.result)
+			}
+		})
+	}
+}
