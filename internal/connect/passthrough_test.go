@@ -317,3 +317,45 @@ func TestServerToClientRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressPassesThrough: the progress notifications a tool sends reach
+// the host in the order sent, each with the host's own progress token and
+// the server's progress, total and message, all before the call's result.
+func TestProgressPassesThrough(t *testing.T) {
+	const steps = 5
+	s := mcp.NewServer(&mcp.Implementation{Name: "counting", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "count"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		for i := 1; i <= steps; i++ {
+			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: steps, Message: fmt.Sprintf("step %d", i),
+			}); err != nil {
+				return nil, nil, err
+			}
+		}
+		return textResult("counted"), nil, nil
+	})
+	srv := serve(t, s, nil)
+	h := startBridge(t, srv.URL, connect.Options{})
+	h.initialize(`{}`)
+
+	h.send(`{"jsonrpc":"2.0","id":"count","method":"tools/call","params":{"name":"count","arguments":{},"_meta":{"progressToken":"host-token-1"}}}`)
+	r, before := h.answer("count")
+	if got := toolText(t, r); got != "counted" {
+		t.Errorf("count's result: %q, want %q", got, "counted")
+	}
+	var got []string
+	for _, m := range before {
+		if req, ok := m.(*jsonrpc.Request); ok && req.Method == "notifications/progress" {
+			got = append(got, string(req.Params))
+		}
+	}
+	if len(got) != steps {
+		t.Fatalf("the host got %d progress notifications before the result, want %d: %v", len(got), steps, got)
+	}
+	for i, p := range got {
+		want := fmt.Sprintf(`{"progressToken":"host-token-1","progress":%d,"total":%d,"message":"step %d"}`, i+1, steps, i+1)
+		if !sameJSON(t, json.RawMessage(p), want) {
+			t.Errorf("progress notification %d: %s, want %s", i+1, p, want)
+		}
+	}
+}
