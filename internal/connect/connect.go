@@ -134,6 +134,10 @@ type bridge struct {
 	lists []string
 	// started reports that the host's first initialize was sent.
 	started bool
+	// sending are the host's calls from their reading to the return of
+	// their POST, each true once the host cancelled it meanwhile: such a
+	// call's failed POST gets no answer toward the host.
+	sending map[jsonrpc.ID]bool
 }
 
 // Run bridges host (the host's stdio connection, e.g. from
@@ -177,7 +181,7 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, pending: make(map[jsonrpc.ID]*jsonrpc.Request)}
+	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, pending: make(map[jsonrpc.ID]*jsonrpc.Request), sending: make(map[jsonrpc.ID]bool)}
 	t := &client.Transport{
 		Endpoint:       o.URL,
 		HTTPClient:     o.HTTPClient,
@@ -244,6 +248,7 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 		if !ok || !req.IsCall() {
 			if ok {
 				b.fold(req)
+				b.cancelling(req)
 			}
 			select {
 			case oneWay <- msg:
@@ -254,6 +259,7 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 		}
 		b.track(req)
 		b.mu.Lock()
+		b.sending[req.ID] = false
 		first := req.Method == "initialize" && !b.started
 		if first {
 			b.started = true
@@ -274,15 +280,25 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 }
 
 // call sends the host's call req to the server. When the transport refuses
-// it, the host gets the error answer (the transport will not answer it);
-// an initialize that could not connect is also returned, wrapped in
-// ErrUnreachable.
+// it, the host gets the error answer (the transport will not answer it),
+// unless the host cancelled the call meanwhile: the transport then stops
+// the call's POST, and a cancelled request gets no answer (MCP 2025-11-25,
+// "Cancellation"). An initialize that could not connect is also returned,
+// wrapped in ErrUnreachable.
 func (b *bridge) call(req *jsonrpc.Request) error {
 	err := b.server.Write(b.ctx, req)
+	b.mu.Lock()
+	cancelled := b.sending[req.ID]
+	delete(b.sending, req.ID)
+	b.mu.Unlock()
 	if err == nil || b.ctx.Err() != nil {
 		return nil
 	}
 	b.untrack(req.ID)
+	if cancelled {
+		b.logger.Debug("connect: call cancelled by the host before the server took it; no answer", "method", req.Method, "id", req.ID.Raw(), "error", err)
+		return nil
+	}
 	werr := b.hostError(err)
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
 	if op := dialError(err); req.Method == "initialize" && op != nil {
@@ -291,6 +307,27 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	}
 	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
 	return nil
+}
+
+// cancelling marks the call that the host's notifications/cancelled req
+// names, if its POST is still being sent.
+func (b *bridge) cancelling(req *jsonrpc.Request) {
+	if req.Method != "notifications/cancelled" {
+		return
+	}
+	var p mcp.CancelledParams
+	if json.Unmarshal(req.Params, &p) != nil {
+		return
+	}
+	id, err := jsonrpc.MakeID(p.RequestID)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	if _, ok := b.sending[id]; ok {
+		b.sending[id] = true
+	}
+	b.mu.Unlock()
 }
 
 // sendOneWay sends a notification or an answer of the host's; a failure

@@ -2,6 +2,7 @@ package connect_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -315,6 +316,89 @@ func TestServerToClientRequests(t *testing.T) {
 				t.Errorf("%s's result: %q, want %q", tc.tool, got, tc.result)
 			}
 		})
+	}
+}
+
+// TestCancelledPassesThrough: the host sends notifications/cancelled for a
+// call whose tool runs; the bridge passes it to the server, whose tool's
+// context ends with context.Canceled, the server received the host's
+// notification as sent, and the host gets no answer for the cancelled id (MCP 2025-11-25, "Cancellation": the receiver does not
+// answer, and the bridge stops reading the call's stream). The session
+// goes on: the host's next call is answered.
+func TestCancelledPassesThrough(t *testing.T) {
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	s := mcp.NewServer(&mcp.Implementation{Name: "waiting", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "wait"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			ended <- ctx.Err()
+			return nil, nil, ctx.Err()
+		case <-time.After(hostTimeout):
+			ended <- nil
+			return textResult("not cancelled"), nil, nil
+		}
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, args struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return textResult(args.Text), nil, nil
+	})
+	cancels := make(chan string, 4) // the bodies of notifications/cancelled POSTs
+	srv := serve(t, s, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				if m, err := jsonrpc.DecodeMessage(body); err == nil {
+					if req, ok := m.(*jsonrpc.Request); ok && req.Method == "notifications/cancelled" {
+						cancels <- string(req.Params)
+					}
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	h := startBridge(t, srv.URL, connect.Options{})
+	h.initialize(`{}`)
+
+	h.send(`{"jsonrpc":"2.0","id":"w","method":"tools/call","params":{"name":"wait","arguments":{}}}`)
+	select {
+	case <-started:
+	case <-time.After(hostTimeout):
+		t.Fatal("the wait tool did not start within 10s")
+	}
+	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"w","reason":"the user stopped it"}}`)
+	select {
+	case err := <-ended:
+		if err != context.Canceled {
+			t.Fatalf("the tool's context ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(hostTimeout):
+		t.Fatal("the tool's context did not end within 10s of notifications/cancelled")
+	}
+	select {
+	case p := <-cancels:
+		if want := `{"requestId":"w","reason":"the user stopped it"}`; !sameJSON(t, json.RawMessage(p), want) {
+			t.Errorf("the server received notifications/cancelled %s, want %s", p, want)
+		}
+	case <-time.After(hostTimeout):
+		t.Fatal("the server received no notifications/cancelled within 10s")
+	}
+	// Whatever the server still writes for the call has had time to
+	// reach the bridge before the next call is sent.
+	time.Sleep(300 * time.Millisecond)
+	h.send(`{"jsonrpc":"2.0","id":"after","method":"tools/call","params":{"name":"echo","arguments":{"text":"still here"}}}`)
+	r, _ := h.answer("after")
+	if got := toolText(t, r); got != "still here" {
+		t.Errorf("the call after the cancellation: %q, want %q", got, "still here")
+	}
+	w, _ := jsonrpc.MakeID("w")
+	for _, m := range h.seen {
+		if r, ok := m.(*jsonrpc.Response); ok && r.ID == w {
+			t.Errorf("the host got an answer to the cancelled call: result %s, error %v; want none", r.Result, r.Error)
+		}
 	}
 }
 
