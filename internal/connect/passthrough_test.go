@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -442,4 +445,107 @@ func TestProgressPassesThrough(t *testing.T) {
 			t.Errorf("progress notification %d: %s, want %s", i+1, p, want)
 		}
 	}
+}
+
+// unavailable answers the first n POSTs of tools/call (n < 0: every one)
+// 503 with Retry-After: 1 and a JSON-RPC error body, and passes the rest
+// to next; times records when each tools/call POST arrived.
+type unavailable struct {
+	next http.Handler
+	n    int
+
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (u *unavailable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if m, err := jsonrpc.DecodeMessage(body); err == nil {
+			if req, ok := m.(*jsonrpc.Request); ok && req.Method == "tools/call" {
+				u.mu.Lock()
+				u.times = append(u.times, time.Now())
+				refuse := u.n < 0 || len(u.times) <= u.n
+				u.mu.Unlock()
+				if refuse {
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Retry-After", "1")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"the server is overloaded"}}`)
+					return
+				}
+			}
+		}
+	}
+	u.next.ServeHTTP(w, r)
+}
+
+// posts returns when each tools/call POST arrived.
+func (u *unavailable) posts() []time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.times)
+}
+
+// TestRetryAfter503: a server that answers a tools/call POST 503 with
+// Retry-After: 1 gets it again no sooner than a second later, until it
+// takes it: the host gets the call's result. A server that answers 503 for
+// longer than --resume-timeout (1.5 s here) fails the host's call with
+// -32603, the server's message and error.data exactly
+// {"reason":"server_refused","status":503}, once the next Retry-After would
+// end past the bound: after the second POST, a second after the first.
+func TestRetryAfter503(t *testing.T) {
+	t.Run("retried", func(t *testing.T) {
+		u := &unavailable{n: 2}
+		srv := serve(t, demo.NewServer(), func(next http.Handler) http.Handler { u.next = next; return u })
+		h := startBridge(t, srv.URL, connect.Options{})
+		h.initialize(`{}`)
+		h.send(`{"jsonrpc":"2.0","id":"echo","method":"tools/call","params":{"name":"echo","arguments":{"text":"after two 503s"}}}`)
+		r, _ := h.answer("echo")
+		if got := toolText(t, r); got != "after two 503s" {
+			t.Errorf("echo's result: %q, want %q", got, "after two 503s")
+		}
+		times := u.posts()
+		if len(times) != 3 {
+			t.Fatalf("the server received %d tools/call POSTs, want 3 (two refused, one taken)", len(times))
+		}
+		for i := 1; i < len(times); i++ {
+			gap := times[i].Sub(times[i-1])
+			if gap < time.Second {
+				t.Errorf("POST %d came %v after the 503 with Retry-After: 1, want at least 1s", i+1, gap)
+			}
+			t.Logf("POST %d: %v after the 503 before it", i+1, gap)
+		}
+	})
+	t.Run("beyond the bound", func(t *testing.T) {
+		const bound = 1500 * time.Millisecond
+		u := &unavailable{n: -1}
+		srv := serve(t, demo.NewServer(), func(next http.Handler) http.Handler { u.next = next; return u })
+		h := startBridge(t, srv.URL, connect.Options{ResumeTimeout: bound})
+		h.initialize(`{}`)
+		start := time.Now()
+		h.send(`{"jsonrpc":"2.0","id":"echo","method":"tools/call","params":{"name":"echo","arguments":{"text":"never taken"}}}`)
+		r, _ := h.answer("echo")
+		took := time.Since(start)
+		const wantMsg = "the MCP server refused the call with HTTP 503: the server is overloaded"
+		if r.Error == nil {
+			t.Fatalf("the host got the result %s, want the error %q", r.Result, wantMsg)
+		}
+		we, ok := r.Error.(*jsonrpc.Error)
+		if !ok || we.Code != jsonrpc.CodeInternalError || we.Message != wantMsg || !sameJSON(t, we.Data, `{"reason":"server_refused","status":503}`) {
+			t.Errorf("the host's error: %#v, want code -32603, message %q, data {\"reason\":\"server_refused\",\"status\":503}", r.Error, wantMsg)
+		}
+		times := u.posts()
+		if len(times) != 2 {
+			t.Errorf("the server received %d tools/call POSTs, want 2: a third would come 2s after the first, past the bound", len(times))
+		}
+		if len(times) == 2 && times[1].Sub(times[0]) < time.Second {
+			t.Errorf("the second POST came %v after the first 503, want at least 1s", times[1].Sub(times[0]))
+		}
+		t.Logf("the call failed %v after it was sent, after %d POSTs", took, len(times))
+		if margin := time.Second; took > bound+margin {
+			t.Errorf("the call failed %v after it was sent, want within the bound %v plus %v", took, bound, margin)
+		}
+	})
 }
