@@ -30,7 +30,8 @@
 //
 // Server-to-client requests (elicitation, sampling, roots/list, ping) go
 // to the host and its answers back to the session that asked;
-// notifications/cancelled and progress pass both ways.
+// notifications/cancelled and progress pass both ways, and a call the host
+// cancelled gets no answer.
 package connect
 
 import (
