@@ -93,16 +93,6 @@ const cancelTimeout = 5 * time.Second
 // tasks/update, never to the server as a call.
 const inputState = "tidemark-task-input:"
 
-// Names of the sessionless era (SEP-2575; SEP-2663, "Streamable HTTP:
-// Routing Headers").
-const (
-	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
-	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
-	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
-	headerMethod           = "Mcp-Method"
-	headerName             = "Mcp-Name"
-)
-
 // TaskTransport is an mcp.Transport that runs an mcp.Client's tools/call
 // as tasks of the Tasks extension (io.modelcontextprotocol/tasks,
 // SEP-2663) when the server offers it, so that a call outlives the
@@ -384,8 +374,8 @@ func (c *taskConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // writeCall sends a tools/call of the SDK, or answers an input_required
 // task with it.
 func (c *taskConn) writeCall(ctx context.Context, req *jsonrpc.Request) error {
-	params := decodeObject(req.Params)
-	if state := params.str("requestState"); len(state) > len(inputState) && state[:len(inputState)] == inputState {
+	params := wire.DecodeObject(req.Params)
+	if state := params.Str("requestState"); len(state) > len(inputState) && state[:len(inputState)] == inputState {
 		c.mu.Lock()
 		tc := c.parked[state]
 		delete(c.parked, state)
@@ -412,8 +402,8 @@ func (c *taskConn) writeCall(ctx context.Context, req *jsonrpc.Request) error {
 		params = withDeclaration(params)
 		out = &jsonrpc.Request{ID: req.ID, Method: req.Method, Params: mustJSON(params)}
 	}
-	meta := decodeObject(params["_meta"])
-	tc := &taskCall{id: req.ID, meta: taskMeta(meta), version: meta.str(metaProtocolVersion)}
+	meta := wire.DecodeObject(params["_meta"])
+	tc := &taskCall{id: req.ID, meta: taskMeta(meta), version: meta.Str(wire.MetaProtocolVersion)}
 	c.mu.Lock()
 	c.calls[req.ID] = tc
 	c.mu.Unlock()
@@ -724,8 +714,8 @@ func (c *taskConn) send(ctx context.Context, tc *taskCall, method string, params
 	if err != nil {
 		return nil, resume.Outcome{Kind: resume.Refused, Err: err}
 	}
-	req.Header.Set(headerMethod, method)
-	req.Header.Set(headerName, tc.task)
+	req.Header.Set(wire.HeaderMethod, method)
+	req.Header.Set(wire.HeaderName, tc.task)
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		return nil, resume.Classify(resume.Answer{Err: err}, time.Now())
@@ -789,37 +779,6 @@ func sseResponse(body io.Reader, id jsonrpc.ID) (*jsonrpc.Response, error) {
 	}
 }
 
-// object is a JSON object whose members stay as they were sent.
-type object map[string]json.RawMessage
-
-// decodeObject returns raw as an object; nil for anything else.
-func decodeObject(raw json.RawMessage) object {
-	var o object
-	if len(raw) == 0 || json.Unmarshal(raw, &o) != nil {
-		return nil
-	}
-	return o
-}
-
-// str returns member k of o as a string, "" when it is none.
-func (o object) str(k string) string {
-	var s string
-	if json.Unmarshal(o[k], &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// with returns a copy of o (an empty object for nil) with k set to v.
-func (o object) with(k string, v json.RawMessage) object {
-	c := make(object, len(o)+1)
-	for kk, vv := range o {
-		c[kk] = vv
-	}
-	c[k] = v
-	return c
-}
-
 // mustJSON returns the encoding of v, which cannot fail for the values
 // this file builds (maps, strings, numbers, raw JSON that was decoded).
 func mustJSON(v any) json.RawMessage {
@@ -834,7 +793,7 @@ func mustJSON(v any) json.RawMessage {
 // extension under capabilities.extensions (SEP-2663, "Capability
 // Negotiation").
 func offersTasks(result json.RawMessage) bool {
-	ext := decodeObject(decodeObject(decodeObject(result)["capabilities"])["extensions"])
+	ext := wire.DecodeObject(wire.DecodeObject(wire.DecodeObject(result)["capabilities"])["extensions"])
 	v, ok := ext[tasks.ExtensionID]
 	return ok && string(v) != "null"
 }
@@ -842,34 +801,34 @@ func offersTasks(result json.RawMessage) bool {
 // isTask reports whether a tools/call result is a CreateTaskResult
 // (resultType "task"; SEP-2663, "Creating Tasks").
 func isTask(result json.RawMessage) bool {
-	return decodeObject(result).str("resultType") == "task"
+	return wire.DecodeObject(result).Str("resultType") == "task"
 }
 
 // withDeclaration returns params with the Tasks extension declared in its
 // _meta's client capabilities, the other members kept (SEP-2663,
 // "Capability Negotiation").
-func withDeclaration(params object) object {
-	meta := decodeObject(params["_meta"])
-	caps := decodeObject(meta[metaClientCapabilities])
-	ext := decodeObject(caps["extensions"])
+func withDeclaration(params wire.Object) wire.Object {
+	meta := wire.DecodeObject(params["_meta"])
+	caps := wire.DecodeObject(meta[wire.MetaClientCapabilities])
+	ext := wire.DecodeObject(caps["extensions"])
 	if v, ok := ext[tasks.ExtensionID]; ok && string(v) != "null" {
 		return params
 	}
-	ext = ext.with(tasks.ExtensionID, json.RawMessage(`{}`))
-	caps = caps.with("extensions", mustJSON(ext))
-	meta = meta.with(metaClientCapabilities, mustJSON(caps))
-	return params.with("_meta", mustJSON(meta))
+	ext = ext.With(tasks.ExtensionID, json.RawMessage(`{}`))
+	caps = caps.With("extensions", mustJSON(ext))
+	meta = meta.With(wire.MetaClientCapabilities, mustJSON(caps))
+	return params.With("_meta", mustJSON(meta))
 }
 
 // taskMeta returns the _meta of the transport's tasks/* requests about a
 // call whose _meta is meta: its protocol version, client info and client
 // capabilities, the extension declared (tasks/* require it; SEP-2663).
-func taskMeta(meta object) json.RawMessage {
-	out := object{}
-	for _, k := range []string{metaProtocolVersion, metaClientInfo, metaClientCapabilities} {
+func taskMeta(meta wire.Object) json.RawMessage {
+	out := wire.Object{}
+	for _, k := range []string{wire.MetaProtocolVersion, wire.MetaClientInfo, wire.MetaClientCapabilities} {
 		if v, ok := meta[k]; ok {
 			out[k] = v
 		}
 	}
-	return withDeclaration(object{"_meta": mustJSON(out)})["_meta"]
+	return withDeclaration(wire.Object{"_meta": mustJSON(out)})["_meta"]
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -74,8 +75,8 @@ func (j *job) abandon(why replay.Reason) {
 // the tools/call params.
 type round struct {
 	header http.Header
-	meta   object
-	params object
+	meta   wire.Object
+	params wire.Object
 }
 
 // start runs a round of the task rec in a goroutine of this process, at
@@ -203,7 +204,7 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 // call sends one round to the wrapped handler as an ordinary tools/call,
 // in memory, and returns its answer.
 func (h *Handler) call(ctx context.Context, rd round) *answer {
-	params := rd.params.clone()
+	params := rd.params.Clone()
 	if rd.meta != nil {
 		params["_meta"] = mustJSON(rd.meta)
 	}
@@ -224,16 +225,16 @@ func (h *Handler) call(ctx context.Context, rd round) *answer {
 	r.Header.Del("Content-Length")
 	r.Header.Set("Content-Type", mediaJSON)
 	r.Header.Set("Accept", mediaJSON+", "+mediaSSE)
-	r.Header.Set(headerMethod, "tools/call")
-	r.Header.Set(headerName, rd.params.str("name"))
-	version := r.Header.Get(headerVersion)
-	if v := rd.meta.str("io.modelcontextprotocol/protocolVersion"); v != "" {
+	r.Header.Set(wire.HeaderMethod, "tools/call")
+	r.Header.Set(wire.HeaderName, rd.params.Str("name"))
+	version := r.Header.Get(wire.HeaderProtocolVersion)
+	if v := rd.meta.Str("io.modelcontextprotocol/protocolVersion"); v != "" {
 		version = v
 	}
 	if version == "" {
 		version = sessionlessVersion
 	}
-	r.Header.Set(headerVersion, version)
+	r.Header.Set(wire.HeaderProtocolVersion, version)
 	r.ContentLength = int64(len(body))
 	defer func() {
 		// A panic of the engine is the call's failure, not the process's.
@@ -264,7 +265,7 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) (*tasks.Event,
 	// A call cut short by its context ends with no answer, a JSON-RPC
 	// error or a tool error; a result that came anyway stands (SEP-2663,
 	// "Task Cancellation": the task reports what the call did).
-	cut := resp == nil || resp.Error != nil || string(decodeObject(resp.Result)["isError"]) == "true"
+	cut := resp == nil || resp.Error != nil || string(wire.DecodeObject(resp.Result)["isError"]) == "true"
 	if cut && cancelReq {
 		return &tasks.Event{Kind: tasks.Stop}, ""
 	}
@@ -282,8 +283,8 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) (*tasks.Event,
 		}
 		return &tasks.Event{Kind: tasks.Fail, Error: mustJSON(we)}, ""
 	}
-	result := decodeObject(resp.Result)
-	if result.str("resultType") == "input_required" {
+	result := wire.DecodeObject(resp.Result)
+	if result.Str("resultType") == "input_required" {
 		var reqs map[string]json.RawMessage
 		json.Unmarshal(result["inputRequests"], &reqs)
 		if len(reqs) > 0 {
@@ -291,11 +292,11 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) (*tasks.Event,
 			for k, v := range reqs {
 				byKey[k] = v
 			}
-			return &tasks.Event{Kind: tasks.NeedInput, Requests: byKey, State: []byte(result.str("requestState"))}, ""
+			return &tasks.Event{Kind: tasks.NeedInput, Requests: byKey, State: []byte(result.Str("requestState"))}, ""
 		}
 	}
 	out := []byte(resp.Result)
-	if meta := decodeObject(result["_meta"]); meta != nil {
+	if meta := wire.DecodeObject(result["_meta"]); meta != nil {
 		if _, ok := meta[metaRelatedTask]; ok {
 			delete(meta, metaRelatedTask)
 			if len(meta) == 0 {
@@ -392,24 +393,24 @@ func (h *Handler) release(ctx context.Context, j *job) {
 // nextRound is the round a tasks/update r that completed the input of rec
 // starts: the original call with the answers by the engine's keys and the
 // round's requestState, under r's headers and _meta.
-func (h *Handler) nextRound(r *http.Request, params object, rec tasks.Record) round {
+func (h *Handler) nextRound(r *http.Request, params wire.Object, rec tasks.Record) round {
 	return round{header: r.Header, meta: withoutDeclaration(params), params: roundParams(rec)}
 }
 
 // rerunRound is the round of a re-run, which no client request carries.
 func (h *Handler) rerunRound(rec tasks.Record) round {
-	meta := object{
+	meta := wire.Object{
 		"io.modelcontextprotocol/protocolVersion": mustJSON(sessionlessVersion),
-		metaClientCapabilities:                    json.RawMessage(`{}`),
+		wire.MetaClientCapabilities:               json.RawMessage(`{}`),
 	}
 	return round{header: http.Header{}, meta: meta, params: roundParams(rec)}
 }
 
 // roundParams are the tools/call params of rec's current round.
-func roundParams(rec tasks.Record) object {
-	params := decodeObject(rec.Call)
+func roundParams(rec tasks.Record) wire.Object {
+	params := wire.DecodeObject(rec.Call)
 	if params == nil {
-		params = object{}
+		params = wire.Object{}
 	}
 	if len(rec.Input.Slots) > 0 {
 		responses := map[string]json.RawMessage{}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -45,7 +46,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inner.ServeHTTP(w, r)
 		return
 	}
-	params := decodeObject(req.Params)
+	params := wire.DecodeObject(req.Params)
 	switch req.Method {
 	case "server/discover":
 		h.discover(w, r, req)
@@ -56,7 +57,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var tool Tool
-	name := params.str("name")
+	name := params.Str("name")
 	if req.Method == "tools/call" {
 		tool = h.opts.Tools(name)
 	}
@@ -83,9 +84,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // against its method and params.taskId (SEP-2663, "Streamable HTTP:
 // Routing Headers"; SEP-2243): a missing or disagreeing one is refused 400
 // with -32020, and headersMatch reports false.
-func (h *Handler) headersMatch(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params object) bool {
-	method, name := r.Header.Get(headerMethod), r.Header.Get(headerName)
-	id := params.str("taskId")
+func (h *Handler) headersMatch(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params wire.Object) bool {
+	method, name := r.Header.Get(wire.HeaderMethod), r.Header.Get(wire.HeaderName)
+	id := params.Str("taskId")
 	var msg string
 	switch {
 	case method == "":
@@ -111,7 +112,7 @@ func (h *Handler) discover(w http.ResponseWriter, r *http.Request, req *jsonrpc.
 	a := newAnswer()
 	h.inner.ServeHTTP(a, r)
 	resp := a.response(req.ID)
-	result := decodeObject(func() json.RawMessage {
+	result := wire.DecodeObject(func() json.RawMessage {
 		if resp == nil || resp.Error != nil {
 			return nil
 		}
@@ -121,13 +122,13 @@ func (h *Handler) discover(w http.ResponseWriter, r *http.Request, req *jsonrpc.
 		a.copyTo(w, nil)
 		return
 	}
-	caps := decodeObject(result["capabilities"])
+	caps := wire.DecodeObject(result["capabilities"])
 	if caps == nil {
-		caps = object{}
+		caps = wire.Object{}
 	}
-	ext := decodeObject(caps["extensions"])
+	ext := wire.DecodeObject(caps["extensions"])
 	if ext == nil {
-		ext = object{}
+		ext = wire.Object{}
 	}
 	ext[tasks.ExtensionID] = json.RawMessage(`{}`)
 	caps["extensions"] = mustJSON(ext)
@@ -143,7 +144,7 @@ func (h *Handler) discover(w http.ResponseWriter, r *http.Request, req *jsonrpc.
 // create makes a task of a tools/call: the record is stored before the
 // call runs and before the answer (SEP-2663: a tasks/get of the ID the
 // client holds resolves), then the call runs in this process.
-func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params object, name string, tool Tool) {
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params wire.Object, name string, tool Tool) {
 	h.mu.Lock()
 	full := h.closing || len(h.jobs) >= h.opts.Max
 	h.mu.Unlock()
@@ -157,7 +158,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Re
 			"this server runs as many tasks as it may ("+itoa(h.opts.Max)+"): try again shortly", replay.ReasonCapacity, nil)
 		return
 	}
-	call := params.clone()
+	call := params.Clone()
 	delete(call, "_meta")
 	now := h.opts.Now()
 	rec, err := tasks.New(tasks.Spec{
@@ -235,15 +236,15 @@ func (h *Handler) deleteTask(ctx context.Context, id string) error {
 }
 
 // serveTask answers tasks/get, tasks/update and tasks/cancel.
-func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params object) {
-	id := params.str("taskId")
+func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params wire.Object) {
+	id := params.Str("taskId")
 	subject := h.opts.Subject(r)
 	var ev *tasks.Event
 	switch req.Method {
 	case "tasks/update":
 		var responses map[string]json.RawMessage
 		if err := json.Unmarshal(params["inputResponses"], &responses); err != nil && len(params["inputResponses"]) > 0 {
-			writeError(w, req, http.StatusOK, jsonrpc.CodeInvalidParams, "params.inputResponses must be an object of answers by input request key", "", nil)
+			writeError(w, req, http.StatusOK, jsonrpc.CodeInvalidParams, "params.inputResponses must be an wire.Object of answers by input request key", "", nil)
 			return
 		}
 		byKey := make(map[string][]byte, len(responses))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // toolsRefresh is the least time between two tools/list sent to learn
@@ -35,7 +37,7 @@ var toolsListID, _ = jsonrpc.MakeID("tidemark-tools")
 // idempotentHint true, asking it with tools/list (the client's headers
 // and _meta without the tasks declaration) when the tool is not known
 // and the last asking is older than toolsRefresh.
-func (h *Handler) idempotent(r *http.Request, params object, name string) bool {
+func (h *Handler) idempotent(r *http.Request, params wire.Object, name string) bool {
 	c := h.tools
 	c.mu.Lock()
 	hint, known := c.hints[name]
@@ -50,7 +52,7 @@ func (h *Handler) idempotent(r *http.Request, params object, name string) bool {
 	hints := map[string]bool{}
 	cursor := ""
 	for range toolsPages {
-		p := object{}
+		p := wire.Object{}
 		if meta := withoutDeclaration(params); meta != nil {
 			p["_meta"] = mustJSON(meta)
 		}
@@ -69,8 +71,8 @@ func (h *Handler) idempotent(r *http.Request, params object, name string) bool {
 			req.Header[k] = append([]string(nil), vs...)
 		}
 		req.Header.Del("Content-Length")
-		req.Header.Del(headerName)
-		req.Header.Set(headerMethod, "tools/list")
+		req.Header.Del(wire.HeaderName)
+		req.Header.Set(wire.HeaderMethod, "tools/list")
 		req.Header.Set("Content-Type", mediaJSON)
 		req.Header.Set("Accept", mediaJSON+", "+mediaSSE)
 		req.ContentLength = int64(len(body))

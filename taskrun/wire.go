@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/tasks"
 )
@@ -34,47 +35,13 @@ const (
 
 // Names of the wire.
 const (
-	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
-	metaRelatedTask        = "io.modelcontextprotocol/related-task"
-	headerMethod           = "Mcp-Method"
-	headerName             = "Mcp-Name"
-	headerVersion          = "Mcp-Protocol-Version"
-	mediaJSON              = "application/json"
-	mediaSSE               = "text/event-stream"
+	metaRelatedTask = "io.modelcontextprotocol/related-task"
+	mediaJSON       = "application/json"
+	mediaSSE        = "text/event-stream"
 	// sessionlessVersion is the protocol version a round sent without a
 	// client's request (a re-run) names.
 	sessionlessVersion = "2026-07-28"
 )
-
-// object is a JSON object whose members stay as they were sent.
-type object map[string]json.RawMessage
-
-// decodeObject returns raw as an object; nil for anything else.
-func decodeObject(raw json.RawMessage) object {
-	var o object
-	if len(raw) == 0 || json.Unmarshal(raw, &o) != nil {
-		return nil
-	}
-	return o
-}
-
-// str returns member k of o as a string, "" when it is none.
-func (o object) str(k string) string {
-	var s string
-	if json.Unmarshal(o[k], &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// clone returns a shallow copy of o.
-func (o object) clone() object {
-	c := make(object, len(o))
-	for k, v := range o {
-		c[k] = v
-	}
-	return c
-}
 
 // mustJSON returns the encoding of v, which cannot fail for the values
 // taskrun builds (maps, strings, numbers, raw JSON that was decoded).
@@ -88,9 +55,9 @@ func mustJSON(v any) json.RawMessage {
 
 // declared reports whether params declare the Tasks extension in their
 // own client capabilities (SEP-2663, "Capability Negotiation").
-func declared(params object) bool {
-	caps := decodeObject(decodeObject(params["_meta"])[metaClientCapabilities])
-	ext := decodeObject(caps["extensions"])
+func declared(params wire.Object) bool {
+	caps := wire.DecodeObject(wire.DecodeObject(params["_meta"])[wire.MetaClientCapabilities])
+	ext := wire.DecodeObject(caps["extensions"])
 	v, ok := ext[tasks.ExtensionID]
 	return ok && string(v) != "null"
 }
@@ -98,16 +65,16 @@ func declared(params object) bool {
 // withoutDeclaration returns the params' _meta without the Tasks extension
 // in its client capabilities: the call's _meta as the engine gets it, so
 // that an upstream runs it as a plain call. nil when params have no _meta.
-func withoutDeclaration(params object) object {
-	meta := decodeObject(params["_meta"])
+func withoutDeclaration(params wire.Object) wire.Object {
+	meta := wire.DecodeObject(params["_meta"])
 	if meta == nil {
 		return nil
 	}
-	meta = meta.clone()
-	if caps := decodeObject(meta[metaClientCapabilities]); caps != nil {
-		caps = caps.clone()
-		if ext := decodeObject(caps["extensions"]); ext != nil {
-			ext = ext.clone()
+	meta = meta.Clone()
+	if caps := wire.DecodeObject(meta[wire.MetaClientCapabilities]); caps != nil {
+		caps = caps.Clone()
+		if ext := wire.DecodeObject(caps["extensions"]); ext != nil {
+			ext = ext.Clone()
 			delete(ext, tasks.ExtensionID)
 			if len(ext) == 0 {
 				delete(caps, "extensions")
@@ -115,7 +82,7 @@ func withoutDeclaration(params object) object {
 				caps["extensions"] = mustJSON(ext)
 			}
 		}
-		meta[metaClientCapabilities] = mustJSON(caps)
+		meta[wire.MetaClientCapabilities] = mustJSON(caps)
 	}
 	return meta
 }
@@ -170,7 +137,7 @@ func notFound(w http.ResponseWriter, req *jsonrpc.Request, id string) {
 // missingCapability answers -32021 naming the extension.
 func missingCapability(w http.ResponseWriter, req *jsonrpc.Request, what string) {
 	writeError(w, req, http.StatusOK, codeMissingCapability,
-		what+" needs the client capability "+tasks.ExtensionID+": declare it in params._meta[\""+metaClientCapabilities+"\"].extensions",
+		what+" needs the client capability "+tasks.ExtensionID+": declare it in params._meta[\""+wire.MetaClientCapabilities+"\"].extensions",
 		replay.ReasonCapabilityMissing,
 		map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasks.ExtensionID: map[string]any{}}}})
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -40,7 +41,7 @@ const (
 // or a refusal when it is repeated or names a version of the stateful era
 // that is not served (MCP 2025-11-25, "Protocol Version Header": 400).
 func protocolVersion(r *http.Request) (string, *refusal) {
-	vals := r.Header.Values("Mcp-Protocol-Version")
+	vals := r.Header.Values(wire.HeaderProtocolVersion)
 	switch {
 	case len(vals) == 0:
 		return "", nil

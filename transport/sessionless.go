@@ -16,10 +16,6 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// metaProtocolVersion is the params._meta key that carries a sessionless
-// request's protocol version.
-const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
-
 // isSessionless reports whether r, with the headers hdr, belongs to the
 // sessionless era: its MCP-Protocol-Version header names 2026-07-28 or
 // later, or it is a POST whose header is absent or refused and whose
@@ -76,7 +72,7 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 // which refuses it precisely.
 func (h *Handler) sessionlessBody(r *http.Request) bool {
 	body, err := h.peekBody(r)
-	if err != nil || !bytes.Contains(body, []byte(metaProtocolVersion)) {
+	if err != nil || !bytes.Contains(body, []byte(wire.MetaProtocolVersion)) {
 		return false
 	}
 	var msg struct {
@@ -87,7 +83,7 @@ func (h *Handler) sessionlessBody(r *http.Request) bool {
 	if json.Unmarshal(body, &msg) != nil {
 		return false
 	}
-	_, ok := msg.Params.Meta[metaProtocolVersion]
+	_, ok := msg.Params.Meta[wire.MetaProtocolVersion]
 	return ok
 }
 

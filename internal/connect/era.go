@@ -101,7 +101,7 @@ func discover(ctx context.Context, o Options) ([]string, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	req.Header.Set("Mcp-Method", "server/discover")
+	req.Header.Set(wire.HeaderMethod, "server/discover")
 	hc := o.ProbeHTTPClient
 	if hc == nil {
 		hc = o.HTTPClient

@@ -34,7 +34,61 @@ const (
 	HeaderProtocolVersion = "Mcp-Protocol-Version"
 	// HeaderLastEventID carries the cursor a GET resumes from.
 	HeaderLastEventID = "Last-Event-ID"
+	// HeaderMethod carries a request's JSON-RPC method, and HeaderName its
+	// name-shaped param (the tool's name; a task's taskId) (SEP-2243,
+	// "Standard Headers"; SEP-2663, "Streamable HTTP: Routing Headers").
+	HeaderMethod = "Mcp-Method"
+	HeaderName   = "Mcp-Name"
 )
+
+// Keys of params._meta by which a request of the sessionless era carries
+// what a session once held (SEP-2575).
+const (
+	MetaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	MetaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// Object is a JSON object whose members stay as they were sent: the
+// params and _meta that a layer reads a few members of and passes on
+// untouched.
+type Object map[string]json.RawMessage
+
+// DecodeObject returns raw as an Object; nil for anything that is not a
+// JSON object.
+func DecodeObject(raw json.RawMessage) Object {
+	var o Object
+	if len(raw) == 0 || json.Unmarshal(raw, &o) != nil {
+		return nil
+	}
+	return o
+}
+
+// Str returns member k of o as a string, "" when it is not one.
+func (o Object) Str(k string) string {
+	var s string
+	if json.Unmarshal(o[k], &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// With returns a copy of o (an empty Object for nil) with member k set to
+// v; o is unchanged.
+func (o Object) With(k string, v json.RawMessage) Object {
+	c := o.Clone()
+	c[k] = v
+	return c
+}
+
+// Clone returns a shallow copy of o (an empty Object for nil).
+func (o Object) Clone() Object {
+	c := make(Object, len(o)+1)
+	for k, v := range o {
+		c[k] = v
+	}
+	return c
+}
 
 // Media types of MCP Streamable HTTP (MCP 2025-11-25, "Sending Messages to
 // the Server").

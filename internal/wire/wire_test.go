@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
@@ -191,5 +192,33 @@ func TestDecodeAnswer(t *testing.T) {
 		if msgs, err := DecodeAnswer([]byte(bad)); err == nil {
 			t.Errorf("DecodeAnswer(%q) = %v, want an error", bad, msgs)
 		}
+	}
+}
+
+// TestObject checks the members an Object keeps as sent, what DecodeObject
+// refuses, and that With and Clone leave the original as it was.
+func TestObject(t *testing.T) {
+	for _, raw := range []string{``, `null`, `[1]`, `"x"`, `{`} {
+		if o := DecodeObject(json.RawMessage(raw)); o != nil {
+			t.Errorf("DecodeObject(%q) = %v, want nil", raw, o)
+		}
+	}
+	o := DecodeObject(json.RawMessage(`{"name":"countdown","n":3,"meta":{"a": 1}}`))
+	if got := o.Str("name"); got != "countdown" {
+		t.Errorf(`Str("name") = %q, want "countdown"`, got)
+	}
+	if got := o.Str("n") + o.Str("missing"); got != "" {
+		t.Errorf(`Str of a number and of a missing member = %q, want ""`, got)
+	}
+	if got := string(o["meta"]); got != `{"a": 1}` {
+		t.Errorf("member kept as %s, want it as sent", got)
+	}
+	w := o.With("n", json.RawMessage(`4`))
+	if string(w["n"]) != `4` || string(o["n"]) != `3` || len(w) != 3 {
+		t.Errorf("With: copy n=%s (len %d), original n=%s; want 4 (len 3), 3", w["n"], len(w), o["n"])
+	}
+	var none Object
+	if c := none.With("k", json.RawMessage(`true`)); len(c) != 1 || string(c["k"]) != `true` {
+		t.Errorf("With on nil = %v, want {k: true}", c)
 	}
 }
