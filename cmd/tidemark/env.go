@@ -14,9 +14,11 @@ package main
 // TIDEMARK_S; naming it both ways is an error. The secrets are the
 // requestState key ring (S = REQUEST_STATE_KEYS, file flag
 // --request-state-keys), the Redis password (S = REDIS_PASSWORD, file
-// flag --redis-password-file) and the introspection client secret (S =
+// flag --redis-password-file), the introspection client secret (S =
 // AUTH_INTROSPECTION_CLIENT_SECRET, file flag
-// --auth-introspection-client-secret-file). No log line or error holds a secret.
+// --auth-introspection-client-secret-file) and the gateway's client secret
+// for the upstream (S = UPSTREAM_OAUTH_CLIENT_SECRET, file flag
+// --upstream-oauth-client-secret-file). No log line or error holds a secret.
 
 import (
 	"errors"
@@ -41,11 +43,12 @@ var secretOfFile = map[string]string{
 	"request-state-keys":                    "REQUEST_STATE_KEYS",
 	"redis-password-file":                   "REDIS_PASSWORD",
 	"auth-introspection-client-secret-file": "AUTH_INTROSPECTION_CLIENT_SECRET",
+	"upstream-oauth-client-secret-file":     "UPSTREAM_OAUTH_CLIENT_SECRET",
 }
 
 // repeatable are the flags that may be given more than once; their
 // variable holds one value per line.
-var repeatable = map[string]bool{"env": true, "upstream-header": true, "upstream-forward-header": true, "auth-tool-scope": true}
+var repeatable = map[string]bool{"env": true, "upstream-header": true, "upstream-forward-header": true, "auth-tool-scope": true, "upstream-oauth-scope": true}
 
 // notFromEnv are the flags no variable sets: --version would turn a
 // deployment's TIDEMARK_VERSION into a process that prints and exits.

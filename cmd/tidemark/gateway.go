@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ type upstreamConfig struct {
 	connectTimeout time.Duration
 	timeout        time.Duration
 	resumeTimeout  time.Duration
+	oauth          upstreamOAuth
 }
 
 // upstreamFlags declares the --upstream flags on fs.
@@ -62,13 +64,17 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 		c.forward = append(c.forward, s)
 		return nil
 	})
+	upstreamOAuthFlags(fs, &c.oauth)
 	fs.DurationVar(&c.connectTimeout, "upstream-connect-timeout", upstream.DefaultConnectTimeout, "bound on connecting to the --upstream server (TCP and TLS); a message for which no connection could be made by then gets 503 upstream_unreachable (duration)")
 	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "bound on writing a message to the --upstream server, and on each exchange that is not a call's answer: a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
 	fs.DurationVar(&c.resumeTimeout, "upstream-resume-timeout", upstream.DefaultResumeTimeout, "how long a call whose --upstream answer stream was cut is resumed upstream, or its upstream session checked, before the call fails (duration)")
 }
 
 // check validates the --upstream flags; the error is a usage error.
-func (c *upstreamConfig) check(stdioMode bool) error {
+func (c *upstreamConfig) check(stdioMode bool, lookup func(string) (string, bool)) error {
+	if err := c.oauth.check(c.url, c.header, c.forward, lookup); err != nil {
+		return err
+	}
 	if c.url == "" {
 		if len(c.header) > 0 || len(c.forward) > 0 {
 			return errors.New("--upstream-header and --upstream-forward-header apply with --upstream only")
@@ -166,9 +172,16 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 			URL: c.upstream.url, Header: c.upstream.header, Forward: c.upstream.forward,
 			ConnectTimeout: c.upstream.connectTimeout, Timeout: c.upstream.timeout,
 			ResumeTimeout: c.upstream.resumeTimeout, Logger: logger,
+			TokenSource: c.upstream.oauth.tokenSource(c.upstream.url, c.upstream.timeout, logger),
 		})
 		if err != nil {
 			return nil, nil, err
+		}
+		if c.auth.issuer != "" && slices.ContainsFunc(c.upstream.forward, func(name string) bool { return http.CanonicalHeaderKey(name) == "Authorization" }) {
+			// Token passthrough (MCP 2025-11-25, basic/authorization,
+			// "Token Passthrough"): the operator's explicit choice, said
+			// once.
+			logger.Warn("--upstream-forward-header Authorization passes each client's token, issued for this server, through to the upstream: use --upstream-oauth-token-url for a token of the gateway's own unless the upstream accepts this server's tokens")
 		}
 		// Requests of the sessionless era pass through to the upstream.
 		opts.Transport.Sessionless = gateway.Sessionless()

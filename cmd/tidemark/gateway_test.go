@@ -11,7 +11,7 @@ import (
 // TestServeUpstreamUsage: --upstream flags that cannot work exit 2 with a
 // message naming what is wrong, before anything is served.
 func TestServeUpstreamUsage(t *testing.T) {
-	const up = "http://127.0.0.1:1/mcp"
+	const up, tok = "http://127.0.0.1:1/mcp", "http://127.0.0.1:1/token"
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -24,6 +24,14 @@ func TestServeUpstreamUsage(t *testing.T) {
 		{[]string{"--upstream", up, "--upstream-timeout", "0s"}, "must be positive"},
 		{[]string{"--upstream", "ftp://127.0.0.1/mcp"}, `--upstream "ftp://127.0.0.1/mcp": want an absolute http:// or https:// URL`},
 		{[]string{"--upstream", up, "--upstream-forward-header", "Mcp-Session-Id"}, "header Mcp-Session-Id is set by the gateway itself"},
+		{[]string{"--upstream-oauth-token-url", tok, "--stdio", "--", "cat"}, "--upstream-oauth-token-url applies with --upstream only (a --stdio server is given no token)"},
+		{[]string{"--upstream-oauth-client-id", "gw"}, "--upstream-oauth-client-id applies with --upstream-oauth-token-url only"},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok}, "want --upstream-oauth-client-id too"},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw"}, "--upstream-oauth-client-id needs its secret"},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw", "--upstream-oauth-client-secret-file", "/nonexistent"}, `--upstream-oauth-client-secret-file "/nonexistent": no such file`},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw", "--upstream-forward-header", "authorization"}, "--upstream-forward-header Authorization and --upstream-oauth-token-url both set"},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw", "--upstream-header", "Authorization: Bearer x"}, "--upstream-header Authorization and --upstream-oauth-token-url both set"},
+		{[]string{"--upstream", up, "--upstream-oauth-token-url", "ftp://x/token", "--upstream-oauth-client-id", "gw"}, `--upstream-oauth-token-url "ftp://x/token": want an absolute http:// or https:// URL`},
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...), &bytes.Buffer{}, &stderr)

@@ -122,7 +122,7 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if err := c.upstream.check(c.stdio); err != nil {
+	if err := c.upstream.check(c.stdio, os.LookupEnv); err != nil {
 		return err
 	}
 	if err := c.tasks.check(c.stdio || c.upstream.url != ""); err != nil {

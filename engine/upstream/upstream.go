@@ -57,6 +57,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
@@ -105,6 +107,14 @@ type Options struct {
 	// restored when its first client message arrives, with that message's
 	// headers; otherwise at once. Default: none.
 	Forward []string
+	// TokenSource, when set, gives the gateway an access token of its own
+	// for the upstream (tidemark serve --upstream-oauth-token-url): every
+	// request to the upstream carries Authorization: Bearer TOKEN of it
+	// (RFC 6750, section 2.1), and never a client's token. A request whose
+	// token cannot be obtained fails as if the upstream could not be
+	// reached (engine.ErrUnreachable: 503 upstream_unreachable). Header and
+	// Forward may not name Authorization then. Default: none.
+	TokenSource oauth2.TokenSource
 	// ConnectTimeout bounds connecting to the upstream (TCP and TLS). A
 	// message for which no connection could be made by then is not handed
 	// over: Deliver fails with engine.ErrUnreachable (503 with
@@ -141,7 +151,8 @@ type Engine struct {
 	opts    Options
 	url     string
 	http    *http.Client
-	forward []string // canonical header names
+	base    *http.Transport // under http's Transport, which may add the token
+	forward []string        // canonical header names
 
 	mu       sync.Mutex
 	sessions map[*conn]struct{} // generations whose live state runs
@@ -170,6 +181,9 @@ func New(opts Options) (*Engine, error) {
 		names = append(names, http.CanonicalHeaderKey(name))
 	}
 	for _, name := range names {
+		if name == "Authorization" && opts.TokenSource != nil {
+			return nil, errors.New("upstream: header Authorization carries the gateway's own token (TokenSource) and cannot be forwarded or added too")
+		}
 		for _, r := range reservedHeaders {
 			if name == r {
 				return nil, fmt.Errorf("upstream: header %s is set by the gateway itself and cannot be forwarded or added", name)
@@ -199,10 +213,14 @@ func New(opts Options) (*Engine, error) {
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     idleConnTimeout,
 	}
+	var rt http.RoundTripper = tr
+	if opts.TokenSource != nil {
+		rt = &oauth2.Transport{Source: opts.TokenSource, Base: tr}
+	}
 	return &Engine{
-		opts: opts, url: u.String(), forward: forward,
+		opts: opts, url: u.String(), forward: forward, base: tr,
 		// No overall timeout: a call's answer lasts as long as its tool.
-		http:     &http.Client{Transport: tr},
+		http:     &http.Client{Transport: rt},
 		sessions: make(map[*conn]struct{}),
 	}, nil
 }
@@ -256,6 +274,6 @@ func (e *Engine) Close() error {
 	}
 	wg.Wait()
 	e.deleting.Wait()
-	e.http.CloseIdleConnections()
+	e.base.CloseIdleConnections()
 	return nil
 }
