@@ -2,8 +2,9 @@
 # test.sh is Tidemark's test command (docs/testing.md; CI runs it through
 # .ci/run): it installs the test dependencies (scripts/deps.sh), then fails
 # on any file gofmt would change, on any `go vet` finding, and on any failing
-# test of `go test -race ./...`, of the benchmark module's smoke test and of
-# the deployment files' checks (deploy/check).
+# test of `go test -race ./...`, of short fuzzing runs of package bearer, of
+# the benchmark module's smoke test and of the deployment files' checks
+# (deploy/check).
 #
 # It exports TIDEMARK_CACHE (the absolute directory deps.sh installed into),
 # which internal/testenv reads to find Node.js 22 and the npm packages, and
@@ -38,6 +39,15 @@ go vet ./...
 
 echo "test: go test -race -count=1 -timeout 15m ./..."
 go test -race -count=1 -timeout 15m ./...
+
+# The fuzz targets of package bearer (the Authorization header, the
+# authorization server's metadata, introspection answers: what a network
+# peer writes) run briefly beyond their seed corpus, one at a time (go test
+# fuzzes one target per run): about 20 s in all.
+for target in $(go test -list '^Fuzz' ./bearer | grep '^Fuzz'); do
+	echo "test: go test -run '^\$' -fuzz '^$target\$' -fuzztime 5s ./bearer"
+	go test -run '^$' -fuzz "^$target\$" -fuzztime 5s ./bearer
+done
 
 # The benchmark program is a module of its own (so the peers' dependencies
 # stay out of Tidemark's); its smoke test runs it against Tidemark and the
