@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -140,6 +141,16 @@ func TestUpstreamClientTokenStays(t *testing.T) {
 			if status, body, callStatus, callBody := gatewayCall(t, endpoint, "client-token"); status != http.StatusOK ||
 				callStatus != http.StatusOK || !strings.Contains(callBody, `"text":"tide"`) {
 				t.Fatalf("initialize %d %s; call %d %s", status, body, callStatus, callBody)
+			}
+			// The initialize's header, exactly: the client's other
+			// headers stay too.
+			names := slices.Sorted(maps.Keys(up.first))
+			wantNames := []string{"Accept", "Accept-Encoding", "Content-Length", "Content-Type", "User-Agent", "Via"}
+			if tc.want != nil {
+				wantNames = slices.Insert(wantNames, 2, "Authorization")
+			}
+			if !slices.Equal(names, wantNames) {
+				t.Errorf("the upstream's initialize carried the headers %q, want %q", names, wantNames)
 			}
 			seen := up.seen()
 			if len(seen) < 3 {
