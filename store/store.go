@@ -394,10 +394,12 @@ var (
 //     one with each write.
 //   - Durability: once a call returns nil its effect is as durable as the
 //     backend promises (see Sessions).
-//   - Expiry: a record is kept at least until its Expires() as last
-//     written, and is gone soon after it by the store's clock (readers
-//     apply tasks.Rules.Settle, which treats an expired record as gone
-//     whatever the store still holds).
+//   - Expiry: a record is kept at least until its KeepUntil() as last
+//     written (its expiry plus tasks.Linger), and is gone soon after it
+//     by the store's clock. Between its expiry and KeepUntil a record is
+//     still returned: readers apply tasks.Rules.Settle, which settles an
+//     expired working task failed (cause Expired) and deletes an expired
+//     settled one.
 type Tasks interface {
 	// CreateTask stores rec at revision 1. It fails with ErrExists if the
 	// ID is known.

@@ -34,6 +34,7 @@ type fixture struct {
 	url     string
 	st      *memory.Store
 	h       *taskrun.Handler
+	ttl     time.Duration // the tasks' ttlMs
 	reg     *prometheus.Registry
 	spans   *tracetest.SpanRecorder
 	release chan struct{} // closing it lets "work" finish
@@ -43,8 +44,17 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureTTL(t, 0)
+}
+
+// newFixtureTTL is newFixture with tasks living ttl (0: the default).
+func newFixtureTTL(t *testing.T, ttl time.Duration) *fixture {
+	t.Helper()
 	before := goleak.IgnoreCurrent()
-	f := &fixture{t: t, st: memory.New(memory.Options{}), release: make(chan struct{})}
+	f := &fixture{t: t, st: memory.New(memory.Options{}), release: make(chan struct{}), ttl: ttl}
+	if ttl == 0 {
+		f.ttl = taskrun.DefaultTTL
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "taskrun-test", Version: "1"}, nil)
 	type noArgs struct{}
 	mcp.AddTool(s, &mcp.Tool{Name: "work"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
@@ -91,7 +101,7 @@ func newFixture(t *testing.T) *fixture {
 	f.h = taskrun.New(inner, taskrun.Options{
 		Store: f.st, Metrics: rec, Tracer: tracing.New(tp),
 		Tools:   func(name string) taskrun.Tool { return taskrun.Tool{Support: support[name]} },
-		Replica: "r1", Poll: 50 * time.Millisecond,
+		Replica: "r1", Poll: 50 * time.Millisecond, TTL: ttl,
 		Subject: func(r *http.Request) string { return r.Header.Get("X-User") },
 	})
 	if err := f.h.Start(context.Background()); err != nil {
@@ -206,8 +216,8 @@ func (f *fixture) create(tool string) string {
 			f.t.Errorf("CreateTaskResult carries %s: %s", k, r.raw)
 		}
 	}
-	if r.result["ttlMs"] != float64(time.Hour.Milliseconds()) || r.result["pollIntervalMs"] != float64(50) {
-		f.t.Errorf("CreateTaskResult ttlMs %v pollIntervalMs %v, want 3600000 and 50", r.result["ttlMs"], r.result["pollIntervalMs"])
+	if r.result["ttlMs"] != float64(f.ttl.Milliseconds()) || r.result["pollIntervalMs"] != float64(50) {
+		f.t.Errorf("CreateTaskResult ttlMs %v pollIntervalMs %v, want %d and 50", r.result["ttlMs"], r.result["pollIntervalMs"], f.ttl.Milliseconds())
 	}
 	return r.result["taskId"].(string)
 }
@@ -525,4 +535,34 @@ func TestDrainRenewsLeases(t *testing.T) {
 	srv.Close()
 	http.DefaultClient.CloseIdleConnections()
 	goleak.VerifyNone(t, before)
+}
+
+// TestExpiredWhileWorking: a task still working when its ttlMs ends reads
+// failed with data.reason task_expired (not -32602: the store keeps the
+// record past its expiry for readers to settle), its call is cancelled,
+// and it stays readable Keep longer, its ttlMs grown to say so.
+func TestExpiredWhileWorking(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	f := newFixtureTTL(t, ttl)
+	id := f.create("work")
+	time.Sleep(ttl + 100*time.Millisecond)
+	r := f.get(id)
+	e, _ := r.result["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if r.err != nil || r.result["status"] != "failed" || e["code"] != float64(-32603) || data["reason"] != "task_expired" {
+		t.Fatalf("tasks/get after the TTL: %s %v, want failed, -32603, task_expired", r.raw, r.err)
+	}
+	if ms, _ := r.result["ttlMs"].(float64); ms < float64(taskrun.DefaultKeep.Milliseconds()) {
+		t.Errorf("ttlMs %v after the settle, want at least Keep (%v)", r.result["ttlMs"], taskrun.DefaultKeep)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.h.Running() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the expired task's call still runs 5 s after its settle")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := f.get(id); r.result["status"] != "failed" {
+		t.Errorf("after the call ended: %s, want it still failed", r.raw)
+	}
 }

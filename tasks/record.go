@@ -201,8 +201,22 @@ type Record struct {
 	Reruns int
 }
 
-// Expires returns when the task is deleted: Created+TTL.
+// Expires returns when the task's time to live ends: Created+TTL. A
+// reader then settles it (Rules.Settle): a settled task is deleted, any
+// other is settled failed, cause Expired, and stays readable Rules.Keep.
 func (r Record) Expires() time.Time { return r.Created.Add(r.TTL) }
+
+// Linger is how long a store keeps a record past its expiry. A task that
+// expires unsettled must be read once more, by a reader or a sweep, to be
+// settled failed (cause Expired) and its call cancelled; a store that
+// dropped it at its expiry would make it vanish instead (-32602 where
+// failed, task_expired is due). One minute covers many sweeps.
+const Linger = time.Minute
+
+// KeepUntil returns when a store may drop the record: Expires()+Linger.
+// What a record past its expiry shows is the readers' to decide
+// (Rules.Settle), never the store's.
+func (r Record) KeepUntil() time.Time { return r.Expires().Add(Linger) }
 
 // VisibleTo reports whether subject may see the task: only its owner does;
 // to anyone else it is unknown, as an ID never issued (SEP-2663, "Security

@@ -58,14 +58,14 @@ func (s *Store) readTask(id string) (rec tasks.Record, rev uint64, found bool, e
 }
 
 // liveTask reads the record of id, or fails with store.ErrTaskNotFound when
-// there is none or it is at or past its expiry by the store's clock
+// there is none or it is at or past its KeepUntil (expiry plus tasks.Linger) by the store's clock
 // (Options.Now). The caller holds s.rw shared.
 func (s *Store) liveTask(op, id string) (tasks.Record, uint64, error) {
 	rec, rev, found, err := s.readTask(id)
 	if err != nil {
 		return tasks.Record{}, 0, err
 	}
-	if !found || !s.opts.Now().Before(rec.Expires()) {
+	if !found || !s.opts.Now().Before(rec.KeepUntil()) {
 		return tasks.Record{}, 0, fmt.Errorf("durable store: %s %s: %w", op, tasks.Prefix(id), store.ErrTaskNotFound)
 	}
 	return rec, rev, nil
@@ -96,14 +96,14 @@ func (s *Store) CreateTask(ctx context.Context, rec tasks.Record) error {
 	}
 	b := s.db.NewBatch()
 	if found {
-		if s.opts.Now().Before(old.Expires()) {
+		if s.opts.Now().Before(old.KeepUntil()) {
 			b.Close()
 			return fmt.Errorf("durable store: create task %s: %w", tasks.Prefix(rec.ID), store.ErrExists)
 		}
-		b.Delete(taskIndexKey(expiryNanos(old.Expires()), rec.ID), nil)
+		b.Delete(taskIndexKey(expiryNanos(old.KeepUntil()), rec.ID), nil)
 	}
 	b.Set(taskKey(rec.ID), encodeTask(1, data), nil)
-	b.Set(taskIndexKey(expiryNanos(rec.Expires()), rec.ID), nil, nil)
+	b.Set(taskIndexKey(expiryNanos(rec.KeepUntil()), rec.ID), nil, nil)
 	if err := s.commit(b, true); err != nil {
 		return fmt.Errorf("durable store: create task %s: %w", tasks.Prefix(rec.ID), err)
 	}
@@ -155,7 +155,7 @@ func (s *Store) UpdateTask(ctx context.Context, rec tasks.Record, rev uint64) (u
 	}
 	b := s.db.NewBatch()
 	b.Set(taskKey(rec.ID), encodeTask(rev+1, data), nil)
-	if was, will := expiryNanos(old.Expires()), expiryNanos(rec.Expires()); was != will {
+	if was, will := expiryNanos(old.KeepUntil()), expiryNanos(rec.KeepUntil()); was != will {
 		b.Delete(taskIndexKey(was, rec.ID), nil)
 		b.Set(taskIndexKey(will, rec.ID), nil, nil)
 	}
@@ -184,7 +184,7 @@ func (s *Store) DeleteTask(ctx context.Context, id string, rev uint64) error {
 	}
 	b := s.db.NewBatch()
 	b.Delete(taskKey(id), nil)
-	b.Delete(taskIndexKey(expiryNanos(old.Expires()), id), nil)
+	b.Delete(taskIndexKey(expiryNanos(old.KeepUntil()), id), nil)
 	if err := s.commit(b, false); err != nil {
 		return fmt.Errorf("durable store: delete task %s: %w", tasks.Prefix(id), err)
 	}
@@ -269,7 +269,7 @@ func (s *Store) workingIDs(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("durable store: task %s: %w: %v: restore the data directory from a backup", tasks.Prefix(id), ErrCorrupt, err)
 		}
-		if rec.Status == tasks.Working && now.Before(rec.Expires()) {
+		if rec.Status == tasks.Working && now.Before(rec.KeepUntil()) {
 			ids = append(ids, id)
 		}
 	}
@@ -374,7 +374,7 @@ func (s *Store) purgeChunk(entries []indexEntry, cut int64) (int, error) {
 		if !found {
 			continue
 		}
-		if exp := expiryNanos(rec.Expires()); exp <= cut {
+		if exp := expiryNanos(rec.KeepUntil()); exp <= cut {
 			b.Delete(taskKey(e.id), nil)
 			b.Delete(taskIndexKey(exp, e.id), nil)
 			deleted[e.id] = true

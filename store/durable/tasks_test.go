@@ -120,7 +120,7 @@ func TestTaskReopen(t *testing.T) {
 }
 
 // TestTaskPurge: Sweep deletes, through the expiry index, the records at or
-// past their expiry and their index keys, and nothing else: a record whose
+// past their KeepUntil (expiry plus tasks.Linger) and their index keys, and nothing else: a record whose
 // TTL grew keeps its one index key (the old one went with the write), and
 // an expired ID created again holds the new record at revision 1.
 func TestTaskPurge(t *testing.T) {
@@ -155,8 +155,12 @@ func TestTaskPurge(t *testing.T) {
 	keys(303, 303)
 
 	clk.Advance(time.Minute) // the minute-long tasks are at their expiry
+	if _, _, err := s.GetTask(ctx, "short-000"); err != nil {
+		t.Fatalf("GetTask at the expiry = %v, want the record: readers settle it until its KeepUntil", err)
+	}
+	clk.Advance(tasks.Linger) // and now at their KeepUntil
 	if _, _, err := s.GetTask(ctx, "short-000"); !errors.Is(err, store.ErrTaskNotFound) {
-		t.Fatalf("GetTask at the expiry = %v, want ErrTaskNotFound", err)
+		t.Fatalf("GetTask at KeepUntil = %v, want ErrTaskNotFound", err)
 	}
 	if _, err := s.UpdateTask(ctx, task(t, "short-001", t0, time.Hour), 1); !errors.Is(err, store.ErrTaskNotFound) {
 		t.Fatalf("UpdateTask of an expired task = %v, want ErrTaskNotFound", err)

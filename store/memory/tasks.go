@@ -48,13 +48,13 @@ func (s *Store) CreateTask(ctx context.Context, rec tasks.Record) error {
 	if t.records == nil {
 		t.records = make(map[string]taskEntry)
 	}
-	if e, ok := t.records[rec.ID]; ok && now.Before(e.rec.Expires()) {
+	if e, ok := t.records[rec.ID]; ok && now.Before(e.rec.KeepUntil()) {
 		return fmt.Errorf("memory store: task %s: %w", tasks.Prefix(rec.ID), store.ErrExists)
 	}
 	if t.creates++; t.creates >= purgeEvery {
 		t.creates = 0
 		for id, e := range t.records {
-			if !now.Before(e.rec.Expires()) {
+			if !now.Before(e.rec.KeepUntil()) {
 				delete(t.records, id)
 			}
 		}
@@ -124,7 +124,7 @@ func (s *Store) WorkingTasks(ctx context.Context, f func(tasks.Record, uint64) b
 	now := s.now()
 	var working []taskEntry
 	for _, e := range t.records {
-		if e.rec.Status == tasks.Working && now.Before(e.rec.Expires()) {
+		if e.rec.Status == tasks.Working && now.Before(e.rec.KeepUntil()) {
 			working = append(working, e)
 		}
 	}
@@ -152,7 +152,7 @@ func (s *Store) liveTaskLocked(id string) (taskEntry, error) {
 		return taskEntry{}, err
 	}
 	e, ok := s.tasks.records[id]
-	if ok && !s.now().Before(e.rec.Expires()) {
+	if ok && !s.now().Before(e.rec.KeepUntil()) {
 		delete(s.tasks.records, id)
 		ok = false
 	}

@@ -18,7 +18,7 @@ package redis
 // task gains later share one Cluster slot:
 //
 //	tidemark:{t:ID}:task   hash    rev (decimal) and data (tasks.Marshal),
-//	                               expiring at the record's Expires()
+//	                               expiring at the record's KeepUntil()
 //	tidemark:tasks:working zset    the IDs of working tasks, scored by
 //	                               their lease's end (Unix ms); its own slot
 //

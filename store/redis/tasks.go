@@ -6,7 +6,7 @@ package redis
 //
 // A task is one hash, {t:ID}:task (keys.go), holding its revision and
 // its stored form (tasks.Marshal). Every write sets PEXPIREAT to the
-// record's Expires(), rounded up to a millisecond, so Redis drops an
+// record's KeepUntil(), rounded up to a millisecond, so Redis drops an
 // expired task by itself, with no sweep; an absolute time, so every
 // replica that writes a task gives it the same expiry whatever its own
 // clock says (the store's clock is Redis's). Each write is one Lua script
@@ -65,7 +65,7 @@ func (s *Store) CreateTask(ctx context.Context, rec tasks.Record) error {
 		return err
 	}
 	if _, err := s.runTask(ctx, s.scripts.createTask, "create", rec.ID, 0,
-		data, expiryMillis(rec.Expires())); err != nil {
+		data, expiryMillis(rec.KeepUntil())); err != nil {
 		return err
 	}
 	s.indexTask(ctx, rec)
@@ -96,7 +96,7 @@ func (s *Store) UpdateTask(ctx context.Context, rec tasks.Record, rev uint64) (u
 		return 0, err
 	}
 	rest, err := s.runTask(ctx, s.scripts.updateTask, "update", rec.ID, rev,
-		strconv.FormatUint(rev, 10), data, expiryMillis(rec.Expires()))
+		strconv.FormatUint(rev, 10), data, expiryMillis(rec.KeepUntil()))
 	if err != nil {
 		return 0, err
 	}

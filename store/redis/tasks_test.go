@@ -69,7 +69,7 @@ func taskRecord(t *testing.T, id string, created time.Time) tasks.Record {
 	return rec
 }
 
-// TestTaskExpiry: a task's hash expires at the record's Expires(),
+// TestTaskExpiry: a task's hash expires at the record's KeepUntil(),
 // rounded up to a millisecond (PEXPIRETIME), set again by every write, so
 // a grown TTL moves it; once it passes, Redis removes the hash by itself,
 // with no read of it (the key count drops), and the next WorkingTasks
@@ -85,9 +85,9 @@ func TestTaskExpiry(t *testing.T) {
 	if err := s.CreateTask(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	want := created.Add(time.Hour).Truncate(time.Millisecond).Add(time.Millisecond).UnixMilli()
+	want := created.Add(time.Hour + tasks.Linger).Truncate(time.Millisecond).Add(time.Millisecond).UnixMilli()
 	if got, err := c.Do(ctx, "PEXPIRETIME", taskKey(rec.ID)).Int64(); err != nil || got != want {
-		t.Fatalf("PEXPIRETIME after CreateTask = %d, %v; want %d (Expires() %v rounded up)", got, err, want, rec.Expires())
+		t.Fatalf("PEXPIRETIME after CreateTask = %d, %v; want %d (KeepUntil() %v rounded up)", got, err, want, rec.KeepUntil())
 	}
 	// Redis reads its clock in whole milliseconds: 1 ms of slack.
 	upper := time.Until(time.UnixMilli(want)) + time.Millisecond
@@ -107,7 +107,7 @@ func TestTaskExpiry(t *testing.T) {
 	}
 
 	short := taskRecord(t, "task-short", time.Now().UTC())
-	short.TTL = 300 * time.Millisecond
+	short.TTL = 300*time.Millisecond - tasks.Linger
 	if err := s.CreateTask(ctx, short); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestTaskExpiry(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d keys 5 s after the task's expiry %v, want 1 (Redis removes the task itself)", n, short.Expires())
+			t.Fatalf("%d keys 5 s after the task's KeepUntil %v, want 1 (Redis removes the task itself)", n, short.KeepUntil())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -226,13 +226,13 @@ func testTaskWorking(t *testing.T, s store.Tasks) {
 	}
 }
 
-// testTaskExpiry checks that a record is gone once its expiry passes, and
-// that a grown TTL keeps it longer.
+// testTaskExpiry checks that a record is gone once its KeepUntil passes
+// (its expiry plus tasks.Linger), and that a grown TTL keeps it longer.
 func testTaskExpiry(t *testing.T, s store.Tasks) {
 	ctx := context.Background()
 	const life = 600 * time.Millisecond
 	short := newTask(t, "task-expiry-short")
-	short.TTL = time.Since(short.Created) + life
+	short.TTL = time.Since(short.Created) + life - tasks.Linger
 	long := newTask(t, "task-expiry-long")
 	long.TTL = short.TTL
 	createTask(t, s, short)
@@ -242,7 +242,7 @@ func testTaskExpiry(t *testing.T, s store.Tasks) {
 		t.Fatal(err)
 	}
 	getTask(t, s, short.ID)
-	time.Sleep(time.Until(short.Expires()))
+	time.Sleep(time.Until(short.KeepUntil()))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, _, err := s.GetTask(ctx, short.ID)
@@ -253,7 +253,7 @@ func testTaskExpiry(t *testing.T, s store.Tasks) {
 			t.Fatalf("GetTask of an expiring task: %v", err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("task still readable 5 s after its expiry %v", short.Expires())
+			t.Fatalf("task still readable 5 s after its KeepUntil %v", short.KeepUntil())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
