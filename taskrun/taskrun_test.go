@@ -505,7 +505,7 @@ func TestDrainRenewsLeases(t *testing.T) {
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	f := &fixture{t: t, url: srv.URL}
+	f := &fixture{t: t, url: srv.URL, ttl: taskrun.DefaultTTL}
 	id := f.create("work")
 
 	drained := make(chan struct{})
