@@ -52,7 +52,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.discover(w, r, req)
 		return
 	case "tasks/get", "tasks/update", "tasks/cancel":
-		if !h.headersMatch(w, r, req, params) {
+		if !h.headersMatch(w, r, req, "taskId", params.Str("taskId")) {
 			return
 		}
 	}
@@ -61,7 +61,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Method == "tools/call" {
 		tool = h.opts.Tools(name)
 	}
-	switch tasks.Gate(req.Method, tool.Support, declared(params)) {
+	admission := tasks.Gate(req.Method, tool.Support, declared(params))
+	// A tools/call this layer answers itself gets the header checks the
+	// wrapped handler would have made (SEP-2243, "Server Behavior").
+	if req.Method == "tools/call" && admission != tasks.Pass && !h.headersMatch(w, r, req, "name", name) {
+		return
+	}
+	switch admission {
 	case tasks.Create:
 		h.create(w, r, req, params, name, tool)
 	case tasks.Serve:
@@ -80,26 +86,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// headersMatch checks a task request's Mcp-Method and Mcp-Name headers
-// against its method and params.taskId (SEP-2663, "Streamable HTTP:
-// Routing Headers"; SEP-2243): a missing or disagreeing one is refused 400
-// with -32020, and headersMatch reports false.
-func (h *Handler) headersMatch(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, params wire.Object) bool {
-	method, name := r.Header.Get(wire.HeaderMethod), r.Header.Get(wire.HeaderName)
-	id := params.Str("taskId")
+// headersMatch checks a request's Mcp-Method and Mcp-Name headers against
+// its method and the param that names it (params.taskId of a task
+// request, params.name of a tools/call), whose value is name (SEP-2663,
+// "Streamable HTTP: Routing Headers"; SEP-2243): a missing or disagreeing
+// one is refused 400 with -32020, and headersMatch reports false.
+func (h *Handler) headersMatch(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, param, name string) bool {
+	method, got := r.Header.Get(wire.HeaderMethod), r.Header.Get(wire.HeaderName)
 	var msg string
 	switch {
 	case method == "":
 		msg = "the Mcp-Method header is missing: send Mcp-Method: " + req.Method
 	case method != req.Method:
 		msg = "the Mcp-Method header says " + method + ", the body " + req.Method
-	case name == "":
-		msg = "the Mcp-Name header is missing: send Mcp-Name with the task's params.taskId"
-	case name != id:
-		msg = "the Mcp-Name header names another task than params.taskId"
+	case got == "":
+		msg = "the Mcp-Name header is missing: send Mcp-Name with params." + param
+	case got != name:
+		msg = "the Mcp-Name header names another " + param + " than params." + param
 	default:
 		return true
 	}
+	h.log.Debug("request refused", "reason", replay.ReasonHeaderMismatch, "method", req.Method, "error", msg)
 	writeError(w, req, http.StatusBadRequest, codeHeaderMismatch, msg, replay.ReasonHeaderMismatch, nil)
 	return false
 }
@@ -244,7 +251,7 @@ func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc
 	case "tasks/update":
 		var responses map[string]json.RawMessage
 		if err := json.Unmarshal(params["inputResponses"], &responses); err != nil && len(params["inputResponses"]) > 0 {
-			writeError(w, req, http.StatusOK, jsonrpc.CodeInvalidParams, "params.inputResponses must be an wire.Object of answers by input request key", "", nil)
+			writeError(w, req, http.StatusOK, jsonrpc.CodeInvalidParams, "params.inputResponses must be an object of answers by input request key", "", nil)
 			return
 		}
 		byKey := make(map[string][]byte, len(responses))
