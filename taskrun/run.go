@@ -184,9 +184,17 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 	}
 	ev.Generation = j.gen
 	stored, err := h.write(wctx, j.id, *ev)
+	// A store that cannot be reached now does not make the outcome wrong:
+	// the call ran and its outcome is known, so it is written again until
+	// the store answers, the task's time to live ends, or the task is
+	// taken from this process (a shutdown, a settle elsewhere). Dropping
+	// it would let the next reader settle a finished task executor_lost.
+	for delay := storeRetryFirst; errors.Is(err, store.ErrUnavailable) && h.retryWrite(j, rec, delay); delay = min(2*delay, storeRetryMax) {
+		stored, err = h.write(wctx, j.id, *ev)
+	}
 	if err != nil {
 		h.log.Log(ctx, dropLevel(err), "task write dropped", "task", tasks.Prefix(j.id), "generation", j.gen,
-			"reason", replay.ReasonFenced, "event", ev.Kind.String(), "error", err)
+			"reason", writeReason(err), "event", ev.Kind.String(), "error", err)
 	}
 	switch {
 	case err == nil:
@@ -319,6 +327,38 @@ func (h *Handler) outcome(ctx context.Context, j *job, a *answer) (*tasks.Event,
 
 // dropLevel is the level of a dropped write: WARN for a fenced or settled
 // task (it changed hands), ERROR for a store failure.
+// Bounds of the waits between writes of an outcome the store could not
+// take (execute).
+const (
+	storeRetryFirst = 100 * time.Millisecond
+	storeRetryMax   = 2 * time.Second
+)
+
+// retryWrite waits delay before the outcome of j's round is written again,
+// and reports whether to write it: not once the task's time to live has
+// ended (rec is the record the round started from) or j was taken from
+// this process.
+func (h *Handler) retryWrite(j *job, rec tasks.Record, delay time.Duration) bool {
+	if !h.opts.Now().Add(delay).Before(rec.Expires()) {
+		return false
+	}
+	time.Sleep(delay)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return !j.abandoned
+}
+
+// writeReason is the reason a dropped write is logged with.
+func writeReason(err error) replay.Reason {
+	switch {
+	case errors.Is(err, tasks.ErrFenced), errors.Is(err, tasks.ErrTerminal):
+		return replay.ReasonFenced
+	case errors.Is(err, store.ErrTaskNotFound):
+		return replay.ReasonTaskNotFound
+	}
+	return replay.ReasonUnavailable
+}
+
 func dropLevel(err error) slog.Level {
 	if errors.Is(err, tasks.ErrFenced) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, store.ErrTaskNotFound) {
 		return slog.LevelWarn

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark/metrics/prom"
+	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -49,6 +51,13 @@ func newFixture(t *testing.T) *fixture {
 
 // newFixtureTTL is newFixture with tasks living ttl (0: the default).
 func newFixtureTTL(t *testing.T, ttl time.Duration) *fixture {
+	t.Helper()
+	return newFixtureStore(t, ttl, nil)
+}
+
+// newFixtureStore is newFixtureTTL whose Handler keeps its tasks in
+// wrap(the memory store) when wrap is not nil.
+func newFixtureStore(t *testing.T, ttl time.Duration, wrap func(store.Tasks) store.Tasks) *fixture {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
 	f := &fixture{t: t, st: memory.New(memory.Options{}), release: make(chan struct{}), ttl: ttl}
@@ -98,8 +107,12 @@ func newFixtureTTL(t *testing.T, ttl time.Duration) *fixture {
 	}
 	f.spans = tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
+	var st store.Tasks = f.st
+	if wrap != nil {
+		st = wrap(st)
+	}
 	f.h = taskrun.New(inner, taskrun.Options{
-		Store: f.st, Metrics: rec, Tracer: tracing.New(tp),
+		Store: st, Metrics: rec, Tracer: tracing.New(tp),
 		Tools:   func(name string) taskrun.Tool { return taskrun.Tool{Support: support[name]} },
 		Replica: "r1", Poll: 50 * time.Millisecond, TTL: ttl,
 		Subject: func(r *http.Request) string { return r.Header.Get("X-User") },
@@ -353,6 +366,19 @@ func TestHeaderMismatch(t *testing.T) {
 			t.Errorf("headers %v: %d %+v, want 400 -32020 header_mismatch", hdr, r.status, r.err)
 		}
 	}
+	// A tools/call that declares the extension is answered here, not by
+	// the wrapped handler: the same checks apply, and no task starts.
+	for _, hdr := range []map[string]string{
+		{"Mcp-Name": "echo"}, {"Mcp-Name": ""}, {"Mcp-Method": "tasks/get"}, {"Mcp-Method": "", "Mcp-Name": ""},
+	} {
+		r := f.post("tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, true, hdr)
+		if r.status != http.StatusBadRequest || r.err == nil || r.err.Code != -32020 || !strings.Contains(string(r.err.Data), "header_mismatch") {
+			t.Errorf("tools/call with headers %v: %d %+v, want 400 -32020 header_mismatch", hdr, r.status, r.err)
+		}
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Errorf("work ran %d times, want 1 (the refused calls start nothing)", n)
+	}
 }
 
 func TestDiscoverAddsTheExtension(t *testing.T) {
@@ -564,5 +590,40 @@ func TestExpiredWhileWorking(t *testing.T) {
 	}
 	if r := f.get(id); r.result["status"] != "failed" {
 		t.Errorf("after the call ended: %s, want it still failed", r.raw)
+	}
+}
+
+// unreachable is a task store whose next writes fail as a store that
+// cannot be reached fails (store.ErrUnavailable), then work again.
+type unreachable struct {
+	store.Tasks
+	fail atomic.Int32 // writes still to fail
+}
+
+func (u *unreachable) UpdateTask(ctx context.Context, rec tasks.Record, rev uint64) (uint64, error) {
+	if u.fail.Add(-1) >= 0 {
+		return 0, fmt.Errorf("test store: %w: connection refused", store.ErrUnavailable)
+	}
+	return u.Tasks.UpdateTask(ctx, rec, rev)
+}
+
+// TestOutcomeOutlivesAnOutage: the store cannot be reached when the call
+// ends; the outcome is written again until it can, and the task reads
+// completed with its result, not executor_lost, and the call ran once.
+func TestOutcomeOutlivesAnOutage(t *testing.T) {
+	u := &unreachable{}
+	f := newFixtureStore(t, 0, func(st store.Tasks) store.Tasks { u.Tasks = st; return u })
+	id := f.create("work")
+	u.fail.Store(4)
+	close(f.release)
+	r := f.await(id, "completed")
+	if res, _ := r.result["result"].(map[string]any); res == nil {
+		t.Errorf("completed task without its result: %s", r.raw)
+	}
+	if n := u.fail.Load(); n > -1 {
+		t.Errorf("%d failing writes left, want every one spent before the outcome was stored", n+1)
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Errorf("work ran %d times, want 1", n)
 	}
 }
