@@ -37,6 +37,11 @@ var ErrSessionLost = errors.New("client: session lost")
 // with errors.Is.
 var ErrStreamLost = errors.New("client: stream lost")
 
+// ErrNoAnswer is the cause of a call whose POST got no answer headers
+// within Transport.HeaderTimeout: the server accepted the connection (and
+// perhaps the call) but did not answer. Test with errors.Is.
+var ErrNoAnswer = errors.New("client: no answer from the server")
+
 // CallError is the error a call returns when the transport gives it up. It
 // wraps ErrSessionLost or ErrStreamLost (Err) and, when a network failure
 // caused it, that failure (Cause); errors.Is and errors.As see both.

@@ -7,10 +7,12 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -22,8 +24,10 @@ import (
 
 // post sends one POST of body on s (nil: without session headers). The
 // request lives in reqCtx (the response stream is read in it) but is
-// abandoned, before its answer arrives, when ctx ends.
-func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http.Response, error) {
+// abandoned, before its answer arrives, when ctx ends, or, when
+// headerBound is positive, when its answer's headers have not arrived
+// within headerBound (an error wrapping ErrNoAnswer).
+func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte, headerBound time.Duration) (*http.Response, error) {
 	req, err := c.newRequest(reqCtx, http.MethodPost, s, body)
 	if err != nil {
 		return nil, err
@@ -31,7 +35,23 @@ func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte) (*http
 	rctx, cancel := context.WithCancel(reqCtx)
 	req = req.WithContext(rctx)
 	stop := context.AfterFunc(ctx, cancel)
+	var expired atomic.Bool
+	if headerBound > 0 {
+		t := time.AfterFunc(headerBound, func() {
+			expired.Store(true)
+			cancel()
+		})
+		defer t.Stop()
+	}
 	resp, err := c.opts.HTTPClient.Do(req)
+	if expired.Load() {
+		if err == nil {
+			wire.Drain(resp)
+		}
+		stop()
+		cancel()
+		return nil, fmt.Errorf("%w within %v: %v", ErrNoAnswer, headerBound, err)
+	}
 	if !stop() && err == nil {
 		// ctx ended while the answer arrived: the caller gave up.
 		wire.Drain(resp)
@@ -85,13 +105,18 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 
 	// A POST that cannot connect is retried for at most connectBound; the
 	// first initialize's bound is StartTimeout.
-	connectBound := c.opts.ResumeTimeout
+	// headerBound is Transport.HeaderTimeout, StartTimeout for the first
+	// initialize.
+	connectBound, headerBound := c.opts.ResumeTimeout, c.opts.HeaderTimeout
 	if req.Method == "initialize" && c.opts.StartTimeout != 0 {
 		c.mu.Lock()
 		first := c.sess == nil
 		c.mu.Unlock()
 		if first {
 			connectBound = max(c.opts.StartTimeout, 0)
+			if c.opts.StartTimeout > 0 && headerBound > 0 {
+				headerBound = c.opts.StartTimeout
+			}
 		}
 	}
 	// retryingSince is when the POST first failed to connect or was
@@ -104,8 +129,11 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if err != nil {
 			return fail(err)
 		}
-		resp, err := c.post(ctx, cctx, s, data)
+		resp, err := c.post(ctx, cctx, s, data, headerBound)
 		if err != nil {
+			if errors.Is(err, ErrNoAnswer) {
+				return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err})
+			}
 			if ctx.Err() != nil || cctx.Err() != nil {
 				return fail(fmt.Errorf("client: %s: %w", req.Method, err))
 			}
@@ -256,7 +284,7 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 		if err != nil {
 			return rejected{err}
 		}
-		resp, err := c.post(ctx, c.ctx, s, data)
+		resp, err := c.post(ctx, c.ctx, s, data, c.opts.HeaderTimeout)
 		if err != nil {
 			if ctx.Err() == nil && notSent(err) {
 				if unreachableSince.IsZero() {

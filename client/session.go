@@ -167,7 +167,7 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 	}
 	ctx, cancel := context.WithDeadline(c.ctx, deadline)
 	defer cancel()
-	resp, err := c.post(ctx, ctx, nil, data)
+	resp, err := c.post(ctx, ctx, nil, data, 0)
 	if err != nil {
 		return nil, fmt.Errorf("client: initialize: %w", err)
 	}
@@ -194,7 +194,7 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 	if err != nil {
 		return nil, err
 	}
-	nresp, err := c.post(ctx, ctx, s, note)
+	nresp, err := c.post(ctx, ctx, s, note, 0)
 	if err != nil {
 		return nil, fmt.Errorf("client: notifications/initialized: %w", err)
 	}
@@ -222,7 +222,7 @@ func (c *conn) restore(ctx context.Context, s *session, m *jsonrpc.Request) erro
 	if err != nil {
 		return fmt.Errorf("client: restore %s: %w", m.Method, err)
 	}
-	resp, err := c.post(ctx, ctx, s, data)
+	resp, err := c.post(ctx, ctx, s, data, 0)
 	if err != nil {
 		return fmt.Errorf("client: restore %s: %w", m.Method, err)
 	}

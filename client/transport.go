@@ -41,9 +41,10 @@
 // the server do, a call never waits longer than 3R without progress (R
 // retrying its POST's connection or through 503s, R for a
 // re-initialization, R resuming a broken stream before a new event arrives)
-// before it fails with a *CallError. The transport adds no other wait: an
-// intact stream, or a POST whose answer has not started, waits as long as
-// the call's context allows, as with any transport.
+// before it fails with a *CallError. With Transport.HeaderTimeout set, a
+// POST whose answer has not started fails the call within it; without, it
+// waits as long as the call's context allows, as an intact stream does,
+// as with any transport.
 //
 // Resumption exists only in the stateful era, so the transport answers the
 // SDK's server/discover probe (protocol 2026-07-28, SEP-2575) itself with
@@ -133,6 +134,13 @@ type Transport struct {
 	// Zero: ResumeTimeout. Negative: no retry, the first failure fails the
 	// initialize.
 	StartTimeout time.Duration
+	// HeaderTimeout bounds how long a call's POST waits for the headers of
+	// its answer once its body is sent: past it the call fails with a
+	// *CallError wrapping ErrStreamLost and ErrNoAnswer (the server may
+	// have taken it). The first initialize's bound is StartTimeout when
+	// that is positive. Zero: no bound (a server that answers JSON only
+	// once a long call ends is waited for).
+	HeaderTimeout time.Duration
 	// Restore, when set, gives the messages that bring a new session to
 	// the state the SDK had set on the lost one (MCP 2025-11-25: the log
 	// level, server/utilities/logging; resource subscriptions,

@@ -191,6 +191,7 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 		MaxBackoff:     o.MaxBackoff,
 		ResumeTimeout:  o.ResumeTimeout,
 		StartTimeout:   o.StartTimeout,
+		HeaderTimeout:  o.ResumeTimeout,
 		OnEvent:        b.onEvent,
 		Restore:        b.restore,
 		Logger:         o.Logger,
@@ -302,9 +303,13 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	}
 	werr := b.hostError(err)
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
-	if op := dialError(err); req.Method == "initialize" && op != nil {
+	if req.Method == "initialize" && reasonOf(werr) == replay.ReasonServerUnreachable.String() {
 		// Run's error is the one line that says it.
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), op)
+		cause := error(dialError(err))
+		if cause == nil {
+			cause = err
+		}
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
 	}
 	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
 	return nil
@@ -489,6 +494,12 @@ func (b *bridge) hostError(err error) *jsonrpc.Error {
 	case dialError(err) != nil:
 		reason = replay.ReasonServerUnreachable
 		msg = "tidemark connect could not connect to the MCP server, so the call was not sent: check that the server runs at " + redact.URL(b.o.URL) + ", then send the call again"
+	case errors.As(err, &ce) && ce.Method == "initialize" && ce.Session == "" && errors.Is(ce, client.ErrNoAnswer):
+		// The first initialize: the server takes connections but does
+		// not answer, which the host cannot tell from an unreachable one;
+		// an initialize sent twice runs nothing.
+		reason = replay.ReasonServerUnreachable
+		msg = "the MCP server at " + redact.URL(b.o.URL) + " accepted the connection but did not answer initialize within --start-timeout: check that it runs and is not stopped, then start again"
 	case errors.As(err, &ce) && errors.Is(ce, client.ErrSessionLost):
 		reason, status, sreason = replay.ReasonRequestLost, ce.Status, ce.Reason
 		msg = "the MCP server lost this call with its session (HTTP " + strconv.Itoa(ce.Status) + ") before answering it; it may or may not have run. tidemark connect has opened a new session: send the call again if running it twice is safe"

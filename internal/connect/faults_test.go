@@ -1,0 +1,166 @@
+package connect_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// errorData is error.data of an error answer the bridge made.
+type errorData struct {
+	Reason string `json:"reason"`
+}
+
+// wantFailure requires r to be the bridge's -32603 error answer with
+// error.data.reason reason and a message containing say.
+func wantFailure(t *testing.T, r *jsonrpc.Response, reason replay.Reason, say string) {
+	t.Helper()
+	if r.Error == nil {
+		t.Fatalf("answer %s, want error with reason %s", r.Result, reason)
+	}
+	var we *jsonrpc.Error
+	if !errors.As(r.Error, &we) {
+		t.Fatalf("error %v is not a JSON-RPC error", r.Error)
+	}
+	var d errorData
+	json.Unmarshal(we.Data, &d)
+	if we.Code != jsonrpc.CodeInternalError || d.Reason != reason.String() {
+		t.Errorf("error code %d reason %q, want %d %q (%s)", we.Code, d.Reason, jsonrpc.CodeInternalError, reason, we.Data)
+	}
+	if !strings.Contains(we.Message, say) {
+		t.Errorf("error message %q does not say %q", we.Message, say)
+	}
+}
+
+// silentListener accepts connections on loopback and never answers them,
+// until the test's end.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// TestSilentServerAtStart: toward a server that accepts connections but
+// never answers, the host's initialize fails with server_unreachable once
+// the start timeout has passed, and Run returns an error wrapping
+// ErrUnreachable, as toward a server that refuses connections.
+func TestSilentServerAtStart(t *testing.T) {
+	url := silentListener(t)
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	conn, err := (&mcp.IOTransport{Reader: toBridge, Writer: bridgeOut}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- connect.Run(context.Background(), conn, connect.Options{URL: url, Protocol: connect.ProtocolStateful,
+			StartTimeout: 200 * time.Millisecond, ResumeTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		conn.Close()
+		bridgeOut.Close()
+	}()
+	h := &hostSide{t: t, out: hostOut, in: make(chan jsonrpc.Message, 16)}
+	go func() {
+		defer close(h.in)
+		sc := bufio.NewScanner(fromBridge)
+		for sc.Scan() {
+			if m, err := jsonrpc.DecodeMessage(sc.Bytes()); err == nil {
+				h.in <- m
+			}
+		}
+	}()
+	defer hostOut.Close()
+	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+	r, _ := h.answer("init")
+	wantFailure(t, r, replay.ReasonServerUnreachable, "did not answer initialize")
+	select {
+	case err := <-done:
+		if !errors.Is(err, connect.ErrUnreachable) {
+			t.Errorf("Run: %v, want an error wrapping ErrUnreachable", err)
+		}
+	case <-time.After(hostTimeout):
+		t.Fatal("Run still runs after the host's initialize failed")
+	}
+}
+
+// callMethod returns the method of a POSTed message r, restoring its body.
+func callMethod(r *http.Request) string {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if m, err := jsonrpc.DecodeMessage(body); err == nil {
+		if req, ok := m.(*jsonrpc.Request); ok {
+			return req.Method
+		}
+	}
+	return ""
+}
+
+// TestSilentServerMidSession: a server that takes a call's POST and sends
+// no answer headers (stopped, SIGSTOP) fails the call with stream_lost
+// within the resume timeout, saying it may or may not have run; the
+// bridge stays up.
+func TestSilentServerMidSession(t *testing.T) {
+	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
+				<-r.Context().Done()
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	h := startBridge(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, ResumeTimeout: 200 * time.Millisecond})
+	h.initialize(`{}`)
+	h.send(`{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
+	r, _ := h.answer("call")
+	wantFailure(t, r, replay.ReasonStreamLost, "may or may not have run")
+	h.send(`{"jsonrpc":"2.0","id":"ping","method":"ping"}`)
+	if r, _ := h.answer("ping"); r.Error != nil {
+		t.Errorf("ping after the failed call: %v", r.Error)
+	}
+}
