@@ -64,6 +64,12 @@ type CallError struct {
 	Reason string
 	// Err is ErrSessionLost or ErrStreamLost.
 	Err error
+	// NotSent reports that the call's POST never reached the server: no
+	// connection could be made within the retry bound, so sending it
+	// again cannot run it twice. False whenever the POST was sent (its
+	// body written, its answer begun, or its stream broken), when the call
+	// may or may not have run.
+	NotSent bool
 	// Cause is the network or protocol failure behind Err; nil if none.
 	Cause error
 }

@@ -147,7 +147,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 					continue
 				}
 			}
-			return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err})
+			return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err, NotSent: notSent(err)})
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
 			// The server did not take the request and says when to come

@@ -490,8 +490,9 @@ func (b *bridge) hostError(err error) *jsonrpc.Error {
 	)
 	var ce *client.CallError
 	var se *client.StatusError
+	sent := errors.As(err, &ce) && !ce.NotSent
 	switch {
-	case dialError(err) != nil:
+	case dialError(err) != nil && !sent:
 		reason = replay.ReasonServerUnreachable
 		msg = "tidemark connect could not connect to the MCP server, so the call was not sent: check that the server runs at " + redact.URL(b.o.URL) + ", then send the call again"
 	case errors.As(err, &ce) && ce.Method == "initialize" && ce.Session == "" && errors.Is(ce, client.ErrNoAnswer):

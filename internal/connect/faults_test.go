@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -163,4 +164,40 @@ func TestSilentServerMidSession(t *testing.T) {
 	if r, _ := h.answer("ping"); r.Error != nil {
 		t.Errorf("ping after the failed call: %v", r.Error)
 	}
+}
+
+// TestServerGoneMidCall: a call whose stream delivered progress and then
+// broke, the server gone (no connection can be made), fails with
+// stream_lost and a message saying it may or may not have run, never
+// server_unreachable's "was not sent".
+func TestServerGoneMidCall(t *testing.T) {
+	var srv *httptest.Server
+	srv = serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				io.WriteString(w, "id: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n\n")
+				w.(http.Flusher).Flush()
+				srv.Listener.Close() // the server dies: no more connections
+				panic(http.ErrAbortHandler)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	h := startBridge(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, ResumeTimeout: 300 * time.Millisecond,
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
+	h.initialize(`{}`)
+	h.send(`{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"progressToken":"p"}}}`)
+	r, before := h.answer("call")
+	progress := 0
+	for _, m := range before {
+		if n, ok := m.(*jsonrpc.Request); ok && n.Method == "notifications/progress" {
+			progress++
+		}
+	}
+	if progress != 1 {
+		t.Errorf("the host got %d progress notifications before the error, want 1", progress)
+	}
+	wantFailure(t, r, replay.ReasonStreamLost, "may or may not have run")
 }
