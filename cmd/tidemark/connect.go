@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/tidemark-mcp/tidemark/internal/connect"
@@ -156,7 +155,7 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	host, err := (&mcp.StdioTransport{}).Connect(ctx)
+	host, err := (&connect.HostTransport{Reader: os.Stdin, Writer: os.Stdout, Logger: logger}).Connect(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark connect: %v\n", err)
 		return 1

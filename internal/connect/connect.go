@@ -141,10 +141,9 @@ type bridge struct {
 	sending map[jsonrpc.ID]bool
 }
 
-// Run bridges host (the host's stdio connection, e.g. from
-// mcp.StdioTransport) and the server at o.URL until the host closes its
-// end (nil), ctx ends (nil), the host sends what its stdio decoder cannot
-// frame (an error), or the host's first initialize cannot reach the server
+// Run bridges host (the host's stdio connection, from HostTransport) and
+// the server at o.URL until the host closes its end (nil), ctx ends
+// (nil), host's Read fails otherwise (an error), or the host's first initialize cannot reach the server
 // (an error wrapping ErrUnreachable, after the host got that initialize's
 // error answer). The server's session is ended with DELETE on the way out.
 func Run(ctx context.Context, host mcp.Connection, o Options) error {
@@ -242,8 +241,7 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 			if errors.Is(err, io.EOF) || b.ctx.Err() != nil {
 				return nil
 			}
-			// The SDK's stdio decoder stops at a frame it cannot decode:
-			// nothing more can be read from the host.
+			// Nothing more can be read from the host.
 			return fmt.Errorf("reading the host's messages: %w", err)
 		}
 		req, ok := msg.(*jsonrpc.Request)

@@ -1,0 +1,82 @@
+package connect_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+)
+
+// TestMalformedHostLines: each line from the host that is not a JSON-RPC
+// 2.0 message gets its error answer (-32700 for what is not JSON, -32600
+// otherwise, with the line's id when it has a valid one, else null), and
+// the bridge reads on: the host's initialize after them is answered, and
+// Run returns nil when the host closes its end.
+func TestMalformedHostLines(t *testing.T) {
+	srv := serve(t, demo.NewServer(), nil)
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	conn, err := (&connect.HostTransport{Reader: toBridge, Writer: bridgeOut, Logger: slog.New(slog.DiscardHandler)}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- connect.Run(context.Background(), conn, connect.Options{URL: srv.URL, Protocol: connect.ProtocolStateful, Logger: slog.New(slog.DiscardHandler)})
+		conn.Close()
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(fromBridge)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the bridge closed its output")
+			}
+			return l
+		case <-time.After(hostTimeout):
+			t.Fatalf("no line from the bridge within %v", hostTimeout)
+			return ""
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{`garbage`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: the line is not JSON"}}`},
+		{`[1,2,3]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
+		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
+		{`{"jsonrpc":"2.0","id":"x","method":` + strings.Repeat(" ", connect.MaxHostLine) + `"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message longer than 16777216 bytes"}}`},
+		{`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`, `{"jsonrpc":"2.0","id":"init","result":`},
+	} {
+		if _, err := io.WriteString(hostOut, c.in+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := next(); !strings.HasPrefix(got, c.want) || (!strings.HasSuffix(c.want, ":") && got != c.want) {
+			t.Errorf("line %.60q: answer %s, want %s", c.in, got, c.want)
+		}
+	}
+	hostOut.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v, want nil when the host closes its end", err)
+		}
+	case <-time.After(hostTimeout):
+		t.Fatal("Run still runs after the host closed its end")
+	}
+	bridgeOut.Close()
+	for range lines {
+	}
+}
