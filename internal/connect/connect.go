@@ -257,6 +257,13 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 			}
 			continue
 		}
+		b.mu.Lock()
+		early := !b.started && req.Method != "initialize" && req.Method != "ping"
+		b.mu.Unlock()
+		if early {
+			b.beforeInitialize(req)
+			continue
+		}
 		b.track(req)
 		b.mu.Lock()
 		b.sending[req.ID] = false
@@ -311,6 +318,16 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	}
 	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
 	return nil
+}
+
+// beforeInitialize answers the host's call req, which came before its
+// initialize: such a call has no session to go to, and only ping may
+// precede initialize (MCP 2025-11-25, "Lifecycle").
+func (b *bridge) beforeInitialize(req *jsonrpc.Request) {
+	b.logger.Warn("connect: call before the host's initialize; answered with an error", "method", req.Method, "id", req.ID.Raw(), "reason", replay.ReasonSessionRequired)
+	data, _ := json.Marshal(map[string]string{"reason": replay.ReasonSessionRequired.String()}) // a string always encodes
+	b.toHost(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+		Message: "send initialize first: tidemark connect sends no call but ping to the MCP server before the host's initialize (MCP 2025-11-25, \"Lifecycle\")", Data: data}})
 }
 
 // cancelling marks the call that the host's notifications/cancelled req

@@ -3,11 +3,16 @@ package connect_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
@@ -78,5 +83,35 @@ func TestMalformedHostLines(t *testing.T) {
 	}
 	bridgeOut.Close()
 	for range lines {
+	}
+}
+
+// TestCallBeforeInitialize: a host's call before its initialize is
+// answered by the bridge with -32600 and reason session_required, and
+// never reaches the server; the initialize after it is answered.
+func TestCallBeforeInitialize(t *testing.T) {
+	var calls atomic.Int32
+	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && callMethod(r) == "tools/list" {
+				calls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	h := startBridge(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful})
+	h.send(`{"jsonrpc":"2.0","id":"early","method":"tools/list"}`)
+	r, _ := h.answer("early")
+	var we *jsonrpc.Error
+	if !errors.As(r.Error, &we) || we.Code != jsonrpc.CodeInvalidRequest || string(we.Data) != `{"reason":"session_required"}` || !strings.HasPrefix(we.Message, "send initialize first: ") {
+		t.Errorf("answer to a call before initialize: %v (%s), want -32600 send initialize first, reason session_required", r.Error, r.Result)
+	}
+	h.initialize(`{}`)
+	h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+	if r, _ := h.answer("list"); r.Error != nil {
+		t.Errorf("tools/list after initialize: %v", r.Error)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the server got %d tools/list POSTs, want 1 (the one after initialize)", n)
 	}
 }
