@@ -310,9 +310,9 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
 	if req.Method == "initialize" && reasonOf(werr) == replay.ReasonServerUnreachable.String() {
 		// Run's error is the one line that says it.
-		cause := error(dialError(err))
-		if cause == nil {
-			cause = err
+		cause := err
+		if op := dialError(err); op != nil {
+			cause = op
 		}
 		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
 	}

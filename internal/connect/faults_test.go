@@ -121,8 +121,8 @@ func TestSilentServerAtStart(t *testing.T) {
 	wantFailure(t, r, replay.ReasonServerUnreachable, "did not answer initialize")
 	select {
 	case err := <-done:
-		if !errors.Is(err, connect.ErrUnreachable) {
-			t.Errorf("Run: %v, want an error wrapping ErrUnreachable", err)
+		if !errors.Is(err, connect.ErrUnreachable) || !strings.Contains(err.Error(), ": client: initialize id init: stream lost: client: no answer from the server within 200ms") {
+			t.Errorf("Run: %v, want an error wrapping ErrUnreachable that names the missing answer", err)
 		}
 	case <-time.After(hostTimeout):
 		t.Fatal("Run still runs after the host's initialize failed")
