@@ -19,7 +19,8 @@ import (
 // bearer.Config.IntrospectionURL), issued for the endpoint's URL, and a
 // call of the tool "deploy" needs the scope deploy:write. A request
 // without a token gets 401 with the challenge that leads a client to the
-// protected resource metadata.
+// protected resource metadata, which lists no scopes: a client asks for
+// deploy:write only when a call of deploy is refused for want of it.
 func Example_auth() {
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
@@ -34,7 +35,7 @@ func Example_auth() {
 	server := mcp.NewServer(&mcp.Implementation{Name: "example", Version: "1.0.0"}, nil)
 	h := tidemark.NewHandler(server, &tidemark.Options{Auth: &tidemark.Auth{
 		Verify:     v.Verify,
-		Metadata:   bearer.ResourceMetadata(resource, issuer, []string{"deploy:write"}),
+		Metadata:   bearer.ResourceMetadata(resource, issuer, nil),
 		ToolScopes: map[string]string{"deploy": "deploy:write"},
 	}})
 	defer h.Close()
@@ -60,5 +61,5 @@ func Example_auth() {
 	// Output:
 	// 401
 	// Bearer resource_metadata="http://HOST/.well-known/oauth-protected-resource/mcp"
-	// 200 {"resource":"http://HOST/mcp","authorization_servers":["https://auth.example.com/realms/mcp"],"scopes_supported":["deploy:write"],"bearer_methods_supported":["header"]}
+	// 200 {"resource":"http://HOST/mcp","authorization_servers":["https://auth.example.com/realms/mcp"],"bearer_methods_supported":["header"]}
 }

@@ -147,8 +147,12 @@ func ResourceMetadataURL(resource string) (string, error) {
 // ResourceMetadata returns the protected resource metadata document of
 // resource (RFC 9728, section 2) whose tokens issuer issues, for
 // auth.ProtectedResourceMetadataHandler: the tokens come in the
-// Authorization header only, and scopes lists the scopes a client may
-// need (scopes_supported).
+// Authorization header only, and scopes (scopes_supported, omitted when
+// empty) lists the scopes every request needs, the minimal set a client
+// asks for at its first authorization. A scope only some calls need
+// stays out of it: the 403 insufficient_scope of such a call names it,
+// and the client steps up to it then (MCP 2025-11-25, basic/authorization,
+// "Scope Selection Strategy" and "Scope Challenge Handling").
 func ResourceMetadata(resource, issuer string, scopes []string) *oauthex.ProtectedResourceMetadata {
 	return &oauthex.ProtectedResourceMetadata{
 		Resource:               resource,

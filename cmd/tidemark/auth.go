@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/tidemark-mcp/tidemark"
@@ -146,13 +145,6 @@ func (c *authConfig) options(ln net.Addr, path string, logger *slog.Logger) (*ti
 	if err != nil {
 		return nil, err
 	}
-	var scopes []string
-	for _, s := range c.toolScopes {
-		if !slices.Contains(scopes, s) {
-			scopes = append(scopes, s)
-		}
-	}
-	slices.Sort(scopes)
 	mdURL, _ := bearer.ResourceMetadataURL(resource)
 	attrs := []any{"issuer", c.issuer, "audience", audience, "resource_metadata", mdURL}
 	ctx, cancel := context.WithTimeout(context.Background(), bearer.DefaultTimeout)
@@ -162,5 +154,11 @@ func (c *authConfig) options(ln net.Addr, path string, logger *slog.Logger) (*ti
 	} else {
 		logger.Info("authorization", attrs...)
 	}
-	return &tidemark.Auth{Verify: v.Verify, Metadata: bearer.ResourceMetadata(resource, c.issuer, scopes), ToolScopes: c.toolScopes}, nil
+	// The metadata lists no scopes_supported: every request needs none,
+	// so a client's first authorization asks for none, and a tool's scope
+	// is asked for only when a call of it meets 403 insufficient_scope
+	// naming it (MCP 2025-11-25, basic/authorization, "Scope Selection
+	// Strategy": scopes_supported is the minimal set for basic
+	// functionality, the rest is stepped up to).
+	return &tidemark.Auth{Verify: v.Verify, Metadata: bearer.ResourceMetadata(resource, c.issuer, nil), ToolScopes: c.toolScopes}, nil
 }

@@ -133,7 +133,7 @@ func TestServeAuthTypeScript(t *testing.T) {
 		body != `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"this server needs a bearer token: obtain one from the authorization server its protected resource metadata names, and send it as Authorization: Bearer TOKEN","data":{"reason":"token_missing"}}}` {
 		t.Fatalf("no token: %d %q %s", status, challenge, body)
 	}
-	wantMeta := `{"resource":"` + endpoint + `","authorization_servers":["` + issuer + `"],"scopes_supported":["mcp:tools"],"bearer_methods_supported":["header"]}` + "\n"
+	wantMeta := `{"resource":"` + endpoint + `","authorization_servers":["` + issuer + `"],"bearer_methods_supported":["header"]}` + "\n"
 	for _, u := range []string{metadata, fmt.Sprintf("http://127.0.0.1:%d/.well-known/oauth-protected-resource", port)} {
 		resp, err := http.Get(u)
 		if err != nil {
