@@ -18,7 +18,7 @@
 //     the authorization and every token request, the scope of the
 //     challenge else the resource metadata's scopes_supported, and on 403
 //     insufficient_scope a new authorization for the union of the scopes
-//     granted and challenged;
+//     granted and challenged, by the client the first one registered;
 //   - refresh tokens, and tokens kept per server in a file of mode 0600
 //     (store.go), so that a later run needs no new authorization.
 //
@@ -132,6 +132,14 @@ type Transport struct {
 	authMu  sync.Mutex
 	handler *auth.AuthorizationCodeHandler // built at the first authorization
 	cb      *callback
+	// registered is the client dynamic registration gave at the first
+	// authorization, used by every later one; granted the scopes the
+	// last authorization asked for, kept in each later request (a
+	// step-up asks for their union with the challenge's). Both under
+	// authMu.
+	registered *oauthex.ClientCredentials
+	lastClient *oauthex.ClientCredentials // the client of the last token
+	granted    []string
 
 	mu sync.Mutex
 	ts oauth2.TokenSource // nil: no token yet
@@ -322,6 +330,14 @@ func (t *Transport) authorize(req *http.Request, resp *http.Response, body []byt
 	if err != nil || ts == nil {
 		return fmt.Errorf("no token after the authorization: %v", err)
 	}
+	if t.registered == nil && t.cfg.ClientID == "" && t.cfg.ClientMetadataURL == "" && t.lastClient != nil {
+		// A step-up stays with the client registered now: a new client is
+		// another party to the authorization server, and a server that
+		// knows a client credentials' user by its client_id would own the
+		// session by another user, and refuse it to the new token.
+		t.registered = t.lastClient
+		t.handler = nil
+	}
 	t.mu.Lock()
 	t.ts = ts
 	t.mu.Unlock()
@@ -335,9 +351,12 @@ func (t *Transport) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 	if t.handler != nil {
 		return t.handler, nil
 	}
-	cb, err := listenCallback(t.cfg.CallbackPort)
-	if err != nil {
-		return nil, err
+	cb := t.cb
+	if cb == nil {
+		var err error
+		if cb, err = listenCallback(t.cfg.CallbackPort); err != nil {
+			return nil, err
+		}
 	}
 	redirect := cb.redirectURL()
 	hc := &auth.AuthorizationCodeHandlerConfig{
@@ -346,8 +365,18 @@ func (t *Transport) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 			return t.fetchCode(ctx, cb, a)
 		},
 		RequestRefreshToken: true,
-		Client:              t.authHTTP,
-		NewTokenSource:      t.newTokenSource,
+		// The handler unions the scopes granted with a challenge's itself,
+		// but a handler built anew (registered) has granted none yet.
+		ScopeFilter: func(scopes []string) []string {
+			for _, g := range t.granted {
+				if g != "offline_access" && !slices.Contains(scopes, g) {
+					scopes = append(scopes, g)
+				}
+			}
+			return scopes
+		},
+		Client:         t.authHTTP,
+		NewTokenSource: t.newTokenSource,
 		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
 			ClientName:              "tidemark connect",
 			RedirectURIs:            []string{redirect},
@@ -368,12 +397,16 @@ func (t *Transport) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 			pre.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: t.cfg.ClientSecret}
 		}
 		hc.PreregisteredClient = pre
+	case t.registered != nil:
+		hc.PreregisteredClient = t.registered
 	case t.cfg.ClientMetadataURL != "":
 		hc.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: t.cfg.ClientMetadataURL}
 	}
 	h, err := auth.NewAuthorizationCodeHandler(hc)
 	if err != nil {
-		cb.close()
+		if t.cb == nil {
+			cb.close()
+		}
 		return nil, err
 	}
 	t.cb, t.handler = cb, h
@@ -384,6 +417,12 @@ func (t *Transport) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 // newTokenSource is the handler's NewTokenSource: it keeps the new token
 // in the store and returns a source that keeps each refreshed one.
 func (t *Transport) newTokenSource(ctx context.Context, conf *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
+	// Called within Authorize, under authMu.
+	t.granted = slices.Clone(conf.Scopes)
+	t.lastClient = &oauthex.ClientCredentials{ClientID: conf.ClientID}
+	if conf.ClientSecret != "" {
+		t.lastClient.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: conf.ClientSecret}
+	}
 	rec := &Record{
 		Server:       t.cfg.Server,
 		Resource:     t.obs.resourceOf(),
