@@ -91,7 +91,7 @@ func TestBeforeAfter(t *testing.T) {
 // TestChooseBaseline: choosing a Tidemark row also chooses its baseline
 // row, in table order.
 func TestChooseBaseline(t *testing.T) {
-	all := specs(toolchain{bin: "/b", baselineBin: "/before"}, nil, nil)
+	all := specs(toolchain{bin: "/b", baselineBin: "/before"}, nil, nil, nil)
 	got, err := choose(all, "tidemark-min,ceiling,tidemark")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestChooseBaseline(t *testing.T) {
 // TestChooseDuplicate: a --tidemark-variant named as a built-in row is
 // refused, whatever --servers asks for.
 func TestChooseDuplicate(t *testing.T) {
-	all := specs(toolchain{bin: "/b"}, []variant{{name: "durable", args: []string{"--data-dir", "/x"}}}, nil)
+	all := specs(toolchain{bin: "/b"}, []variant{{name: "durable", args: []string{"--data-dir", "/x"}}}, nil, nil)
 	if _, err := choose(all, "tidemark"); err == nil || !strings.Contains(err.Error(), `two servers are named "durable"`) {
 		t.Fatalf("choose = %v, want the error of two servers named durable", err)
 	}

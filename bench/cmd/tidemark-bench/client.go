@@ -46,7 +46,10 @@ type client struct {
 	url     string
 	session string // Mcp-Session-Id
 	version string // negotiated protocol version
-	nextID  atomic.Int64
+	// authorization is the Authorization header of every request
+	// (server.authorization), or "".
+	authorization string
+	nextID        atomic.Int64
 }
 
 // event is one SSE event as received: cursor and data.
@@ -71,14 +74,16 @@ type callResult struct {
 	errBody   []byte // the body of a non-200 answer
 }
 
-func newClient(hc *http.Client, url string) *client {
-	return &client{hc: hc, url: url}
+// newClient returns a client of a new session of s, which sends through
+// hc.
+func newClient(hc *http.Client, s *server) *client {
+	return &client{hc: hc, url: s.url, authorization: s.authorization}
 }
 
 // over returns a client of the same session that sends through hc (a
 // separate pool of connections).
 func (c *client) over(hc *http.Client) *client {
-	d := &client{hc: hc, url: c.url, session: c.session, version: c.version}
+	d := &client{hc: hc, url: c.url, session: c.session, version: c.version, authorization: c.authorization}
 	d.nextID.Store(c.nextID.Load())
 	return d
 }
@@ -97,6 +102,9 @@ func (c *client) post(ctx context.Context, body []byte) (*http.Response, error) 
 	}
 	if c.version != "" {
 		h["Mcp-Protocol-Version"] = []string{c.version}
+	}
+	if c.authorization != "" {
+		h["Authorization"] = []string{c.authorization}
 	}
 	return c.hc.Do(req)
 }
@@ -188,6 +196,9 @@ func (c *client) resume(ctx context.Context, cursor string, want int, idle time.
 	req.Header["Mcp-Session-Id"] = []string{c.session}
 	req.Header["Mcp-Protocol-Version"] = []string{c.version}
 	req.Header["Last-Event-Id"] = []string{cursor}
+	if c.authorization != "" {
+		req.Header["Authorization"] = []string{c.authorization}
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return r, err
@@ -244,6 +255,9 @@ func (c *client) openStream(ctx context.Context) (*http.Response, error) {
 	req.Header["Accept"] = []string{"text/event-stream"}
 	req.Header["Mcp-Session-Id"] = []string{c.session}
 	req.Header["Mcp-Protocol-Version"] = []string{c.version}
+	if c.authorization != "" {
+		req.Header["Authorization"] = []string{c.authorization}
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

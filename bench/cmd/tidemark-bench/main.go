@@ -167,7 +167,9 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 	// Every process the benchmark started ends with it, Ctrl-C included:
 	// the servers are stopped by runServer, the deployments here.
 	defer fleet.stop()
-	chosen, err := choose(specs(tc, o.variants, fleet), o.servers)
+	issuer := &authIssuer{}
+	defer issuer.stop()
+	chosen, err := choose(specs(tc, o.variants, fleet, issuer), o.servers)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +207,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (*report, e
 		}
 		tc.baselineBin = bt.bin
 	}
-	if chosen, err = choose(specs(tc, o.variants, fleet), o.servers); err != nil {
+	if chosen, err = choose(specs(tc, o.variants, fleet, issuer), o.servers); err != nil {
 		return nil, err
 	}
 	for _, k := range kinds {

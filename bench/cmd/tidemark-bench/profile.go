@@ -98,19 +98,19 @@ func profileOne(ctx context.Context, spec serverSpec, cfg config, window time.Du
 	switch pr.workload {
 	case "a16":
 		pr.opName = "call"
-		clients, err = createClients(ctx, hc, s.url, 16, cfg.parallel)
+		clients, err = createClients(ctx, hc, s, 16, cfg.parallel)
 		if err == nil {
 			callLoop(ctx, clients, cfg.aWarm)
 		}
 	case "b1":
 		pr.opName = "event"
-		clients, err = createClients(ctx, hc, s.url, 1, 1)
+		clients, err = createClients(ctx, hc, s, 1, 1)
 		if err == nil {
 			_, err = clients[0].countdown(ctx, 1000, 0, true, false)
 		}
 	case "b256":
 		pr.opName = "event"
-		clients, err = createClients(ctx, hc, s.url, cfg.bStreams, cfg.parallel)
+		clients, err = createClients(ctx, hc, s, cfg.bStreams, cfg.parallel)
 	}
 	if err != nil {
 		return err

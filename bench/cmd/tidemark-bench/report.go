@@ -94,7 +94,8 @@ func (r *report) markdown() string {
 		p("| %s | %s | `%s` |\n", row.spec.name, row.spec.label, strings.Join(argv, " "))
 	}
 	p("\n`tidemark` is built from `./cmd/tidemark`, `benchpeer` from `bench/cmd/benchpeer`; the TypeScript peer is `bench/peers/ts/server.mjs`.")
-	p(" `{tmpdir}` is a new empty directory for each server process; `{metrics-addr}` is 127.0.0.1 and a free port.\n")
+	p(" `{tmpdir}` is a new empty directory for each server process; `{metrics-addr}` is 127.0.0.1 and a free port;")
+	p(" `{auth-issuer}` is the URL of the authorization server the benchmark runs on loopback (metadata and an ES256 key set; the load generator sends the one JWT it signed, audience `%s`, scope `%s`, on every request).\n", benchAudience, benchScope)
 	r.deployments(&b)
 	p("Every server exposes the same `countdown` tool {n, delay_ms}: one `notifications/progress` per step when the call carries a progress token, then the text \"countdown of N finished\".\n\n")
 
@@ -485,6 +486,7 @@ func (r *report) goals(b *strings.Builder) {
 		{"redis", "(b) events/s, 1 stream", 0.3},
 		{"redis", "(a) calls/s, 16 sessions", 0.5},
 		{"metrics", "(a) calls/s, 16 sessions", 0.95},
+		{"auth", "(a) calls/s, 16 sessions", 0.9},
 	} {
 		m, found := byName[g.metric]
 		x := r.find(g.row)

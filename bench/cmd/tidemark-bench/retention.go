@@ -90,7 +90,7 @@ func runFPoint(ctx context.Context, s *server, rc retentionConfig, idle int) res
 	defer hc.CloseIdleConnections()
 	sctx, cancel := context.WithTimeout(ctx, rc.fSetupCap)
 	start := time.Now()
-	clients, err := createClients(sctx, hc, s.url, idle, 32)
+	clients, err := createClients(sctx, hc, s, idle, 32)
 	cancel()
 	p.setup = time.Since(start)
 	for _, c := range clients {
@@ -101,7 +101,7 @@ func runFPoint(ctx context.Context, s *server, rc retentionConfig, idle int) res
 	if err != nil && !errors.Is(sctx.Err(), context.DeadlineExceeded) {
 		p.note = "idle sessions: " + err.Error()
 	}
-	c := newClient(hc, s.url)
+	c := newClient(hc, s)
 	if err := c.initialize(ctx); err != nil {
 		p.note = strings.TrimSpace(p.note + " countdown session: " + err.Error())
 		return p
@@ -196,7 +196,7 @@ func runGStore(ctx context.Context, s *server, rc retentionConfig) resultG {
 	for range rc.gParallel {
 		wg.Go(func() {
 			for i := range work {
-				c := newClient(hc, s.url)
+				c := newClient(hc, s)
 				cursor, err := echoOnce(ctx, c, call)
 				mu.Lock()
 				if err != nil {

@@ -61,6 +61,10 @@ type serverSpec struct {
 	// tasks is set for the `tidemark serve` rows of the stores that keep
 	// tasks (memory, --data-dir, one Redis): they run workload (t).
 	tasks bool
+	// issuer, when set, is the loopback authorization server whose URL
+	// replaces issuerPlaceholder in argv; the load generator sends its
+	// token on every request to this server.
+	issuer *authIssuer
 }
 
 // hasHelpers reports whether processes besides the server's serve its
@@ -86,7 +90,7 @@ type toolchain struct {
 // rows of --tidemark-variant; the two gateways; the peers and the ceiling.
 // Each `tidemark serve` row but the memory store's is a variant, divided by
 // its reference row in the report, and has its baseline row too.
-func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSpec {
+func specs(tc toolchain, variants []variant, fleet *redisDeployments, issuer *authIssuer) []serverSpec {
 	tidemarkServeFrom := func(bin string, extra ...string) func(int) []string {
 		return func(port int) []string {
 			args := []string{filepath.Join(bin, "tidemark"), "serve",
@@ -140,6 +144,8 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSp
 			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)", false},
 		{variant{"metrics", []string{"--metrics-addr", metricsPlaceholder}}, "", "tidemark", "metrics on ÷ off",
 			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)", false},
+		{variant{"auth", []string{"--auth-issuer", issuerPlaceholder, "--auth-audience", benchAudience, "--auth-tool-scope", "countdown=" + benchScope}}, "", "tidemark", "auth on ÷ off",
+			"memory store as an OAuth 2.1 resource server: every request carries an ES256 JWT of a loopback issuer, verified (signature, issuer, audience, expiry) and checked for countdown's scope", false},
 	}
 	for _, v := range variants {
 		kind := ""
@@ -151,12 +157,16 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments) []serverSp
 		rows = append(rows, builtin{variant: v, redis: kind, versus: "tidemark", means: v.name + " ÷ memory", what: "a row of --tidemark-variant"})
 	}
 	for _, v := range rows {
+		var iss *authIssuer
+		if slices.ContainsFunc(v.args, func(a string) bool { return strings.Contains(a, issuerPlaceholder) }) {
+			iss = issuer
+		}
 		out = append(out, serverSpec{name: v.name, role: roleVariant, argv: tidemarkServe(v.args...), redis: v.redis, fleet: fleet,
-			versus: v.versus, versusMeans: v.means, tasks: v.tasks,
+			versus: v.versus, versusMeans: v.means, tasks: v.tasks, issuer: iss,
 			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`: " + v.what})
 		if tc.baselineBin != "" {
 			out = append(out, serverSpec{name: v.name + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin, v.args...),
-				redis: v.redis, fleet: fleet,
+				redis: v.redis, fleet: fleet, issuer: iss,
 				label: "`tidemark serve " + strings.Join(v.args, " ") + "` built from the baseline commit (--baseline)"})
 		}
 	}
@@ -210,6 +220,9 @@ type server struct {
 	metricsAddr string
 	// dataDirs are the directories of tmpdirPlaceholder, removed by stop.
 	dataDirs []string
+	// authorization is the Authorization header every request to it
+	// carries (serverSpec.issuer), or "".
+	authorization string
 }
 
 // startServer starts spec on a free loopback port and waits until it
@@ -249,6 +262,18 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		for i, a := range argv {
 			argv[i] = strings.ReplaceAll(a, redisPlaceholder(spec.redis), d.url)
 		}
+	}
+	authorization := ""
+	if spec.issuer != nil {
+		url, token, err := spec.issuer.start()
+		if err != nil {
+			stopUpstream()
+			return nil, fmt.Errorf("%s: its authorization server: %w", spec.name, err)
+		}
+		for i, a := range argv {
+			argv[i] = strings.ReplaceAll(a, issuerPlaceholder, url)
+		}
+		authorization = "Bearer " + token
 	}
 	metricsAddr := ""
 	var dataDirs []string
@@ -297,7 +322,8 @@ func startServer(ctx context.Context, spec serverSpec, logDir, tag string, extra
 		return nil, fmt.Errorf("start %s: %w", spec.name, err)
 	}
 	s := &server{spec: spec, cmd: cmd, pid: cmd.Process.Pid, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), log: logPath,
-		done: make(chan struct{}), upstream: up, helpers: helpers, metricsAddr: metricsAddr, dataDirs: dataDirs}
+		done: make(chan struct{}), upstream: up, helpers: helpers, metricsAddr: metricsAddr, dataDirs: dataDirs,
+		authorization: authorization}
 	go func() {
 		s.err = cmd.Wait()
 		lf.Close()

@@ -394,3 +394,53 @@ func TestQuickTasks(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickAuth runs `tidemark-bench --quick` on the `auth` row, `tidemark
+// serve --auth-issuer` in front of the loopback authorization server the
+// benchmark runs, beside the `tidemark` row it is divided by: every call
+// carries the issuer's token and is answered (a server refusing the token
+// would answer 401, an error of the row), the resumes of (c) carry it too,
+// and the report divides auth by tidemark and states the goal of calls/s
+// with auth on ÷ off. It checks the row's shape, not its speed.
+func TestQuickAuth(t *testing.T) {
+	bin := prebuilt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "tidemark,auth", workloads: "a,b,c",
+		args: []string{"--quick", "--servers", "tidemark,auth", "--workloads", "a,b,c"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	noneLeft(t, nil)
+	cfg := quickConfig()
+	if len(rep.rows) != 2 || rep.rows[0].spec.name != "tidemark" || rep.rows[1].spec.name != "auth" {
+		t.Fatalf("rows = %v, want tidemark and auth", rep.rows)
+	}
+	for _, r := range rep.rows {
+		if checkAB(t, r, cfg, stderr.String()) && (!r.hasC || r.c.na != "" || r.c.wrong != 0 || r.c.median <= 0) {
+			t.Errorf("%s (c): na %q wrong %d (%s) median %v", r.spec.name, r.c.na, r.c.wrong, r.c.example, r.c.median)
+		}
+	}
+	md := stdout.String()
+	for _, want := range []string{
+		"serve --addr 127.0.0.1:PORT --retention-events 100000 --max-sessions 20000 --log-level WARN --auth-issuer {auth-issuer} --auth-audience urn:tidemark-bench:mcp --auth-tool-scope countdown=bench:call`",
+		"- `auth` ÷ `tidemark`: auth on ÷ off\n",
+		"| metric | auth ÷ tidemark |",
+		"| auth on ÷ off (auth ÷ tidemark), (a) calls/s, 16 sessions ≥ 0.90 | ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	_, section, _ := strings.Cut(md, "## Tidemark's configurations\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "| (a) ") && strings.Contains(line, "–") {
+			t.Errorf("a ratio of (a) is missing: %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+}

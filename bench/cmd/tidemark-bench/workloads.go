@@ -138,7 +138,7 @@ type resultE struct {
 }
 
 // createClients initializes n sessions, par at a time.
-func createClients(ctx context.Context, hc *http.Client, url string, n, par int) ([]*client, error) {
+func createClients(ctx context.Context, hc *http.Client, s *server, n, par int) ([]*client, error) {
 	out := make([]*client, n)
 	var next atomic.Int64
 	var firstErr error
@@ -153,7 +153,7 @@ func createClients(ctx context.Context, hc *http.Client, url string, n, par int)
 				if i >= n {
 					return
 				}
-				c := newClient(hc, url)
+				c := newClient(hc, s)
 				if err := c.initialize(ctx); err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -178,7 +178,7 @@ func runA(ctx context.Context, s *server, cfg config, report func(resultA)) ([]r
 	defer hc.CloseIdleConnections()
 	var out []resultA
 	for _, conc := range cfg.aConc {
-		clients, err := createClients(ctx, hc, s.url, conc, cfg.parallel)
+		clients, err := createClients(ctx, hc, s, conc, cfg.parallel)
 		if err != nil {
 			return out, err
 		}
@@ -259,7 +259,7 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 func runB1(ctx context.Context, s *server, cfg config) (resultB, error) {
 	hc := &http.Client{Transport: newTransport(4)}
 	defer hc.CloseIdleConnections()
-	c := newClient(hc, s.url)
+	c := newClient(hc, s)
 	if err := c.initialize(ctx); err != nil {
 		return resultB{}, err
 	}
@@ -325,7 +325,7 @@ func callNote(res callResult) string {
 func runBMany(ctx context.Context, s *server, cfg config) (resultB, error) {
 	hc := &http.Client{Transport: newTransport(cfg.bStreams)}
 	defer hc.CloseIdleConnections()
-	clients, err := createClients(ctx, hc, s.url, cfg.bStreams, cfg.parallel)
+	clients, err := createClients(ctx, hc, s, cfg.bStreams, cfg.parallel)
 	if err != nil {
 		return resultB{}, err
 	}
@@ -391,7 +391,7 @@ func runC(ctx context.Context, s *server, cfg config) (resultC, error) {
 	}
 	hc := &http.Client{Transport: newTransport(4)}
 	defer hc.CloseIdleConnections()
-	c := newClient(hc, s.url)
+	c := newClient(hc, s)
 	if err := c.initialize(ctx); err != nil {
 		return r, err
 	}
@@ -496,7 +496,7 @@ func runD(ctx context.Context, s *server, cfg config) (resultD, error) {
 	hc := &http.Client{Transport: newTransport(cfg.parallel)}
 	defer hc.CloseIdleConnections()
 	// Warm up code paths, so the baseline includes them.
-	warm := newClient(hc, s.url)
+	warm := newClient(hc, s)
 	if err := warm.initialize(ctx); err != nil {
 		return r, err
 	}
@@ -505,7 +505,7 @@ func runD(ctx context.Context, s *server, cfg config) (resultD, error) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	before, _ := readProc(s.pid)
-	clients, err := createClients(ctx, hc, s.url, cfg.dSessions, cfg.parallel)
+	clients, err := createClients(ctx, hc, s, cfg.dSessions, cfg.parallel)
 	if err != nil {
 		return r, err
 	}
@@ -576,7 +576,7 @@ func runE(ctx context.Context, s *server, cfg config) (resultE, error) {
 	}
 	hc := &http.Client{Transport: newTransport(cfg.parallel)}
 	defer hc.CloseIdleConnections()
-	clients, err := createClients(ctx, hc, s.url, cfg.eSessions, cfg.parallel)
+	clients, err := createClients(ctx, hc, s, cfg.eSessions, cfg.parallel)
 	if err != nil {
 		return r, err
 	}
