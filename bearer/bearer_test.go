@@ -51,7 +51,7 @@ func newIssuer(t *testing.T, kids ...string) *issuer {
 	return is
 }
 
-func newKey(t *testing.T) *rsa.PrivateKey {
+func newKey(t testing.TB) *rsa.PrivateKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: small sizes, figures not comparable with a full run's; writes no file unless --out is given")
 	fs.StringVar(&o.out, "out", "", "write the markdown report here (default: BENCHMARKS.md at the repository root for a full run; none for --quick)")
-	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, durable (--data-dir), redis, sentinel, cluster (--redis on a deployment the benchmark starts), metrics (--metrics-addr), gateway (tidemark serve --upstream in front of a gosdk process), gateway-stdio (tidemark serve --stdio), gosdk, mcpgo, ts, ceiling, --tidemark-variant names, or all")
+	fs.StringVar(&o.servers, "servers", "all", "comma-separated servers to run: tidemark, tidemark-min, durable (--data-dir), redis, sentinel, cluster (--redis on a deployment the benchmark starts), metrics (--metrics-addr), auth (--auth-issuer of a loopback JWT issuer), gateway (tidemark serve --upstream in front of a gosdk process), gateway-stdio (tidemark serve --stdio), gosdk, mcpgo, ts, ceiling, --tidemark-variant names, or all")
 	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f,g,t", "comma-separated workloads to run: a to g, and t (f and g: the tidemark row only; t: the tidemark, durable and redis rows only)")
 	fs.StringVar(&o.repo, "repo", "", "the tidemark repository root (default: found from the working directory)")
 	fs.StringVar(&o.bin, "bin", "", "directory with prebuilt tidemark and benchpeer binaries (default: built into a temporary directory)")
