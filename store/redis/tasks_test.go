@@ -227,7 +227,9 @@ func TestTasksReplicated(t *testing.T) {
 	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary.Addr()})
 	replica.WaitInSync()
 	primary.WaitReplicaListed(replica)
-	s := open(t, primary, redis.Options{ReplicationTimeout: 200 * time.Millisecond})
+	// A bound long enough for a loaded machine's replica to acknowledge
+	// (200 ms failed the first write at load 15), short for a stopped one.
+	s := open(t, primary, redis.Options{ReplicationTimeout: 2 * time.Second})
 	rc := client(t, replica)
 
 	rec := taskRecord(t, "task-replicated", time.Now().UTC())
