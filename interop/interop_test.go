@@ -73,6 +73,16 @@ func checkResumedOnce(t *testing.T, r *relay) {
 	if !r.didCut() || cursor == "" {
 		t.Fatalf("the relay cut no stream (it cuts after progress %d)", cutAfter)
 	}
+	// The relay records a stream's status when the stream ends, which
+	// can come after the client has its answer and closed the session.
+	r.waitFor(t, "end of every resumed stream", 5*time.Second, func(xs []exchange) bool {
+		for _, e := range where(xs, isResume) {
+			if !e.Done {
+				return false
+			}
+		}
+		return true
+	})
 	resumes := where(r.recorded(), isResume)
 	if len(resumes) != 1 || resumes[0].LastEventID != cursor || resumes[0].Status != 200 {
 		t.Errorf("resumes %v, want one GET with Last-Event-ID %s (the event cut after) answered 200", resumes, cursor)
