@@ -1,6 +1,7 @@
-// conformance.go holds RunConformance: one run of the official MCP
-// conformance suite (@modelcontextprotocol/conformance, pinned in
-// scripts/npm) against a server URL, and the checks it saved.
+// conformance.go holds runs of the official MCP conformance suite
+// (@modelcontextprotocol/conformance, pinned in scripts/npm) and the checks
+// they saved: RunConformance against a server URL, RunConformanceClient
+// with a client command.
 
 package testenv
 
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 // checks.json.
 type ConformanceCheck struct {
 	ID, Status, ErrorMessage string // Status: SUCCESS, FAILURE, WARNING or INFO
+	// Details are the figures the check recorded (e.g. actualDelayMs).
+	Details map[string]any
 }
 
 // Conformance is what one run of the suite found.
@@ -76,4 +80,54 @@ func RunConformance(t testing.TB, url, version string, timeout time.Duration) Co
 		c.Checks[sc[1]] = checks
 	}
 	return c
+}
+
+// RunConformanceClient runs one scenario of the suite in client mode,
+// `conformance client --command command --scenario scenario`, and returns
+// the checks it saved, its output, and its exit status (nil: 0). It fails
+// the test when Node.js or the suite is missing (NeedNode's rules), when
+// the run takes longer than timeout, or when the scenario saved no one
+// checks.json.
+func RunConformanceClient(t testing.TB, command, scenario string, timeout time.Duration) ([]ConformanceCheck, string, error) {
+	t.Helper()
+	outDir := t.TempDir()
+	run := StartProcess(t, Node(t), NPMBin(t, "conformance"),
+		"client", "--command", command, "--scenario", scenario, "-o", outDir)
+	select {
+	case <-run.Done():
+	case <-time.After(timeout):
+		t.Fatalf("conformance suite still running after %v; output:\n%s", timeout, run.Output())
+	}
+	err := run.Wait()
+	// The suite saves under a directory named for the scenario and the time.
+	paths, _ := filepath.Glob(filepath.Join(outDir, "*", "checks.json"))
+	if len(paths) != 1 {
+		t.Fatalf("found %d checks.json under %s, want 1; output:\n%s", len(paths), outDir, run.Output())
+	}
+	b, rerr := os.ReadFile(paths[0])
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	var checks []ConformanceCheck
+	if jerr := json.Unmarshal(b, &checks); jerr != nil {
+		t.Fatalf("checks.json: %v", jerr)
+	}
+	return checks, run.Output(), err
+}
+
+// Succeeded fails t for each check that is a FAILURE or a WARNING and
+// returns the IDs of those that succeeded, sorted.
+func Succeeded(t testing.TB, checks []ConformanceCheck) []string {
+	t.Helper()
+	var ids []string
+	for _, c := range checks {
+		switch c.Status {
+		case "SUCCESS":
+			ids = append(ids, c.ID)
+		case "FAILURE", "WARNING":
+			t.Errorf("check %s: %s: %s", c.ID, c.Status, c.ErrorMessage)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
