@@ -21,6 +21,7 @@ package bearer
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,10 @@ const (
 	DefaultKeyRefresh = 10 * time.Second
 	// DefaultTimeout bounds each request to the authorization server.
 	DefaultTimeout = 10 * time.Second
+	// DefaultCacheSize is how many verified tokens a Verifier remembers:
+	// about 200 bytes each, so 2 MB at most, and more than the clients
+	// one process serves at once hold.
+	DefaultCacheSize = 10_000
 )
 
 // Config configures a Verifier.
@@ -80,12 +85,26 @@ type Config struct {
 	HTTPClient *http.Client
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// CacheSize is how many verified tokens are remembered, so that a
+	// token sent again is not checked again: a JWT until its exp (plus
+	// Skew) or until the key set changes, whichever comes first; an
+	// introspected token for IntrospectionCache. Invalid tokens are never
+	// remembered. Default DefaultCacheSize; negative: none.
+	CacheSize int
+	// IntrospectionCache is how long an active introspection answer is
+	// trusted before the authorization server is asked again, bounded by
+	// the answer's exp: a token revoked at the authorization server is
+	// refused here at most this late (RFC 7662, section 4). Default zero:
+	// every request asks.
+	IntrospectionCache time.Duration
 }
 
 // Verifier verifies access tokens issued by one issuer for one audience.
 // Its methods are safe for concurrent use.
 type Verifier struct {
 	cfg Config
+
+	cache *tokenCache // nil: none
 
 	mu         sync.Mutex
 	keys       *keySet   // nil until known
@@ -121,7 +140,11 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	v := &Verifier{cfg: cfg}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	cfg.IntrospectionCache = max(cfg.IntrospectionCache, 0)
+	v := &Verifier{cfg: cfg, cache: newTokenCache(cfg.CacheSize)}
 	if cfg.JWKSURL != "" {
 		v.keys = v.newKeySet(cfg.JWKSURL)
 	}
@@ -152,21 +175,51 @@ func algNames() []string {
 // its scopes and its expiry. Errors: one wrapping auth.ErrInvalidToken
 // when the token is not valid for this audience now (its message says
 // why, and never holds the token), one wrapping ErrUnavailable when the
-// authorization server could not be asked.
+// authorization server could not be asked. A token verified before is
+// answered from the cache (Config.CacheSize) while that finding stands.
 func (v *Verifier) Verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	digest := sha256.Sum256([]byte(token))
+	if info, ok := v.cache.get(digest, v.cfg.Now(), v.keyEpoch()); ok {
+		return info, nil
+	}
 	if strings.Count(token, ".") == 2 {
 		ks, err := v.keySet(ctx)
 		if err != nil && v.cfg.IntrospectionURL == "" {
 			return nil, err
 		}
 		if ks != nil {
-			return v.verifyJWT(ctx, ks, token)
+			info, epoch, err := v.verifyJWT(ctx, ks, token)
+			if err == nil {
+				v.cache.put(digest, info, info.Expiration.Add(v.cfg.Skew), epoch)
+			}
+			return info, err
 		}
 	}
 	if v.cfg.IntrospectionURL == "" {
 		return nil, invalid("the token is not a JWT, and no introspection endpoint is configured")
 	}
-	return v.introspect(ctx, token)
+	asked := v.cfg.Now()
+	info, err := v.introspect(ctx, token)
+	if err == nil && v.cfg.IntrospectionCache > 0 {
+		until := asked.Add(v.cfg.IntrospectionCache)
+		if exp := info.Expiration.Add(v.cfg.Skew); !info.Expiration.IsZero() && exp.Before(until) {
+			until = exp
+		}
+		v.cache.put(digest, info, until, 0)
+	}
+	return info, err
+}
+
+// keyEpoch returns the epoch of the key set held now (keySet.epoch);
+// zero when none is known yet.
+func (v *Verifier) keyEpoch() uint64 {
+	v.mu.Lock()
+	ks := v.keys
+	v.mu.Unlock()
+	if ks == nil {
+		return 0
+	}
+	return ks.epoch.Load()
 }
 
 // keySet returns the issuer's key set, discovering its URL when
@@ -239,30 +292,34 @@ func (s *stringList) UnmarshalJSON(b []byte) error {
 }
 
 // verifyJWT checks token's signature against ks (fetching the set when
-// it lacks the token's key), its issuer (go-oidc), then its claims.
-func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*auth.TokenInfo, error) {
+// it lacks the token's key), its issuer (go-oidc), then its claims. It
+// also returns the key set's epoch read before the signature check, so
+// that a key set changed during the check voids the finding.
+func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*auth.TokenInfo, uint64, error) {
 	jws, err := jose.ParseSigned(token, signingAlgs)
 	if err != nil || len(jws.Signatures) != 1 {
-		return nil, invalid("the token is not a JWT signed with one asymmetric key")
+		return nil, 0, invalid("the token is not a JWT signed with one asymmetric key")
 	}
 	if err := ks.ensure(ctx, jws.Signatures[0].Header.KeyID); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	epoch := ks.epoch.Load()
 	idt, err := ks.verifier.Verify(ctx, token)
 	if err != nil {
-		return nil, invalid(strings.TrimPrefix(err.Error(), "oidc: "))
+		return nil, 0, invalid(strings.TrimPrefix(err.Error(), "oidc: "))
 	}
 	var c claims
 	if err := idt.Claims(&c); err != nil {
-		return nil, invalid("the token's claims cannot be read: " + err.Error())
+		return nil, 0, invalid("the token's claims cannot be read: " + err.Error())
 	}
 	if c.Subject == "" {
-		return nil, invalid("the token has no sub claim (RFC 9068, section 2.2)")
+		return nil, 0, invalid("the token has no sub claim (RFC 9068, section 2.2)")
 	}
 	if c.Expiry == nil {
-		return nil, invalid("the token has no exp claim (RFC 9068, section 2.2)")
+		return nil, 0, invalid("the token has no exp claim (RFC 9068, section 2.2)")
 	}
-	return v.tokenInfo(&c, c.Subject)
+	info, err := v.tokenInfo(&c, c.Subject)
+	return info, epoch, err
 }
 
 // tokenInfo checks c's audience, expiry and start, and returns the

@@ -5,12 +5,15 @@
 package bearer
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -30,6 +33,12 @@ type keySet struct {
 	verifier *oidc.IDTokenVerifier
 
 	fetches singleflight.Group
+
+	// epoch counts the distinct key sets held: it starts at 1 with the
+	// first fetch and moves whenever a fetch brings keys that differ (a
+	// key removed, added or replaced), never on a fetch of the same set.
+	// Cached findings carry the epoch they were made under.
+	epoch atomic.Uint64
 
 	mu      sync.Mutex
 	keys    []jose.JSONWebKey
@@ -62,11 +71,33 @@ func (k *keySet) ensure(ctx context.Context, kid string) error {
 			return nil, err
 		}
 		k.mu.Lock()
+		if k.epoch.Load() == 0 || !sameKeys(k.keys, keys) {
+			k.epoch.Add(1)
+		}
 		k.keys = keys
 		k.mu.Unlock()
 		return nil, nil
 	})
 	return err
+}
+
+// sameKeys reports whether a and b hold the same keys in the same order:
+// key IDs, algorithms and key material (RFC 7638 thumbprints).
+func sameKeys(a, b []jose.JSONWebKey) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].KeyID != b[i].KeyID || a[i].Algorithm != b[i].Algorithm {
+			return false
+		}
+		ta, errA := a[i].Thumbprint(crypto.SHA256)
+		tb, errB := b[i].Thumbprint(crypto.SHA256)
+		if errA != nil || errB != nil || !bytes.Equal(ta, tb) {
+			return false
+		}
+	}
+	return true
 }
 
 func (k *keySet) holdsLocked(kid string) bool {

@@ -19,8 +19,10 @@ import (
 
 // BenchmarkVerify measures one Verifier.Verify of a valid JWT once the
 // issuer's key set is cached: what every request of a resource server
-// pays (tidemark-bench's `auth` row signs with ES256; RS256 is what most
-// identity providers sign with).
+// pays, with the token remembered from an earlier request (cached) and
+// checked afresh (uncached: its first request, or CacheSize -1).
+// tidemark-bench's `auth` row signs with ES256; RS256 is what most
+// identity providers sign with.
 func BenchmarkVerify(b *testing.B) {
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	rs := newKey(b)
@@ -29,9 +31,12 @@ func BenchmarkVerify(b *testing.B) {
 		alg  jose.SignatureAlgorithm
 		key  any
 		pub  any
+		size int // Config.CacheSize
 	}{
-		{"ES256", jose.ES256, ec, &ec.PublicKey},
-		{"RS256", jose.RS256, rs, &rs.PublicKey},
+		{"ES256/cached", jose.ES256, ec, &ec.PublicKey, 0},
+		{"ES256/uncached", jose.ES256, ec, &ec.PublicKey, -1},
+		{"RS256/cached", jose.RS256, rs, &rs.PublicKey, 0},
+		{"RS256/uncached", jose.RS256, rs, &rs.PublicKey, -1},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var url string
@@ -45,7 +50,7 @@ func BenchmarkVerify(b *testing.B) {
 			srv := httptest.NewServer(mux)
 			defer srv.Close()
 			url = srv.URL
-			v, err := bearer.New(bearer.Config{Issuer: url, Audience: "https://mcp.example.com/mcp"})
+			v, err := bearer.New(bearer.Config{Issuer: url, Audience: "https://mcp.example.com/mcp", CacheSize: c.size})
 			if err != nil {
 				b.Fatal(err)
 			}
