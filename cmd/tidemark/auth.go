@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/bearer"
@@ -26,6 +27,7 @@ type authConfig struct {
 	introspection string
 	clientID      string
 	secretFile    string            // --auth-introspection-client-secret-file
+	introCache    time.Duration     // --auth-introspection-cache
 	toolScopes    map[string]string // --auth-tool-scope TOOL=SCOPE
 	secret        string            // resolved by check
 }
@@ -43,6 +45,7 @@ func authFlags(fs *flag.FlagSet, c *authConfig) {
 	fs.StringVar(&c.introspection, "auth-introspection", "", "with --auth-issuer: the issuer's token introspection endpoint (RFC 7662), which verifies tokens that are not JWTs (URL; empty: JWTs only)")
 	fs.StringVar(&c.clientID, "auth-introspection-client-id", "", "with --auth-introspection: the client ID this server authenticates to it with (HTTP Basic); its secret is in --auth-introspection-client-secret-file (empty: no authentication)")
 	fs.StringVar(&c.secretFile, "auth-introspection-client-secret-file", "", "with --auth-introspection-client-id: file whose first line is the client secret; $"+secretEnv+" may hold the secret itself (path; empty: $"+secretEnv+")")
+	fs.DurationVar(&c.introCache, "auth-introspection-cache", 0, "with --auth-introspection: how long an active introspection answer is trusted before the issuer is asked again, bounded by the token's exp; a token revoked at the issuer is refused here at most this late (duration; 0: every request asks)")
 	fs.Func("auth-tool-scope", "with --auth-issuer: TOOL=SCOPE, a tools/call of TOOL needs SCOPE, else 403 insufficient_scope names it (repeatable)", func(kv string) error {
 		tool, scope, ok := strings.Cut(kv, "=")
 		if !ok || tool == "" || scope == "" || strings.ContainsAny(scope, " \"\\") {
@@ -65,6 +68,7 @@ func (c *authConfig) check(lookup func(string) (string, bool)) error {
 			{"auth-audience", c.audience != ""}, {"auth-resource", c.resource != ""}, {"auth-jwks", c.jwks != ""},
 			{"auth-introspection", c.introspection != ""}, {"auth-introspection-client-id", c.clientID != ""},
 			{"auth-introspection-client-secret-file", c.secretFile != ""}, {"auth-tool-scope", len(c.toolScopes) > 0},
+			{"auth-introspection-cache", c.introCache != 0},
 		} {
 			if f.set {
 				return fmt.Errorf("--%s applies with --auth-issuer only: want --auth-issuer, the issuer of the tokens, too", f.name)
@@ -87,6 +91,10 @@ func (c *authConfig) check(lookup func(string) (string, bool)) error {
 		}
 	}
 	switch {
+	case c.introCache < 0:
+		return fmt.Errorf("--auth-introspection-cache %v: want a duration of zero (every request asks) or more", c.introCache)
+	case c.introCache != 0 && c.introspection == "":
+		return errors.New("--auth-introspection-cache applies with --auth-introspection only: want --auth-introspection too")
 	case c.clientID != "" && c.introspection == "":
 		return errors.New("--auth-introspection-client-id applies with --auth-introspection only: want --auth-introspection too")
 	case c.secretFile != "" && inEnv:
@@ -141,6 +149,7 @@ func (c *authConfig) options(ln net.Addr, path string, logger *slog.Logger) (*ti
 	v, err := bearer.New(bearer.Config{
 		Issuer: c.issuer, Audience: audience, JWKSURL: c.jwks,
 		IntrospectionURL: c.introspection, ClientID: c.clientID, ClientSecret: c.secret,
+		IntrospectionCache: c.introCache,
 	})
 	if err != nil {
 		return nil, err

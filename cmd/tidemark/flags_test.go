@@ -41,7 +41,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"upstream-oauth-scope": "a b",
 			"auth-issuer":          "notaurl", "auth-audience": "x", "auth-resource": "notaurl", "auth-jwks": "notaurl",
 			"auth-introspection": "notaurl", "auth-introspection-client-id": "x", "auth-introspection-client-secret-file": dir,
-			"auth-tool-scope":          "x",
+			"auth-introspection-cache": "5", "auth-tool-scope": "x",
 			"upstream-connect-timeout": "5", "upstream-timeout": "5", "upstream-resume-timeout": "5",
 			"task-ttl": "5", "task-poll": "5", "task-rerun": "x", "task-max": "x", "task-tools": "x", "task-required": "x",
 			"version": "maybe",
