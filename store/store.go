@@ -82,6 +82,11 @@ func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
 type EndedError struct {
 	Token  string
 	Reason EndReason
+	// UserID is the user the ended session belonged to (Record.UserID),
+	// kept with the tombstone so that a request by another user can be
+	// answered as for a token that never existed; empty when
+	// unauthenticated.
+	UserID string
 }
 
 // Error names the session by its token prefix and says why it ended.
@@ -287,9 +292,11 @@ type Sessions interface {
 	Touch(ctx context.Context, token string, at time.Time) error
 
 	// End removes the record and its whole event log, and keeps a tombstone
-	// with reason until tombstoneUntil, after which the token is unknown
-	// again (still never reissued). Ending an ended session keeps its first
-	// reason. It fails with ErrNotFound if the token is unknown.
+	// with reason and the record's UserID until tombstoneUntil, after which
+	// the token is unknown again (still never reissued). Every later call
+	// for the token fails with an *EndedError carrying both. Ending an
+	// ended session keeps its first reason. It fails with ErrNotFound if
+	// the token is unknown.
 	End(ctx context.Context, token string, reason EndReason, tombstoneUntil time.Time) error
 }
 

@@ -211,9 +211,11 @@ func eventTime(b []byte) time.Time {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(b[26:])))
 }
 
-// tombJSON is the stored form of a tombstone.
+// tombJSON is the stored form of a tombstone. UserID is the ended
+// record's user; a tombstone without the field reads as an empty user.
 type tombJSON struct {
 	Reason store.EndReason `json:"reason"`
+	UserID string          `json:"user,omitempty"`
 	Until  time.Time       `json:"until"`
 }
 

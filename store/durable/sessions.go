@@ -28,7 +28,7 @@ func (s *Store) lookup(token string) (*sess, error) {
 		return nil, err
 	}
 	if found && s.opts.Now().Before(t.Until) {
-		return nil, &store.EndedError{Token: token, Reason: t.Reason}
+		return nil, &store.EndedError{Token: token, Reason: t.Reason, UserID: t.UserID}
 	}
 	return nil, fmt.Errorf("durable store: session %s: %w", store.Prefix(token), store.ErrNotFound)
 }
@@ -252,7 +252,7 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, t
 func (s *Store) end(ss *sess, reason store.EndReason, until time.Time) error {
 	token := ss.token
 	ss.pend.Drain(context.Background())
-	tb, _ := json.Marshal(tombJSON{Reason: reason, Until: until})
+	tb, _ := json.Marshal(tombJSON{Reason: reason, UserID: ss.Rec.UserID, Until: until})
 	b := s.db.NewBatch()
 	b.Delete(tokenKey(kindRecord, token), nil)
 	b.Delete(tokenKey(kindMeta, token), nil)

@@ -37,6 +37,7 @@ type Store struct {
 
 type tomb struct {
 	reason store.EndReason
+	userID string // the ended record's UserID
 	until  time.Time
 }
 
@@ -74,7 +75,7 @@ func (s *Store) lookup(token string) (*session, error) {
 // missingLocked returns the error for a token that has no live session.
 func (s *Store) missingLocked(token string) error {
 	if t, ok := s.tombs[token]; ok && s.now().Before(t.until) {
-		return &store.EndedError{Token: token, Reason: t.reason}
+		return &store.EndedError{Token: token, Reason: t.reason, UserID: t.userID}
 	}
 	return fmt.Errorf("memory store: session %s: %w", store.Prefix(token), store.ErrNotFound)
 }
@@ -187,7 +188,10 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, u
 		return err
 	}
 	delete(s.sessions, token)
-	s.tombs[token] = tomb{reason: reason, until: until}
+	ss.Lock() // s.mu before a session's lock: no path takes them the other way
+	user := ss.Rec.UserID
+	ss.Unlock()
+	s.tombs[token] = tomb{reason: reason, userID: user, until: until}
 	s.ends++
 	if s.ends >= 1024 {
 		s.ends = 0

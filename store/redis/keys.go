@@ -7,7 +7,8 @@ package redis
 //	tidemark:{TOKEN}:rec   hash    the session record and the log's bounds
 //	tidemark:{TOKEN}:log   stream  the event log of the current generation
 //	tidemark:{TOKEN}:wake  stream  one entry per Claim, Trim and End (MAXLEN 1)
-//	tidemark:{TOKEN}:end   string  the tombstone: the end reason, with a TTL
+//	tidemark:{TOKEN}:end   string  the tombstone, with a TTL: REASON or REASON USER
+//	                               (decTomb)
 //
 // Besides the sessions, the replica directory (fleet.go) has one key per
 // replica, tidemark:replica:ID, a string holding the replica's URL, with

@@ -87,6 +87,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -360,7 +361,7 @@ func status(op, token string, gen uint64, reply []any) ([]any, error) {
 	case "notfound":
 		return nil, fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), store.ErrNotFound)
 	case "ended":
-		return nil, &store.EndedError{Token: token, Reason: store.EndReason(str(at(reply, 1)))}
+		return nil, decTomb(token, str(at(reply, 1)))
 	case "fenced":
 		want, _ := strconv.ParseUint(str(at(reply, 1)), 10, 64)
 		return nil, &store.FencedError{Token: token, Op: op, Have: gen, Want: want}
@@ -377,12 +378,21 @@ func status(op, token string, gen uint64, reply []any) ([]any, error) {
 }
 
 // missing returns the error for a token without a record: an *EndedError
-// when the tombstone (GET tomb) holds a reason, else ErrNotFound.
+// when the tombstone (GET tomb) exists (decTomb), else ErrNotFound.
 func missing(op, token string, tomb *goredis.StringCmd) error {
-	if reason, err := tomb.Result(); err == nil {
-		return &store.EndedError{Token: token, Reason: store.EndReason(reason)}
+	if v, err := tomb.Result(); err == nil {
+		return decTomb(token, v)
 	}
 	return fmt.Errorf("redis store: %s session %s: %w", op, store.Prefix(token), store.ErrNotFound)
+}
+
+// decTomb reads a tombstone's value: the end reason, then, when the
+// session belonged to a user, one space and the user's ID. A reason is
+// one word of the catalogue (replay/reason.go), so the first space ends
+// it; a value without a space is a reason alone (no user).
+func decTomb(token, v string) *store.EndedError {
+	reason, user, _ := strings.Cut(v, " ")
+	return &store.EndedError{Token: token, Reason: store.EndReason(reason), UserID: user}
 }
 
 // run runs a script with the session's keys and decodes its status.

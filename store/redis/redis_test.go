@@ -319,3 +319,40 @@ func TestPersistence(t *testing.T) {
 		}
 	}
 }
+
+// TestTombstoneForm: a tombstone is the string REASON, followed by a
+// space and the user when the session had one; a tombstone holding a
+// reason alone (as every tombstone written before users were kept) reads
+// as that reason with no user.
+func TestTombstoneForm(t *testing.T) {
+	testenv.NeedRedis(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s := open(t, srv, redis.Options{})
+	c := client(t, srv)
+	if err := s.Create(ctx, store.Record{Token: "tok-a", Generation: 1, UserID: "alice", Created: epoch, LastSeen: epoch}); err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "tok-n")
+	for _, tok := range []string{"tok-a", "tok-n"} {
+		if err := s.End(ctx, tok, store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, want := range map[string]string{"tidemark:{tok-a}:end": "deleted alice", "tidemark:{tok-n}:end": "deleted"} {
+		if got, err := c.Get(ctx, key).Result(); err != nil || got != want {
+			t.Fatalf("GET %s = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	if err := c.Set(ctx, "tidemark:{tok-old}:end", "idle", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ended *store.EndedError
+	want := store.EndedError{Token: "tok-old", Reason: store.EndIdle}
+	if _, err := s.Get(ctx, "tok-old"); !errors.As(err, &ended) || *ended != want {
+		t.Fatalf("Get of a reason-only tombstone = %v, want %+v", err, want)
+	}
+	if _, err := s.Claim(ctx, "tok-old", "p1", 1, time.Time{}); !errors.As(err, &ended) || *ended != want {
+		t.Fatalf("Claim of a reason-only tombstone = %v, want %+v", err, want)
+	}
+}

@@ -13,7 +13,7 @@ import "github.com/redis/go-redis/v9"
 //
 // Every session script declares the same four keys (keys.all): KEYS[1]
 // rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb. Replies are arrays whose
-// first element is a status: "ok", "notfound", "ended" REASON, "fenced"
+// first element is a status: "ok", "notfound", "ended" TOMBSTONE, "fenced"
 // GEN, "exists" WHY. A task script declares one key, the task's hash
 // (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
 // revision) or "exists". Numbers travel as decimal strings: Lua numbers
@@ -113,14 +113,18 @@ return {'ok'}
 `
 
 // endLua: ARGV reason tombstoneTTL(ms, 0 = none) wakeLinger(ms).
-// The wake stream outlives the record briefly so that waiters see the end.
+// The tombstone holds the reason and the record's user (keys.go,
+// encTomb), read from the record in the same step that deletes it. The
+// wake stream outlives the record briefly so that waiters see the end.
 const endLua = prelude + `
 if redis.call('EXISTS', rec) == 0 then
   if redis.call('EXISTS', tomb) == 1 then return {'ok'} end
   return {'notfound'}
 end
+local t, user = ARGV[1], redis.call('HGET', rec, 'user')
+if user and user ~= '' then t = t .. ' ' .. user end
 redis.call('DEL', rec, log)
-if tonumber(ARGV[2]) > 0 then redis.call('SET', tomb, ARGV[1], 'PX', ARGV[2]) end
+if tonumber(ARGV[2]) > 0 then redis.call('SET', tomb, t, 'PX', ARGV[2]) end
 poke('end')
 redis.call('PEXPIRE', wake, ARGV[3])
 return {'ok'}

@@ -23,6 +23,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}{
 		{"CreateGet", testCreateGet},
 		{"End", testEnd},
+		{"EndUser", testEndUser},
 		{"AppendRead", testAppendRead},
 		{"Fencing", testFencing},
 		{"Claim", testClaim},
@@ -145,6 +146,67 @@ func testEnd(t *testing.T, s store.Store) {
 	if _, err := s.Get(ctx, "tok-short"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after the tombstone expired = %v, want ErrNotFound", err)
 	}
+}
+
+// testEndUser: a tombstone keeps the user the session belonged to, and
+// every call for the ended token reports it with the reason, including a
+// Wait that was blocked when the session ended; a session without a user
+// reports none.
+func testEndUser(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const user = "alice smith|x" // a space and a separator: read back whole
+	rec := store.Record{Token: "tok-u", Generation: 1, Owner: "p1", UserID: user, Created: epoch, LastSeen: epoch}
+	if err := s.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "tok-u", 1, msgs("a")); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s, "tok-u")
+	waited := make(chan error, 1)
+	go func() { waited <- s.Wait(ctx, "tok-u", 1) }()
+	time.Sleep(20 * time.Millisecond) // let the Wait block; it must see the end either way
+	if err := s.End(ctx, "tok-u", store.EndIdle, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want := store.EndedError{Token: "tok-u", Reason: store.EndIdle, UserID: user}
+	check := func(op string, err error) {
+		t.Helper()
+		var ended *store.EndedError
+		if !errors.As(err, &ended) || *ended != want {
+			t.Fatalf("%s after End = %v (%+v), want %+v", op, err, ended, want)
+		}
+	}
+	select {
+	case err := <-waited:
+		check("Wait in progress", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after End")
+	}
+	_, err := s.Get(ctx, "tok-u")
+	check("Get", err)
+	_, _, err = s.Read(ctx, "tok-u", 0, 10)
+	check("Read", err)
+	_, err = s.Bounds(ctx, "tok-u")
+	check("Bounds", err)
+	_, err = s.Append(ctx, "tok-u", 1, msgs("b"))
+	check("Append", err)
+	_, err = s.Claim(ctx, "tok-u", "p2", 1, time.Time{})
+	check("Claim", err)
+	check("Wait", s.Wait(ctx, "tok-u", 0))
+	if err := s.End(ctx, "tok-u", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("second End = %v, want nil", err)
+	}
+	_, err = s.Get(ctx, "tok-u")
+	check("Get after a second End", err)
+
+	create(t, s, "tok-nouser")
+	if err := s.End(ctx, "tok-nouser", store.EndDeleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want = store.EndedError{Token: "tok-nouser", Reason: store.EndDeleted}
+	_, err = s.Get(ctx, "tok-nouser")
+	check("Get of a session without a user", err)
 }
 
 func testAppendRead(t *testing.T, s store.Store) {

@@ -105,10 +105,11 @@ func (im *Image) ClaimLocked(rec store.Record) {
 }
 
 // EndLocked records that the session ended with reason: every later call
-// fails with a *store.EndedError, and the log retains nothing. It wakes
+// fails with a *store.EndedError naming reason and the record's user, and
+// the log retains nothing. It wakes
 // the Waits.
 func (im *Image) EndLocked(reason store.EndReason) {
-	im.Ended = &store.EndedError{Token: im.Rec.Token, Reason: reason}
+	im.Ended = &store.EndedError{Token: im.Rec.Token, Reason: reason, UserID: im.Rec.UserID}
 	im.Bytes, im.Oldest = 0, time.Time{}
 	im.WakeLocked()
 }
