@@ -121,3 +121,122 @@ func TestEndingSessionAnswersEnded(t *testing.T) {
 		})
 	}
 }
+
+// TestEndedSessionAnswersItsUserOnly: an ended session belongs to the
+// user who created it as a live one does. While its end is under way and
+// after, Get by that user reports the end (*store.EndedError with the
+// reason and the user), Get by another user ErrForbidden (the answer of
+// a token that never existed), and Status gives the user with the
+// status, for the caller to check. The end may be DELETE in the process
+// that holds the session, an eviction to make room, or DELETE in a
+// process that does not hold it (another replica, or after a restart),
+// which reads the record for its user.
+func TestEndedSessionAnswersItsUserOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		reason    store.EndReason
+		status    replay.Status
+		elsewhere bool // a second registry on the same store ends it
+	}{
+		{"deleted", store.EndDeleted, replay.Deleted, false},
+		{"capacity", store.EndCapacity, replay.Evicted, false},
+		{"deleted elsewhere", store.EndDeleted, replay.Deleted, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := &slowEnd{Store: memory.New(memory.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
+			newReg := func() *session.Registry {
+				reg := session.New(st, eventlog.New(st, eventlog.Options{}), gosdk.New(demo.NewServer()),
+					session.Options{MaxSessions: 1, Logger: slog.New(slog.DiscardHandler)})
+				t.Cleanup(func() { reg.Close() })
+				return reg
+			}
+			reg := newReg()
+			l, err := reg.Create(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := l.Token()
+			ender := reg
+			if tc.elsewhere {
+				ender = newReg()
+			}
+			st.hold.Store(&tok)
+			var wg sync.WaitGroup
+			var endErr error
+			wg.Go(func() {
+				if tc.reason == store.EndCapacity {
+					var l *session.Live
+					if l, endErr = reg.Create(ctx, "carol"); endErr == nil {
+						endErr = reg.End(ctx, l.Token(), store.EndDeleted)
+					}
+					return
+				}
+				endErr = ender.End(ctx, tok, tc.reason)
+			})
+			<-st.entered // the end has begun; the record is still live
+
+			check := func(when string) {
+				t.Helper()
+				want := store.EndedError{Token: tok, Reason: tc.reason, UserID: "alice"}
+				var ended *store.EndedError
+				if _, err := ender.Get(ctx, tok, "alice"); !errors.As(err, &ended) || *ended != want {
+					t.Errorf("Get by the session's user %s: %v, want %+v", when, err, want)
+				}
+				if _, err := ender.Get(ctx, tok, "bob"); !errors.Is(err, session.ErrForbidden) || errors.Is(err, store.ErrEnded) {
+					t.Errorf("Get by another user %s: %v, want ErrForbidden only", when, err)
+				}
+				status, rec, err := ender.Status(ctx, tok)
+				if status != tc.status || rec.UserID != "alice" || err != nil {
+					t.Errorf("Status %s = %v, user %q, %v; want %v, user alice", when, status, rec.UserID, err, tc.status)
+				}
+			}
+			check("during the end")
+			close(st.release)
+			wg.Wait()
+			if endErr != nil {
+				t.Fatalf("end: %v", endErr)
+			}
+			check("after the end")
+		})
+	}
+}
+
+// TestIdleRecordAnswersItsUserOnly: a request that finds a record idle
+// past IdleTTL in the store (no process holds its live state) ends it;
+// only the session's user learns so, before and after the end.
+func TestIdleRecordAnswersItsUserOnly(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{IdleTTL: time.Minute})
+	l, err := f.reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l.Token()
+	other := session.New(f.st, eventlog.New(f.st, eventlog.Options{Now: f.clk.Now}), gosdk.New(demo.NewServer()),
+		session.Options{IdleTTL: time.Minute, Now: f.clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	defer other.Close()
+	f.clk.Advance(2 * time.Minute)
+	for _, step := range []struct {
+		user string
+		want error
+	}{
+		{"bob", session.ErrForbidden}, // before the end: the record is another user's
+		{"alice", store.ErrEnded},     // ends it, idle
+		{"bob", session.ErrForbidden}, // the tombstone is another user's
+		{"alice", store.ErrEnded},
+	} {
+		_, err := other.Get(ctx, tok, step.user)
+		if !errors.Is(err, step.want) {
+			t.Fatalf("Get by %s: %v, want %v", step.user, err, step.want)
+		}
+		var ended *store.EndedError
+		want := store.EndedError{Token: tok, Reason: store.EndIdle, UserID: "alice"}
+		if step.want == store.ErrEnded && (!errors.As(err, &ended) || *ended != want) {
+			t.Fatalf("Get by %s: %v, want %+v", step.user, err, want)
+		}
+		if step.want == session.ErrForbidden && errors.Is(err, store.ErrEnded) {
+			t.Fatalf("Get by %s: %v tells the session ended", step.user, err)
+		}
+	}
+}

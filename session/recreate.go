@@ -21,8 +21,15 @@ import (
 // (also a *store.EndedError; from the moment the session's end begins,
 // see End), ErrForbidden, ErrClosed, a *fleet.RemoteError
 // (fleet.ErrRemote) when another owner holds the session under a lease
-// that has not lapsed, and the store's errors (store.ErrUnavailable).
+// that has not lapsed, and the store's errors (store.ErrUnavailable). A
+// session of another user is ErrForbidden, live or ended (endedFor).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
+	l, err := r.get(ctx, token, userID)
+	return l, endedFor(err, token, userID)
+}
+
+// get is Get, whose errors may name another user's ended session.
+func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error) {
 	for {
 		r.mu.RLock()
 		shut := r.closed
@@ -114,8 +121,8 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
 			r.mu.Lock()
-			r.endLocked(ctx, token, store.EndIdle)
-			return nil, &store.EndedError{Token: token, Reason: store.EndIdle}
+			r.endLocked(ctx, token, store.EndIdle, rec.UserID)
+			return nil, &store.EndedError{Token: token, Reason: store.EndIdle, UserID: rec.UserID}
 		}
 		st, prior, err := decodeState(rec.State)
 		if err != nil {

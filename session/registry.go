@@ -123,11 +123,12 @@ type Registry struct {
 	mu       sync.RWMutex
 	live     map[string]*Live         // token → live state of this process
 	starting map[string]chan struct{} // tokens being re-created
-	// ending holds the tokens whose end has begun, with its reason, until
-	// the store has ended their records: the session has left live, and
-	// its record is still live in the store, so Get and Status answer
-	// from here that it ended instead of reading (and re-creating) it.
-	ending   map[string]store.EndReason
+	// ending holds the tokens whose end has begun, with its reason and the
+	// user the session belongs to, until the store has ended their
+	// records: the session has left live, and its record is still live in
+	// the store, so Get and Status answer from here that it ended instead
+	// of reading (and re-creating) it, to its user only (endedFor).
+	ending   map[string]*store.EndedError
 	reserved int     // room taken by sessions being started (see reserve)
 	lru      recency // eviction order of the sessions in live not known to be busy (room.go)
 	closed   bool
@@ -176,7 +177,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		lease:    fleet.Leases{Owner: opts.Owner, TTL: opts.Lease},
 		live:     make(map[string]*Live),
 		starting: make(map[string]chan struct{}),
-		ending:   make(map[string]store.EndReason),
+		ending:   make(map[string]*store.EndedError),
 	}
 	log.SetEvict(r.evictOverBudget)
 	if n, ok := st.(store.LossNotifier); ok {
@@ -283,8 +284,14 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 // moment End begins, Get and Status answer that the session ended with
 // reason, and no request re-creates it; a re-creation of the token already
 // under way is waited for, then ended. Ending a session whose end has
-// begun already returns a *store.EndedError with that end's reason.
+// begun already returns a *store.EndedError with that end's reason. A
+// session whose live state this process does not hold has its record
+// read first, for the user it belongs to (ErrNotFound when there is none).
 func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
+	user, err := r.userOf(ctx, token)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	for {
 		wait, ok := r.starting[token]
@@ -299,36 +306,78 @@ func (r *Registry) End(ctx context.Context, token string, reason store.EndReason
 		}
 		r.mu.Lock()
 	}
-	return r.endLocked(ctx, token, reason)
+	return r.endLocked(ctx, token, reason, user)
+}
+
+// userOf returns the user token's session belongs to ("" when
+// unauthenticated): its live state's when this process holds it or its
+// end has begun, else its record's, as the store holds it (a tombstone's
+// for an ended session). Errors: ErrNotFound, the store's.
+func (r *Registry) userOf(ctx context.Context, token string) (string, error) {
+	r.mu.RLock()
+	l, ending := r.live[token], r.ending[token]
+	r.mu.RUnlock()
+	switch {
+	case l != nil:
+		return l.userID, nil
+	case ending != nil:
+		return ending.UserID, nil
+	}
+	rec, err := r.st.Get(ctx, token)
+	var ended *store.EndedError
+	switch {
+	case errors.As(err, &ended):
+		return ended.UserID, nil
+	case err != nil:
+		return "", r.storeErr(token, err)
+	}
+	return rec.UserID, nil
 }
 
 // endLocked ends token's session as End does, without waiting for a
 // re-creation of it under way (recreate calls it for the token it is
-// re-creating). r.mu must be held; endLocked releases it.
-func (r *Registry) endLocked(ctx context.Context, token string, reason store.EndReason) error {
-	if why, ok := r.ending[token]; ok {
+// re-creating). userID is the user the session belongs to when this
+// process holds no live state of it. r.mu must be held; endLocked
+// releases it.
+func (r *Registry) endLocked(ctx context.Context, token string, reason store.EndReason, userID string) error {
+	if ended, ok := r.endingReason(token); ok {
 		r.mu.Unlock()
-		return &store.EndedError{Token: token, Reason: why}
+		return ended
 	}
 	l := r.live[token]
 	if l != nil {
 		r.removeLocked(l)
+		userID = l.userID
 	}
-	r.ending[token] = reason
+	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)
 	return r.ended(ctx, token, l, reason)
 }
 
 // endingReason reports whether token's end has begun and not yet
-// completed in the store, and its reason. r.mu must be held (read or
-// write).
+// completed in the store, and how: its reason and the user the session
+// belongs to. r.mu must be held (read or write).
 func (r *Registry) endingReason(token string) (*store.EndedError, bool) {
-	why, ok := r.ending[token]
+	e, ok := r.ending[token]
 	if !ok {
 		return nil, false
 	}
-	return &store.EndedError{Token: token, Reason: why}, true
+	ended := *e
+	return &ended, true
+}
+
+// endedFor returns err, an error of a lookup of token by userID, as that
+// user may see it: an ended session (a *store.EndedError) that belonged
+// to another user becomes ErrForbidden, which answers exactly as a token
+// that never existed, so that its tombstone tells nobody else that the
+// session existed or why it ended (DESIGN.md, "Session lifecycle").
+func endedFor(err error, token, userID string) error {
+	var ended *store.EndedError
+	if errors.As(err, &ended) && ended.UserID != "" && ended.UserID != userID {
+		return fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
+	}
+	return err
 }
 
 // endDone forgets that token's end is under way, once the store has
@@ -392,17 +441,22 @@ func (r *Registry) closeInBackground(l *Live, reason replay.Reason) {
 // Status returns what the registry knows of token for the replay decision,
 // without starting anything: Live with the record's generation, Deleted,
 // Evicted or Superseded for a tombstone or a session whose end has begun (End),
-// Unknown otherwise (see StatusOf). Errors are
-// the store's (store.ErrUnavailable).
+// Unknown otherwise (see StatusOf). The record of an ended session holds
+// its token and the user it belonged to (UserID), for the caller to check
+// the binding before it tells the status. Errors are the store's
+// (store.ErrUnavailable).
 func (r *Registry) Status(ctx context.Context, token string) (replay.Status, store.Record, error) {
 	r.mu.RLock()
 	ended, ending := r.endingReason(token)
 	r.mu.RUnlock()
 	if ending {
 		st, _ := StatusOf(ended)
-		return st, store.Record{Token: token}, nil
+		return st, store.Record{Token: token, UserID: ended.UserID}, nil
 	}
 	rec, err := r.st.Get(ctx, token)
+	if errors.As(err, &ended) {
+		rec = store.Record{Token: token, UserID: ended.UserID}
+	}
 	if st, ok := StatusOf(err); ok {
 		return st, rec, nil
 	}

@@ -46,7 +46,7 @@ func (r *Registry) reserve(ctx context.Context) error {
 	r.reserved++
 	if !dead {
 		// From now until its record ends, the victim answers as ended.
-		r.ending[victim.token] = store.EndCapacity
+		r.ending[victim.token] = &store.EndedError{Token: victim.token, Reason: store.EndCapacity, UserID: victim.userID}
 	}
 	r.mu.Unlock()
 	if dead {
