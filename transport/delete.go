@@ -14,10 +14,11 @@ import (
 
 // serveDELETE ends the session and answers 204. Its checks run in this
 // order: Mcp-Session-Id well formed (400 session_id_invalid) and present
-// (400 session_required), the session live as the registry knows it
-// (Registry.Status, which starts nothing: 404 session_not_found, or 503
-// when the store cannot say), and bound to this user, if to any (another
-// user's session is 404 session_not_found, as an unknown one).
+// (400 session_required), the session known to the registry (Registry.Status,
+// which starts nothing: 503 when the store cannot say) and bound to this
+// user, if to any (another user's session, live or ended, is 404
+// session_not_found, as an unknown one), then live (404 session_not_found
+// naming its state).
 func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	if hdr.tokenRef != nil {
 		return hdr.tokenRef
@@ -31,10 +32,10 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 	switch {
 	case err != nil:
 		return lookupRefusal(err)
-	case status != replay.Live:
-		return refuse(replay.ReasonSessionNotFound, status.NotFoundMessage())
 	case rec.UserID != "" && rec.UserID != userID(r):
 		return lookupRefusal(session.ErrForbidden)
+	case status != replay.Live:
+		return refuse(replay.ReasonSessionNotFound, status.NotFoundMessage())
 	}
 	if err := h.reg.End(ctx, token, store.EndDeleted); err != nil && !errors.Is(err, store.ErrEnded) {
 		return lookupRefusal(err)
