@@ -65,6 +65,7 @@ var statuses = map[Reason]int{
 	ReasonTooManyCalls:        http.StatusTooManyRequests,
 	ReasonParseError:          http.StatusBadRequest,
 	ReasonInvalidRequest:      http.StatusBadRequest,
+	ReasonInvalidParams:       http.StatusBadRequest,
 	ReasonBatchNotAllowed:     http.StatusBadRequest,
 	ReasonDuplicateRequestID:  http.StatusBadRequest,
 	ReasonBatchTooLarge:       http.StatusBadRequest,
@@ -134,6 +135,11 @@ const (
 	// ReasonInvalidRequest: 400 (JSON-RPC -32600), JSON that is not a valid
 	// JSON-RPC message.
 	ReasonInvalidRequest Reason = "invalid_request"
+	// ReasonInvalidParams: 400 (JSON-RPC -32602), an initialize whose
+	// params are not an InitializeParams object (MCP 2025-11-25, lifecycle:
+	// protocolVersion a string, capabilities and clientInfo objects); no
+	// session is created for it.
+	ReasonInvalidParams Reason = "invalid_params"
 	// ReasonBatchNotAllowed: 400, a JSON-RPC batch under a protocol version
 	// that has none (2025-06-18 and later).
 	ReasonBatchNotAllowed Reason = "batch_not_allowed"

@@ -550,12 +550,33 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 	st := newStack(t, server, nil, nil)
 	old := st.initialize(t, ctx, "")
 	inFlight := startGated(t, ctx, old, 2, "a", 2)
-	bodies := []string{
+	// The transport refuses these before any session exists.
+	refused := []string{
 		`{"jsonrpc":"2.0","id":3,"method":"initialize"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":null}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`,
 	}
 	c := st.clientWith(http.Header{"Mcp-Session-Id": {old.Token}, "Mcp-Protocol-Version": {old.ProtocolVersion}})
+	for _, body := range refused {
+		req, err := c.NewRequest(ctx, http.MethodPost, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := mcptest.ReadStatusError(resp)
+		if se.Status != http.StatusBadRequest || se.Reason() != "invalid_params" || se.Body.Code != -32602 || string(se.Body.ID) != "3" || se.Header.Get("Mcp-Session-Id") != "" {
+			t.Fatalf("%s: HTTP %d, body %s, Mcp-Session-Id %q; want 400 invalid_params -32602 for id 3 and no session", body, se.Status, se.RawBody, se.Header.Get("Mcp-Session-Id"))
+		}
+	}
+	// The engine fails these: the transport's check leaves fields of the
+	// right JSON type to it.
+	bodies := []string{
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":5}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":"yes"},"clientInfo":{"name":"x","version":"1"}}}`,
+	}
 	for _, body := range bodies {
 		req, err := c.NewRequest(ctx, http.MethodPost, []byte(body))
 		if err != nil {

@@ -368,7 +368,7 @@ func TestMessageLargerThanRetention(t *testing.T) {
 func TestFailedInitializeEndsSession(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":"none"}}`)
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":"none"},"clientInfo":{"name":5}}}`)
 	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
 		t.Fatal(err)

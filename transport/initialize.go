@@ -6,17 +6,51 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/fleet"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 )
+
+// checkInitialize refuses an initialize whose params are not an object,
+// or whose protocolVersion, capabilities or clientInfo have the wrong JSON
+// type (MCP 2025-11-25, lifecycle, InitializeRequest), before any session
+// exists: 400 invalid_params (-32602) with the request's id. Engines
+// would answer it after creating a session (the go-sdk's with error code
+// 0). Fields of the right type are left to the engine, so that a newer
+// client's additions pass.
+func checkInitialize(init *jsonrpc.Request) *refusal {
+	var p struct {
+		ProtocolVersion *string                    `json:"protocolVersion"`
+		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+		ClientInfo      map[string]json.RawMessage `json:"clientInfo"`
+	}
+	err := json.Unmarshal(init.Params, &p)
+	if trimmed := bytes.TrimLeft(init.Params, " \t\r\n"); err == nil && len(trimmed) > 0 && trimmed[0] == '{' {
+		return nil
+	}
+	why := "params must be an object"
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		why = fmt.Sprintf("params.%s must be %s", te.Field, map[string]string{
+			"protocolVersion": "a string (the revision the client speaks, e.g. \"2025-11-25\")",
+			"capabilities":    "an object", "clientInfo": "an object with name and version",
+		}[strings.SplitN(te.Field, ".", 2)[0]])
+	}
+	ref := refuse(replay.ReasonInvalidParams, "initialize: "+why+" (MCP 2025-11-25, lifecycle)")
+	ref.id = init.ID
+	return ref
+}
 
 // initialize creates the session that init starts, sets its token in the
 // response's Mcp-Session-Id, and returns the protocol version init asks

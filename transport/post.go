@@ -77,6 +77,11 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 		// MCP 2025-03-26, lifecycle: initialize MUST NOT be part of a batch.
 		return refuse(replay.ReasonInvalidRequest, "initialize must be sent alone, not in a batch")
 	}
+	if p.initialize != nil {
+		if ref := checkInitialize(p.initialize); ref != nil {
+			return ref
+		}
+	}
 	if ref := h.toolScopes(r, p.calls); ref != nil {
 		return ref
 	}

@@ -26,6 +26,7 @@ import (
 const (
 	codeParseError      = -32700
 	codeInvalidRequest  = -32600
+	codeInvalidParams   = -32602
 	codeSessionNotFound = -32001
 	codeServerError     = -32000
 )
@@ -79,6 +80,8 @@ func (ref *refusal) code() int {
 		return codeParseError
 	case replay.ReasonSessionNotFound:
 		return codeSessionNotFound
+	case replay.ReasonInvalidParams:
+		return codeInvalidParams
 	}
 	switch ref.reason.Status() {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusLoopDetected:
