@@ -72,9 +72,16 @@ func PickEra(discovered bool, supported []string) string {
 
 // probeEra sends one server/discover to o.URL, framed as the sessionless
 // era asks (MCP-Protocol-Version and Mcp-Method headers, the per-request
-// _meta), within probeTimeout, and applies PickEra to its answer.
+// _meta), within probeTimeout or o.StartTimeout, whichever is shorter (a
+// server that never answers costs the host's first initialize no more
+// than the start timeout it was promised), and applies PickEra to its
+// answer.
 func probeEra(ctx context.Context, o Options) Era {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	bound := probeTimeout
+	if o.StartTimeout > 0 {
+		bound = min(bound, o.StartTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	supported, offered, err := discover(ctx, o)
 	return Era{Pick: PickEra(err == nil, supported), Supported: supported, Tasks: offered, Err: err}

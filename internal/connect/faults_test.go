@@ -89,9 +89,18 @@ func silentListener(t *testing.T) string {
 // TestSilentServerAtStart: toward a server that accepts connections but
 // never answers, the host's initialize fails with server_unreachable once
 // the start timeout has passed, and Run returns an error wrapping
-// ErrUnreachable, as toward a server that refuses connections.
+// ErrUnreachable, as toward a server that refuses connections. With
+// --protocol auto, the server/discover probe is bounded by the start
+// timeout too, not by its own 5 s.
 func TestSilentServerAtStart(t *testing.T) {
+	for _, protocol := range []string{connect.ProtocolStateful, connect.ProtocolAuto} {
+		t.Run(protocol, func(t *testing.T) { silentServerAtStart(t, protocol) })
+	}
+}
+
+func silentServerAtStart(t *testing.T, protocol string) {
 	url := silentListener(t)
+	start := time.Now()
 	toBridge, hostOut := io.Pipe()
 	fromBridge, bridgeOut := io.Pipe()
 	conn, err := (&mcp.IOTransport{Reader: toBridge, Writer: bridgeOut}).Connect(context.Background())
@@ -100,7 +109,7 @@ func TestSilentServerAtStart(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- connect.Run(context.Background(), conn, connect.Options{URL: url, Protocol: connect.ProtocolStateful,
+		done <- connect.Run(context.Background(), conn, connect.Options{URL: url, Protocol: protocol,
 			StartTimeout: 200 * time.Millisecond, ResumeTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		conn.Close()
 		bridgeOut.Close()
@@ -119,6 +128,10 @@ func TestSilentServerAtStart(t *testing.T) {
 	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
 	r, _ := h.answer("init")
 	wantFailure(t, r, replay.ReasonServerUnreachable, "did not answer initialize")
+	// Each bounded wait is 200 ms; the probe's own bound is 5 s.
+	if waited := time.Since(start); waited >= 4*time.Second {
+		t.Errorf("the host's initialize failed after %v, want within the start timeout of the probe and of initialize", waited)
+	}
 	select {
 	case err := <-done:
 		if !errors.Is(err, connect.ErrUnreachable) || !strings.Contains(err.Error(), ": client: initialize id init: stream lost: client: no answer from the server within 200ms") {
