@@ -132,7 +132,7 @@ func TestJWT(t *testing.T) {
 		{"no sub", sign(t, is.keys["k1"], "k1", claims(is, func(c map[string]any) { delete(c, "sub") })),
 			"invalid token: the token has no sub claim (RFC 9068, section 2.2)"},
 		{"unknown key", sign(t, other, "k9", claims(is, nil)),
-			"invalid token: failed to verify signature: no key of the issuer's key set verifies the signature"},
+			`invalid token: failed to verify signature: the token names the key "k9", which the issuer's key set does not hold (a key the issuer withdrew, or a token of another issuer)`},
 		{"known kid, other key", sign(t, other, "k1", claims(is, nil)),
 			"invalid token: failed to verify signature: no key of the issuer's key set verifies the signature"},
 		{"opaque", "abc.def", "invalid token: the token is not a JWT, and no introspection endpoint is configured"},

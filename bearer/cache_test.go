@@ -77,7 +77,7 @@ func TestCachedJWTKeyRemoved(t *testing.T) {
 		t.Fatalf("key set fetches: %d, want 2", n)
 	}
 	_, err := v.Verify(ctx, withdrawn, nil)
-	if want := "invalid token: failed to verify signature: no key of the issuer's key set verifies the signature"; !errors.Is(err, auth.ErrInvalidToken) || err.Error() != want {
+	if want := `invalid token: failed to verify signature: the token names the key "k1", which the issuer's key set does not hold (a key the issuer withdrew, or a token of another issuer)`; !errors.Is(err, auth.ErrInvalidToken) || err.Error() != want {
 		t.Fatalf("remembered token of the withdrawn key: %v, want %q", err, want)
 	}
 	if ti, err := v.Verify(ctx, kept, nil); err != nil || ti.UserID != "alice" {

@@ -147,13 +147,18 @@ func (k *keySet) VerifySignature(_ context.Context, jwt string) ([]byte, error) 
 	k.mu.Lock()
 	keys := k.keys
 	k.mu.Unlock()
+	named := false
 	for i := range keys {
 		if kid != "" && keys[i].KeyID != kid {
 			continue
 		}
+		named = true
 		if payload, err := jws.Verify(&keys[i]); err == nil {
 			return payload, nil
 		}
+	}
+	if kid != "" && !named {
+		return nil, fmt.Errorf("the token names the key %q, which the issuer's key set does not hold (a key the issuer withdrew, or a token of another issuer)", clip(kid))
 	}
 	return nil, errors.New("no key of the issuer's key set verifies the signature")
 }
