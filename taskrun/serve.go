@@ -90,11 +90,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // its method and the param that names it (params.taskId of a task
 // request, params.name of a tools/call), whose value is name (SEP-2663,
 // "Streamable HTTP: Routing Headers"; SEP-2243): a missing or disagreeing
-// one is refused 400 with -32020, and headersMatch reports false.
+// one is refused 400 with -32020, and headersMatch reports false. A
+// header sent twice is refused too: a proxy that routes on the first and
+// a server that reads the last would act on different names.
 func (h *Handler) headersMatch(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, param, name string) bool {
 	method, got := r.Header.Get(wire.HeaderMethod), r.Header.Get(wire.HeaderName)
 	var msg string
 	switch {
+	case len(r.Header.Values(wire.HeaderMethod)) > 1:
+		msg = "the Mcp-Method header is sent more than once: send it once"
+	case len(r.Header.Values(wire.HeaderName)) > 1:
+		msg = "the Mcp-Name header is sent more than once: send it once"
 	case method == "":
 		msg = "the Mcp-Method header is missing: send Mcp-Method: " + req.Method
 	case method != req.Method:

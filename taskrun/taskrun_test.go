@@ -149,7 +149,8 @@ type reply struct {
 }
 
 // post sends method with params; declare adds the Tasks extension to the
-// request's client capabilities; hdr overrides headers.
+// request's client capabilities; hdr overrides headers ("" deletes one, a
+// name starting with + adds a second value).
 func (f *fixture) post(method string, params map[string]any, declare bool, hdr map[string]string) reply {
 	f.t.Helper()
 	caps := map[string]any{}
@@ -178,6 +179,10 @@ func (f *fixture) post(method string, params map[string]any, declare bool, hdr m
 		req.Header.Set("Mcp-Name", id)
 	}
 	for k, v := range hdr {
+		if name, ok := strings.CutPrefix(k, "+"); ok {
+			req.Header.Add(name, v)
+			continue
+		}
 		if v == "" {
 			req.Header.Del(k)
 		} else {
@@ -360,6 +365,7 @@ func TestHeaderMismatch(t *testing.T) {
 	id := f.create("work")
 	for _, hdr := range []map[string]string{
 		{"Mcp-Name": "another"}, {"Mcp-Name": ""}, {"Mcp-Method": "tasks/cancel"}, {"Mcp-Method": ""},
+		{"+Mcp-Name": id}, {"+Mcp-Method": "tasks/get"},
 	} {
 		r := f.post("tasks/get", map[string]any{"taskId": id}, true, hdr)
 		if r.status != http.StatusBadRequest || r.err == nil || r.err.Code != -32020 || !strings.Contains(string(r.err.Data), "header_mismatch") {
@@ -370,6 +376,7 @@ func TestHeaderMismatch(t *testing.T) {
 	// the wrapped handler: the same checks apply, and no task starts.
 	for _, hdr := range []map[string]string{
 		{"Mcp-Name": "echo"}, {"Mcp-Name": ""}, {"Mcp-Method": "tasks/get"}, {"Mcp-Method": "", "Mcp-Name": ""},
+		{"+Mcp-Name": "work"},
 	} {
 		r := f.post("tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, true, hdr)
 		if r.status != http.StatusBadRequest || r.err == nil || r.err.Code != -32020 || !strings.Contains(string(r.err.Data), "header_mismatch") {
