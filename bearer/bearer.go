@@ -106,10 +106,11 @@ type Verifier struct {
 
 	cache *tokenCache // nil: none
 
-	mu         sync.Mutex
-	keys       *keySet   // nil until known
-	noKeys     bool      // the issuer's metadata lists no jwks_uri
-	discovered time.Time // when discovery last failed
+	mu          sync.Mutex
+	keys        *keySet   // nil until known
+	noKeys      bool      // the issuer's metadata lists no jwks_uri
+	discovered  time.Time // when discovery last failed
+	discoverErr error     // why it failed then
 }
 
 // New returns a Verifier for cfg. It fetches nothing: the issuer's
@@ -232,12 +233,12 @@ func (v *Verifier) keySet(ctx context.Context) (*keySet, error) {
 		return v.keys, nil
 	}
 	if !v.discovered.IsZero() && v.cfg.Now().Sub(v.discovered) < v.cfg.KeyRefresh {
-		return nil, fmt.Errorf("%w: its metadata could not be read less than %v ago", ErrUnavailable, v.cfg.KeyRefresh)
+		return nil, fmt.Errorf("%w: its metadata could not be read less than %v ago: %w", ErrUnavailable, v.cfg.KeyRefresh, v.discoverErr)
 	}
 	m, err := Discover(ctx, v.cfg.HTTPClient, v.cfg.Issuer)
 	if err != nil {
-		v.discovered = v.cfg.Now()
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		v.discovered, v.discoverErr = v.cfg.Now(), err
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if m.JWKSURI == "" {
 		v.noKeys = true

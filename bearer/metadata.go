@@ -47,7 +47,7 @@ func ParseServerMetadata(body []byte, issuer string) (*ServerMetadata, error) {
 		return nil, fmt.Errorf("bearer: authorization server metadata is not a JSON object: %w", err)
 	}
 	if m.Issuer != issuer {
-		return nil, fmt.Errorf("bearer: authorization server metadata names the issuer %q, not %q: check the issuer URL", clip(m.Issuer), issuer)
+		return nil, fmt.Errorf("%w: its metadata names the issuer %q, not %q: set the issuer URL to exactly that", ErrMisconfigured, clip(m.Issuer), issuer)
 	}
 	for _, f := range [...]struct{ name, v string }{{"jwks_uri", m.JWKSURI}, {"introspection_endpoint", m.IntrospectionEndpoint}} {
 		if f.v != "" && !isHTTPURL(f.v) {
@@ -84,6 +84,8 @@ func MetadataURLs(issuer string) ([]string, error) {
 // Discover fetches the metadata of issuer from the first of its
 // MetadataURLs that answers 200 and parses it (ParseServerMetadata). A
 // URL answering 4xx is skipped; any other failure ends the discovery.
+// When every URL answers 4xx, or the metadata names another issuer, the
+// error wraps ErrMisconfigured.
 func Discover(ctx context.Context, client *http.Client, issuer string) (*ServerMetadata, error) {
 	urls, err := MetadataURLs(issuer)
 	if err != nil {
@@ -102,7 +104,7 @@ func Discover(ctx context.Context, client *http.Client, issuer string) (*ServerM
 			return nil, fmt.Errorf("bearer: authorization server metadata %s answered HTTP %d", u, status)
 		}
 	}
-	return nil, fmt.Errorf("bearer: no authorization server metadata for %s at %s", issuer, strings.Join(urls, ", "))
+	return nil, fmt.Errorf("%w: no authorization server metadata for %s at %s", ErrMisconfigured, issuer, strings.Join(urls, ", "))
 }
 
 // get fetches u and returns its body, bounded by maxMetadataBytes, and
@@ -181,3 +183,9 @@ func clip(s string) string {
 // token was not judged, and the request may be retried (a resource
 // server answers 503).
 var ErrUnavailable = errors.New("bearer: the authorization server cannot be reached")
+
+// ErrMisconfigured marks a discovery that reached the issuer's host and
+// found no metadata for it there, or metadata naming another issuer: the
+// issuer URL is wrong (a missing or extra trailing slash, a wrong path),
+// and asking again will not help.
+var ErrMisconfigured = errors.New("bearer: the issuer URL does not name this authorization server")

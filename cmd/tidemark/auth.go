@@ -158,7 +158,13 @@ func (c *authConfig) options(ln net.Addr, path string, logger *slog.Logger) (*ti
 	attrs := []any{"issuer", c.issuer, "audience", audience, "resource_metadata", mdURL}
 	ctx, cancel := context.WithTimeout(context.Background(), bearer.DefaultTimeout)
 	defer cancel()
-	if err := v.Discover(ctx); err != nil && (c.jwks != "" || c.introspection == "") {
+	err = v.Discover(ctx)
+	if errors.Is(err, bearer.ErrMisconfigured) && c.introspection == "" {
+		// Every token would be answered 503 for ever: a wrong issuer URL is
+		// no outage to wait out.
+		return nil, fmt.Errorf("--auth-issuer %q: %s", c.issuer, strings.TrimPrefix(err.Error(), bearer.ErrUnavailable.Error()+": "))
+	}
+	if err != nil && (c.jwks != "" || c.introspection == "") {
 		logger.Warn("authorization server not reached at start; tokens are verified once it answers", append(attrs, "error", err)...)
 	} else {
 		logger.Info("authorization", attrs...)

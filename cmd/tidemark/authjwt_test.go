@@ -5,10 +5,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +95,49 @@ func TestServeAuthJWT(t *testing.T) {
 	stepped := token(key, func(c map[string]any) { c["scope"] = "tools:other tools:echo" })
 	if status, _, _, body := rawPost(t, endpoint, stepped, session, call); status != http.StatusOK {
 		t.Fatalf("the call with the scope: %d %s", status, body)
+	}
+}
+
+// TestServeAuthWrongIssuer: an --auth-issuer whose host answers with no
+// metadata for it, or with metadata naming another issuer (a missing
+// trailing slash), is a configuration error that `tidemark serve` refuses
+// at start with exit status 2 and one line saying what to set, instead
+// of answering every token 503 for ever.
+func TestServeAuthWrongIssuer(t *testing.T) {
+	mux := http.NewServeMux()
+	is := httptest.NewServer(mux)
+	defer is.Close()
+	mux.HandleFunc("/.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]string{"issuer": is.URL + "/", "jwks_uri": is.URL + "/jwks"})
+	})
+	bin := testenv.BuildTidemark(t)
+	for _, c := range []struct{ issuer, want string }{
+		{is.URL, fmt.Sprintf(`tidemark serve: --auth-issuer %q: bearer: the issuer URL does not name this authorization server: its metadata names the issuer %q, not %q: set the issuer URL to exactly that`,
+			is.URL, is.URL+"/", is.URL)},
+		{is.URL + "/realms/x", fmt.Sprintf(`tidemark serve: --auth-issuer %q: bearer: the issuer URL does not name this authorization server: no authorization server metadata for %s at %s/.well-known/oauth-authorization-server/realms/x, %s/.well-known/openid-configuration/realms/x, %s/realms/x/.well-known/openid-configuration`,
+			is.URL+"/realms/x", is.URL+"/realms/x", is.URL, is.URL, is.URL)},
+	} {
+		cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--log-level", "WARN", "--auth-issuer", c.issuer)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Errorf("--auth-issuer %s: %v, want exit status 2", c.issuer, err)
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("--auth-issuer %s: still serving after 30 s; stderr:\n%s", c.issuer, stderr.String())
+		}
+		if got := strings.TrimSpace(stderr.String()); got != c.want {
+			t.Errorf("--auth-issuer %s: stderr\n%s\nwant\n%s", c.issuer, got, c.want)
+		}
 	}
 }
