@@ -45,6 +45,10 @@ const (
 	// DefaultKeyRefresh is the least time between two fetches of the key
 	// set that tokens naming unknown keys prompt.
 	DefaultKeyRefresh = 10 * time.Second
+	// DefaultKeyMaxAge is how long a fetched key set is used before the
+	// next token fetches it again: a key the issuer withdraws stops
+	// verifying within it, even when no token names an unknown key.
+	DefaultKeyMaxAge = 5 * time.Minute
 	// DefaultTimeout bounds each request to the authorization server.
 	DefaultTimeout = 10 * time.Second
 	// DefaultCacheSize is how many verified tokens a Verifier remembers:
@@ -78,8 +82,13 @@ type Config struct {
 	// none.
 	Skew time.Duration
 	// KeyRefresh is the least time between two fetches of the key set
-	// that tokens naming unknown keys prompt. Default DefaultKeyRefresh.
+	// that tokens naming unknown keys, or failing the signature check of
+	// a held key, prompt. Default DefaultKeyRefresh.
 	KeyRefresh time.Duration
+	// KeyMaxAge is how long a fetched key set is used before the next
+	// token fetches it again (a failed fetch keeps it). Default
+	// DefaultKeyMaxAge.
+	KeyMaxAge time.Duration
 	// HTTPClient makes the requests to the authorization server. Default:
 	// a client with a DefaultTimeout timeout.
 	HTTPClient *http.Client
@@ -135,6 +144,9 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.KeyRefresh <= 0 {
 		cfg.KeyRefresh = DefaultKeyRefresh
 	}
+	if cfg.KeyMaxAge <= 0 {
+		cfg.KeyMaxAge = DefaultKeyMaxAge
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
 	}
@@ -153,7 +165,7 @@ func New(cfg Config) (*Verifier, error) {
 }
 
 func (v *Verifier) newKeySet(url string) *keySet {
-	ks := &keySet{url: url, client: v.cfg.HTTPClient, refresh: v.cfg.KeyRefresh, now: v.cfg.Now}
+	ks := &keySet{url: url, client: v.cfg.HTTPClient, refresh: v.cfg.KeyRefresh, maxAge: v.cfg.KeyMaxAge, now: v.cfg.Now}
 	ks.verifier = oidc.NewVerifier(v.cfg.Issuer, ks, &oidc.Config{
 		// The audience, exp and nbf are checked by claims, with the
 		// configured skew and resource comparison.
@@ -256,7 +268,7 @@ func (v *Verifier) Discover(ctx context.Context) error {
 	if err != nil || ks == nil {
 		return err
 	}
-	return ks.ensure(ctx, "")
+	return ks.ensure(ctx, "", false)
 }
 
 // claims are the claims of an access token a resource server reads (RFC
@@ -301,11 +313,25 @@ func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*au
 	if err != nil || len(jws.Signatures) != 1 {
 		return nil, 0, invalid("the token is not a JWT signed with one asymmetric key")
 	}
-	if err := ks.ensure(ctx, jws.Signatures[0].Header.KeyID); err != nil {
+	kid := jws.Signatures[0].Header.KeyID
+	if err := ks.ensure(ctx, kid, false); err != nil {
 		return nil, 0, err
 	}
 	epoch := ks.epoch.Load()
-	idt, err := ks.verifier.Verify(ctx, token)
+	var sig sigFailure
+	idt, err := ks.verifier.Verify(context.WithValue(ctx, sigFailureKey{}, &sig), token)
+	if err != nil && sig.failed.Load() {
+		// No held key verified it: the issuer may have replaced a key
+		// under the same ID, or signs without IDs. Fetch the set again
+		// (at most once per KeyRefresh) and check once more.
+		if err := ks.ensure(ctx, kid, true); err != nil {
+			return nil, 0, err
+		}
+		if now := ks.epoch.Load(); now != epoch {
+			epoch = now
+			idt, err = ks.verifier.Verify(ctx, token)
+		}
+	}
 	if err != nil {
 		return nil, 0, invalid(strings.TrimPrefix(err.Error(), "oidc: "))
 	}

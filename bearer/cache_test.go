@@ -213,3 +213,80 @@ func TestCachedTokenInfoIsACopy(t *testing.T) {
 		t.Fatalf("second TokenInfo = %+v", second)
 	}
 }
+
+// TestKeyReplacedUnderSameID: an issuer that replaces its key under the
+// same key ID (or signs without key IDs) is fetched again when a token
+// fails the held key's check, at most once per refresh interval; the
+// new key's tokens then pass, and tokens of the replaced key, remembered
+// or not, are refused.
+func TestKeyReplacedUnderSameID(t *testing.T) {
+	for _, kid := range []string{"k1", ""} {
+		t.Run("kid="+kid, func(t *testing.T) {
+			is := newIssuer(t, kid)
+			clk := newClock()
+			v := newVerifierAt(t, is, clk.Now)
+			ctx := context.Background()
+			old := sign(t, is.keys[kid], kid, claims(is, nil))
+			if _, err := v.Verify(ctx, old, nil); err != nil {
+				t.Fatal(err)
+			}
+			is.keys[kid] = newKey(t) // replaced under the same ID
+			fresh := sign(t, is.keys[kid], kid, claims(is, func(c map[string]any) { c["sub"] = "carol" }))
+			clk.Advance(9 * time.Second)
+			if _, err := v.Verify(ctx, fresh, nil); !errors.Is(err, auth.ErrInvalidToken) {
+				t.Fatalf("new key's token within the interval: %v, want refused", err)
+			}
+			clk.Advance(time.Second)
+			if ti, err := v.Verify(ctx, fresh, nil); err != nil || ti.UserID != "carol" {
+				t.Fatalf("new key's token after the interval: %+v, %v", ti, err)
+			}
+			if n := is.fetches.Load(); n != 2 {
+				t.Fatalf("key set fetches: %d, want 2", n)
+			}
+			_, err := v.Verify(ctx, old, nil)
+			if want := "invalid token: failed to verify signature: no key of the issuer's key set verifies the signature"; !errors.Is(err, auth.ErrInvalidToken) || err.Error() != want {
+				t.Fatalf("replaced key's remembered token: %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+// TestKeySetMaxAge: a key set five minutes old is fetched again at the
+// next token, so a withdrawn key stops verifying even when no token names
+// an unknown key; when that fetch fails, the keys held still serve.
+func TestKeySetMaxAge(t *testing.T) {
+	is := newIssuer(t, "k1", "k2")
+	clk := newClock()
+	v := newVerifierAt(t, is, clk.Now)
+	ctx := context.Background()
+	withdrawn := sign(t, is.keys["k1"], "k1", claims(is, nil))
+	kept := sign(t, is.keys["k2"], "k2", claims(is, nil))
+	for _, tok := range []string{withdrawn, kept} {
+		if _, err := v.Verify(ctx, tok, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delete(is.keys, "k1")
+	clk.Advance(5*time.Minute - time.Second)
+	if _, err := v.Verify(ctx, withdrawn, nil); err != nil {
+		t.Fatalf("withdrawn key's token before the set is 5 minutes old: %v, want it still passing", err)
+	}
+	clk.Advance(time.Second)
+	if _, err := v.Verify(ctx, sign(t, is.keys["k2"], "k2", claims(is, func(c map[string]any) { c["sub"] = "erin" })), nil); err != nil {
+		t.Fatalf("kept key's new token: %v", err)
+	}
+	if n := is.fetches.Load(); n != 2 {
+		t.Fatalf("key set fetches: %d, want 2", n)
+	}
+	if _, err := v.Verify(ctx, withdrawn, nil); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("withdrawn key's token after the fetch: %v, want refused", err)
+	}
+	if _, err := v.Verify(ctx, kept, nil); err != nil {
+		t.Fatalf("kept key's remembered token: %v", err)
+	}
+	is.srv.Close()
+	clk.Advance(5 * time.Minute)
+	if ti, err := v.Verify(ctx, sign(t, is.keys["k2"], "k2", claims(is, func(c map[string]any) { c["sub"] = "dave" })), nil); err != nil || ti.UserID != "dave" {
+		t.Fatalf("issuer down at the age's fetch: %+v, %v; want the held key to serve", ti, err)
+	}
+}

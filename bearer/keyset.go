@@ -27,6 +27,7 @@ type keySet struct {
 	url     string
 	client  *http.Client
 	refresh time.Duration // least time between two fetches
+	maxAge  time.Duration // a set this old is fetched again at the next token
 	now     func() time.Time
 
 	// verifier checks a token's signature over this set, and its issuer.
@@ -46,18 +47,25 @@ type keySet struct {
 }
 
 // ensure makes the set hold the key kid ("" : any key), fetching the set
-// when it holds no key yet, or holds none of that ID and the last fetch
-// is at least the refresh interval old, so that a flood of tokens naming
-// unknown keys costs at most one fetch per interval. Concurrent fetches
-// are one. It fails, wrapping ErrUnavailable, only when a fetch it
-// needed failed; a key still unknown after it is the signature check's
-// failure.
-func (k *keySet) ensure(ctx context.Context, kid string) error {
+// when it holds no key yet, or holds none of that ID, or suspect says a
+// held key of that ID failed to verify a token (the issuer may have
+// replaced its keys under the same IDs, or names none), provided the last
+// fetch is at least the refresh interval old: a flood of tokens naming
+// unknown keys, or signed by keys nobody publishes, costs at most one
+// fetch per interval. A set older than maxAge is fetched again at the
+// next token too, so that a key the issuer withdrew stops verifying
+// within maxAge even when no token names an unknown key; that fetch
+// failing keeps the keys held. Concurrent fetches are one. It fails,
+// wrapping ErrUnavailable, only when a fetch it needed failed; a key
+// still unknown after it is the signature check's failure.
+func (k *keySet) ensure(ctx context.Context, kid string, suspect bool) error {
 	k.mu.Lock()
-	held := len(k.keys) > 0 && (kid == "" || k.holdsLocked(kid))
-	due := k.fetched.IsZero() || len(k.keys) == 0 || k.now().Sub(k.fetched) >= k.refresh
+	held := len(k.keys) > 0 && (kid == "" || k.holdsLocked(kid)) && !suspect
+	age := k.now().Sub(k.fetched)
+	due := k.fetched.IsZero() || len(k.keys) == 0 || age >= k.refresh
+	stale := len(k.keys) > 0 && age >= k.maxAge
 	k.mu.Unlock()
-	if held || !due {
+	if held && !stale || !due {
 		return nil
 	}
 	_, err, _ := k.fetches.Do("", func() (any, error) {
@@ -78,8 +86,18 @@ func (k *keySet) ensure(ctx context.Context, kid string) error {
 		k.mu.Unlock()
 		return nil, nil
 	})
+	if err != nil && held {
+		return nil // only its age asked for the fetch: the keys held still serve
+	}
 	return err
 }
+
+// sigFailure, found in the context VerifySignature is given, learns that
+// no held key verified the token's signature: go-oidc reports that
+// failure as text only.
+type sigFailure struct{ failed atomic.Bool }
+
+type sigFailureKey struct{}
 
 // sameKeys reports whether a and b hold the same keys in the same order:
 // key IDs, algorithms and key material (RFC 7638 thumbprints).
@@ -135,7 +153,15 @@ func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 // VerifySignature implements oidc.KeySet over the keys held now: the
 // payload of jwt when a held key of its key ID (any key, when it names
 // none) verifies its signature. It fetches nothing (ensure does).
-func (k *keySet) VerifySignature(_ context.Context, jwt string) ([]byte, error) {
+func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
+	payload, err := k.verifySignature(jwt)
+	if f, ok := ctx.Value(sigFailureKey{}).(*sigFailure); ok && err != nil {
+		f.failed.Store(true)
+	}
+	return payload, err
+}
+
+func (k *keySet) verifySignature(jwt string) ([]byte, error) {
 	jws, err := jose.ParseSigned(jwt, signingAlgs)
 	if err != nil {
 		return nil, err
