@@ -33,16 +33,19 @@ func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte, header
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(reqCtx)
-	req = req.WithContext(rctx)
-	stop := context.AfterFunc(ctx, cancel)
 	var expired atomic.Bool
 	if headerBound > 0 {
-		t := time.AfterFunc(headerBound, func() {
+		// A transport under the HTTP client (tidemark connect's OAuth)
+		// holds the bound while a person authorizes (wire.HoldHeaderBound).
+		var stopBound func()
+		rctx, stopBound = wire.WithHeaderBound(rctx, headerBound, func() {
 			expired.Store(true)
 			cancel()
 		})
-		defer t.Stop()
+		defer stopBound()
 	}
+	req = req.WithContext(rctx)
+	stop := context.AfterFunc(ctx, cancel)
 	resp, err := c.opts.HTTPClient.Do(req)
 	if expired.Load() {
 		if err == nil {

@@ -48,6 +48,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
+
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // Browser says how the user reaches the authorization URL.
@@ -306,6 +308,9 @@ func (t *Transport) token() (oauth2.TokenSource, *oauth2.Token) {
 // body was read into body, unless another request's authorization
 // replaced the token source ts that req was sent with.
 func (t *Transport) authorize(req *http.Request, resp *http.Response, body []byte, ts oauth2.TokenSource) error {
+	// The sender's bound on the answer's headers is for the server, not
+	// for the person at the browser: it starts over once this returns.
+	defer wire.HoldHeaderBound(req.Context())()
 	t.authMu.Lock()
 	defer t.authMu.Unlock()
 	t.mu.Lock()

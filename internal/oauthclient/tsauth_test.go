@@ -140,3 +140,54 @@ func TestTypeScriptAuthServer(t *testing.T) {
 		t.Errorf("second run rewrote the token file:\n%s\nwant:\n%s", again, stored)
 	}
 }
+
+// TestSlowAuthorization: the person at the browser may take longer than
+// --start-timeout to authorize; the bound is for the server's answer, so
+// the bridge waits for the redirect and the host's initialize succeeds.
+// Here the URL that --oauth-browser print shows is opened 2 s after it
+// is printed, with --start-timeout 500ms.
+func TestSlowAuthorization(t *testing.T) {
+	endpoint := startTSAuthServer(t)
+	tidemark := testenv.BuildTidemark(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stderr testenv.LogBuffer
+	cmd := exec.Command(tidemark, "connect", "--oauth-browser", "print", "--start-timeout", "500ms", "--log-level", "DEBUG", endpoint)
+	cmd.Stderr = &stderr
+	browsed := make(chan error, 1)
+	go func() {
+		const prompt = "open this URL in a browser:\n"
+		for ctx.Err() == nil {
+			if _, after, ok := strings.Cut(stderr.String(), prompt); ok {
+				if u, _, ok := strings.Cut(after, "\n"); ok {
+					time.Sleep(2 * time.Second) // the person reads, logs in, consents
+					resp, err := http.Get(u)    // follows the redirects to the callback
+					if err == nil {
+						resp.Body.Close()
+					}
+					browsed <- err
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		browsed <- ctx.Err()
+	}()
+	c := mcp.NewClient(&mcp.Implementation{Name: "oauth-test-host", Version: "1.0.0"}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("initialize through tidemark connect: %v; bridge log:\n%s", err, stderr.String())
+	}
+	defer cs.Close()
+	if err := <-browsed; err != nil {
+		t.Fatalf("opening the authorization URL: %v", err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "greet", Arguments: map[string]any{"name": "tide"}})
+	if err != nil {
+		t.Fatalf("tools/call greet: %v; bridge log:\n%s", err, stderr.String())
+	}
+	if len(res.Content) != 1 || res.Content[0].(*mcp.TextContent).Text != "Hello, tide!" {
+		t.Fatalf("greet answered %+v, want Hello, tide!", res.Content)
+	}
+}
