@@ -240,3 +240,30 @@ func TestIdleRecordAnswersItsUserOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestUserlessSessionAfterAuthorization: a session created before
+// authorization was turned on belongs to no user; once requests carry
+// users, none of them may use it, live in this process or stored for
+// another, exactly as another user's session, while a request without a
+// user (authorization off again) still may.
+func TestUserlessSessionAfterAuthorization(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l, err := f.reg.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l.Token()
+	if _, err := f.reg.Get(ctx, tok, "alice"); !errors.Is(err, session.ErrForbidden) {
+		t.Fatalf("live session, by alice: %v, want ErrForbidden", err)
+	}
+	other := session.New(f.st, eventlog.New(f.st, eventlog.Options{Now: f.clk.Now}), gosdk.New(demo.NewServer()),
+		session.Options{Now: f.clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	defer other.Close()
+	if _, err := other.Get(ctx, tok, "alice"); !errors.Is(err, session.ErrForbidden) {
+		t.Fatalf("stored session, by alice: %v, want ErrForbidden", err)
+	}
+	if got, err := f.reg.Get(ctx, tok, ""); err != nil || got.Token() != tok {
+		t.Fatalf("live session, without a user: %v, %v", got, err)
+	}
+}

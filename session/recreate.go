@@ -40,7 +40,7 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 		}
 		if l != nil && !l.dead() {
 			l.markUsed(r.clock.Add(1))
-			if l.userID != "" && l.userID != userID {
+			if l.userID != userID {
 				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 			}
 			if err := r.checkLease(ctx, l); err != nil {
@@ -110,7 +110,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 	if err != nil {
 		return nil, r.storeErr(token, err)
 	}
-	if rec.UserID != "" && rec.UserID != userID {
+	if rec.UserID != userID {
 		return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 	}
 	for attempt := 1; ; attempt++ {

@@ -374,7 +374,7 @@ func (r *Registry) endingReason(token string) (*store.EndedError, bool) {
 // session existed or why it ended (DESIGN.md, "Session lifecycle").
 func endedFor(err error, token, userID string) error {
 	var ended *store.EndedError
-	if errors.As(err, &ended) && ended.UserID != "" && ended.UserID != userID {
+	if errors.As(err, &ended) && ended.UserID != userID {
 		return fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 	}
 	return err

@@ -32,7 +32,7 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 	switch {
 	case err != nil:
 		return lookupRefusal(err)
-	case rec.UserID != "" && rec.UserID != userID(r):
+	case rec.UserID != userID(r):
 		return lookupRefusal(session.ErrForbidden)
 	case status != replay.Live:
 		return refuse(replay.ReasonSessionNotFound, status.NotFoundMessage())
