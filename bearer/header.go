@@ -6,6 +6,7 @@ package bearer
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -23,6 +24,9 @@ var (
 	// a Bearer credential that is not one b64token (RFC 6750, section
 	// 2.1) of at most MaxTokenBytes.
 	ErrMalformed = errors.New("bearer: malformed Authorization header")
+	// ErrTooLong: the bearer token is longer than MaxTokenBytes; it wraps
+	// ErrMalformed.
+	ErrTooLong = fmt.Errorf("%w: the token is longer than %d bytes", ErrMalformed, MaxTokenBytes)
 )
 
 // ParseAuthorization returns the access token of a request whose
@@ -30,7 +34,7 @@ var (
 // is matched without regard to case and may be followed by one or more
 // spaces (RFC 9110, section 11.4); the token is a b64token: letters,
 // digits and - . _ ~ + /, then any number of =. Errors: ErrNoToken,
-// ErrMalformed.
+// ErrMalformed (ErrTooLong when the token is over MaxTokenBytes).
 func ParseAuthorization(values []string) (string, error) {
 	switch len(values) {
 	case 0:
@@ -44,7 +48,10 @@ func ParseAuthorization(values []string) (string, error) {
 		return "", ErrNoToken
 	}
 	token := strings.TrimLeft(rest, " ")
-	if token == "" || len(token) > MaxTokenBytes || !isB64Token(token) {
+	if len(token) > MaxTokenBytes {
+		return "", ErrTooLong
+	}
+	if token == "" || !isB64Token(token) {
 		return "", ErrMalformed
 	}
 	return token, nil

@@ -98,3 +98,16 @@ func FuzzIntrospection(f *testing.F) {
 		}
 	})
 }
+
+// TestTokenTooLong: a token of MaxTokenBytes passes; one byte more is
+// ErrTooLong, which is an ErrMalformed that says why.
+func TestTokenTooLong(t *testing.T) {
+	at := strings.Repeat("a", bearer.MaxTokenBytes)
+	if tok, err := bearer.ParseAuthorization([]string{"Bearer " + at}); err != nil || tok != at {
+		t.Fatalf("a token of MaxTokenBytes: %v", err)
+	}
+	_, err := bearer.ParseAuthorization([]string{"Bearer " + at + "a"})
+	if want := "bearer: malformed Authorization header: the token is longer than 16384 bytes"; !errors.Is(err, bearer.ErrTooLong) || !errors.Is(err, bearer.ErrMalformed) || err.Error() != want {
+		t.Fatalf("one byte more: %v, want %q", err, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -60,7 +61,11 @@ func (h *Handler) authorize(r *http.Request, a *Auth) (*http.Request, *refusal) 
 		ref.challenge = bearer.Challenge("", scope, a.ResourceMetadata)
 		return nil, ref
 	case err != nil:
-		ref := refuse(replay.ReasonTokenInvalid, "the Authorization header is not one bearer token (RFC 6750, section 2.1): send exactly one, Authorization: Bearer TOKEN")
+		msg := "the Authorization header is not one bearer token (RFC 6750, section 2.1): send exactly one, Authorization: Bearer TOKEN"
+		if errors.Is(err, bearer.ErrTooLong) {
+			msg = fmt.Sprintf("the bearer token is longer than %d bytes, more than any authorization server issues: check what the Authorization header carries", bearer.MaxTokenBytes)
+		}
+		ref := refuse(replay.ReasonTokenInvalid, msg)
 		ref.challenge = bearer.Challenge(bearer.ErrorInvalidToken, scope, a.ResourceMetadata)
 		return nil, ref
 	}
