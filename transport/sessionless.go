@@ -57,6 +57,12 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 			return ref
 		}
 	}
+	if h.batchBody(r) {
+		// The go-sdk's handler answers a batch in plain text; the refusal
+		// is the stateful era's, with its reason (batches end with
+		// 2025-06-18, basic/transports).
+		return refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version+": send one message per POST")
+	}
 	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
 		r = r.Clone(r.Context())
 		r.Header.Del(wire.HeaderSession)
@@ -122,6 +128,32 @@ func (h *Handler) sessionlessToolScopes(r *http.Request) *refusal {
 		return nil
 	}
 	return h.toolScopes(r, []*jsonrpc.Request{req})
+}
+
+// batchBody reports whether r's body starts, after white space, with
+// '[' (a JSON-RPC batch), reading no more than that much of it and
+// putting what it read back for the next reader.
+func (h *Handler) batchBody(r *http.Request) bool {
+	var head []byte
+	var buf [64]byte
+	batch := false
+	for len(head) < 4096 {
+		n, err := r.Body.Read(buf[:])
+		chunk := buf[:n]
+		head = append(head, chunk...)
+		if rest := bytes.TrimLeft(chunk, " \t\r\n"); len(rest) > 0 {
+			batch = rest[0] == '['
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	return batch
 }
 
 // errReader fails every Read with err.
