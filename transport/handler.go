@@ -41,6 +41,7 @@ type Handler struct {
 	reg    *session.Registry
 	opts   Options
 	logger *slog.Logger
+	warns  *warnGate // how often 5xx refusals are logged
 	conns  *connections
 
 	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
@@ -60,7 +61,7 @@ type Handler struct {
 func New(reg *session.Registry, opts Options) *Handler {
 	opts = opts.withDefaults()
 	h := &Handler{
-		reg: reg, opts: opts, logger: opts.Logger,
+		reg: reg, opts: opts, logger: opts.Logger, warns: newWarnGate(time.Now),
 		conns: newConnections(),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
 			Directory: opts.Directory, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
@@ -83,7 +84,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeUntilBodyRead(w, r)
 	if ref := h.route(w, r); ref != nil {
 		h.opts.Metrics.Refused(ref.reason)
-		ref.write(w, h.logger)
+		ref.write(w, h.logger, h.warns)
 	}
 }
 
@@ -173,7 +174,7 @@ func pathNotFound(endpoint string, logger *slog.Logger, rec metrics.Transport) h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		closeUntilBodyRead(w, r) // the body is never read here
 		rec.Refused(replay.ReasonPathNotFound)
-		refuse(replay.ReasonPathNotFound, "no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint).write(w, logger)
+		refuse(replay.ReasonPathNotFound, "no MCP endpoint at "+quote(r.URL.Path)+": the endpoint is "+endpoint).write(w, logger, nil)
 	})
 }
 

@@ -832,3 +832,57 @@ func wantDone(t *testing.T, s *mcptest.Stream, id int64, text string) {
 		t.Fatalf("call %d ended with %+v, want its result %q", id, evs[1], text)
 	}
 }
+
+// TestServerRefusalsLogOncePerSecond: while the server refuses every
+// call for a reason of its own (here draining; a store outage alike),
+// the log gets one WARN line per reason per second, not one per request,
+// and the next line says how many it held back; every request is still
+// answered 503.
+func TestServerRefusalsLogOncePerSecond(t *testing.T) {
+	ctx := testContext(t)
+	logs := &testenv.LogBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	st := newStack(t, nil, &tidemark.Options{Transport: transport.Options{Logger: logger}}, nil)
+	s := st.initialize(t, ctx, "")
+	if err := st.h.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(id int64) {
+		resp, err := s.Post(ctx, mcptest.ToolCall(id, "echo", map[string]any{"text": "x"}, nil))
+		if err == nil {
+			refusalOf(t, resp, http.StatusServiceUnavailable, "unavailable")
+			return
+		}
+		se, ok := mcptest.AsStatusError(err)
+		if !ok || se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
+			t.Fatalf("call %d while draining: %v, want 503 unavailable", id, err)
+		}
+	}
+	for id := range int64(30) {
+		refused(id + 1)
+	}
+	lines := func() []string {
+		var out []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `msg="request refused"`) && strings.Contains(l, "reason=unavailable") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	first := lines()
+	// Thirty refusals within a second: the first is logged. (A slow
+	// machine may take over a second for them; then a second line.)
+	if len(first) == 0 || len(first) > 2 || strings.Contains(first[0], "suppressed=") {
+		t.Fatalf("WARN lines after 30 refusals: %q, want the first alone", first)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	refused(31)
+	all := lines()
+	if len(all) != len(first)+1 || !strings.Contains(all[len(all)-1], " suppressed=") {
+		t.Fatalf("WARN lines after one more refusal a second later: %q, want one more saying how many were held back", all)
+	}
+	if len(first) == 1 && !strings.HasSuffix(all[1], " suppressed=29") {
+		t.Fatalf("the second line %q, want suppressed=29", all[1])
+	}
+}

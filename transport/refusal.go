@@ -104,8 +104,9 @@ type errorObject struct {
 
 // write sends the refusal as the response and logs it: at WARN for 5xx, at
 // INFO for 409, at DEBUG for a client's other mistakes, which are routine
-// and cheap to cause in bulk.
-func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
+// and cheap to cause in bulk. WARN lines pass gate (nil: all of them):
+// one per reason per second, the next one saying how many were held back.
+func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warnGate) {
 	status := ref.reason.Status()
 	data := map[string]any{"reason": ref.reason}
 	for k, v := range ref.data {
@@ -143,13 +144,22 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger) {
 		return
 	}
 	level := slog.LevelDebug
+	suppressed := 0
 	switch {
 	case status >= 500:
 		level = slog.LevelWarn
+		ok, n := gate.pass(ref.reason)
+		if !ok {
+			return
+		}
+		suppressed = n
 	case status == http.StatusConflict:
 		level = slog.LevelInfo
 	}
 	attrs := []any{"status", status, "reason", ref.reason, "detail", ref.message}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
 	if ref.cause != nil {
 		attrs = append(attrs, "error", ref.cause)
 	}

@@ -41,7 +41,7 @@ func GuardOriginAndHost(next http.Handler, opts Options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ref := checkOriginAndHost(r, &opts); ref != nil {
 			closeUntilBodyRead(w, r)
-			ref.write(w, opts.Logger)
+			ref.write(w, opts.Logger, nil)
 			return
 		}
 		next.ServeHTTP(w, r)
