@@ -372,3 +372,64 @@ func (c *atomicCount) get() int {
 	defer c.mu.Unlock()
 	return c.n
 }
+
+// TestStoppedKeepAlivesResume: a server that has sent keep-alive comments
+// on a call's stream and then falls silent (a stopped process, a dead
+// network path) has the stream resumed once the silence passes
+// max(ResumeTimeout, 3 × the keep-alives' gap), and the call completes
+// from the resume; a server that never sent a keep-alive may stay silent
+// longer than ResumeTimeout without its stream being cut.
+func TestStoppedKeepAlivesResume(t *testing.T) {
+	for _, keepAlives := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keep-alives=%v", keepAlives), func(t *testing.T) {
+			var (
+				mu      sync.Mutex
+				cursors []string
+			)
+			s := &scripted{t: t}
+			s.call = func(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) {
+				write(w, "id: c0\ndata:\n\n", s.progress("c1", 1))
+				if !keepAlives {
+					time.Sleep(time.Second) // a slow tool, over ResumeTimeout
+					write(w, s.result("c2", "slow"))
+					return
+				}
+				for range 4 {
+					time.Sleep(50 * time.Millisecond)
+					write(w, ": keep-alive\n\n")
+				}
+				<-r.Context().Done() // stopped: the connection stays open, silent
+			}
+			s.resume = func(w http.ResponseWriter, r *http.Request, c string) {
+				mu.Lock()
+				cursors = append(cursors, c)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "text/event-stream")
+				write(w, s.result("c2", "resumed"))
+			}
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			defer srv.CloseClientConnections()
+			rec := newRecorder()
+			cs := connect(t, srv.URL, rec, func(tr *client.Transport) { tr.ResumeTimeout = 300 * time.Millisecond })
+			params := &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}}
+			params.SetProgressToken("tok")
+			res, err := cs.CallTool(t.Context(), params)
+			if err != nil {
+				t.Fatalf("CallTool: %v", err)
+			}
+			want, wantCursors := "resumed", []string{"c1"}
+			if !keepAlives {
+				want, wantCursors = "slow", nil
+			}
+			if text := res.Content[0].(*mcp.TextContent).Text; text != want {
+				t.Errorf("result = %q, want %q", text, want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(cursors, wantCursors) {
+				t.Errorf("resumes with Last-Event-ID %v, want %v", cursors, wantCursors)
+			}
+		})
+	}
+}

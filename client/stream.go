@@ -113,7 +113,12 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 	}()
 	for {
 		if resp != nil {
-			err := c.readStream(ctx, st, resp.Body)
+			watch := watchSilence(resp.Body, c.opts.ResumeTimeout)
+			err := c.readStream(ctx, st, activityReader{resp.Body, watch}, watch)
+			if silent := watch.stop(); silent != nil {
+				err = silent
+				c.logger.Warn("client: the stream's keep-alives stopped; resuming it", "session", prefix(st.sess.id), "stream", st.label, "cursor", st.lastID, "error", silent)
+			}
 			resp.Body.Close()
 			if st.done || ctx.Err() != nil {
 				return
@@ -140,8 +145,10 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 // when the server ended the response, the read error otherwise. An event
 // whose ID was processed before is dropped; each new ID becomes the resume
 // cursor.
-func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader) error {
+// watch learns of the server's keep-alive comments (silence.go).
+func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch *silenceWatch) error {
 	rd := sse.NewReader(body, c.opts.MaxEventSize)
+	rd.OnComment = watch.keepAlive
 	for {
 		ev, err := rd.Next()
 		if err != nil {

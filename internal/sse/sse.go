@@ -45,6 +45,9 @@ type Event struct {
 type Reader struct {
 	r   *bufio.Reader
 	max int
+	// OnComment, when set, is called for each comment line read (a line
+	// starting with ':'), which servers send to keep an idle stream alive.
+	OnComment func()
 }
 
 // NewReader returns a Reader of r whose events may be at most maxEventSize
@@ -103,6 +106,9 @@ func (rd *Reader) Next() (Event, error) {
 			return ev, nil
 		}
 		if line[0] == ':' {
+			if rd.OnComment != nil {
+				rd.OnComment()
+			}
 			continue // comment
 		}
 		name, value, _ := bytes.Cut(line, []byte{':'})
