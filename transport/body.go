@@ -150,21 +150,23 @@ func closeUntilBodyRead(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// holdInflight counts n request bytes against Options.MaxInflightBytes for
-// as long as a POST's calls are being answered, and returns the function
-// that gives them back. Over the bound it holds nothing and refuses with
-// 503 inflight_bytes: a process must stay under its memory limit whatever
-// the number of calls its clients keep open.
-func (h *Handler) holdInflight(n int64) (release func(), ref *refusal) {
+// holdInflight counts a body of size bytes against
+// Options.MaxInflightBytes, at InflightCost bytes per byte, for as long as
+// a POST's calls are being answered, and returns the function that gives
+// them back. Over the bound it holds nothing and refuses with 503
+// inflight_bytes: a process must stay under its memory limit whatever the
+// number of calls its clients keep open.
+func (h *Handler) holdInflight(size int64) (release func(), ref *refusal) {
 	limit := h.opts.MaxInflightBytes
 	if limit < 0 {
 		return func() {}, nil
 	}
+	n := InflightCost * size
 	if held := h.inflight.Add(n); held > limit {
 		h.inflight.Add(-n)
 		return nil, refuse(replay.ReasonInflightBytes, fmt.Sprintf(
-			"calls being answered hold %d bytes of requests, and this body of %d bytes would take them over the bound of %d: send it again once some are answered",
-			held-n, n, limit))
+			"calls being answered hold %d bytes (each body counts %d times its size: it and its decoded copy), and this body of %d bytes would take them over the bound of %d: send it again once some are answered",
+			held-n, InflightCost, size, limit))
 	}
 	return func() { h.inflight.Add(-n) }, nil
 }

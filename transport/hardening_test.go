@@ -773,8 +773,8 @@ func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
 }
 
 // TestInflightBytesBound: the bodies of POSTs whose calls are being
-// answered count against MaxInflightBytes over the whole process. With a
-// bound of three bodies, three calls held open on two sessions are
+// answered count against MaxInflightBytes over the whole process, each at
+// InflightCost times its size. With a bound of three bodies, three calls held open on two sessions are
 // answered 200 and the next two get 503 inflight_bytes with Retry-After 1,
 // nothing delivered; once one call is answered, the next call is accepted,
 // and both sessions work throughout.
@@ -786,7 +786,7 @@ func TestInflightBytesBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * int64(len(body))}}, nil)
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * transport.InflightCost * int64(len(body))}}, nil)
 	s1 := st.initialize(t, ctx, "")
 	s2 := st.initialize(t, ctx, "")
 	// Ids of two digits, gate names of one letter: every body has

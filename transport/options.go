@@ -12,13 +12,18 @@ import (
 	"github.com/tidemark-mcp/tidemark/tracing"
 )
 
+// InflightCost is what one byte of a POST body costs the process while
+// the POST's calls are answered (bytes): the body, and the copy of its
+// params that decoding makes (jsonrpc.DecodeMessage) and the engine holds
+// until it answers. Options.MaxInflightBytes counts each body once, at
+// this cost.
+const InflightCost = 2
+
 // Defaults of Options.
 const (
 	DefaultMaxBodyBytes = 4 << 20
-	// DefaultMaxInflightBytes is 32 bodies of DefaultMaxBodyBytes: each
-	// byte held costs about two of RSS (the body and its decoded copy), so
-	// 256 MiB of the 768 MiB tidemark serve's memory limit leaves beside
-	// the events.
+	// DefaultMaxInflightBytes is 16 bodies of DefaultMaxBodyBytes, each
+	// counted at InflightCost.
 	DefaultMaxInflightBytes = 128 << 20
 	DefaultBodyTimeout      = 30 * time.Second
 	DefaultKeepAlive        = 15 * time.Second
@@ -61,11 +66,12 @@ type Options struct {
 	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
 	// bodies get 413. Default 4 MiB.
 	MaxBodyBytes int64
-	// MaxInflightBytes bounds the request bytes held by POSTs whose calls
-	// are being answered, summed over the process (the sizes of their
-	// bodies); a POST of calls that would go over it gets 503
-	// inflight_bytes with Retry-After, and nothing of it is delivered.
-	// Default DefaultMaxInflightBytes (128 MiB); negative: no bound.
+	// MaxInflightBytes bounds the memory held by POSTs whose calls are
+	// being answered, summed over the process: each body counts
+	// InflightCost times its size (bytes). A POST of calls that would go
+	// over it gets 503 inflight_bytes with Retry-After, and nothing of it
+	// is delivered. Default DefaultMaxInflightBytes (128 MiB); negative: no
+	// bound.
 	MaxInflightBytes int64
 	// BodyTimeout bounds reading a POST body; a client that sends it slower
 	// gets 408 body_timeout (a slow body must not hold a connection and a

@@ -9,39 +9,62 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+
+	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // baseMemory is the room memoryLimit leaves for everything but the events
-// the memory store retains: the sessions' live state (--max-sessions of
-// them), the requests in progress, the embedded store's caches, the
-// runtime (bytes).
+// of a process whose events are outside its heap (--data-dir, --redis):
+// the sessions' live state (--max-sessions of them), the requests in
+// progress, the embedded store's caches, the runtime (bytes).
 const baseMemory = 768 << 20
+
+// sessionMemory is what one live session holds beside its events (bytes):
+// an idle session of the go-sdk engine takes about 17 KiB of RSS at the
+// default GOGC, half of it the collector's headroom (bench/NOTES.md, "what
+// profiling changed"), which a memory limit makes the collector give up.
+const sessionMemory = 8 << 10
+
+// runtimeMemory is the room for the runtime, the goroutines' stacks and
+// the garbage of the requests in progress that memoryLimit leaves beside
+// what it counts of the memory store's process (bytes).
+const runtimeMemory = 64 << 20
 
 // memoryLimit returns the soft memory limit (bytes) of a process whose
 // memory store retains at most budget bytes of events (negative: the
-// events are in a store outside the Go heap: --data-dir, --redis): twice
-// the budget, the collector's headroom at the default GOGC, plus
-// baseMemory. It returns 0 for a memory store with no budget, which no
-// limit can bound.
-func memoryLimit(budget int64, eventsInHeap bool) int64 {
+// events are in a store outside the Go heap: --data-dir, --redis), whose
+// calls being answered hold at most inflight bytes for their bodies
+// (transport.Options.MaxInflightBytes, each body counted at what it costs;
+// negative: no bound, counted as transport.DefaultMaxInflightBytes), and
+// which holds at most sessions live sessions. With the memory store it
+// counts each thing the process holds once: the budget (the retained
+// events are live; under the limit the collector runs before the heap
+// reaches twice them, its goal at the default GOGC), the in-flight bound,
+// sessionMemory per session, and runtimeMemory: 782 MiB at the defaults.
+// Otherwise it is baseMemory. It returns 0 for a memory store with no
+// budget, which no limit can bound.
+func memoryLimit(budget, inflight int64, sessions int, eventsInHeap bool) int64 {
 	switch {
 	case !eventsInHeap:
 		return baseMemory
 	case budget < 0:
 		return 0
 	}
-	return 2*budget + baseMemory
+	if inflight < 0 {
+		inflight = transport.DefaultMaxInflightBytes
+	}
+	return budget + inflight + int64(sessions)*sessionMemory + runtimeMemory
 }
 
 // setMemoryLimit gives the Go runtime the limit memoryLimit returns, so
 // that the collector runs as often as needed to keep the process under it,
 // unless the GOMEMLIMIT environment variable chose one; it returns the
 // limit in force (0: none).
-func setMemoryLimit(budget int64, eventsInHeap bool) int64 {
+func setMemoryLimit(budget, inflight int64, sessions int, eventsInHeap bool) int64 {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1)
 	}
-	limit := memoryLimit(budget, eventsInHeap)
+	limit := memoryLimit(budget, inflight, sessions, eventsInHeap)
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}

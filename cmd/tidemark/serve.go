@@ -75,14 +75,14 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.retentionEvents, "retention-events", eventlog.DefaultMaxEvents, "most events retained per session (events; -1: no limit)")
 	fs.Int64Var(&c.retentionBytes, "retention-bytes", eventlog.DefaultMaxBytes, "most bytes retained per session (bytes; -1: no limit)")
 	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained, except each session's newest (duration; -1s: no limit)")
-	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes of events retained across all sessions of this process, newest events included: over it the oldest go first, and a session whose newest event is the oldest left is evicted; also sets the memory limit, twice this plus 768 MiB (bytes; -1: no limit)")
+	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes of events retained across all sessions of this process, newest events included: over it the oldest go first, and a session whose newest event is the oldest left is evicted; also sets the memory limit, this plus --max-inflight-bytes, 8 KiB per --max-sessions and 64 MiB (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
 	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
 	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session, and most messages in one JSON-RPC batch; more answer 429 too_many_calls, a larger batch 400 batch_too_large (requests)")
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
-	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most request bytes held by calls being answered, summed over the process; a POST over it answers 503 inflight_bytes; at least --max-body-bytes (bytes; -1: no bound)")
+	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most memory held by the request bodies of calls being answered, summed over the process, each body counting twice its size (it and its decoded copy); a POST over it answers 503 inflight_bytes; at least twice --max-body-bytes (bytes; -1: no bound)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM lets calls in flight finish (new calls get 503) before streams close with a final retry field (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -198,11 +198,12 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-inflight-bytes %d: want a positive number of bytes, or -1 for no bound", c.maxInflight)
 	case c.maxBody <= 0:
 		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
-	case c.maxInflight != -1 && c.maxInflight < c.maxBody:
-		// A body between the two would pass the body limit and then be
-		// refused 503 with Retry-After at every attempt, for ever.
-		return fmt.Errorf("--max-inflight-bytes %d is below --max-body-bytes %d: a POST body between them could never be served, and would be told to retry for ever; "+
-			"set --max-inflight-bytes to at least %d (or -1 for no bound), or lower --max-body-bytes", c.maxInflight, c.maxBody, c.maxBody)
+	case c.maxInflight != -1 && c.maxInflight < transport.InflightCost*c.maxBody:
+		// A body that counts more than the bound would pass the body
+		// limit and then be refused 503 with Retry-After at every
+		// attempt, for ever.
+		return fmt.Errorf("--max-inflight-bytes %d is below twice --max-body-bytes %d (a body counts twice its size): a POST body of more than half of it could never be served, and would be told to retry for ever; "+
+			"set --max-inflight-bytes to at least %d (or -1 for no bound), or lower --max-body-bytes", c.maxInflight, c.maxBody, transport.InflightCost*c.maxBody)
 	case c.shutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace %v: want zero or a positive duration", c.shutdownGrace)
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
@@ -368,7 +369,7 @@ func (c *serveConfig) openStore(logger *slog.Logger) (*backing, error) {
 		b.attrs = []any{"store", "redis", "replica", c.fleet.replicaID}
 		c.budget = -1 // Redis is not this process's memory
 	}
-	b.attrs = append(b.attrs, "memory_limit", setMemoryLimit(c.budget, b.st == nil), "heap_floor", setHeapFloor(b.st == nil))
+	b.attrs = append(b.attrs, "memory_limit", setMemoryLimit(c.budget, c.maxInflight, c.maxSessions, b.st == nil), "heap_floor", setHeapFloor(b.st == nil))
 	return b, nil
 }
 

@@ -22,9 +22,9 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		{[]string{"--path", "/a b"}, `--path "/a b": want a URL path starting with /`},
 		{[]string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want a positive number of bytes"},
 		{[]string{"--max-body-bytes", "-1"}, "--max-body-bytes -1: want a positive number of bytes"},
-		{[]string{"--max-inflight-bytes", "1000", "--max-body-bytes", "4096"}, "--max-inflight-bytes 1000 is below --max-body-bytes 4096: a POST body between them could never be served, and would be told to retry for ever; " +
-			"set --max-inflight-bytes to at least 4096 (or -1 for no bound), or lower --max-body-bytes"},
-		{[]string{"--max-inflight-bytes", "4194303"}, "--max-inflight-bytes 4194303 is below --max-body-bytes 4194304"},
+		{[]string{"--max-inflight-bytes", "1000", "--max-body-bytes", "4096"}, "--max-inflight-bytes 1000 is below twice --max-body-bytes 4096 (a body counts twice its size): a POST body of more than half of it could never be served, and would be told to retry for ever; " +
+			"set --max-inflight-bytes to at least 8192 (or -1 for no bound), or lower --max-body-bytes"},
+		{[]string{"--max-inflight-bytes", "8388607"}, "--max-inflight-bytes 8388607 is below twice --max-body-bytes 4194304"},
 		{[]string{"--max-sessions", "0"}, "--max-sessions 0: want a positive number of sessions"},
 		{[]string{"--max-calls-per-session", "0"}, "--max-calls-per-session 0: want a positive number of requests"},
 		{[]string{"--retention-events", "-5"}, "--retention-events -5: want a positive number, or -1 for no limit"},
