@@ -58,7 +58,7 @@ func GuardOriginAndHost(next http.Handler, opts Options) http.Handler {
 func checkOriginAndHost(r *http.Request, opts *Options) *refusal {
 	if !opts.DisableLocalhostProtection {
 		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
-			if isLoopback(addr.String()) && !isLoopback(r.Host) {
+			if isLoopbackAddr(addr) && !isLoopback(r.Host) {
 				return refuse(replay.ReasonHostForbidden, "Host "+quote(r.Host)+" is not a loopback name on a loopback listener (DNS rebinding protection)")
 			}
 		}
@@ -93,6 +93,16 @@ func originAllowed(origin, host string, allowed []string) bool {
 	// port is the common development setup; it cannot be a rebinding
 	// attack when both names are loopback.
 	return isLoopback(u.Host) && isLoopback(host)
+}
+
+// isLoopbackAddr reports whether addr, a listener's address, is a loopback
+// address; a TCP address is read as it is, without formatting it (which
+// allocates on every request).
+func isLoopbackAddr(addr net.Addr) bool {
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	return isLoopback(addr.String())
 }
 
 // isLoopback reports whether hostport names localhost or a loopback address.
