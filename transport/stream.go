@@ -177,29 +177,40 @@ type streamHelpers struct {
 	stopped bool
 }
 
-// start runs f in a goroutine of its own, unless stop has begun.
-func (hs *streamHelpers) start(f func()) {
+// enter counts a helper in, unless stop has begun; a helper counted in
+// calls hs.wg.Done when it ends.
+func (hs *streamHelpers) enter() bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.stopped {
-		return
+		return false
 	}
 	hs.wg.Add(1)
-	go func() {
-		defer hs.wg.Done()
-		f()
-	}()
+	return true
 }
 
-// windowEnd flushes what the window held, then watches the stream.
+// start runs f in a goroutine of its own, unless stop has begun.
+func (hs *streamHelpers) start(f func()) {
+	if hs.enter() {
+		go func() {
+			defer hs.wg.Done()
+			f()
+		}()
+	}
+}
+
+// windowEnd, run by the window's timer in a goroutine of its own, flushes
+// what the window held, then watches the stream.
 func (hs *streamHelpers) windowEnd() {
-	hs.start(func() {
-		if hs.sw.release() != nil {
-			hs.cancel()
-			return
-		}
-		hs.watch()
-	})
+	if !hs.enter() {
+		return
+	}
+	defer hs.wg.Done()
+	if hs.sw.release() != nil {
+		hs.cancel()
+		return
+	}
+	hs.watch()
 }
 
 func (hs *streamHelpers) watch() { hs.h.watchStream(hs.ctx, hs.cancel, hs.sw, hs.att, hs.l) }
