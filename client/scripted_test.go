@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -431,5 +433,68 @@ func TestStoppedKeepAlivesResume(t *testing.T) {
 				t.Errorf("resumes with Last-Event-ID %v, want %v", cursors, wantCursors)
 			}
 		})
+	}
+}
+
+// TestDuplicateCallIDRefused: a second call with the id of a call still
+// in flight is refused by Write at once and never sent; the first call's
+// answer still arrives. The failing input (a host behind tidemark
+// connect): tools/call id 2 twice; the server refused the second
+// (duplicate_request_id) and the first call's result never reached the
+// host.
+func TestDuplicateCallIDRefused(t *testing.T) {
+	release := make(chan struct{})
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
+		write(w, "id: d0\ndata:\n\n")
+		<-release
+		write(w, s.result("d1", "first"))
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+	tr := &client.Transport{Endpoint: srv.URL, ResumeTimeout: 5 * time.Second, Logger: testLogger(t)}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	conn, err := tr.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := func(id int64, method string, params any) *jsonrpc.Request {
+		raw, _ := json.Marshal(params)
+		jid, _ := jsonrpc.MakeID(float64(id))
+		return &jsonrpc.Request{ID: jid, Method: method, Params: raw}
+	}
+	if err := conn.Write(ctx, call(1, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tool := map[string]any{"name": "x", "arguments": map[string]any{}}
+	if err := conn.Write(ctx, call(2, "tools/call", tool)); err != nil {
+		t.Fatal(err)
+	}
+	for s.seenIndex("POST scripted-session-1 tools/call") < 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	err = conn.Write(ctx, call(2, "tools/call", tool))
+	if want := "client: tools/call id 2: a call with that id is in flight: give each call its own id"; err == nil || err.Error() != want {
+		t.Fatalf("second call with id 2: %v, want %q", err, want)
+	}
+	close(release)
+	msg, err := conn.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := msg.(*jsonrpc.Response)
+	if !ok || r.Error != nil || !strings.Contains(string(r.Result), `"first"`) {
+		t.Fatalf("answer: %+v, want the first call's result", msg)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := strings.Count(strings.Join(s.seen, "\n"), "tools/call"); n != 1 {
+		t.Fatalf("tools/call POSTs: %d, want 1 (%q)", n, s.seen)
 	}
 }

@@ -94,9 +94,16 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 	if err != nil {
 		return rejected{fmt.Errorf("client: encode %s: %w", req.Method, err)}
 	}
+	c.mu.Lock()
+	if _, busy := c.calls[req.ID]; busy {
+		c.mu.Unlock()
+		// JSON-RPC 2.0, section 4: an id names one request. Sent, the
+		// server would refuse it (duplicate_request_id), and the answer
+		// of the call in flight would have no call left to reach.
+		return rejected{fmt.Errorf("client: %s id %v: a call with that id is in flight: give each call its own id", req.Method, req.ID.Raw())}
+	}
 	cctx, cancel := context.WithCancel(c.ctx)
 	cl := &call{id: req.ID, method: req.Method, cancel: cancel}
-	c.mu.Lock()
 	c.calls[req.ID] = cl
 	c.mu.Unlock()
 	fail := func(err error) error {
