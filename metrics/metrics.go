@@ -161,6 +161,8 @@ const (
 	OpClaim     = "claim"
 	OpRenew     = "renew"
 	OpSaveState = "save_state"
+	OpHibernate = "hibernate"
+	OpWake      = "wake"
 	OpTouch     = "touch"
 	OpEnd       = "end"
 	OpAppend    = "append"

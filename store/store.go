@@ -101,7 +101,7 @@ func (e *EndedError) Unwrap() error { return ErrEnded }
 // generation.
 type FencedError struct {
 	Token string
-	Op    string // the refused operation: "append", "claim", "renew", "save state", "trim"
+	Op    string // the refused operation: "append", "claim", "renew", "save state", "trim", "hibernate", "wake"
 	Have  uint64 // generation the write carried
 	Want  uint64 // the record's current generation
 }
@@ -259,7 +259,7 @@ type Bounds struct {
 //   - Durability: once a call returns nil, its effect is as durable as the
 //     backend promises (memory: the process's lifetime; embedded: survives
 //     kill -9; Redis: what Redis acknowledged).
-//   - Fencing: Claim, Renew and SaveState compare the generation they carry
+//   - Fencing: Claim, Renew, SaveState, Hibernate and Wake compare the generation they carry
 //     with the record's inside the same atomic step as their write.
 type Sessions interface {
 	// Create stores a new record. It fails with ErrExists if the token is
@@ -286,6 +286,26 @@ type Sessions interface {
 	// SaveState replaces the record's State if gen is current, else fails
 	// with a *FencedError.
 	SaveState(ctx context.Context, token string, gen uint64, state []byte) error
+
+	// Hibernate saves state as the record's State and lets go of owner's
+	// hold on generation gen, in one atomic step: Owner becomes empty and
+	// LeaseUntil zero; the generation, the floor, the high-water mark and
+	// the events stay (DESIGN.md, "Hibernation"). A record nobody holds
+	// is taken again by Wake at the same generation, or by Claim at the
+	// next. It fails with a *FencedError if gen is not current or owner
+	// is not the owner, and with ErrNotFound or an *EndedError if the
+	// session is gone.
+	Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error
+
+	// Wake makes owner the owner of generation gen again, holding it
+	// until leaseUntil (zero: no expiry), if and only if gen is current
+	// and nobody holds it (Owner is empty: Hibernate let it go), and
+	// returns the record. Unlike Claim it keeps the generation and its
+	// events, so every cursor of gen stays valid. It fails with a
+	// *FencedError if the generation has moved or another owner holds it
+	// (Want is then the current generation), and with ErrNotFound or an
+	// *EndedError if the session is gone.
+	Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (Record, error)
 
 	// Touch records a request at time at (LastSeen never moves backwards).
 	// It is not fenced: any replica may report activity.

@@ -222,6 +222,45 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 	})
 }
 
+// Hibernate implements store.Sessions.
+func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	return s.fenced("hibernate", token, gen, func(ss *sess) error {
+		if ss.Rec.Owner != owner {
+			return &store.FencedError{Token: token, Op: "hibernate", Have: gen, Want: ss.Rec.Generation}
+		}
+		rec := ss.Rec
+		rec.State = image.Clone(state)
+		rec.Owner, rec.LeaseUntil = "", time.Time{}
+		return s.putRecord(ss, rec, true)
+	})
+}
+
+// Wake implements store.Sessions.
+func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	var out store.Record
+	err := s.fenced("wake", token, gen, func(ss *sess) error {
+		if ss.Rec.Owner != "" {
+			return &store.FencedError{Token: token, Op: "wake", Have: gen, Want: ss.Rec.Generation}
+		}
+		ss.Lock()
+		lost := ss.Lost
+		ss.Unlock()
+		if lost != nil {
+			return lost
+		}
+		rec := ss.Rec
+		rec.Owner, rec.LeaseUntil = owner, leaseUntil
+		if err := s.putRecord(ss, rec, false); err != nil {
+			return fmt.Errorf("durable store: wake %s gen %d: %w", store.Prefix(token), gen, err)
+		}
+		s.noteOwner(owner)
+		out = rec
+		out.State = image.Clone(rec.State)
+		return nil
+	})
+	return out, err
+}
+
 // Touch implements store.Sessions.
 func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
 	return s.write("touch", token, func(ss *sess) error {

@@ -144,6 +144,36 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 	})
 }
 
+// Hibernate implements store.Sessions.
+func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	return s.fenced(token, "hibernate", gen, func(ss *session) error {
+		if ss.Rec.Owner != owner {
+			return &store.FencedError{Token: token, Op: "hibernate", Have: gen, Want: ss.Rec.Generation}
+		}
+		ss.Rec.State = image.Clone(state)
+		ss.Rec.Owner, ss.Rec.LeaseUntil = "", time.Time{}
+		return nil
+	})
+}
+
+// Wake implements store.Sessions.
+func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	var rec store.Record
+	err := s.fenced(token, "wake", gen, func(ss *session) error {
+		if ss.Rec.Owner != "" {
+			return &store.FencedError{Token: token, Op: "wake", Have: gen, Want: ss.Rec.Generation}
+		}
+		if ss.Lost != nil {
+			return ss.Lost
+		}
+		ss.Rec.Owner, ss.Rec.LeaseUntil = owner, leaseUntil
+		var err error
+		rec, err = ss.RecordLocked()
+		return err
+	})
+	return rec, err
+}
+
 // fenced runs f on the session of token under its lock if gen is current.
 func (s *Store) fenced(token, op string, gen uint64, f func(*session) error) error {
 	ss, err := s.lookup(token)

@@ -104,6 +104,23 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 	})
 }
 
+// Hibernate implements store.Sessions.
+func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	return s.write(ctx, metrics.OpHibernate, token, gen, func(ctx context.Context) error {
+		return s.st.Hibernate(ctx, token, owner, gen, state)
+	})
+}
+
+// Wake implements store.Sessions.
+func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	var rec store.Record
+	err := s.write(ctx, metrics.OpWake, token, gen, func(ctx context.Context) (err error) {
+		rec, err = s.st.Wake(ctx, token, owner, gen, leaseUntil)
+		return err
+	})
+	return rec, err
+}
+
 // Touch implements store.Sessions. It records no span: it runs on every
 // request and changes nothing a client can observe.
 func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {

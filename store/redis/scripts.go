@@ -90,6 +90,29 @@ redis.call('HSET', rec, 'state', ARGV[2])
 return {'ok'}
 `
 
+// hibernateLua: ARGV gen owner state. The owner lets go of its
+// generation: the record keeps it, its log and the saved state, with no
+// owner and no lease.
+const hibernateLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'owner')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
+redis.call('HSET', rec, 'state', ARGV[3], 'owner', '', 'lease', '')
+return {'ok'}
+`
+
+// wakeLua: ARGV gen owner lease. Takes a record nobody holds at the same
+// generation; its log stays.
+const wakeLua = prelude + `
+local h = redis.call('HMGET', rec, 'gen', 'owner')
+if not h[1] then return gone() end
+if h[1] ~= ARGV[1] or h[2] ~= '' then return {'fenced', h[1]} end
+redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3])
+local r = redis.call('HGETALL', rec)
+table.insert(r, 1, 'ok')
+return r
+`
+
 // touchLua: ARGV at (Unix nanoseconds, or "" for the zero time).
 // LastSeen only moves forward; later() compares decimal integers as
 // strings, since Unix nanoseconds exceed a double's exact range.
@@ -266,7 +289,7 @@ return {'ok', rev}
 
 // scripts holds one compiled (hashed) copy of each script per Store.
 type scripts struct {
-	create, claim, renew, saveState, touch, end, append, trim, publish, announceFirst *redis.Script
+	create, claim, renew, saveState, hibernate, wake, touch, end, append, trim, publish, announceFirst *redis.Script
 
 	createTask, updateTask, deleteTask *redis.Script
 }
@@ -277,6 +300,8 @@ func newScripts() scripts {
 		claim:     redis.NewScript(claimLua),
 		renew:     redis.NewScript(renewLua),
 		saveState: redis.NewScript(saveStateLua),
+		hibernate: redis.NewScript(hibernateLua),
+		wake:      redis.NewScript(wakeLua),
 		touch:     redis.NewScript(touchLua),
 		end:       redis.NewScript(endLua),
 		append:    redis.NewScript(appendLua),

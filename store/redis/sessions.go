@@ -71,6 +71,30 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 	return err
 }
 
+// Hibernate implements store.Sessions: the state and the release of the
+// owner's hold are one script, held by the replicas a failover may
+// promote before it returns.
+func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	_, err := s.runReplicated(ctx, s.scripts.hibernate, "hibernate", token, gen,
+		strconv.FormatUint(gen, 10), owner, string(state))
+	return err
+}
+
+// Wake implements store.Sessions: a compare-and-set of the owner, from
+// none, at an unchanged generation, in one script.
+func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	rest, err := s.runReplicated(ctx, s.scripts.wake, "wake", token, gen,
+		strconv.FormatUint(gen, 10), owner, encTime(leaseUntil))
+	if err != nil {
+		return store.Record{}, err
+	}
+	m := make(map[string]string, len(rest)/2)
+	for i := 0; i+1 < len(rest); i += 2 {
+		m[str(rest[i])] = str(rest[i+1])
+	}
+	return decRecord(token, m), nil
+}
+
 // Touch implements store.Sessions.
 func (s *Store) Touch(ctx context.Context, token string, at time.Time) error {
 	_, err := s.run(ctx, s.scripts.touch, "touch", token, 0, encTime(at))

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Wait", testWait},
 		{"ConcurrentAppends", testConcurrentAppends},
 		{"Sync", testSync},
+		{"Hibernate", testHibernate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
