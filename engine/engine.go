@@ -67,6 +67,44 @@ type Engine interface {
 	Start(ctx context.Context, info Info, out Outbox) (Session, error)
 }
 
+// Hibernation is what an engine says becomes of a session's live state
+// when the session hibernates: idle, with nothing in flight, it gives up
+// its engine session, and the next request starts a new one from the
+// saved State (DESIGN.md, "Hibernation").
+type Hibernation int
+
+const (
+	// HibernateNever: the engine keeps its sessions' live state; they do
+	// not hibernate. An engine that does not implement Hibernator says
+	// this: a gateway's upstream session, for one, is not in the State.
+	HibernateNever Hibernation = iota
+	// HibernateExact: a session started from the State, with nothing in
+	// flight, is the session that hibernated: the State holds all of its
+	// state, so it wakes at the same generation and every cursor of that
+	// generation still resumes.
+	HibernateExact
+	// HibernateLossy: the session may hibernate, but the State does not
+	// hold all of its state (a subprocess's memory, handlers keeping
+	// per-session data): it wakes at generation+1, as after a restart.
+	HibernateLossy
+)
+
+// Hibernator is implemented by an engine whose sessions may hibernate.
+type Hibernator interface {
+	// Hibernation says what hibernating a session of this engine keeps.
+	// It must not change once the engine has started a session.
+	Hibernation() Hibernation
+}
+
+// HibernationOf returns what eng says of hibernation: HibernateNever when
+// it does not implement Hibernator.
+func HibernationOf(eng Engine) Hibernation {
+	if h, ok := eng.(Hibernator); ok {
+		return h.Hibernation()
+	}
+	return HibernateNever
+}
+
 // Info describes the session generation an engine starts.
 type Info struct {
 	Token      string

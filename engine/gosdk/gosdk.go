@@ -35,6 +35,17 @@ const restoreTimeout = 5 * time.Second
 
 // Engine hosts one *mcp.Server. Create it with New.
 type Engine struct {
+	// Restorable says that the server's handlers keep no per-session
+	// state of their own: everything a session holds is what the
+	// session-state rule folds (engine.State; the ServerSession's
+	// initialize parameters and log level, and the resource
+	// subscriptions), so a hibernated session wakes at the same
+	// generation (engine.HibernateExact). Default false: handlers may
+	// keep per-session state a new ServerSession would not have, and a
+	// hibernated session wakes at generation+1 (engine.HibernateLossy).
+	// Set it before the first Start.
+	Restorable bool
+
 	server *mcp.Server
 	// related maps the RequestExtra of every inbound call still in flight to
 	// the call's ID. The middleware is server-wide, so the map is too.
@@ -51,6 +62,16 @@ func New(server *mcp.Server) *Engine {
 	e := &Engine{server: server}
 	server.AddReceivingMiddleware(e.tagRequests)
 	return e
+}
+
+// Hibernation implements engine.Hibernator: a ServerSession holds
+// nothing but what engine.State restores, so restoration is exact when
+// the handlers keep nothing per session (Restorable).
+func (e *Engine) Hibernation() engine.Hibernation {
+	if e.Restorable {
+		return engine.HibernateExact
+	}
+	return engine.HibernateLossy
 }
 
 // Server returns the hosted server.

@@ -112,6 +112,12 @@ type Options struct {
 	// replayed initialize of a re-created session is bounded by
 	// StartTimeout instead.
 	InitializeTimeout time.Duration
+	// Hibernate lets an idle session hibernate (DESIGN.md, "Hibernation"):
+	// its subprocess is ended, and the next request starts a new one at
+	// generation+1 (engine.HibernateLossy), since a subprocess's memory
+	// is not in the saved state. Default false: subprocesses run until
+	// their session ends (engine.HibernateNever).
+	Hibernate bool
 	// Metrics records subprocesses started and exited (package metrics).
 	// Default: metrics.Discard.
 	Metrics metrics.Processes
@@ -138,6 +144,16 @@ type Engine struct {
 }
 
 var _ engine.Engine = (*Engine)(nil)
+
+// Hibernation implements engine.Hibernator: a subprocess's own memory is
+// not in the saved state, so a session that hibernates wakes at
+// generation+1, and only when the operator asks (Options.Hibernate).
+func (e *Engine) Hibernation() engine.Hibernation {
+	if e.opts.Hibernate {
+		return engine.HibernateLossy
+	}
+	return engine.HibernateNever
+}
 
 // New returns an Engine for opts. It fails if Command is empty or not
 // found, or if an Env entry is not KEY=VALUE with a non-empty KEY.
