@@ -77,6 +77,11 @@ type Sessions interface {
 	// ReasonLeaseExpired (takeover), ReasonEngineEnded (the engine
 	// session ended, a gateway's subprocess exited).
 	GenerationCreated(cause replay.Reason)
+	// SessionHibernated records a session hibernated (DESIGN.md,
+	// "Hibernation"); SessionWoke, one woken by a request, at the same
+	// generation (sameGeneration) or at generation+1.
+	SessionHibernated()
+	SessionWoke(sameGeneration bool)
 	Operations
 }
 
@@ -185,6 +190,8 @@ func (discard) Operation(string, string, time.Duration)            {}
 func (discard) SessionStarted()                                    {}
 func (discard) SessionEnded(replay.Reason, time.Duration)          {}
 func (discard) GenerationCreated(replay.Reason)                    {}
+func (discard) SessionHibernated()                                 {}
+func (discard) SessionWoke(bool)                                   {}
 func (discard) Fenced(string)                                      {}
 func (discard) Appended(int)                                       {}
 func (discard) Replayed(int, time.Duration)                        {}

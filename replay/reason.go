@@ -281,6 +281,10 @@ const (
 	// ReasonLeaseExpired: another replica's lease lapsed and this one took
 	// the session over.
 	ReasonLeaseExpired Reason = "lease_expired"
+	// ReasonHibernated: the session hibernated, idle, and its engine could
+	// not restore its state exactly (engine.HibernateLossy), so it woke at
+	// generation+1 (DESIGN.md, "Hibernation").
+	ReasonHibernated Reason = "hibernated"
 	// ReasonEngineEnded: the engine session ended on its own (a gateway's
 	// subprocess exited).
 	ReasonEngineEnded Reason = "engine_ended"

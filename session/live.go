@@ -59,6 +59,10 @@ type Live struct {
 	// call was in flight (recency.victim); the end of its last call hands
 	// it back (Registry.unpark).
 	parked bool
+	// hibernating: the registry chose l to hibernate (beginHibernate);
+	// it serves no further request.
+	hibernating bool
+	holds       int // requests being served that looked l up (holdFor)
 
 	// Guarded by reg.mu.
 	dropped  bool   // drop has run (see Registry.drop)

@@ -49,7 +49,9 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 				}
 				return nil, err
 			}
-			l.Touch()
+			if !l.holdFor(ctx) {
+				continue // hibernating: wait for it, then wake it
+			}
 			return l, nil
 		}
 		r.mu.Lock()
@@ -88,9 +90,15 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 
 		l, err := r.recreate(ctx, token, userID, engineEnded)
 		r.mu.Lock()
+		if err == nil {
+			delete(r.hibernated, token)
+		}
 		delete(r.starting, token)
 		close(done)
 		r.mu.Unlock()
+		if err == nil {
+			l.holdFor(ctx) // just started: nothing hibernates it yet
+		}
 		return l, err
 	}
 }
@@ -131,6 +139,21 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err := r.reserve(ctx); err != nil {
 			return nil, err
 		}
+		if rec.Owner == "" && r.hib == engine.HibernateExact && hibernatedExact(rec.State) {
+			// Hibernated with nothing lost: the same generation goes on.
+			l, err := r.wake(ctx, rec, st, prior)
+			if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
+				if rec, err = r.st.Get(ctx, token); err != nil {
+					return nil, r.storeErr(token, err)
+				}
+				continue
+			}
+			if err != nil {
+				return nil, r.storeErr(token, err)
+			}
+			r.opts.Metrics.SessionWoke(true)
+			return l, nil
+		}
 		from, prevOwner := rec.Generation, rec.Owner
 		// The claim discards generation from's events: read which requests
 		// its streams carried first.
@@ -160,6 +183,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			return nil, err
 		}
 		reason := r.lease.TakeoverReason(rec, engineEnded)
+		if prevOwner == "" {
+			// Only Hibernate leaves a record without an owner.
+			reason = replay.ReasonHibernated
+			r.opts.Metrics.SessionWoke(false)
+		}
 		l.logger.Info("session re-created", "previous_generation", from, "previous_owner", prevOwner, "reason", reason)
 		r.opts.Metrics.GenerationCreated(reason)
 		return l, nil

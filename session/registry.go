@@ -30,6 +30,12 @@ const (
 	DefaultTombstoneTTL = 24 * time.Hour
 	// DefaultMaxCallsPerSession is the default of Options.MaxCallsPerSession.
 	DefaultMaxCallsPerSession = 128
+	// DefaultHibernateAfter is the default of Options.HibernateAfter: long
+	// enough that a person using a session interactively (a pause to
+	// read, to think, to fetch coffee) never pays a wake, short enough
+	// that most of a session's idle half hour before eviction (IdleTTL)
+	// is spent holding nothing but its record.
+	DefaultHibernateAfter = 10 * time.Minute
 )
 
 // Options configures a Registry. Zero values select the defaults.
@@ -61,6 +67,17 @@ type Options struct {
 	// IdleTTL evicts a session that has seen no request and had no open
 	// stream for this long. Default 30 minutes; negative: never.
 	IdleTTL time.Duration
+	// HibernateAfter hibernates a session that has seen no request, had
+	// no open stream and had no call in flight for this long: its engine
+	// session and its live state here end, its record stays in the store,
+	// and the next request wakes it (DESIGN.md, "Hibernation"). It wakes
+	// at the same generation when the engine restores its state exactly
+	// (engine.HibernateExact), else at generation+1; an engine that keeps
+	// its sessions (engine.HibernateNever, the default of an engine that
+	// says nothing) never hibernates them. Hibernation comes before idle
+	// eviction only when HibernateAfter is below IdleTTL. Default (zero)
+	// DefaultHibernateAfter, 10 minutes; negative: never.
+	HibernateAfter time.Duration
 	// MaxSessions is the most sessions whose live state this process holds;
 	// creating one more evicts the least recently used session that has no
 	// call in flight (its open streams end); when every session has a call
@@ -111,8 +128,9 @@ type Registry struct {
 	opts   Options
 	lease  fleet.Leases
 	logger *slog.Logger
+	hib    engine.Hibernation // what eng says of hibernation
 
-	// mu guards live, starting, ending, reserved, lru, closed and each Live's
+	// mu guards live, starting, ending, hibernated, reserved, lru, closed and each Live's
 	// dropped, lruKey and lruIndex. Requests only read live (RLock);
 	// recency is an atomic stamp on each Live (Live.used, from clock), so
 	// a lookup writes nothing shared, and the least recently used session
@@ -128,11 +146,15 @@ type Registry struct {
 	// records: the session has left live, and its record is still live in
 	// the store, so Get and Status answer from here that it ended instead
 	// of reading (and re-creating) it, to its user only (endedFor).
-	ending   map[string]*store.EndedError
-	reserved int     // room taken by sessions being started (see reserve)
-	lru      recency // eviction order of the sessions in live not known to be busy (room.go)
-	closed   bool
-	clock    atomic.Uint64 // recency stamps: each use takes the next
+	ending map[string]*store.EndedError
+	// hibernated indexes the sessions this process hibernated, by when
+	// they were last used (Unix nanoseconds), so Sweep ends those idle
+	// for IdleTTL: nothing else of them is held here (hibernate.go).
+	hibernated map[string]int64
+	reserved   int     // room taken by sessions being started (see reserve)
+	lru        recency // eviction order of the sessions in live not known to be busy (room.go)
+	closed     bool
+	clock      atomic.Uint64 // recency stamps: each use takes the next
 
 	closing sync.WaitGroup // engine sessions closing after drop
 
@@ -169,15 +191,20 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.Discard
 	}
+	if opts.HibernateAfter == 0 {
+		opts.HibernateAfter = DefaultHibernateAfter
+	}
 	if opts.Lease > 0 && opts.RenewInterval <= 0 {
 		opts.RenewInterval = opts.Lease / fleet.DefaultRenewDivisor
 	}
 	r := &Registry{
 		st: st, log: log, engine: eng, opts: opts, logger: opts.Logger,
-		lease:    fleet.Leases{Owner: opts.Owner, TTL: opts.Lease},
-		live:     make(map[string]*Live),
-		starting: make(map[string]chan struct{}),
-		ending:   make(map[string]*store.EndedError),
+		lease:      fleet.Leases{Owner: opts.Owner, TTL: opts.Lease},
+		live:       make(map[string]*Live),
+		starting:   make(map[string]chan struct{}),
+		ending:     make(map[string]*store.EndedError),
+		hibernated: make(map[string]int64),
+		hib:        engine.HibernationOf(eng),
 	}
 	log.SetEvict(r.evictOverBudget)
 	if n, ok := st.(store.LossNotifier); ok {
@@ -349,6 +376,7 @@ func (r *Registry) endLocked(ctx context.Context, token string, reason store.End
 		r.removeLocked(l)
 		userID = l.userID
 	}
+	delete(r.hibernated, token)
 	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)

@@ -12,13 +12,16 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// Sweep evicts the sessions idle for longer than IdleTTL, lets go of the
-// sessions whose engine session died (their next request re-creates them),
-// and applies the event log's age limit. Run calls it periodically.
+// Sweep evicts the sessions idle for longer than IdleTTL, hibernated ones
+// included, hibernates those idle for longer than HibernateAfter
+// (hibernate.go), lets go of the sessions whose engine session died
+// (their next request re-creates them), and applies the event log's age
+// limit. Run calls it periodically.
 func (r *Registry) Sweep(ctx context.Context) {
 	r.removeDead()
 	if r.opts.IdleTTL > 0 {
 		cutoff := r.opts.Now().Add(-r.opts.IdleTTL)
+		r.endIdleHibernated(ctx, cutoff)
 		var idle []string
 		r.mu.RLock()
 		for _, l := range r.live {
@@ -31,6 +34,7 @@ func (r *Registry) Sweep(ctx context.Context) {
 			r.End(ctx, tok, store.EndIdle)
 		}
 	}
+	r.hibernateIdle(ctx)
 	r.log.Sweep(ctx)
 }
 

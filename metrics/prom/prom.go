@@ -43,6 +43,8 @@ type Recorder struct {
 	replayed    prometheus.Counter
 	replayTime  prometheus.Histogram
 	generations *prometheus.CounterVec
+	hibernated  prometheus.Counter
+	wakes       *prometheus.CounterVec
 	fenced      *prometheus.CounterVec
 	trimmed     prometheus.Counter
 	floorRaises prometheus.Counter
@@ -111,8 +113,16 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_generations_created_total",
-			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended).",
+			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation).",
 		}, []string{"cause"}),
+		hibernated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_sessions_hibernated_total",
+			Help: "Idle sessions hibernated: their live state given up, their record kept in the store.",
+		}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_session_wakes_total",
+			Help: "Hibernated sessions woken by a request, by generation: same (the engine restored the state exactly) or next (generation+1).",
+		}, []string{"generation"}),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_fenced_writes_total",
 			Help: "Store writes refused because they carried a generation the session has moved past, by store operation.",
@@ -179,7 +189,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		r.operation, r.session, r.created, r.streams, r.resumes, r.refusals,
-		r.appended, r.replayed, r.replayTime, r.generations, r.fenced, r.trimmed,
+		r.appended, r.replayed, r.replayTime, r.generations, r.hibernated, r.wakes, r.fenced, r.trimmed,
 		r.floorRaises, r.storeTime, r.storeErrors, r.takeovers, r.processes, r.exits,
 		r.tasks.created, r.tasks.settled, r.tasks.cancels, r.tasks.reruns, r.tasks.running, r.tasks.duration,
 	} {
@@ -284,6 +294,18 @@ func (r *Recorder) GenerationCreated(cause replay.Reason) {
 	if cause == replay.ReasonLeaseExpired {
 		r.takeovers.Inc()
 	}
+}
+
+// SessionHibernated implements metrics.Sessions.
+func (r *Recorder) SessionHibernated() { r.hibernated.Inc() }
+
+// SessionWoke implements metrics.Sessions.
+func (r *Recorder) SessionWoke(sameGeneration bool) {
+	gen := "next"
+	if sameGeneration {
+		gen = "same"
+	}
+	r.wakes.WithLabelValues(gen).Inc()
 }
 
 // Fenced implements metrics.Store.

@@ -1,0 +1,232 @@
+// hibernate.go holds hibernation (DESIGN.md, "Hibernation"): a session
+// idle for Options.HibernateAfter gives up its engine session and its
+// live state here, keeping only its record in the store, and the next
+// request wakes it, at the same generation when the engine restores its
+// state exactly, else at generation+1.
+
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// exactKey is the member of a hibernated record's State that says the
+// session hibernated with nothing in flight and its events stored, under
+// an engine that restores its state exactly (engine.HibernateExact): only
+// then may a wake keep the generation. Hibernate always writes the State
+// anew, and only a record nobody holds (Owner empty) is woken, so the
+// member says nothing once the session is held again.
+const exactKey = "hibernatedExact"
+
+// hibernatedExact reports whether a record's State carries exactKey.
+func hibernatedExact(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	var m struct {
+		Exact bool `json:"hibernatedExact"`
+	}
+	return json.Unmarshal(b, &m) == nil && m.Exact
+}
+
+// encodeHibernated is encodeState with exactKey set when exact.
+func encodeHibernated(st *engine.State, prior []ledger, exact bool) ([]byte, error) {
+	b, err := encodeState(st, prior)
+	if err != nil || !exact {
+		return b, err
+	}
+	m := map[string]json.RawMessage{}
+	if len(b) > 0 && string(b) != "null" {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+	}
+	m[exactKey] = json.RawMessage("true")
+	return json.Marshal(m)
+}
+
+// hibernates reports whether this registry hibernates idle sessions.
+func (r *Registry) hibernates() bool {
+	return r.hib != engine.HibernateNever && r.opts.HibernateAfter > 0
+}
+
+// hibernateIdle hibernates every session that has been idle since before
+// cutoff (Options.HibernateAfter ago), with no call in flight and no
+// connection attached. Each leaves the registry in the same step under mu
+// as it is chosen, and its token is marked as starting, so a request that
+// arrives meanwhile waits and then wakes it from the record.
+func (r *Registry) hibernateIdle(ctx context.Context) {
+	if !r.hibernates() {
+		return
+	}
+	cutoff := r.opts.Now().Add(-r.opts.HibernateAfter)
+	var chosen []*Live
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	for tok, l := range r.live {
+		if _, busy := r.starting[tok]; busy || l.dead() {
+			continue
+		}
+		if !l.beginHibernate(cutoff) {
+			continue
+		}
+		r.removeLocked(l)
+		r.starting[tok] = make(chan struct{})
+		chosen = append(chosen, l)
+	}
+	r.mu.Unlock()
+	for _, l := range chosen {
+		r.hibernate(ctx, l)
+	}
+}
+
+// beginHibernate marks l hibernating if it may hibernate now: its
+// initialize succeeded, and it has had no call in flight, no response
+// being stored, no connection attached and no request being served
+// (holdFor) since before cutoff. Get's hold and this check exclude each
+// other under l.mu, so a request that found l before it left the registry
+// either holds it first or finds it hibernating and looks it up again.
+func (l *Live) beginHibernate(cutoff time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hibernating || l.initFailed || len(l.state.InitializeParams) == 0 ||
+		len(l.calls) > 0 || l.storing > 0 || l.attached > 0 || l.holds > 0 || !l.lastSeen.Before(cutoff) {
+		return false
+	}
+	l.hibernating = true
+	return true
+}
+
+// holdFor records activity now, as Touch does, and keeps l from
+// hibernating until ctx is done (the request that looked it up is being
+// served: an http.Request's context ends when its handler returns),
+// unless l is hibernating already: then it reports false, and the caller
+// looks the session up again. A ctx that never ends (Done is nil) holds
+// nothing.
+func (l *Live) holdFor(ctx context.Context) bool {
+	l.mu.Lock()
+	if l.hibernating {
+		l.mu.Unlock()
+		return false
+	}
+	hold := ctx.Done() != nil && l.reg.hibernates()
+	if hold {
+		l.holds++
+	}
+	l.mu.Unlock()
+	if hold {
+		context.AfterFunc(ctx, l.unhold)
+	}
+	l.Touch()
+	return true
+}
+
+// unhold ends a hold of holdFor; the session's idle time starts then.
+func (l *Live) unhold() {
+	now := l.reg.opts.Now()
+	l.mu.Lock()
+	l.holds--
+	if now.After(l.lastSeen) {
+		l.lastSeen = now
+	}
+	l.mu.Unlock()
+}
+
+// hibernate stores l's session state and lets go of its generation
+// (store.Sessions.Hibernate), then closes its engine session. The record
+// says the hibernation is exact when the engine restores state exactly
+// and every event l appended is stored (the log is synced first), so a
+// kill -9 after it loses nothing a wake at the same generation would
+// need. When the store refuses, the generation ends here as any
+// generation whose write failed does: the next request claims
+// generation+1.
+func (r *Registry) hibernate(ctx context.Context, l *Live) {
+	exact := r.hib == engine.HibernateExact
+	err := r.log.Sync(ctx, l.token)
+	if err != nil {
+		exact = false
+	}
+	l.mu.Lock()
+	st, seen := l.state, l.lastSeen
+	l.mu.Unlock()
+	var b []byte
+	if err == nil {
+		b, err = encodeHibernated(&st, l.prior, exact)
+	}
+	if err == nil {
+		// The store's LastSeen decides idle eviction of the record from
+		// now on (recreate, the durable store's sweep).
+		r.st.Touch(ctx, l.token, seen)
+		err = r.st.Hibernate(ctx, l.token, r.opts.Owner, l.gen, b)
+	}
+	r.mu.Lock()
+	if err == nil && !r.closed {
+		r.hibernated[l.token] = seen.UnixNano()
+	}
+	done := r.starting[l.token]
+	delete(r.starting, l.token)
+	close(done)
+	r.mu.Unlock()
+	if err != nil {
+		l.logger.Warn("hibernation failed: this generation ends here; the next request re-creates the session at generation+1",
+			"reason", storeReason(err), "error", err)
+	} else {
+		l.logger.Info("session hibernated", "exact", exact)
+		r.opts.Metrics.SessionHibernated()
+	}
+	r.closeInBackground(l, replay.ReasonHibernated)
+}
+
+// endIdleHibernated ends the hibernated sessions last used before cutoff
+// (IdleTTL ago), as store.EndIdle.
+func (r *Registry) endIdleHibernated(ctx context.Context, cutoff time.Time) {
+	c := cutoff.UnixNano()
+	var idle []string
+	r.mu.RLock()
+	for tok, seen := range r.hibernated {
+		if seen < c {
+			idle = append(idle, tok)
+		}
+	}
+	r.mu.RUnlock()
+	for _, tok := range idle {
+		r.End(ctx, tok, store.EndIdle)
+	}
+}
+
+// Hibernated returns the number of sessions this process hibernated and
+// has not seen woken or ended since.
+func (r *Registry) Hibernated() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.hibernated)
+}
+
+// wake takes rec, a session hibernated exactly at its generation, back
+// at that generation (store.Sessions.Wake) and starts its live state
+// from st, keeping the event log, so every cursor a client holds of the
+// generation still resumes. The room it starts in was reserved by the
+// caller (start gives it back on failure). Errors are the store's:
+// a *store.FencedError when another process woke or claimed it first.
+func (r *Registry) wake(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
+	woken, err := r.st.Wake(ctx, rec.Token, r.opts.Owner, rec.Generation, r.lease.Grant(r.opts.Now()))
+	if err != nil {
+		r.unreserve()
+		return nil, err
+	}
+	l, err := r.start(ctx, woken, st, prior)
+	if err != nil {
+		return nil, err
+	}
+	l.logger.Info("session woke", "previous_owner", rec.Owner)
+	return l, nil
+}

@@ -1,0 +1,296 @@
+// hibernate_test.go holds the tests of hibernation (DESIGN.md,
+// "Hibernation"): an idle session gives up its live state, and the next
+// request wakes it at the same generation or at generation+1.
+
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+)
+
+// hibernating is a registry on a memory store whose go-sdk engine is
+// restorable (exact) or not, with a manual clock, and its log.
+func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture, *testenv.LogBuffer) {
+	t.Helper()
+	f := &fixture{clk: testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), server: demo.NewServer()}
+	f.st = memory.New(memory.Options{Now: f.clk.Now})
+	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
+	logs := &testenv.LogBuffer{}
+	opts.Now = f.clk.Now
+	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	eng := gosdk.New(f.server)
+	eng.Restorable = restorable
+	f.reg = session.New(f.st, f.log, eng, opts)
+	t.Cleanup(func() { f.reg.Close() })
+	return f, logs
+}
+
+// echo is a tools/call of the demo server's echo tool.
+func echo(t *testing.T, id int, text string) *jsonrpc.Request {
+	return request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": text}})
+}
+
+// streamAfter reads stream of l after sequence after until its last event.
+func streamAfter(t *testing.T, l *session.Live, stream, after uint64) []store.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rd := l.Reader(stream, after)
+	var out []store.Event
+	for {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream %d after %d: read %d events, then: %v", stream, after, len(out), err)
+		}
+		out = append(out, evs...)
+		if len(out) > 0 && out[len(out)-1].End {
+			return out
+		}
+	}
+}
+
+// TestHibernateWakesAtSameGeneration: a session idle past HibernateAfter
+// under an exact engine leaves the process with its record kept at its
+// generation and no owner; the next Get wakes it at the same generation,
+// a cursor held from before replays exactly the events after it, and
+// calls work without a new initialize.
+func TestHibernateWakesAtSameGeneration(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: time.Minute})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	req := echo(t, 2, "before")
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{req}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, req, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	held := streamAfter(t, l, s, 0) // the opening event, then the answer
+	if len(held) != 2 || !strings.Contains(string(held[1].Data), "before") {
+		t.Fatalf("call stream = %+v, want the opening event and the answer", held)
+	}
+	cursor := held[0].Seq // the client holds the opening event's id
+
+	f.clk.Advance(59 * time.Second)
+	f.reg.Sweep(ctx)
+	if f.reg.Len() != 1 || f.reg.Hibernated() != 0 {
+		t.Fatalf("after 59 s idle: %d live, %d hibernated; want 1 and 0", f.reg.Len(), f.reg.Hibernated())
+	}
+	f.clk.Advance(2 * time.Second)
+	// The answer's call leaves the session just after the answer is read.
+	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+	if f.reg.Len() != 0 || f.reg.Hibernated() != 1 {
+		t.Fatalf("after 61 s idle: %d live, %d hibernated; want 0 and 1", f.reg.Len(), f.reg.Hibernated())
+	}
+	rec, err := f.st.Get(ctx, l.Token())
+	if err != nil || rec.Generation != 1 || rec.Owner != "" {
+		t.Fatalf("record after hibernation = %+v, %v; want generation 1, no owner", rec, err)
+	}
+	wantLog(t, logs, `msg="session hibernated".*exact=true`)
+
+	woken, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if woken == l || woken.Generation() != 1 {
+		t.Fatalf("woken generation %d (same Live: %v), want a new Live at generation 1", woken.Generation(), woken == l)
+	}
+	if f.reg.Hibernated() != 0 || f.reg.Len() != 1 {
+		t.Fatalf("after the wake: %d live, %d hibernated; want 1 and 0", f.reg.Len(), f.reg.Hibernated())
+	}
+	wantLog(t, logs, `msg="session woke"`)
+	got := streamAfter(t, woken, s, cursor)
+	if len(got) != 1 || got[0].Seq != held[1].Seq || string(got[0].Data) != string(held[1].Data) {
+		t.Fatalf("resumed after %d: %+v, want exactly the answer at %d: %s", cursor, got, held[1].Seq, held[1].Data)
+	}
+	out := roundTrip(t, f, woken, echo(t, 3, "after"))
+	if len(out) != 1 || !strings.Contains(out[0], "after") || !strings.Contains(out[0], `"id":3`) {
+		t.Fatalf("call after the wake answered %v", out)
+	}
+	if st := woken.State(); !st.Initialized || st.ProtocolVersion != "2025-11-25" {
+		t.Fatalf("woken state = %+v, want the initialized session", st)
+	}
+}
+
+// TestHibernateLossyWakesAtNextGeneration: under an engine that cannot
+// restore state exactly, the session wakes at generation+1, the old
+// generation's events are gone (floor above them), and the log says why.
+func TestHibernateLossyWakesAtNextGeneration(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, false, session.Options{HibernateAfter: time.Minute})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	roundTrip(t, f, l, echo(t, 2, "before"))
+	b, _ := f.st.Bounds(ctx, l.Token())
+	f.clk.Advance(2 * time.Minute)
+	// The answer's call leaves the session just after the answer is read.
+	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+	wantLog(t, logs, `msg="session hibernated".*exact=false`)
+	woken, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if woken.Generation() != 2 {
+		t.Fatalf("woken at generation %d, want 2", woken.Generation())
+	}
+	nb, _ := f.st.Bounds(ctx, l.Token())
+	if nb.Generation != 2 || nb.Floor != b.HWM+1 {
+		t.Fatalf("bounds after the wake = %+v, want generation 2, floor %d", nb, b.HWM+1)
+	}
+	wantLog(t, logs, `msg="session re-created".*reason=hibernated`)
+	out := roundTrip(t, f, woken, echo(t, 3, "after"))
+	if len(out) != 1 || !strings.Contains(out[0], "after") {
+		t.Fatalf("call after the wake answered %v", out)
+	}
+}
+
+// TestHibernateSkipsBusySessions: a session with a call in flight, an
+// attached connection or a request being served does not hibernate,
+// however long it has been idle by the clock; a session that never
+// initialized neither.
+func TestHibernateSkipsBusySessions(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: -1})
+	attached := mustCreate(t, f.reg)
+	initialize(t, f, attached)
+	detach := attached.Attach()
+	calling := mustCreate(t, f.reg)
+	initialize(t, f, calling)
+	if _, err := calling.OpenStream(ctx, []*jsonrpc.Request{echo(t, 9, "x")}, false, 0); err != nil {
+		t.Fatal(err) // opened, never delivered: in flight
+	}
+	held := mustCreate(t, f.reg)
+	initialize(t, f, held)
+	reqCtx, endRequest := context.WithCancel(ctx)
+	if _, err := f.reg.Get(reqCtx, held.Token(), ""); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, f.reg) // no initialize
+	f.clk.Advance(time.Hour - time.Second)
+	f.reg.Sweep(ctx)
+	if f.reg.Hibernated() != 0 || f.reg.Len() != 4 {
+		t.Fatalf("%d hibernated, %d live; want 0 and 4", f.reg.Hibernated(), f.reg.Len())
+	}
+	detach()
+	endRequest()
+	// The hold ends on a goroutine of the context's: sweep until it has.
+	waitFor(t, func() bool { f.clk.Advance(2 * time.Minute); f.reg.Sweep(ctx); return f.reg.Hibernated() == 2 })
+}
+
+// waitFor calls cond until it holds, for up to 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHibernateRacesRequests: requests and sweeps that hibernate every
+// idle session at once run together; every request is answered once,
+// with its own answer, at generation 1 (under -race).
+func TestHibernateRacesRequests(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: time.Nanosecond})
+	const sessions, calls = 4, 25
+	var toks []string
+	for range sessions {
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		toks = append(toks, l.Token())
+	}
+	stop := make(chan struct{})
+	var sweeps sync.WaitGroup
+	sweeps.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f.clk.Advance(time.Millisecond)
+			f.reg.Sweep(ctx)
+			runtime.Gosched()
+		}
+	})
+	var wg sync.WaitGroup
+	for i, tok := range toks {
+		wg.Go(func() {
+			for c := range calls {
+				time.Sleep(time.Duration(c%3) * time.Millisecond) // idle a moment: sweeps hibernate it
+				id := 10 + c
+				text := fmt.Sprintf("s%d-c%d", i, c)
+				func() {
+					reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					l, err := f.reg.Get(reqCtx, tok, "")
+					if err != nil {
+						t.Errorf("Get: %v", err)
+						return
+					}
+					if l.Generation() != 1 {
+						t.Errorf("session %d call %d: generation %d, want 1", i, c, l.Generation())
+					}
+					out := roundTrip(t, f, l, echo(t, id, text))
+					if len(out) != 1 || !strings.Contains(out[0], text) || !strings.Contains(out[0], fmt.Sprintf(`"id":%d`, id)) {
+						t.Errorf("session %d call %d answered %v", i, c, out)
+					}
+				}()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	sweeps.Wait()
+	t.Logf("%d wakes during %d calls", strings.Count(logs.String(), "session woke"), sessions*calls)
+	f.reg.Sweep(ctx)
+	for _, tok := range toks {
+		rec, err := f.st.Get(ctx, tok)
+		if err != nil || rec.Generation != 1 {
+			t.Fatalf("record %+v, %v; want generation 1", rec, err)
+		}
+	}
+}
+
+// TestHibernatedSessionsEndIdle: a hibernated session not woken within
+// the idle TTL ends as idle, and its token answers ended.
+func TestHibernatedSessionsEndIdle(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: 30 * time.Minute})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	f.clk.Advance(2 * time.Minute)
+	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+	f.clk.Advance(29 * time.Minute)
+	f.reg.Sweep(ctx)
+	if f.reg.Hibernated() != 0 {
+		t.Fatalf("%d hibernated after the idle TTL, want 0", f.reg.Hibernated())
+	}
+	var ended *store.EndedError
+	if _, err := f.reg.Get(ctx, l.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("Get after the idle TTL = %v, want ended idle", err)
+	}
+}
