@@ -55,11 +55,22 @@ type Options struct {
 	// keep-alive, body limit, origins; see transport.Options. Its
 	// Sessionless field is set by NewHandler.
 	Transport transport.Options
-	// SweepInterval is how often idle sessions are evicted and old events
-	// dropped, so a session lives at most this long past its idle TTL.
-	// Default: 10 seconds, or a quarter of Sessions.IdleTTL or of
-	// Retention.MaxAge when that is shorter (at least 100 milliseconds).
+	// SweepInterval is how often idle sessions are evicted or hibernated
+	// and old events dropped, so a session lives at most this long past
+	// its idle TTL. Default: 10 seconds, or a quarter of Sessions.IdleTTL,
+	// of Sessions.HibernateAfter or of Retention.MaxAge when that is
+	// shorter (at least 100 milliseconds).
 	SweepInterval time.Duration
+	// Restorable says that the server's handlers keep no per-session
+	// state of their own, beyond what Tidemark restores in a new
+	// ServerSession (the initialize parameters, the log level, the
+	// resource subscriptions), so a session that hibernates
+	// (Sessions.HibernateAfter) wakes at the same generation and every
+	// cursor a client holds still resumes (gosdk.Engine.Restorable).
+	// NewHandler only. Default false: a hibernated session wakes at
+	// generation+1, as after a restart, and a resume of a stream from
+	// before the hibernation answers 409.
+	Restorable bool
 	// Registerer, when set, receives Tidemark's Prometheus collectors
 	// (package metrics/prom; docs/operating.md, "Metrics"), and every layer
 	// records its events on them. NewHandler panics when they are
@@ -172,7 +183,9 @@ func NewHandler(server *mcp.Server, opts *Options) *Handler {
 				PropagateRequestCancellation: true,
 			})
 	}
-	return NewEngineHandler(gosdk.New(server), &o)
+	eng := gosdk.New(server)
+	eng.Restorable = o.Restorable
+	return NewEngineHandler(eng, &o)
 }
 
 // NewEngineHandler returns a Handler serving sessions whose live state eng
@@ -189,7 +202,7 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 		o.Store = memory.New(memory.Options{})
 	}
 	if o.SweepInterval <= 0 {
-		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Retention.MaxAge)
+		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Sessions.HibernateAfter, o.Retention.MaxAge)
 	}
 	if o.Sessions.Logger == nil {
 		o.Sessions.Logger = o.Transport.Logger

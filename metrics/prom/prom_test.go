@@ -51,6 +51,11 @@ func TestExposition(t *testing.T) {
 	}
 	r.SessionEnded(replay.ReasonDeleted, 90*time.Second)
 	r.GenerationCreated(replay.ReasonLeaseExpired)
+	r.SessionHibernated()
+	r.SessionHibernated()
+	r.SessionWoke(true)
+	r.SessionWoke(false)
+	r.SessionWoke(true)
 	r.Appended(3)
 	r.Appended(2)
 	r.Replayed(4, 2*time.Millisecond)
@@ -81,7 +86,7 @@ tidemark_sessions_live 2
 # HELP tidemark_sessions_created_total Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).
 # TYPE tidemark_sessions_created_total counter
 tidemark_sessions_created_total 1
-# HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended).
+# HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation).
 # TYPE tidemark_generations_created_total counter
 tidemark_generations_created_total{cause="lease_expired"} 1
 # HELP tidemark_events_appended_total Events appended to session event logs.
@@ -127,6 +132,13 @@ tidemark_tasks_cancel_requests_total 1
 # HELP tidemark_tasks_reruns_total Calls of idempotent tools run again by this process after their executor was lost (--task-rerun).
 # TYPE tidemark_tasks_reruns_total counter
 tidemark_tasks_reruns_total 1
+# HELP tidemark_sessions_hibernated_total Idle sessions hibernated: their live state given up, their record kept in the store.
+# TYPE tidemark_sessions_hibernated_total counter
+tidemark_sessions_hibernated_total 2
+# HELP tidemark_session_wakes_total Hibernated sessions woken by a request, by generation: same (the engine restored the state exactly) or next (generation+1).
+# TYPE tidemark_session_wakes_total counter
+tidemark_session_wakes_total{generation="next"} 1
+tidemark_session_wakes_total{generation="same"} 2
 # HELP tidemark_tasks_running Rounds of tasks running in this process.
 # TYPE tidemark_tasks_running gauge
 tidemark_tasks_running 1
@@ -139,6 +151,7 @@ tidemark_tasks_running 1
 		"tidemark_subprocesses_running", "tidemark_subprocess_exits_total",
 		"tidemark_tasks_created_total", "tidemark_tasks_settled_total", "tidemark_tasks_cancel_requests_total",
 		"tidemark_tasks_reruns_total", "tidemark_tasks_running",
+		"tidemark_sessions_hibernated_total", "tidemark_session_wakes_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)

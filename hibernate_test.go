@@ -1,0 +1,133 @@
+package tidemark_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+)
+
+// hibernatingServer serves the demo server over real HTTP on loopback with
+// sessions that hibernate after 50 ms idle, swept every 10 ms.
+func hibernatingServer(t *testing.T, restorable bool) (*tidemark.Handler, *mcptest.Client) {
+	t.Helper()
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Restorable:    restorable,
+		Sessions:      session.Options{HibernateAfter: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+		SweepInterval: 10 * time.Millisecond,
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	t.Cleanup(func() {
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	})
+	return h, &mcptest.Client{URL: srv.URL, HTTP: hc}
+}
+
+// callHoldingCursor initializes a session, calls echo and returns the
+// session, the id of the call stream's priming event (the cursor a client
+// holds when its stream is cut at once) and the answer's event.
+func callHoldingCursor(t *testing.T, ctx context.Context, c *mcptest.Client) (*mcptest.Session, string, mcptest.Event) {
+	t.Helper()
+	s, err := c.Initialize(ctx, "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "before"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[0].IsPriming() || !evs[1].IsResponseTo(mcptest.ID(2)) {
+		t.Fatalf("call stream: %v, %v; want the priming event and the answer", evs, err)
+	}
+	return s, evs[0].ID, evs[1]
+}
+
+// awaitHibernated waits until h's registry has hibernated n sessions.
+func awaitHibernated(t *testing.T, h *tidemark.Handler, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions hibernated after 10 s, want %d", h.Registry().Hibernated(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHibernationResumesHeldCursor: over HTTP, a session of a restorable
+// server hibernates while idle, and a resume with the cursor the client
+// held answers 200 and replays exactly the events after it, at the same
+// generation; the session then serves calls without a new initialize.
+func TestHibernationResumesHeldCursor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, c := hibernatingServer(t, true)
+	s, cursor, answer := callHoldingCursor(t, ctx, c)
+	awaitHibernated(t, h, 1)
+	if n := h.Registry().Len(); n != 0 {
+		t.Fatalf("%d sessions live in the process after hibernation, want 0", n)
+	}
+
+	st, err := s.Resume(ctx, cursor)
+	if err != nil {
+		t.Fatalf("resume with %s after hibernation: %v", cursor, err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[0].ResumesFrom(cursor) || evs[1].ID != answer.ID || string(evs[1].Data) != string(answer.Data) {
+		t.Fatalf("resumed stream: %v, %v; want a priming event resuming from %s, then the answer %s: %s", evs, err, cursor, answer.ID, answer.Data)
+	}
+	cur, _ := replay.Parse(cursor)
+	if got, _ := replay.Parse(evs[1].ID); got.Generation != cur.Generation {
+		t.Fatalf("answer replayed at generation %d, want %d", got.Generation, cur.Generation)
+	}
+	st, err = s.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "after"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err = st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(3)) || !strings.Contains(string(evs[1].Data), "after") {
+		t.Fatalf("call after the wake: %v, %v", evs, err)
+	}
+}
+
+// TestHibernationNotRestorableRefusesOldCursor: a session of a server
+// whose handlers may keep per-session state (Restorable false) wakes at
+// generation+1, so the cursor held from before answers 409
+// generation_mismatch, and new calls are served.
+func TestHibernationNotRestorableRefusesOldCursor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, c := hibernatingServer(t, false)
+	s, cursor, _ := callHoldingCursor(t, ctx, c)
+	awaitHibernated(t, h, 1)
+
+	st, err := s.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "after"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(3)) {
+		t.Fatalf("call after the wake: %v, %v", evs, err)
+	}
+	_, err = s.Resume(ctx, cursor)
+	se, ok := mcptest.AsStatusError(err)
+	if !ok || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
+		t.Fatalf("resume with %s after a wake at generation+1 = %v, want 409 generation_mismatch", cursor, err)
+	}
+}
