@@ -41,6 +41,8 @@ type serveConfig struct {
 	retentionAge    time.Duration
 	budget          int64
 	idleTTL         time.Duration
+	hibernateAfter  time.Duration // 0: never
+	stdioHibernate  bool          // --stdio-hibernate
 	maxSessions     int
 	maxCalls        int
 	retry           time.Duration
@@ -77,6 +79,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained, except each session's newest (duration; -1s: no limit)")
 	fs.Int64Var(&c.budget, "retention-budget", eventlog.DefaultBudget, "most bytes of events retained across all sessions of this process, newest events included: over it the oldest go first, and a session whose newest event is the oldest left is evicted; also sets the memory limit, this plus --max-inflight-bytes, 8 KiB per --max-sessions and 64 MiB (bytes; -1: no limit)")
 	fs.DurationVar(&c.idleTTL, "session-idle-ttl", session.DefaultIdleTTL, "evict a session idle for this long (duration; -1s: never)")
+	fs.DurationVar(&c.hibernateAfter, "hibernate-after", session.DefaultHibernateAfter, "hibernate a session idle for this long, with no call in flight and no open stream: only its record stays, in the store, and the next request wakes it; takes effect below --session-idle-ttl, and with --stdio only with --stdio-hibernate (duration; 0: never)")
 	fs.IntVar(&c.maxSessions, "max-sessions", session.DefaultMaxSessions, "most live sessions; one more evicts the least recently used one with no call in flight (sessions)")
 	fs.IntVar(&c.maxCalls, "max-calls-per-session", session.DefaultMaxCallsPerSession, "most requests in flight on one session, and most messages in one JSON-RPC batch; more answer 429 too_many_calls, a larger batch 400 batch_too_large (requests)")
 	fs.DurationVar(&c.retry, "retry", transport.DefaultRetry, "SSE retry field sent in priming and close events (duration; -1s: none)")
@@ -100,6 +103,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	stateFlags(fs, &c.state)
 	operatorFlags(fs, &c.operator)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
+	fs.BoolVar(&c.stdioHibernate, "stdio-hibernate", false, "with --stdio: end a session's subprocess when the session hibernates (--hibernate-after); it wakes at generation+1 with a new subprocess, and streams from before it cannot be resumed")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
 	taskFlags(fs, &c.tasks)
@@ -118,6 +122,8 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case !c.stdio && len(c.env) > 0:
 		return errors.New("--env applies to --stdio subprocesses only")
+	case !c.stdio && c.stdioHibernate:
+		return errors.New("--stdio-hibernate applies to --stdio subprocesses only: want --stdio too, or leave it out")
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -204,10 +210,15 @@ func (c *serveConfig) check() error {
 		// attempt, for ever.
 		return fmt.Errorf("--max-inflight-bytes %d is below twice --max-body-bytes %d (a body counts twice its size): a POST body of more than half of it could never be served, and would be told to retry for ever; "+
 			"set --max-inflight-bytes to at least %d (or -1 for no bound), or lower --max-body-bytes", c.maxInflight, c.maxBody, transport.InflightCost*c.maxBody)
+	case c.hibernateAfter < 0:
+		return fmt.Errorf("--hibernate-after %v: want a positive duration, or 0 for never", c.hibernateAfter)
 	case c.shutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace %v: want zero or a positive duration", c.shutdownGrace)
 	case c.maxProcesses == 0 || c.maxProcesses < -1:
 		return fmt.Errorf("--max-processes %d: want a positive number, or -1 for no limit", c.maxProcesses)
+	}
+	if c.hibernateAfter == 0 {
+		c.hibernateAfter = -1 // session.Options: negative is never
 	}
 	return c.state.check(c.upstream.url != "")
 }
@@ -378,7 +389,10 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 	opts := &tidemark.Options{
 		Store:     b.st,
 		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
-		Sessions:  session.Options{IdleTTL: c.idleTTL, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls, Logger: logger},
+		Sessions: session.Options{
+			IdleTTL: c.idleTTL, HibernateAfter: c.hibernateAfter, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls,
+			Logger: logger,
+		},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
 			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
