@@ -201,6 +201,9 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 		}
 		return h, func() { closeGateway(); closeBus() }, nil
 	}
+	// The demo's handlers keep nothing per session: its sessions wake
+	// from hibernation at the same generation.
+	opts.Restorable = true
 	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer, Bus: bus}), opts), closeBus, nil
 }
 
