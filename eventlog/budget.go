@@ -111,6 +111,11 @@ func (l *Log) recheck(ctx context.Context, token string) {
 	}
 }
 
+// Budgeted reports whether the Log enforces a process budget
+// (Options.Budget is not negative): then it must keep accounting for
+// every session whose events the store holds.
+func (l *Log) Budgeted() bool { return l.opts.Budget >= 0 }
+
 // Usage returns the bytes this Log accounts for across all sessions.
 func (l *Log) Usage() int64 {
 	return l.total.Load()

@@ -52,7 +52,7 @@ func newFixture(t *testing.T, opts session.Options) *fixture {
 	return f
 }
 
-func request(t *testing.T, id any, method string, params any) *jsonrpc.Request {
+func request(t testing.TB, id any, method string, params any) *jsonrpc.Request {
 	t.Helper()
 	if n, ok := id.(int); ok {
 		id = float64(n)
@@ -70,7 +70,7 @@ func request(t *testing.T, id any, method string, params any) *jsonrpc.Request {
 
 // roundTrip delivers req on a new stream and collects the stream's messages
 // until the stream ends.
-func roundTrip(t *testing.T, f *fixture, l *session.Live, req *jsonrpc.Request) []string {
+func roundTrip(t testing.TB, f *fixture, l *session.Live, req *jsonrpc.Request) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -97,7 +97,7 @@ func roundTrip(t *testing.T, f *fixture, l *session.Live, req *jsonrpc.Request) 
 	}
 }
 
-func initialize(t *testing.T, f *fixture, l *session.Live) {
+func initialize(t testing.TB, f *fixture, l *session.Live) {
 	t.Helper()
 	out := roundTrip(t, f, l, request(t, 1, "initialize", map[string]any{
 		"protocolVersion": "2025-11-25",

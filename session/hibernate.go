@@ -56,6 +56,11 @@ func (r *Registry) hibernates() bool {
 	return r.hib != engine.HibernateNever && r.opts.HibernateAfter > 0
 }
 
+// hibernateBatch is the most sessions hibernateIdle takes out of the
+// registry at once: the starting map grows to hold them, and a Go map
+// keeps its size once grown.
+const hibernateBatch = 256
+
 // hibernateIdle hibernates every session that has been idle since before
 // cutoff (Options.HibernateAfter ago), with no call in flight and no
 // connection attached. Each leaves the registry in the same step under mu
@@ -66,26 +71,36 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 		return
 	}
 	cutoff := r.opts.Now().Add(-r.opts.HibernateAfter)
-	var chosen []*Live
-	r.mu.Lock()
-	if r.closed {
+	var idle []*Live
+	r.mu.RLock()
+	for _, l := range r.live {
+		if l.idleSince().Before(cutoff) {
+			idle = append(idle, l)
+		}
+	}
+	r.mu.RUnlock()
+	for len(idle) > 0 {
+		n := min(len(idle), hibernateBatch)
+		batch := idle[:n]
+		idle = idle[n:]
+		chosen := batch[:0]
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
+		}
+		for _, l := range batch {
+			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(cutoff) {
+				continue
+			}
+			r.removeLocked(l)
+			r.starting[l.token] = make(chan struct{})
+			chosen = append(chosen, l)
+		}
 		r.mu.Unlock()
-		return
-	}
-	for tok, l := range r.live {
-		if _, busy := r.starting[tok]; busy || l.dead() {
-			continue
+		for _, l := range chosen {
+			r.hibernate(ctx, l)
 		}
-		if !l.beginHibernate(cutoff) {
-			continue
-		}
-		r.removeLocked(l)
-		r.starting[tok] = make(chan struct{})
-		chosen = append(chosen, l)
-	}
-	r.mu.Unlock()
-	for _, l := range chosen {
-		r.hibernate(ctx, l)
 	}
 }
 
@@ -167,6 +182,11 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 		// now on (recreate, the durable store's sweep).
 		r.st.Touch(ctx, l.token, seen)
 		err = r.st.Hibernate(ctx, l.token, r.opts.Owner, l.gen, b)
+	}
+	if err == nil && !r.log.Budgeted() {
+		// Without a process budget the log's accounting of the session
+		// serves only the age limit, which its next append applies.
+		r.log.Forget(l.token)
 	}
 	r.mu.Lock()
 	if err == nil && !r.closed {

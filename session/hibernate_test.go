@@ -45,7 +45,7 @@ func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture,
 }
 
 // echo is a tools/call of the demo server's echo tool.
-func echo(t *testing.T, id int, text string) *jsonrpc.Request {
+func echo(t testing.TB, id int, text string) *jsonrpc.Request {
 	return request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": text}})
 }
 

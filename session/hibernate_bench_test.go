@@ -1,0 +1,134 @@
+// hibernate_bench_test.go measures hibernation (DESIGN.md,
+// "Hibernation"): the heap a hibernated session keeps in the process, and
+// how long a wake takes with 16 wakers at once, on each store.
+
+package session_test
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+	"github.com/tidemark-mcp/tidemark/store/redis"
+)
+
+// BenchmarkHibernation creates b.N initialized sessions, each with one
+// echo call answered, hibernates them all, and reports the heap they keep
+// in this process per session (heap-B/session: HeapInuse after minus
+// before, after a GC, spans' free room included; live-B/session:
+// HeapAlloc, the objects alone; the store's own share included, which is
+// all of the record and the events for the memory store), then wakes them from
+// 16 goroutines at once and reports the wake latency (Registry.Get of a
+// hibernated session: the store's record read and Wake, and the engine
+// session's start and restore) at the 50th and 99th percentiles. Run it
+// with -benchtime=10000x for the figures of (DESIGN.md, "Hibernation").
+func BenchmarkHibernation(b *testing.B) {
+	quiet := slog.New(slog.DiscardHandler)
+	b.Run("memory", func(b *testing.B) {
+		benchHibernation(b, func(clk *testenv.Clock) store.Store { return memory.New(memory.Options{Now: clk.Now}) })
+	})
+	b.Run("durable", func(b *testing.B) {
+		benchHibernation(b, func(clk *testenv.Clock) store.Store {
+			st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet, Now: clk.Now, SweepInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+	b.Run("redis", func(b *testing.B) {
+		testenv.NeedRedis(b)
+		srv := redistest.Start(b, redistest.Options{AppendOnly: true})
+		benchHibernation(b, func(clk *testenv.Clock) store.Store {
+			st, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Now: clk.Now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+}
+
+func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Now())
+	st := open(clk)
+	defer st.Close()
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now, Budget: -1}), eng, session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, MaxSessions: b.N + 1, Now: clk.Now, Logger: slog.New(slog.DiscardHandler),
+	})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	heap := func() (inuse, alloc int64) {
+		var ms runtime.MemStats
+		for range 3 {
+			runtime.GC()
+		}
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse), int64(ms.HeapAlloc)
+	}
+	inuse0, alloc0 := heap()
+	toks := make([]string, b.N)
+	for i := range b.N {
+		l, err := reg.Create(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		initialize(b, f, l)
+		roundTrip(b, f, l, echo(b, 2, "hello"))
+		toks[i] = l.Token()
+	}
+	clk.Advance(2 * time.Minute)
+	for deadline := time.Now().Add(time.Minute); reg.Hibernated() != b.N; {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d sessions hibernated", reg.Hibernated(), b.N)
+		}
+		reg.Sweep(ctx)
+	}
+	// The engine sessions close in the background: let them finish.
+	for n := -1; n != runtime.NumGoroutine(); time.Sleep(50 * time.Millisecond) {
+		n = runtime.NumGoroutine()
+	}
+	inuse1, alloc1 := heap()
+
+	b.ResetTimer()
+	const wakers = 16
+	lat := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	for w := range wakers {
+		wg.Go(func() {
+			for i := w; i < b.N; i += wakers {
+				start := time.Now()
+				l, err := reg.Get(ctx, toks[i], "")
+				lat[i] = time.Since(start)
+				if err != nil || l.Generation() != 1 {
+					b.Errorf("wake of session %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	// After ResetTimer, which drops reported metrics.
+	b.ReportMetric(float64(inuse1-inuse0)/float64(b.N), "heap-B/session")
+	b.ReportMetric(float64(alloc1-alloc0)/float64(b.N), "live-B/session")
+	b.ReportMetric(float64(lat[b.N/2].Microseconds())/1000, "wake-p50-ms")
+	b.ReportMetric(float64(lat[b.N*99/100].Microseconds())/1000, "wake-p99-ms")
+}
