@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -292,5 +293,81 @@ func TestHibernatedSessionsEndIdle(t *testing.T) {
 	var ended *store.EndedError
 	if _, err := f.reg.Get(ctx, l.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
 		t.Fatalf("Get after the idle TTL = %v, want ended idle", err)
+	}
+}
+
+// TestHibernateFleetWake: in a fleet on one store, a session replica a
+// hibernated is woken by replica b at the same generation, and b then
+// owns it under a lease; a and b waking it at once, exactly one wakes it
+// and the other is told it is held remotely (fleet.ErrRemote).
+func TestHibernateFleetWake(t *testing.T) {
+	ctx := context.Background()
+	rs := newReplicas()
+	replica := func(owner string) *session.Registry {
+		eng := gosdk.New(demo.NewServer())
+		eng.Restorable = true
+		reg := session.New(rs.st, eventlog.New(rs.st, eventlog.Options{Now: rs.clk.Now, Budget: -1}), eng,
+			session.Options{Owner: owner, Lease: 10 * time.Second, HibernateAfter: time.Minute, Now: rs.clk.Now, Logger: slog.New(slog.DiscardHandler)})
+		t.Cleanup(func() { reg.Close() })
+		return reg
+	}
+	a, b := replica("a"), replica("b")
+	f := &fixture{clk: rs.clk}
+	hibernated := func(reg *session.Registry, want int) string {
+		l := mustCreate(t, reg)
+		initialize(t, f, l)
+		rs.clk.Advance(2 * time.Minute)
+		// Renew the leases the clock just let lapse, as Run does.
+		a.RenewLeases(ctx)
+		b.RenewLeases(ctx)
+		waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == want })
+		return l.Token()
+	}
+	tok := hibernated(a, 1)
+	l, err := b.Get(ctx, tok, "")
+	if err != nil || l.Generation() != 1 {
+		t.Fatalf("wake on the other replica: %v; want generation 1", err)
+	}
+	rec, _ := rs.st.Get(ctx, tok)
+	if rec.Owner != "b" || rec.Generation != 1 {
+		t.Fatalf("record after b woke it = owner %q generation %d, want b and 1", rec.Owner, rec.Generation)
+	}
+	if _, err := a.Get(ctx, tok, ""); !errors.Is(err, fleet.ErrRemote) {
+		t.Fatalf("a's Get of the session b woke = %v, want fleet.ErrRemote", err)
+	}
+	out := roundTrip(t, f, l, echo(t, 5, "on b"))
+	if len(out) != 1 || !strings.Contains(out[0], "on b") {
+		t.Fatalf("call on b answered %v", out)
+	}
+
+	// Both replicas wake another hibernated session at once.
+	tok = hibernated(b, 2) // the session b woke hibernates too
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, reg := range []*session.Registry{a, b} {
+		wg.Go(func() {
+			reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := reg.Get(reqCtx, tok, "")
+			if err == nil && l.Generation() != 1 {
+				err = fmt.Errorf("woken at generation %d, want 1", l.Generation())
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	woke, remote := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			woke++
+		case errors.Is(err, fleet.ErrRemote):
+			remote++
+		default:
+			t.Errorf("concurrent wake: %v", err)
+		}
+	}
+	if woke != 1 || remote != 1 {
+		t.Fatalf("two replicas waking at once: %d woke, %d told remote (%v); want 1 and 1", woke, remote, errs)
 	}
 }
