@@ -245,8 +245,14 @@ func (r *Registry) wake(ctx context.Context, rec store.Record, st *engine.State,
 	}
 	l, err := r.start(ctx, woken, st, prior)
 	if err != nil {
+		// Let go again, as it was: a later request may wake it at this
+		// generation still (an engine at capacity now, say).
+		if herr := r.st.Hibernate(context.WithoutCancel(ctx), rec.Token, r.opts.Owner, rec.Generation, rec.State); herr != nil {
+			r.logger.Warn("waking failed, and letting go of the session again failed too; the next request re-creates it at generation+1",
+				"session", store.Prefix(rec.Token), "generation", rec.Generation, "reason", storeReason(herr), "error", herr)
+		}
 		return nil, err
 	}
-	l.logger.Info("session woke", "previous_owner", rec.Owner)
+	l.logger.Info("session woke")
 	return l, nil
 }

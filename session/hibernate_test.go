@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,5 +370,50 @@ func TestHibernateFleetWake(t *testing.T) {
 	}
 	if woke != 1 || remote != 1 {
 		t.Fatalf("two replicas waking at once: %d woke, %d told remote (%v); want 1 and 1", woke, remote, errs)
+	}
+}
+
+// refusing is an engine that refuses its next Start (engine.ErrCapacity)
+// when refuse is set, and otherwise starts with eng.
+type refusing struct {
+	*gosdk.Engine
+	refuse atomic.Bool
+}
+
+func (e *refusing) Start(ctx context.Context, info engine.Info, out engine.Outbox) (engine.Session, error) {
+	if e.refuse.Swap(false) {
+		return nil, engine.ErrCapacity
+	}
+	return e.Engine.Start(ctx, info, out)
+}
+
+// TestHibernateWakeRefusedKeepsGeneration: a wake whose engine cannot
+// start the session now (at capacity) fails the request and lets the
+// session go again, so the next request still wakes it at the same
+// generation.
+func TestHibernateWakeRefusedKeepsGeneration(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st := memory.New(memory.Options{Now: clk.Now})
+	eng := &refusing{Engine: gosdk.New(demo.NewServer())}
+	eng.Restorable = true
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng,
+		session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	l := mustCreate(t, reg)
+	initialize(t, f, l)
+	clk.Advance(2 * time.Minute)
+	waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == 1 })
+	eng.refuse.Store(true)
+	if _, err := reg.Get(ctx, l.Token(), ""); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("wake with the engine at capacity = %v, want engine.ErrCapacity", err)
+	}
+	if rec, _ := st.Get(ctx, l.Token()); rec.Owner != "" || rec.Generation != 1 {
+		t.Fatalf("record after the refused wake: owner %q generation %d, want none and 1", rec.Owner, rec.Generation)
+	}
+	woken, err := reg.Get(ctx, l.Token(), "")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("second wake: %v; want generation 1", err)
 	}
 }
