@@ -48,8 +48,11 @@ func TestGatewayHibernation(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitGroupGone(t, "after hibernation", before.Pgid)
+	for deadline := time.Now().Add(5 * time.Second); e.Running() > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // reaped just after its group is gone
+	}
 	if n := e.Running(); n != 0 {
-		t.Fatalf("%d subprocesses running after hibernation, want 0", n)
+		t.Fatalf("%d subprocesses running 5 s after hibernation, want 0", n)
 	}
 	after, next := callWhoami(t, s, 4)
 	if after.Pid == before.Pid || next.Generation != cursor.Generation+1 {
