@@ -70,7 +70,8 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 	if !r.hibernates() {
 		return
 	}
-	cutoff := r.opts.Now().Add(-r.opts.HibernateAfter)
+	now := r.opts.Now()
+	cutoff := now.Add(-r.opts.HibernateAfter)
 	var idle []*Live
 	r.mu.RLock()
 	for _, l := range r.live {
@@ -90,7 +91,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 			return
 		}
 		for _, l := range batch {
-			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(cutoff) {
+			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now) {
 				continue
 			}
 			r.removeLocked(l)
@@ -104,17 +105,22 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 	}
 }
 
-// beginHibernate marks l hibernating if it may hibernate now: its
-// initialize succeeded, and it has had no call in flight, no response
-// being stored, no connection attached and no request being served
-// (holdFor) since before cutoff. Get's hold and this check exclude each
+// beginHibernate marks l hibernating if it may hibernate at now
+// (mayHibernate): its initialize succeeded, and it has had no call in
+// flight, no response being stored, no connection attached and no
+// request being served (holdFor) for longer than HibernateAfter. Get's hold and this check exclude each
 // other under l.mu, so a request that found l before it left the registry
 // either holds it first or finds it hibernating and looks it up again.
-func (l *Live) beginHibernate(cutoff time.Time) bool {
+func (l *Live) beginHibernate(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.hibernating || l.initFailed || len(l.state.InitializeParams) == 0 ||
-		len(l.calls) > 0 || l.storing > 0 || l.attached > 0 || l.holds > 0 || !l.lastSeen.Before(cutoff) {
+	if l.hibernating || !mayHibernate(idleness{
+		initialized: !l.initFailed && len(l.state.InitializeParams) > 0,
+		busy:        len(l.calls) + l.storing + l.attached + l.holds,
+		idle:        now.Sub(l.lastSeen),
+		after:       l.reg.opts.HibernateAfter,
+		engine:      l.reg.hib,
+	}) {
 		return false
 	}
 	l.hibernating = true

@@ -139,7 +139,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err := r.reserve(ctx); err != nil {
 			return nil, err
 		}
-		if rec.Owner == "" && r.hib == engine.HibernateExact && hibernatedExact(rec.State) {
+		if wakesAtSameGeneration(rec.Owner, hibernatedExact(rec.State), r.hib) {
 			// Hibernated with nothing lost: the same generation goes on.
 			l, err := r.wake(ctx, rec, st, prior)
 			if errors.Is(err, store.ErrFenced) && attempt < claimAttempts {
