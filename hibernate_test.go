@@ -108,7 +108,8 @@ func TestHibernationResumesHeldCursor(t *testing.T) {
 // TestHibernationNotRestorableRefusesOldCursor: a session of a server
 // whose handlers may keep per-session state (Restorable false) wakes at
 // generation+1, so the cursor held from before answers 409
-// generation_mismatch, and new calls are served.
+// generation_mismatch (the resume is the request that wakes it), and new
+// calls are served at the next generation.
 func TestHibernationNotRestorableRefusesOldCursor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -116,6 +117,12 @@ func TestHibernationNotRestorableRefusesOldCursor(t *testing.T) {
 	s, cursor, _ := callHoldingCursor(t, ctx, c)
 	awaitHibernated(t, h, 1)
 
+	// The resume is the request that wakes the session.
+	_, err := s.Resume(ctx, cursor)
+	se, ok := mcptest.AsStatusError(err)
+	if !ok || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
+		t.Fatalf("resume with %s after a wake at generation+1 = %v, want 409 generation_mismatch", cursor, err)
+	}
 	st, err := s.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "after"}, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +132,8 @@ func TestHibernationNotRestorableRefusesOldCursor(t *testing.T) {
 	if err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(3)) {
 		t.Fatalf("call after the wake: %v, %v", evs, err)
 	}
-	_, err = s.Resume(ctx, cursor)
-	se, ok := mcptest.AsStatusError(err)
-	if !ok || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
-		t.Fatalf("resume with %s after a wake at generation+1 = %v, want 409 generation_mismatch", cursor, err)
+	cur, _ := replay.Parse(cursor)
+	if got, _ := replay.Parse(evs[1].ID); got.Generation != cur.Generation+1 {
+		t.Fatalf("answer after the wake at generation %d, want %d", got.Generation, cur.Generation+1)
 	}
 }
