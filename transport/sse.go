@@ -44,7 +44,6 @@ type sseWriter struct {
 	buf       []byte
 	final     bool         // the final frame is written: nothing may follow it
 	started   bool         // something was written: the status is sent
-	holding   bool         // writes stay in the response's buffer until release
 	lastWrite atomic.Int64 // unix nanoseconds
 }
 
@@ -103,40 +102,15 @@ func appendRetry(b []byte, d time.Duration) []byte {
 	return append(b, '\n')
 }
 
-// hold keeps every write in the response's buffer until release (see
+// writeEvents writes evs and flushes once, unless hold is set. It reports
+// whether the stream is over: an event marked End (the last response of a
+// POST stream) or a close event (SEP-1699) was written. The events that end
+// a stream are not flushed: the handler returns next, and net/http sends
+// them with the end of the response in one write (a flush first would cost
+// a write system call of its own). With hold, events that do not end the
+// stream stay in the response's buffer too, for the caller to flush (see
 // (*Handler).serve, coalesceWindow).
-func (sw *sseWriter) hold() {
-	sw.mu.Lock()
-	sw.holding = true
-	sw.mu.Unlock()
-}
-
-// release ends hold: it flushes what was held, or the headers alone when
-// nothing was written, unless the final frame is written or the stream was
-// taken over.
-func (sw *sseWriter) release() error {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	if !sw.holding {
-		return nil
-	}
-	sw.holding = false
-	if sw.final {
-		return nil
-	}
-	if sw.att.isKicked() {
-		return errTakenOver
-	}
-	return sw.flushLocked(nil)
-}
-
-// writeEvents writes evs and flushes once, unless the writer holds its
-// writes (hold). It reports whether the stream is over: an event marked
-// End (the last response of a POST stream) or a close event (SEP-1699) was
-// written. The events that end a stream are not flushed: the handler
-// returns next, and net/http sends them with the end of the response in
-// one write (a flush first would cost a write system call of its own).
-func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
+func (sw *sseWriter) writeEvents(evs []store.Event, hold bool) (over bool, err error) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if sw.final {
@@ -173,7 +147,7 @@ func (sw *sseWriter) writeEvents(evs []store.Event) (over bool, err error) {
 		}
 	}
 	sw.buf = b
-	if over || sw.holding {
+	if over || hold {
 		return over, sw.writeLocked(b)
 	}
 	return false, sw.flushLocked(b)

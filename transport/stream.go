@@ -99,8 +99,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	// the first events: the reader returns that event at once, so a flush
 	// of the headers alone would only cost a write system call. A POST
 	// stream holds its headers and what it writes during its first
-	// coalesceWindow, and flushes them with the event that ends it or at
-	// the window's end, whichever comes first. Any other stream
+	// coalesceWindow (flushBy), and flushes them with the event that ends
+	// it or at the window's end, whichever comes first. Any other stream
 	// without priming may wait long for its first event: its headers are
 	// flushed now.
 	coalesce := s.kind == metrics.StreamPost && len(s.preamble) == 0 && !s.finished
@@ -109,24 +109,40 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			return nil
 		}
 	}
+	var flushBy time.Time // non-zero: writes are held until then
+	if coalesce {
+		flushBy = time.Now().Add(coalesceWindow)
+	}
+
+	var helpers sync.WaitGroup
+	defer helpers.Wait() // runs after cancel: no write after serve returns
 	reqCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
-	hs := &streamHelpers{h: h, ctx: ctx, cancel: cancel, sw: sw, att: att, l: l}
-	defer hs.stop() // no write after serve returns
-	if coalesce {
-		// The window's end flushes what is held and starts watchStream: a
-		// stream whose last event comes within the window (most calls)
-		// never needs a goroutine and a ticker of its own; a takeover, the
-		// engine's end or shutdown reach it at most a window later.
-		sw.hold()
-		hs.window = time.AfterFunc(coalesceWindow, hs.windowEnd)
-	} else {
-		hs.start(hs.watch)
-	}
+	defer cancel()
+	helpers.Add(1)
+	go func() {
+		defer helpers.Done()
+		h.watchStream(ctx, cancel, sw, att, l)
+	}()
 
 	rd := l.Reader(s.stream, s.after)
 	for {
-		evs, err := rd.Next(ctx)
+		var evs []store.Event
+		var err error
+		if flushBy.IsZero() || s.opening != nil {
+			// Unbounded: nothing is held, or the priming event is in
+			// the log and the read returns at once.
+			evs, err = rd.Next(ctx)
+		} else {
+			var expired bool
+			if evs, expired, err = nextBefore(ctx, rd, flushBy); expired {
+				flushBy = time.Time{}
+				if sw.writeRaw(nil) != nil {
+					return nil
+				}
+				continue
+			}
+		}
 		if err != nil && s.opening != nil && errors.Is(err, eventlog.ErrCompacted) {
 			// Retention trimmed the opening event before it was written
 			// (an answer larger than the session's retention followed it
@@ -149,7 +165,10 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 			}
 			return nil
 		}
-		over, err := sw.writeEvents(evs)
+		if !flushBy.IsZero() && !time.Now().Before(flushBy) {
+			flushBy = time.Time{}
+		}
+		over, err := sw.writeEvents(evs, !flushBy.IsZero())
 		s.replay.count(h.opts.Metrics, evs, rd.Position())
 		if err != nil && !errors.Is(err, errTakenOver) {
 			l.Logger().Info("stream write failed", "stream", s.stream, "reason", replay.ReasonClientGone, "error", err)
@@ -160,71 +179,17 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	}
 }
 
-// streamHelpers runs what writes to a stream's response besides serve's
-// loop: the end of its coalescing window and watchStream. serve waits for
-// them before it returns (stop), and none starts after.
-type streamHelpers struct {
-	h      *Handler
-	ctx    context.Context
-	cancel context.CancelFunc
-	sw     *sseWriter
-	att    *attachment
-	l      *session.Live
-	window *time.Timer // nil: no coalescing window
-
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	stopped bool
-}
-
-// enter counts a helper in, unless stop has begun; a helper counted in
-// calls hs.wg.Done when it ends.
-func (hs *streamHelpers) enter() bool {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.stopped {
-		return false
+// nextBefore is rd.Next bounded by the time by: expired reports that no
+// event came by then (and ctx is not done), the Reader staying where it
+// was.
+func nextBefore(ctx context.Context, rd *eventlog.Reader, by time.Time) (evs []store.Event, expired bool, err error) {
+	wctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
+	evs, err = rd.Next(wctx)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, true, nil
 	}
-	hs.wg.Add(1)
-	return true
-}
-
-// start runs f in a goroutine of its own, unless stop has begun.
-func (hs *streamHelpers) start(f func()) {
-	if hs.enter() {
-		go func() {
-			defer hs.wg.Done()
-			f()
-		}()
-	}
-}
-
-// windowEnd, run by the window's timer in a goroutine of its own, flushes
-// what the window held, then watches the stream.
-func (hs *streamHelpers) windowEnd() {
-	if !hs.enter() {
-		return
-	}
-	defer hs.wg.Done()
-	if hs.sw.release() != nil {
-		hs.cancel()
-		return
-	}
-	hs.watch()
-}
-
-func (hs *streamHelpers) watch() { hs.h.watchStream(hs.ctx, hs.cancel, hs.sw, hs.att, hs.l) }
-
-// stop ends the helpers and waits for them.
-func (hs *streamHelpers) stop() {
-	hs.mu.Lock()
-	hs.stopped = true
-	hs.mu.Unlock()
-	if hs.window != nil {
-		hs.window.Stop()
-	}
-	hs.cancel()
-	hs.wg.Wait()
+	return evs, false, err
 }
 
 // refuseUnstored returns the refusal of a stream whose reader stopped
@@ -288,7 +253,7 @@ func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWri
 			if err != nil || len(evs) == 0 {
 				break
 			}
-			if over, err := sw.writeEvents(evs); over || err != nil {
+			if over, err := sw.writeEvents(evs, false); over || err != nil {
 				return
 			}
 		}
