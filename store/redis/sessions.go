@@ -50,11 +50,17 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 	if err != nil {
 		return store.Record{}, err
 	}
-	m := make(map[string]string, len(rest)/2)
-	for i := 0; i+1 < len(rest); i += 2 {
-		m[str(rest[i])] = str(rest[i+1])
+	return pairsRecord(token, rest), nil
+}
+
+// pairsRecord decodes the record a script returns as the flat list of
+// its hash's fields and values (HGETALL's form).
+func pairsRecord(token string, pairs []any) store.Record {
+	m := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		m[str(pairs[i])] = str(pairs[i+1])
 	}
-	return decRecord(token, m), nil
+	return decRecord(token, m)
 }
 
 // Renew implements store.Sessions.
@@ -88,11 +94,7 @@ func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, lease
 	if err != nil {
 		return store.Record{}, err
 	}
-	m := make(map[string]string, len(rest)/2)
-	for i := 0; i+1 < len(rest); i += 2 {
-		m[str(rest[i])] = str(rest[i+1])
-	}
-	return decRecord(token, m), nil
+	return pairsRecord(token, rest), nil
 }
 
 // Touch implements store.Sessions.
