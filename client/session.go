@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/resume"
-	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
@@ -249,42 +247,7 @@ func (c *conn) restore(ctx context.Context, s *session, m *jsonrpc.Request) erro
 // stream (not resumed: a broken handshake is simply sent again).
 func (c *conn) readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response, error) {
 	defer resp.Body.Close()
-	if wire.MediaType(resp) == wire.MediaSSE {
-		rd := sse.NewReader(resp.Body, c.opts.MaxEventSize)
-		for {
-			ev, err := rd.Next()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = io.ErrUnexpectedEOF
-				}
-				return nil, err
-			}
-			if len(ev.Data) == 0 {
-				continue
-			}
-			m, err := jsonrpc.DecodeMessage(ev.Data)
-			if err != nil {
-				return nil, err
-			}
-			if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
-				return r, nil
-			}
-		}
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(c.opts.MaxEventSize)))
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := wire.DecodeAnswer(body)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
-			return r, nil
-		}
-	}
-	return nil, errors.New("answer without the response")
+	return wire.ReadResponse(resp, id, c.opts.MaxEventSize)
 }
 
 // standaloneWait bounds how long the first opening of the standalone

@@ -7,15 +7,12 @@ package connect
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/tasks"
 )
@@ -122,9 +119,9 @@ func discover(ctx context.Context, o Options) ([]string, bool, error) {
 		wire.Drain(resp)
 		return nil, false, fmt.Errorf("server/discover: HTTP %d", resp.StatusCode)
 	}
-	r, err := readAnswer(resp, id)
+	r, err := wire.ReadResponse(resp, id, maxProbeAnswer)
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("server/discover answer: %w", err)
 	}
 	if r.Error != nil {
 		return nil, false, fmt.Errorf("server/discover: %w", r.Error)
@@ -144,35 +141,3 @@ func discover(ctx context.Context, o Options) ([]string, bool, error) {
 
 // maxProbeAnswer bounds the server/discover answer read (bytes).
 const maxProbeAnswer = 1 << 20
-
-// readAnswer returns the response to id in resp's body, JSON or SSE.
-func readAnswer(resp *http.Response, id jsonrpc.ID) (*jsonrpc.Response, error) {
-	if wire.MediaType(resp) == wire.MediaSSE {
-		rd := sse.NewReader(resp.Body, maxProbeAnswer)
-		for {
-			ev, err := rd.Next()
-			if err != nil {
-				return nil, fmt.Errorf("server/discover answer: %w", err)
-			}
-			if m, err := jsonrpc.DecodeMessage(ev.Data); err == nil {
-				if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
-					return r, nil
-				}
-			}
-		}
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeAnswer))
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := wire.DecodeAnswer(data)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
-			return r, nil
-		}
-	}
-	return nil, errors.New("server/discover answer without its response")
-}

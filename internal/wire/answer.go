@@ -1,0 +1,61 @@
+// answer.go reads one request's response out of a POST's answer, JSON or
+// SSE, for the callers that wait for that response alone (a handshake, a
+// probe) and never resume the stream.
+
+package wire
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/sse"
+)
+
+// ReadResponse returns the response to request id in resp's body: from
+// an SSE stream (MCP 2025-11-25, "Sending Messages to the Server"),
+// skipping events without data (priming) and the messages before it, or
+// from an application/json body (DecodeAnswer). max bounds an event, or
+// the JSON body, in bytes. Errors: a message that does not decode, a
+// stream that ends first (io.ErrUnexpectedEOF), a body without the
+// response. It does not close the body.
+func ReadResponse(resp *http.Response, id jsonrpc.ID, max int) (*jsonrpc.Response, error) {
+	if MediaType(resp) == MediaSSE {
+		rd := sse.NewReader(resp.Body, max)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+			if len(ev.Data) == 0 {
+				continue
+			}
+			m, err := jsonrpc.DecodeMessage(ev.Data)
+			if err != nil {
+				return nil, err
+			}
+			if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+				return r, nil
+			}
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max)))
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := DecodeAnswer(body)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if r, ok := m.(*jsonrpc.Response); ok && r.ID == id {
+			return r, nil
+		}
+	}
+	return nil, errors.New("the answer holds no response to the request")
+}
