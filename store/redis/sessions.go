@@ -79,16 +79,23 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 
 // Hibernate implements store.Sessions: the state and the release of the
 // owner's hold are one script, held by the replicas a failover may
-// promote before it returns.
+// promote before it returns. It lets go of what this process knows of the
+// session's log (its high-water mark, its generation): another replica
+// may wake the session and append to it before this one wakes it again.
 func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	defer s.barrier(ctx, token)()
 	_, err := s.runReplicated(ctx, s.scripts.hibernate, "hibernate", token, gen,
 		strconv.FormatUint(gen, 10), owner, string(state))
 	return err
 }
 
 // Wake implements store.Sessions: a compare-and-set of the owner, from
-// none, at an unchanged generation, in one script.
+// none, at an unchanged generation, in one script. The session's next
+// append learns the high-water mark from Redis, as after Claim: the
+// generation is the same, but another replica may have appended to it
+// since this process last held it.
 func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	defer s.barrier(ctx, token)()
 	rest, err := s.runReplicated(ctx, s.scripts.wake, "wake", token, gen,
 		strconv.FormatUint(gen, 10), owner, encTime(leaseUntil))
 	if err != nil {
