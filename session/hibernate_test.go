@@ -417,3 +417,40 @@ func TestHibernateWakeRefusedKeepsGeneration(t *testing.T) {
 		t.Fatalf("second wake: %v; want generation 1", err)
 	}
 }
+
+// TestHibernateCountsIdleFromCallEnd: a call that runs longer than
+// HibernateAfter keeps its session awake, and the session's idle time
+// starts when the call's answer is stored, not at its request: a sweep
+// right after the call ends leaves the session live, and one
+// HibernateAfter later hibernates it. Counting from the request
+// hibernated the session at the first sweep after a long call, which
+// under a lossy engine lost the answer the client had not yet read.
+func TestHibernateCountsIdleFromCallEnd(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: -1})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	call := request(t, 7, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 300}})
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{call}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, call, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Advance(time.Hour) // the call runs an hour by the registry's clock
+	f.reg.Sweep(ctx)
+	if f.reg.Hibernated() != 0 {
+		t.Fatal("a session with a call in flight hibernated")
+	}
+	evs := streamAfter(t, l, s, s)
+	if last := string(evs[len(evs)-1].Data); !strings.Contains(last, "countdown of 1 finished") {
+		t.Fatalf("the call's last event = %s, want its result", last)
+	}
+	f.reg.Sweep(ctx)
+	if f.reg.Hibernated() != 0 || f.reg.Len() != 1 {
+		t.Fatalf("right after the call ended: %d hibernated, %d live; want 0 and 1", f.reg.Hibernated(), f.reg.Len())
+	}
+	f.clk.Advance(time.Minute + time.Second)
+	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+}

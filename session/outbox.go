@@ -148,12 +148,17 @@ func (e sendError) Error() string   { return e.err.Error() }
 func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // settle ends the call id on stream once the append of its response
-// returned: it is no longer counted in flight; the ledger records where
-// the response went (ev, if it was stored, else nowhere); LostRequests
-// calls that wait for it wake.
+// returned: it is no longer counted in flight, and the session's idle
+// time (eviction, hibernation) starts now, as after a request; the ledger
+// records where the response went (ev, if it was stored, else nowhere);
+// LostRequests calls that wait for it wake.
 func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool) {
+	now := l.reg.opts.Now()
 	l.mu.Lock()
 	l.storing--
+	if now.After(l.lastSeen) {
+		l.lastSeen = now
+	}
 	if stored {
 		l.ledger.answer(stream, id, ev.Seq, ev.End)
 	} else {
