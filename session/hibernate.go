@@ -9,6 +9,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
@@ -212,8 +213,9 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 	r.closeInBackground(l, replay.ReasonHibernated)
 }
 
-// endIdleHibernated ends the hibernated sessions last used before cutoff
-// (IdleTTL ago), as store.EndIdle.
+// endIdleHibernated ends the hibernated sessions this process indexes
+// as last used before cutoff (IdleTTL ago), as store.EndIdle, each only
+// if its record agrees (endIdleRecord).
 func (r *Registry) endIdleHibernated(ctx context.Context, cutoff time.Time) {
 	c := cutoff.UnixNano()
 	var idle []string
@@ -225,7 +227,57 @@ func (r *Registry) endIdleHibernated(ctx context.Context, cutoff time.Time) {
 	}
 	r.mu.RUnlock()
 	for _, tok := range idle {
-		r.End(ctx, tok, store.EndIdle)
+		r.endIdleRecord(ctx, tok, cutoff)
+	}
+}
+
+// endIdleRecord ends token's session as idle if its record is still
+// hibernated (no owner) and unused since before cutoff. The index entry
+// this process keeps says only what was true when it hibernated the
+// session: in a fleet another replica may have woken it since (it is
+// then that replica's to end: the entry goes) or used it and hibernated
+// it again (LastSeen moved: the entry moves with it). The record is taken
+// at its generation (store.Sessions.Wake) before it ends, so that a
+// replica waking it at the same moment is fenced out rather than ended
+// under. A store that fails leaves the entry for the next sweep.
+func (r *Registry) endIdleRecord(ctx context.Context, token string, cutoff time.Time) {
+	rec, err := r.st.Get(ctx, token)
+	var ended *store.EndedError
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.As(err, &ended):
+		r.unindex(token, 0)
+		return
+	case err != nil:
+		return
+	case rec.Owner != "":
+		r.unindex(token, 0)
+		return
+	case !rec.LastSeen.Before(cutoff):
+		r.unindex(token, rec.LastSeen.UnixNano())
+		return
+	}
+	if _, err := r.st.Wake(ctx, token, r.opts.Owner, rec.Generation, r.lease.Grant(r.opts.Now())); err != nil {
+		var fe *store.FencedError
+		if errors.As(err, &fe) || errors.Is(err, store.ErrNotFound) || errors.As(err, &ended) {
+			r.unindex(token, 0)
+		}
+		return
+	}
+	r.End(ctx, token, store.EndIdle)
+}
+
+// unindex drops token from the index of sessions this process hibernated
+// (seen 0), or moves its last use to seen.
+func (r *Registry) unindex(token string, seen int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.hibernated[token]; !ok {
+		return
+	}
+	if seen == 0 {
+		delete(r.hibernated, token)
+	} else {
+		r.hibernated[token] = seen
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -453,4 +454,58 @@ func TestHibernateCountsIdleFromCallEnd(t *testing.T) {
 	}
 	f.clk.Advance(time.Minute + time.Second)
 	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+}
+
+// TestHibernatedIdleEndSparesWokenSession: in a fleet, a replica whose
+// index says a session it hibernated is idle past the idle TTL ends it
+// only if the record agrees: a session another replica woke and keeps
+// using stays, and the index entry goes; a session not woken ends, is
+// logged and counted once.
+func TestHibernatedIdleEndSparesWokenSession(t *testing.T) {
+	ctx := context.Background()
+	rs := newReplicas()
+	logs := &testenv.LogBuffer{}
+	replica := func(owner string) *session.Registry {
+		eng := gosdk.New(demo.NewServer())
+		eng.Restorable = true
+		reg := session.New(rs.st, eventlog.New(rs.st, eventlog.Options{Now: rs.clk.Now, Budget: -1}), eng,
+			session.Options{Owner: owner, Lease: 10 * time.Minute, HibernateAfter: time.Minute, IdleTTL: 30 * time.Minute,
+				Now: rs.clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		t.Cleanup(func() { reg.Close() })
+		return reg
+	}
+	a, b := replica("a"), replica("b")
+	f := &fixture{clk: rs.clk}
+	used, idle := mustCreate(t, a), mustCreate(t, a)
+	initialize(t, f, used)
+	initialize(t, f, idle)
+	rs.clk.Advance(2 * time.Minute)
+	waitFor(t, func() bool { a.Sweep(ctx); return a.Hibernated() == 2 })
+	// b wakes one and uses it every five minutes for 35 minutes.
+	for i := range 8 {
+		l, err := b.Get(ctx, used.Token(), "")
+		if err != nil {
+			t.Fatalf("b's call %d: %v", i, err)
+		}
+		if out := roundTrip(t, f, l, echo(t, 10+i, "on b")); len(out) != 1 || !strings.Contains(out[0], "on b") {
+			t.Fatalf("b's call %d answered %v", i, out)
+		}
+		rs.clk.Advance(5 * time.Minute)
+		b.RenewLeases(ctx)
+		a.Sweep(ctx)
+	}
+	if rec, err := rs.st.Get(ctx, used.Token()); err != nil || rec.Owner != "b" {
+		t.Fatalf("record of the session b uses = %+v, %v; want owner b", rec, err)
+	}
+	var ended *store.EndedError
+	if _, err := rs.st.Get(ctx, idle.Token()); !errors.As(err, &ended) || ended.Reason != store.EndIdle {
+		t.Fatalf("record of the session nobody woke = %v, want ended idle", err)
+	}
+	if a.Hibernated() != 0 {
+		t.Fatalf("a still indexes %d sessions, want 0", a.Hibernated())
+	}
+	wantLog(t, logs, `msg="session ended" session=`+regexp.QuoteMeta(store.Prefix(idle.Token()))+` generation=1 reason=idle live=false`)
+	if n := strings.Count(logs.String(), `msg="session ended"`); n != 1 {
+		t.Fatalf("%d session ended lines, want 1:\n%s", n, logs)
+	}
 }

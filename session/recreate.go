@@ -129,7 +129,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {
 			r.mu.Lock()
-			r.endLocked(ctx, token, store.EndIdle, rec.UserID)
+			r.endLocked(ctx, token, store.EndIdle, rec)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle, UserID: rec.UserID}
 		}
 		st, prior, err := decodeState(rec.State)

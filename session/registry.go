@@ -315,7 +315,7 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 // session whose live state this process does not hold has its record
 // read first, for the user it belongs to (ErrNotFound when there is none).
 func (r *Registry) End(ctx context.Context, token string, reason store.EndReason) error {
-	user, err := r.userOf(ctx, token)
+	rec, err := r.recordOf(ctx, token)
 	if err != nil {
 		return err
 	}
@@ -333,45 +333,49 @@ func (r *Registry) End(ctx context.Context, token string, reason store.EndReason
 		}
 		r.mu.Lock()
 	}
-	return r.endLocked(ctx, token, reason, user)
+	return r.endLocked(ctx, token, reason, rec)
 }
 
-// userOf returns the user token's session belongs to ("" when
-// unauthenticated): its live state's when this process holds it or its
-// end has begun, else its record's, as the store holds it (a tombstone's
-// for an ended session). Errors: ErrNotFound, the store's.
-func (r *Registry) userOf(ctx context.Context, token string) (string, error) {
+// recordOf returns what End needs of token's session: the user it
+// belongs to ("" when unauthenticated), its generation and when it was
+// created. They are its live state's when this process holds it, the
+// ending's (the user alone) when its end has begun, else its record's, as
+// the store holds it (a tombstone's user for an ended session). Errors:
+// ErrNotFound, the store's.
+func (r *Registry) recordOf(ctx context.Context, token string) (store.Record, error) {
 	r.mu.RLock()
 	l, ending := r.live[token], r.ending[token]
 	r.mu.RUnlock()
 	switch {
 	case l != nil:
-		return l.userID, nil
+		return store.Record{Token: token, Generation: l.gen, UserID: l.userID, Created: l.created}, nil
 	case ending != nil:
-		return ending.UserID, nil
+		return store.Record{Token: token, UserID: ending.UserID}, nil
 	}
 	rec, err := r.st.Get(ctx, token)
 	var ended *store.EndedError
 	switch {
 	case errors.As(err, &ended):
-		return ended.UserID, nil
+		return store.Record{Token: token, UserID: ended.UserID}, nil
 	case err != nil:
-		return "", r.storeErr(token, err)
+		return store.Record{}, r.storeErr(token, err)
 	}
-	return rec.UserID, nil
+	return rec, nil
 }
 
 // endLocked ends token's session as End does, without waiting for a
 // re-creation of it under way (recreate calls it for the token it is
-// re-creating). userID is the user the session belongs to when this
-// process holds no live state of it. r.mu must be held; endLocked
+// re-creating). rec is the session's record as recordOf returns it, for
+// the user it belongs to and, when this process holds no live state of
+// it, the log line and the metric of its end. r.mu must be held; endLocked
 // releases it.
-func (r *Registry) endLocked(ctx context.Context, token string, reason store.EndReason, userID string) error {
+func (r *Registry) endLocked(ctx context.Context, token string, reason store.EndReason, rec store.Record) error {
 	if ended, ok := r.endingReason(token); ok {
 		r.mu.Unlock()
 		return ended
 	}
 	l := r.live[token]
+	userID := rec.UserID
 	if l != nil {
 		r.removeLocked(l)
 		userID = l.userID
@@ -380,7 +384,7 @@ func (r *Registry) endLocked(ctx context.Context, token string, reason store.End
 	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)
-	return r.ended(ctx, token, l, reason)
+	return r.ended(ctx, token, l, reason, rec)
 }
 
 // endingReason reports whether token's end has begun and not yet
@@ -418,15 +422,21 @@ func (r *Registry) endDone(token string) {
 
 // ended ends token's session in the store with reason and closes l, its
 // live state in this process (nil when there is none), which has left the
-// registry already.
-func (r *Registry) ended(ctx context.Context, token string, l *Live, reason store.EndReason) error {
+// registry already. A session ended without live state here (hibernated,
+// or held by no process) is logged and measured from rec, its record.
+func (r *Registry) ended(ctx context.Context, token string, l *Live, reason store.EndReason, rec store.Record) error {
 	err := r.endRecord(ctx, token, reason)
-	if l != nil {
+	switch {
+	case l != nil:
 		l.close(replay.Reason(reason))
 		l.logger.Info("session ended", "reason", string(reason))
 		if err == nil {
 			r.recordEnded(l, reason)
 		}
+	case err == nil && !rec.Created.IsZero():
+		r.logger.Info("session ended", "session", store.Prefix(token), "generation", rec.Generation,
+			"reason", string(reason), "live", false)
+		r.opts.Metrics.SessionEnded(replay.Reason(reason), r.opts.Now().Sub(rec.Created))
 	}
 	return err
 }
