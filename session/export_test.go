@@ -14,12 +14,20 @@ import (
 func OutboxOf(l *Live) engine.Outbox { return (*outbox)(l) }
 
 // MayHibernate is mayHibernate, for the cases of testdata/hibernate.
-func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation) bool {
-	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng})
+func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room bool) bool {
+	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room})
 }
 
 // WakesAtSameGeneration is wakesAtSameGeneration, for the cases of
 // testdata/hibernate.
 func WakesAtSameGeneration(owner string, markedExact bool, eng engine.Hibernation) bool {
 	return wakesAtSameGeneration(owner, markedExact, eng)
+}
+
+// Idle reports whether nothing of l is busy: no call in flight, no answer
+// being stored, no connection attached, no request being served.
+func Idle(l *Live) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.calls)+l.storing+l.attached+l.holds == 0
 }

@@ -92,7 +92,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 			return
 		}
 		for _, l := range batch {
-			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now) {
+			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now, false) {
 				continue
 			}
 			r.removeLocked(l)
@@ -112,7 +112,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 // request being served (holdFor) for longer than HibernateAfter. Get's hold and this check exclude each
 // other under l.mu, so a request that found l before it left the registry
 // either holds it first or finds it hibernating and looks it up again.
-func (l *Live) beginHibernate(now time.Time) bool {
+func (l *Live) beginHibernate(now time.Time, room bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.hibernating || !mayHibernate(idleness{
@@ -121,6 +121,7 @@ func (l *Live) beginHibernate(now time.Time) bool {
 		idle:        now.Sub(l.lastSeen),
 		after:       l.reg.opts.HibernateAfter,
 		engine:      l.reg.hib,
+		room:        room,
 	}) {
 		return false
 	}

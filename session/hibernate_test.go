@@ -452,8 +452,11 @@ func TestHibernateCountsIdleFromCallEnd(t *testing.T) {
 	if f.reg.Hibernated() != 0 || f.reg.Len() != 1 {
 		t.Fatalf("right after the call ended: %d hibernated, %d live; want 0 and 1", f.reg.Hibernated(), f.reg.Len())
 	}
-	f.clk.Advance(time.Minute + time.Second)
-	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+	waitFor(t, func() bool {
+		f.clk.Advance(time.Minute + time.Second)
+		f.reg.Sweep(ctx)
+		return f.reg.Hibernated() == 1
+	})
 }
 
 // TestHibernatedIdleEndSparesWokenSession: in a fleet, a replica whose
@@ -479,8 +482,9 @@ func TestHibernatedIdleEndSparesWokenSession(t *testing.T) {
 	used, idle := mustCreate(t, a), mustCreate(t, a)
 	initialize(t, f, used)
 	initialize(t, f, idle)
-	rs.clk.Advance(2 * time.Minute)
-	waitFor(t, func() bool { a.Sweep(ctx); return a.Hibernated() == 2 })
+	// initialize's hold ends on a goroutine of its context's, which moves
+	// the last use to the clock's time then: advance while sweeping.
+	waitFor(t, func() bool { rs.clk.Advance(2 * time.Minute); a.Sweep(ctx); return a.Hibernated() == 2 })
 	// b wakes one and uses it every five minutes for 35 minutes.
 	for i := range 8 {
 		l, err := b.Get(ctx, used.Token(), "")
@@ -507,5 +511,44 @@ func TestHibernatedIdleEndSparesWokenSession(t *testing.T) {
 	wantLog(t, logs, `msg="session ended" session=`+regexp.QuoteMeta(store.Prefix(idle.Token()))+` generation=1 reason=idle live=false`)
 	if n := strings.Count(logs.String(), `msg="session ended"`); n != 1 {
 		t.Fatalf("%d session ended lines, want 1:\n%s", n, logs)
+	}
+}
+
+// TestHibernateToMakeRoom: with MaxSessions live, a new session or a wake
+// hibernates the least recently used idle session rather than end it, so
+// every session keeps its token and wakes at its generation; none ends.
+func TestHibernateToMakeRoom(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: time.Hour, MaxSessions: 2, IdleTTL: -1})
+	var toks []string
+	for range 4 {
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		waitFor(t, func() bool { return session.Idle(l) }) // its answer stored
+		toks = append(toks, l.Token())
+		f.clk.Advance(time.Second)
+	}
+	if f.reg.Len() != 2 || f.reg.Hibernated() != 2 {
+		t.Fatalf("4 sessions under MaxSessions 2: %d live, %d hibernated; want 2 and 2", f.reg.Len(), f.reg.Hibernated())
+	}
+	for round := range 2 {
+		for i, tok := range toks {
+			l, err := f.reg.Get(ctx, tok, "")
+			if err != nil || l.Generation() != 1 {
+				t.Fatalf("round %d, session %d: %v; want generation 1", round, i, err)
+			}
+			text := fmt.Sprintf("r%d-s%d", round, i)
+			if out := roundTrip(t, f, l, echo(t, 10*round+i, text)); len(out) != 1 || !strings.Contains(out[0], text) {
+				t.Fatalf("round %d, session %d answered %v", round, i, out)
+			}
+			waitFor(t, func() bool { return session.Idle(l) })
+			f.clk.Advance(time.Second)
+		}
+	}
+	if strings.Contains(logs.String(), "session ended") {
+		t.Fatalf("a session ended to make room:\n%s", logs)
+	}
+	if n := strings.Count(logs.String(), "session woke"); n != 8 {
+		t.Fatalf("%d wakes, want 8 (each of the 4 sessions, twice)", n)
 	}
 }

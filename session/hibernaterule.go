@@ -19,14 +19,21 @@ type idleness struct {
 	idle        time.Duration // since its last use
 	after       time.Duration // Options.HibernateAfter (≤ 0: never)
 	engine      engine.Hibernation
+	// room: another session needs its room (Options.MaxSessions are
+	// live), so how long it has been idle does not matter.
+	room bool
 }
 
 // mayHibernate reports whether a session may hibernate now: the engine
-// lets it, its initialize succeeded, nothing of it is busy, and it has
-// been idle for longer than HibernateAfter.
+// lets it, hibernation is on (HibernateAfter > 0), its initialize
+// succeeded, nothing of it is busy, and it has been idle for longer than
+// HibernateAfter or its room is needed. A session hibernated to make room
+// keeps its token, its generation (under an exact engine) and every
+// cursor, where an eviction would end it: MaxSessions bounds the live
+// sessions, and the idle TTL the hibernated ones.
 func mayHibernate(s idleness) bool {
 	return s.engine != engine.HibernateNever && s.after > 0 &&
-		s.initialized && s.busy == 0 && s.idle > s.after
+		s.initialized && s.busy == 0 && (s.room || s.idle > s.after)
 }
 
 // wakesAtSameGeneration reports whether a session whose record has owner

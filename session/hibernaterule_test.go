@@ -14,8 +14,9 @@ import (
 // TestHibernateRules runs testdata/hibernate: the rules of hibernation,
 // pure (session/hibernaterule.go). Commands:
 //
-//	choose engine=E [initialized] busy=N idle=DUR after=DUR
-//	    whether the sweep hibernates such a session: "hibernate" or "keep"
+//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room]
+//	    whether the sweep (or, with room, the making of room for another
+//	    session) hibernates such a session: "hibernate" or "keep"
 //	wake engine=E owner=O [exact]
 //	    at which generation a session whose record has owner O (none: "")
 //	    and the exact mark or not wakes: "same generation" or "generation+1"
@@ -37,7 +38,7 @@ func TestHibernateRules(t *testing.T) {
 			d.ScanArgs(t, "busy", &busy)
 			d.ScanArgs(t, "idle", &idle)
 			d.ScanArgs(t, "after", &after)
-			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng) {
+			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room")) {
 				return "hibernate\n"
 			}
 			return "keep\n"

@@ -42,6 +42,15 @@ func (r *Registry) reserve(ctx context.Context) error {
 		return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
 			engine.ErrCapacity, held, starting)
 	}
+	if !dead && r.hibernates() && victim.beginHibernate(r.opts.Now(), true) {
+		// Hibernated rather than ended: its client loses nothing.
+		r.removeLocked(victim)
+		r.reserved++
+		r.starting[victim.token] = make(chan struct{})
+		r.mu.Unlock()
+		r.hibernate(context.WithoutCancel(ctx), victim)
+		return nil
+	}
 	r.removeLocked(victim)
 	r.reserved++
 	if !dead {
