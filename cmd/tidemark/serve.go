@@ -251,6 +251,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if c.secrets.redisPasswordFile != "" {
 		warnReadable(logger, "Redis password file", c.secrets.redisPasswordFile)
 	}
+	c.warnHibernation(logger)
 	op, err := c.operator.start(logger)
 	defer op.close(logger)
 	if err != nil {
@@ -530,5 +531,15 @@ func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, erro
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+}
+
+// warnHibernation warns when --hibernate-after can never take effect:
+// not below --session-idle-ttl, the sweep ends an idle session before it
+// would hibernate (DESIGN.md, "Hibernation").
+func (c *serveConfig) warnHibernation(logger *slog.Logger) {
+	if c.hibernateAfter > 0 && c.idleTTL > 0 && c.hibernateAfter >= c.idleTTL {
+		logger.Warn("--hibernate-after is not below --session-idle-ttl: idle sessions end before they would hibernate; set it lower to hibernate them",
+			"hibernate_after", c.hibernateAfter, "session_idle_ttl", c.idleTTL)
 	}
 }
