@@ -243,9 +243,9 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	log := eventlog.New(o.Store, o.Retention)
 	reg := session.New(o.Store, log, eng, o.Sessions)
 	if w, ok := rec.(interface {
-		WatchSessions(live func() int, leased bool) error
+		WatchSessions(live, hibernated func() int, leased bool) error
 	}); ok {
-		if err := w.WatchSessions(reg.Len, o.Sessions.Lease > 0); err != nil {
+		if err := w.WatchSessions(reg.Len, reg.Hibernated, o.Sessions.Lease > 0); err != nil {
 			panic("tidemark: Options.Registerer: " + err.Error())
 		}
 	}

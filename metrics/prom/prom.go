@@ -201,14 +201,22 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 }
 
 // WatchSessions registers the gauges read from the session registry at
-// each scrape: tidemark_sessions_live, the value of live(), and, when
-// leased (fleet mode), tidemark_leases_held, the same value: each session
-// this replica holds, it holds under a lease. It fails as New does.
-func (r *Recorder) WatchSessions(live func() int, leased bool) error {
+// each scrape: tidemark_sessions_live, the value of live();
+// tidemark_sessions_hibernated, the value of hibernated(); and, when
+// leased (fleet mode), tidemark_leases_held, the value of live(): each
+// session this replica holds, it holds under a lease. It fails as New
+// does.
+func (r *Recorder) WatchSessions(live, hibernated func() int, leased bool) error {
 	err := r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidemark_sessions_live",
 		Help: "Sessions whose live state this process holds.",
 	}, func() float64 { return float64(live()) }))
+	if err == nil {
+		err = r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tidemark_sessions_hibernated",
+			Help: "Sessions this process hibernated that it has not seen woken or ended since: only their record is kept, in the store.",
+		}, func() float64 { return float64(hibernated()) }))
+	}
 	if err != nil || !leased {
 		return err
 	}

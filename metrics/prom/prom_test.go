@@ -46,7 +46,7 @@ func TestExposition(t *testing.T) {
 	r.TaskSettled("completed", "", 2*time.Second)
 	r.TaskSettled("failed", replay.Reason("executor_lost"), time.Second)
 	r.SessionStarted()
-	if err := r.WatchSessions(func() int { return 2 }, true); err != nil {
+	if err := r.WatchSessions(func() int { return 2 }, func() int { return 3 }, true); err != nil {
 		t.Fatal(err)
 	}
 	r.SessionEnded(replay.ReasonDeleted, 90*time.Second)
@@ -83,6 +83,9 @@ tidemark_streams_open{kind="standalone"} 0
 # HELP tidemark_sessions_live Sessions whose live state this process holds.
 # TYPE tidemark_sessions_live gauge
 tidemark_sessions_live 2
+# HELP tidemark_sessions_hibernated Sessions this process hibernated that it has not seen woken or ended since: only their record is kept, in the store.
+# TYPE tidemark_sessions_hibernated gauge
+tidemark_sessions_hibernated 3
 # HELP tidemark_sessions_created_total Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).
 # TYPE tidemark_sessions_created_total counter
 tidemark_sessions_created_total 1
