@@ -94,6 +94,7 @@ func TestHibernateWakesAtSameGeneration(t *testing.T) {
 		t.Fatalf("call stream = %+v, want the opening event and the answer", held)
 	}
 	cursor := held[0].Seq // the client holds the opening event's id
+	waitFor(t, func() bool { return session.Idle(l) }) // the answer's call has left it
 
 	f.clk.Advance(59 * time.Second)
 	f.reg.Sweep(ctx)
@@ -146,8 +147,10 @@ func TestHibernateLossyWakesAtNextGeneration(t *testing.T) {
 	initialize(t, f, l)
 	roundTrip(t, f, l, echo(t, 2, "before"))
 	b, _ := f.st.Bounds(ctx, l.Token())
+	// The answer's call leaves the session just after the answer is read,
+	// and its idle time starts then.
+	waitFor(t, func() bool { return session.Idle(l) })
 	f.clk.Advance(2 * time.Minute)
-	// The answer's call leaves the session just after the answer is read.
 	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
 	wantLog(t, logs, `msg="session hibernated".*exact=false`)
 	woken, err := f.reg.Get(ctx, l.Token(), "")
@@ -285,6 +288,7 @@ func TestHibernatedSessionsEndIdle(t *testing.T) {
 	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: 30 * time.Minute})
 	l := mustCreate(t, f.reg)
 	initialize(t, f, l)
+	waitFor(t, func() bool { return session.Idle(l) })
 	f.clk.Advance(2 * time.Minute)
 	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
 	f.clk.Advance(29 * time.Minute)
@@ -318,6 +322,7 @@ func TestHibernateFleetWake(t *testing.T) {
 	hibernated := func(reg *session.Registry, want int) string {
 		l := mustCreate(t, reg)
 		initialize(t, f, l)
+		waitFor(t, func() bool { return session.Idle(l) })
 		rs.clk.Advance(2 * time.Minute)
 		// Renew the leases the clock just let lapse, as Run does.
 		a.RenewLeases(ctx)
@@ -404,6 +409,7 @@ func TestHibernateWakeRefusedKeepsGeneration(t *testing.T) {
 	f := &fixture{clk: clk}
 	l := mustCreate(t, reg)
 	initialize(t, f, l)
+	waitFor(t, func() bool { return session.Idle(l) })
 	clk.Advance(2 * time.Minute)
 	waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == 1 })
 	eng.refuse.Store(true)
