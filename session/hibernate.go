@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
@@ -100,11 +101,26 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 			chosen = append(chosen, l)
 		}
 		r.mu.Unlock()
+		// A request for a chosen session waits until its hibernation is
+		// stored: hibernate the batch a few at once, so that neither that
+		// wait nor the sweep is a batch of store round trips in a row.
+		sem := make(chan struct{}, hibernateParallel)
+		var wg sync.WaitGroup
 		for _, l := range chosen {
-			r.hibernate(ctx, l)
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r.hibernate(ctx, l)
+			})
 		}
+		wg.Wait()
 	}
 }
+
+// hibernateParallel is how many sessions of a batch hibernateIdle
+// hibernates at once: each is a log sync and a store write, round trips
+// to Redis or a group commit of the durable store, which overlap.
+const hibernateParallel = 16
 
 // beginHibernate marks l hibernating if it may hibernate at now
 // (mayHibernate): its initialize succeeded, and it has had no call in
