@@ -279,15 +279,17 @@ func postRaw(t *testing.T, ctx context.Context, st *stack, s *mcptest.Session, b
 	return mcptest.ReadStatusError(resp)
 }
 
-// TestCapacityEvictsOnlySessionsWithoutCalls: when MaxSessions are live, a
-// new session evicts the least recently used session that has no call in
-// flight, never one mid-call; when every session has a call in flight,
-// initialize is answered 503 capacity with Retry-After and no session ends.
+// TestCapacityEvictsOnlySessionsWithoutCalls: when MaxSessions are live
+// and sessions cannot hibernate, a new session evicts the least recently
+// used session that has no call in flight, never one mid-call; when every
+// session has a call in flight, initialize is answered 503 capacity with
+// Retry-After and no session ends. (With hibernation on, the session
+// hibernates instead: session's TestHibernateToMakeRoom.)
 func TestCapacityEvictsOnlySessionsWithoutCalls(t *testing.T) {
 	ctx := testContext(t)
 	server := demo.NewServer()
 	g := addGated(server)
-	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxSessions: 2}}, nil)
+	st := newStack(t, server, &tidemark.Options{Sessions: session.Options{MaxSessions: 2, HibernateAfter: -1}}, nil)
 	older := st.initialize(t, ctx, "") // least recently used, mid-call throughout
 	oldCall := startGated(t, ctx, older, 5, "old", 1)
 	newer := st.initialize(t, ctx, "")
