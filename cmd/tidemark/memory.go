@@ -13,11 +13,12 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// baseMemory is the room memoryLimit leaves for everything but the events
-// of a process whose events are outside its heap (--data-dir, --redis):
-// the sessions' live state (--max-sessions of them), the requests in
-// progress, the embedded store's caches, the runtime (bytes).
-const baseMemory = 768 << 20
+// storeMemory is the room memoryLimit leaves, beside sessionMemory per
+// live session, for everything else of a process whose events are outside
+// its heap (--data-dir, --redis): the requests in progress, the embedded
+// store's caches, the runtime (bytes). With the default 10,000 sessions
+// the limit is 766 MiB.
+const storeMemory = 688 << 20
 
 // sessionMemory is what one live session holds beside its events (bytes):
 // an idle session of the go-sdk engine takes about 17 KiB of RSS at the
@@ -41,12 +42,15 @@ const runtimeMemory = 64 << 20
 // events are live; under the limit the collector runs before the heap
 // reaches twice them, its goal at the default GOGC), the in-flight bound,
 // sessionMemory per session, and runtimeMemory: 782 MiB at the defaults.
-// Otherwise it is baseMemory. It returns 0 for a memory store with no
-// budget, which no limit can bound.
+// Otherwise it is storeMemory and sessionMemory per session: a fixed limit
+// below what --max-sessions live sessions hold would keep the collector
+// running without pause once they are live (100,000 sessions under a
+// 768 MiB limit opened at 200 a second instead of 1,200). It returns 0 for
+// a memory store with no budget, which no limit can bound.
 func memoryLimit(budget, inflight int64, sessions int, eventsInHeap bool) int64 {
 	switch {
 	case !eventsInHeap:
-		return baseMemory
+		return storeMemory + int64(sessions)*sessionMemory
 	case budget < 0:
 		return 0
 	}

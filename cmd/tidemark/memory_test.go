@@ -233,7 +233,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 
 // TestMemoryLimit: the soft memory limit counts the retention budget, the
 // in-flight bound and each session once, plus the runtime's room; a store
-// outside the heap gets baseMemory, and a memory store without a budget no
+// outside the heap gets storeMemory and sessionMemory per session, and a memory store without a budget no
 // limit.
 func TestMemoryLimit(t *testing.T) {
 	const MiB = 1 << 20
@@ -248,7 +248,8 @@ func TestMemoryLimit(t *testing.T) {
 		{"no in-flight bound counts the default", 512 * MiB, -1, 10000, true, 512*MiB + 128*MiB + 10000*8192 + 64*MiB},
 		{"small", 1 * MiB, 8 * MiB, 1, true, 1*MiB + 8*MiB + 8192 + 64*MiB},
 		{"no budget", -1, 128 * MiB, 10000, true, 0},
-		{"events outside the heap", -1, 128 * MiB, 10000, false, 768 * MiB},
+		{"events outside the heap", -1, 128 * MiB, 10000, false, 688*MiB + 10000*8192},
+		{"events outside the heap, 200,000 sessions", -1, 128 * MiB, 200000, false, 688*MiB + 200000*8192},
 	} {
 		if got := memoryLimit(tc.budget, tc.inflight, tc.sessions, tc.inHeap); got != tc.want {
 			t.Errorf("%s: memoryLimit(%d, %d, %d, %v) = %d, want %d", tc.name, tc.budget, tc.inflight, tc.sessions, tc.inHeap, got, tc.want)

@@ -97,7 +97,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 		c.env = append(c.env, kv)
 		return nil
 	})
-	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 768 MiB)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "keep sessions and event logs in this directory so they survive restarts and kill -9 (path; empty: in memory, lost on exit; when set, a 1 GiB bound on the directory replaces --retention-budget, and the memory limit is 688 MiB plus 8 KiB per --max-sessions, 766 MiB at the defaults)")
 	fleetFlags(fs, &c.fleet)
 	secretFlags(fs, &c.secrets)
 	stateFlags(fs, &c.state)
