@@ -17,7 +17,10 @@
 //	    every event checked (lost events counted);
 //	(c) time to replay 10,000 events after Last-Event-ID;
 //	(d) RSS per idle session with 10,000 sessions, and how many standalone
-//	    SSE streams can be open at once (at most 10,000 tried);
+//	    SSE streams can be open at once (at most 10,000 tried); for the
+//	    rows whose server hibernates idle sessions, RSS and heap per
+//	    session of 100,000 idle sessions awake and hibernated, and the
+//	    latency of the request that wakes one, 16 wakers at a time;
 //	(e) reconnect storm: 5,000 sessions resume at once; time until all are
 //	    answered, and how many answers were not the exact expected replay;
 //	(f) a countdown of 5,000 steps while 0, 3,000 and 6,000 idle sessions
@@ -28,6 +31,8 @@
 //	    created per second, tasks/get per second, and a countdown run as a
 //	    task until it reads completed ÷ the same call without one.
 //
+// (d)'s hibernated sessions run against the rows whose server hibernates
+// (serverSpec.hibernates): `tidemark`, `durable` and `redis`.
 // (f) and (g) run against the `tidemark` row (and its --baseline) only, and
 // (g), which takes minutes and measures a peak rather than a rate, in the
 // last round only; (t) against the rows of the stores that keep tasks:
@@ -411,6 +416,31 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 		if err != nil {
 			r.notes = append(r.notes, "(d) "+err.Error())
 			progress("%-14s (d) %v", spec.name, err)
+		}
+	}
+	if wl["d"] && spec.hibernates && spec.skip["d"] == "" {
+		began := time.Now()
+		var dh resultDH
+		dh.sessions = cfg.hibernate.sessions
+		err := with("d-awake", func(s *server) error {
+			return runDAwake(ctx, s, cfg, &dh, progress)
+		}, hibernateArgs(cfg.hibernate, 0)...)
+		if err == nil {
+			err = with("d-hibernated", func(s *server) error {
+				return runDHibernated(ctx, s, cfg, &dh, progress)
+			}, hibernateArgs(cfg.hibernate, cfg.hibernate.after)...)
+		}
+		dh.took = time.Since(began)
+		if err != nil {
+			r.notes = append(r.notes, "(d) hibernated: "+err.Error())
+			progress("%-14s (d) hibernated: %v", spec.name, err)
+		} else {
+			r.dh, r.hasDH = dh, true
+			awake, _ := dh.perSession(dh.rssBase, dh.rssAwake)
+			hib, _ := dh.perSession(dh.rssBaseH, dh.rssHibernated)
+			heap, _ := dh.perSession(dh.heapBaseH, dh.heapHibernated)
+			progress("%-14s (d) %d sessions: awake %.2f KiB/session, hibernated %.2f KiB/session (heap %.2f KiB); wake p50 %s p99 %s (awake p50 %s p99 %s), wrong %d of %d, woken %d (%d at the same generation); %s in all",
+				spec.name, dh.sessions, awake/1024, hib/1024, heap/1024, ms(dh.p50), ms(dh.p99), ms(dh.awakeP50), ms(dh.awakeP99), dh.wrong, dh.wakes, dh.woken, dh.wokenSame, dh.took.Round(time.Second))
 		}
 	}
 	if reason := spec.skip["e"]; wl["e"] && reason != "" {

@@ -23,6 +23,8 @@ type row struct {
 	hasC    bool
 	d       resultD
 	hasD    bool
+	dh      resultDH // (d)'s hibernated sessions
+	hasDH   bool
 	e       resultE
 	hasE    bool
 	f       []resultF // (f), one per number of idle sessions
@@ -103,6 +105,7 @@ func (r *report) markdown() string {
 	r.tableB(&b)
 	r.tableC(&b)
 	r.tableD(&b)
+	r.tableDH(&b)
 	r.tableE(&b)
 	r.tableF(&b)
 	r.tableG(&b)
@@ -182,8 +185,8 @@ func (r *report) machine() []string {
 			}
 		}
 	}
-	out = append(out, fmt.Sprintf("Sizes: (a) %v sessions, %s measured per level after %s warm-up; (b) %d events on 1 stream (median of %d), %d streams × %d events; (c) %d events replayed (median of %d); (d) %d sessions, up to %d streams; (e) %d sessions; (t) %d clients, %s measured per window after %s warm-up",
-		r.cfg.aConc, r.cfg.aDur, r.cfg.aWarm, r.cfg.b1N, r.cfg.b1Runs, r.cfg.bStreams, r.cfg.bN, r.cfg.cN, r.cfg.cRuns, r.cfg.dSessions, r.cfg.dStreamCap, r.cfg.eSessions,
+	out = append(out, fmt.Sprintf("Sizes: (a) %v sessions, %s measured per level after %s warm-up; (b) %d events on 1 stream (median of %d), %d streams × %d events; (c) %d events replayed (median of %d); (d) %d sessions, up to %d streams, hibernated: %d sessions, %d wakers; (e) %d sessions; (t) %d clients, %s measured per window after %s warm-up",
+		r.cfg.aConc, r.cfg.aDur, r.cfg.aWarm, r.cfg.b1N, r.cfg.b1Runs, r.cfg.bStreams, r.cfg.bN, r.cfg.cN, r.cfg.cRuns, r.cfg.dSessions, r.cfg.dStreamCap, r.cfg.hibernate.sessions, r.cfg.hibernate.wakers, r.cfg.eSessions,
 		r.cfg.tConc, r.cfg.tDur, r.cfg.tWarm))
 	if r.rounds > 1 {
 		out = append(out, fmt.Sprintf("Rounds: %d; every server ran every workload once per round, the servers taking turns, and each figure below is the median of the rounds (failed calls, lost events and wrong storm answers: the worst round's; calls, and replays with their wrong ones: the sum; (g) runs in the last round only)", r.rounds))
@@ -474,6 +477,20 @@ func (r *report) goals(b *strings.Builder) {
 		knownE := tm.hasE && tm.e.na == ""
 		p("| (e) tidemark storm of %d: every answer correct, all within 2 s | %s, wrong %d, unanswered %d | %s |\n", r.cfg.eSessions, ms2(tm.e.all, knownE), tm.e.wrong, tm.e.unanswered,
 			verdict(knownE && tm.e.wrong == 0 && tm.e.unanswered == 0 && tm.e.all <= 2*time.Second, knownE && r.cfg.eSessions >= 5000))
+	}
+	for _, x := range r.rows {
+		g, ok := hibernationGoals[x.spec.name]
+		if !ok || !x.spec.hibernates {
+			continue
+		}
+		d := x.dh
+		hib, hok := d.perSession(d.rssBaseH, d.rssHibernated)
+		hok = hok && x.hasDH
+		full := r.cfg.hibernate.sessions >= 100000
+		p("| (d) %s ≤ %.0f KiB of RSS per hibernated session, %d sessions | %s | %s |\n", x.spec.name, g.rss/1024, r.cfg.hibernate.sessions, kib(hib, hok), verdictOf(hok && hib <= g.rss, hok && full))
+		wk := x.hasDH && d.wakes > 0
+		p("| (d) %s wake p99 ≤ %s, %d concurrent wakers, every wake correct | %s, wrong %d | %s |\n", x.spec.name, ms2(g.p99, true), r.cfg.hibernate.wakers, ms2(d.p99, wk), d.wrong,
+			verdictOf(wk && d.wrong == 0 && d.p99 <= g.p99, wk && full))
 	}
 	// The stores that outlive the process, and metrics, against the memory
 	// store without them.

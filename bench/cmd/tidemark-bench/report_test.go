@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // TestShellJoin: the command line in BENCHMARKS.md can be pasted into a
 // shell as it is.
@@ -9,5 +13,60 @@ func TestShellJoin(t *testing.T) {
 	want := `--tidemark-variant 'durable=--data-dir {tmpdir}' --baseline c6c99e5 'it'\''s' ''`
 	if got != want {
 		t.Fatalf("shellJoin = %s, want %s", got, want)
+	}
+}
+
+// TestTableDH: (d)'s hibernated part reports each row's memory per
+// session awake and hibernated (RSS and heap), its wake latencies and
+// wrong wakes, against its goals, in the table and in the Goals section.
+func TestTableDH(t *testing.T) {
+	cfg := fullConfig()
+	const n = 100000
+	mk := func(name string, hibRSS int64, p99 time.Duration, wrong int, example string) *row {
+		return &row{spec: serverSpec{name: name, hibernates: true}, hasDH: true, dh: resultDH{
+			sessions: n,
+			rssBase:  50 << 20, rssAwake: 50<<20 + n*19<<10, heapBase: 10 << 20, heapAwake: 10<<20 + n*9<<10, openedAwake: 80 * time.Second,
+			rssBaseH: 60 << 20, rssHibernated: 60<<20 + n*hibRSS, heapBaseH: 10 << 20, heapHibernated: 10<<20 + n*512, opened: 95 * time.Second,
+			hibernated: 7500 * time.Millisecond, settled: 12 * time.Second, settleNote: "settled",
+			wakes: 5000, wrong: wrong, example: example, woken: 5000, wokenSame: 5000 - int64(wrong),
+			p50: 1200 * time.Microsecond, p99: p99, awakeP50: 800 * time.Microsecond, awakeP99: 3 * time.Millisecond, took: 230 * time.Second,
+		}}
+	}
+	r := &report{cfg: cfg, rows: []*row{
+		mk("tidemark", 1536, 4500*time.Microsecond, 0, ""),
+		mk("durable", 1536, 20*time.Millisecond, 1, "session 7: <nil> status 404: gone"),
+		{spec: serverSpec{name: "redis", hibernates: true}, failure: "redis-server died"},
+		{spec: serverSpec{name: "gosdk"}},
+	}}
+	var b strings.Builder
+	r.tableDH(&b)
+	got := b.String()
+	for _, want := range []string{
+		"| tidemark | 19.00 KiB | 1.50 KiB | 9.00 / 0.50 KiB | 1905 / 206 MiB | 80.0 / 95.0 s | 7.5 s | settled after 12 s | 1.20ms | 4.50ms | 0.80ms / 3.00ms | 0 of 5000 | 5000 / 5000 | 230 s | ≤ 2 KiB: met | ≤ 5.00ms: met |\n",
+		"| durable | 19.00 KiB | 1.50 KiB | 9.00 / 0.50 KiB | 1905 / 206 MiB | 80.0 / 95.0 s | 7.5 s | settled after 12 s | 1.20ms | 20.00ms | 0.80ms / 3.00ms | 1 of 5000 (session 7: <nil> status 404: gone) | 4999 / 5000 | 230 s | ≤ 1 KiB: **not met** | ≤ 15.00ms: **not met** |\n",
+		"| redis | – | – | – | – | – | – | – | – | – | – | – | – | – | – | redis-server died |\n",
+		"100000 sessions (initialize + notifications/initialized, 32 at a time",
+		"`--hibernate-after 5s --session-idle-ttl 2h --max-sessions 200000 --metrics-addr {metrics-addr}`",
+		"Wake: 5000 sessions spread evenly over them, 16 at a time",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q; it is:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "| gosdk |") {
+		t.Errorf("the table has a row of a server that does not hibernate:\n%s", got)
+	}
+	b.Reset()
+	r.goals(&b)
+	for _, want := range []string{
+		"| (d) tidemark ≤ 2 KiB of RSS per hibernated session, 100000 sessions | 1.50 KiB | met |\n",
+		"| (d) tidemark wake p99 ≤ 5.00ms, 16 concurrent wakers, every wake correct | 4.50ms, wrong 0 | met |\n",
+		"| (d) durable ≤ 1 KiB of RSS per hibernated session, 100000 sessions | 1.50 KiB | **not met** |\n",
+		"| (d) durable wake p99 ≤ 15.00ms, 16 concurrent wakers, every wake correct | 20.00ms, wrong 1 | **not met** |\n",
+		"| (d) redis ≤ 1 KiB of RSS per hibernated session, 100000 sessions | – | not measured |\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the Goals lack %q; they are:\n%s", want, b.String())
+		}
 	}
 }

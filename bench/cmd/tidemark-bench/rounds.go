@@ -59,7 +59,7 @@ func mergeRounds(rounds []*row) *row {
 		out.a = append(out.a, mergeA(as))
 	}
 
-	var withB, withC, withD, withE, withT []*row
+	var withB, withC, withD, withDH, withE, withT []*row
 	for _, r := range rounds {
 		if r.hasB {
 			withB = append(withB, r)
@@ -69,6 +69,9 @@ func mergeRounds(rounds []*row) *row {
 		}
 		if r.hasD {
 			withD = append(withD, r)
+		}
+		if r.hasDH {
+			withDH = append(withDH, r)
 		}
 		if r.hasE {
 			withE = append(withE, r)
@@ -106,6 +109,10 @@ func mergeRounds(rounds []*row) *row {
 		out.d.perSession = median(withD, func(r *row) float64 { return r.d.perSession })
 		out.d.perStream = median(withD, func(r *row) float64 { return r.d.perStream })
 		out.d.rssAll = int64(median(withD, func(r *row) float64 { return float64(r.d.rssAll) }))
+	}
+	if len(withDH) > 0 {
+		out.hasDH = true
+		out.dh = mergeDH(withDH)
 	}
 	if len(withE) > 0 {
 		out.hasE = true
@@ -204,4 +211,33 @@ func mergeF(rounds []*row) []resultF {
 		slices.SortFunc(pts, func(a, b resultF) int { return cmp.Compare(a.countdown, b.countdown) })
 		out = append(out, pts[len(pts)/2])
 	}
+}
+
+// mergeDH merges (d)'s hibernated part of several rounds: each reading,
+// time and latency is the median of the rounds; wrong wakes are the worst
+// round's.
+func mergeDH(rows []*row) resultDH {
+	m := rows[0].dh
+	for _, r := range rows {
+		if r.dh.wrong > m.wrong {
+			m.wrong, m.wakes, m.example = r.dh.wrong, r.dh.wakes, r.dh.example
+		}
+	}
+	for _, f := range []func(*resultDH) *int64{
+		func(d *resultDH) *int64 { return &d.rssBase }, func(d *resultDH) *int64 { return &d.rssAwake },
+		func(d *resultDH) *int64 { return &d.heapBase }, func(d *resultDH) *int64 { return &d.heapAwake },
+		func(d *resultDH) *int64 { return &d.rssBaseH }, func(d *resultDH) *int64 { return &d.rssHibernated },
+		func(d *resultDH) *int64 { return &d.heapBaseH }, func(d *resultDH) *int64 { return &d.heapHibernated },
+	} {
+		*f(&m) = int64(median(rows, func(r *row) float64 { return float64(*f(&r.dh)) }))
+	}
+	for _, f := range []func(*resultDH) *time.Duration{
+		func(d *resultDH) *time.Duration { return &d.openedAwake }, func(d *resultDH) *time.Duration { return &d.opened },
+		func(d *resultDH) *time.Duration { return &d.hibernated }, func(d *resultDH) *time.Duration { return &d.settled },
+		func(d *resultDH) *time.Duration { return &d.p50 }, func(d *resultDH) *time.Duration { return &d.p99 },
+		func(d *resultDH) *time.Duration { return &d.took },
+	} {
+		*f(&m) = medianDuration(rows, func(r *row) time.Duration { return *f(&r.dh) })
+	}
+	return m
 }

@@ -68,3 +68,17 @@ func TestRemaining(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeDH: (d)'s hibernated figures are medians over the rounds, its
+// wrong wakes the worst round's.
+func TestMergeDH(t *testing.T) {
+	mk := func(rss int64, p99 time.Duration, wrong int) *row {
+		return &row{spec: serverSpec{name: "durable"}, hasDH: true,
+			dh: resultDH{sessions: 100, rssBaseH: 10, rssHibernated: rss, p99: p99, wakes: 50, wrong: wrong, example: "round with " + strings.Repeat("x", wrong)}}
+	}
+	m := mergeRounds([]*row{mk(300, 3*time.Millisecond, 0), mk(100, 9*time.Millisecond, 2), mk(200, 6*time.Millisecond, 1), {spec: serverSpec{name: "durable"}}})
+	if !m.hasDH || m.dh.rssHibernated != 200 || m.dh.p99 != 6*time.Millisecond || m.dh.wrong != 2 || m.dh.example != "round with xx" || m.dh.rssBaseH != 10 {
+		t.Errorf("merged to has %v, RSS %d (base %d), p99 %v, wrong %d %q; want true, 200 (10), 6ms, 2 \"round with xx\"",
+			m.hasDH, m.dh.rssHibernated, m.dh.rssBaseH, m.dh.p99, m.dh.wrong, m.dh.example)
+	}
+}

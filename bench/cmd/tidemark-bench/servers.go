@@ -61,6 +61,9 @@ type serverSpec struct {
 	// tasks is set for the `tidemark serve` rows of the stores that keep
 	// tasks (memory, --data-dir, one Redis): they run workload (t).
 	tasks bool
+	// hibernates is set for the rows whose server hibernates idle
+	// sessions (--hibernate-after): they run (d)'s hibernated part.
+	hibernates bool
 	// issuer, when set, is the loopback authorization server whose URL
 	// replaces issuerPlaceholder in argv; the load generator sends its
 	// token on every request to this server.
@@ -116,7 +119,7 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments, issuer *au
 	}
 	peer := func(kind string) func(int) []string { return peerFrom(tc.bin, kind) }
 	out := []serverSpec{
-		{name: "tidemark", role: roleTidemark, argv: tidemarkServe(), tasks: true,
+		{name: "tidemark", role: roleTidemark, argv: tidemarkServe(), tasks: true, hibernates: true,
 			label: "Tidemark: `tidemark serve` (go-sdk mcp.Server engine, memory store)"},
 		{name: "tidemark-min", role: roleTidemark, argv: peer("tidemark-min"),
 			label: "Tidemark transport + memory store + minimal SDK-free engine (bench/peers/minengine)"},
@@ -132,20 +135,21 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments, issuer *au
 		variant
 		redis, versus, means, what string
 		tasks                      bool // runs workload (t)
+		hibernates                 bool // runs (d)'s hibernated part
 	}
 	rows := []builtin{
 		{variant{"durable", []string{"--data-dir", tmpdirPlaceholder}}, "", "tidemark", "durable ÷ memory",
-			"the durable store (Pebble), a new empty directory per process", true},
+			"the durable store (Pebble), a new empty directory per process", true, true},
 		{variant{"redis", []string{"--redis", redisPlaceholder(redisOne)}}, redisOne, "tidemark", "Redis ÷ memory",
-			"one Redis", true},
+			"one Redis", true, true},
 		{variant{"sentinel", []string{"--redis", redisPlaceholder(redisSentinel)}}, redisSentinel, "redis", "Sentinel ÷ one Redis",
-			"Redis Sentinel: a primary, one replica, three sentinels; every write waits for the replica (`--redis-replicas` 0)", false},
+			"Redis Sentinel: a primary, one replica, three sentinels; every write waits for the replica (`--redis-replicas` 0)", false, false},
 		{variant{"cluster", []string{"--redis", redisPlaceholder(redisCluster)}}, redisCluster, "redis", "Cluster ÷ one Redis",
-			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)", false},
+			"Redis Cluster: three primaries, one replica each; every write waits for its primary's replica (`--redis-replicas` 0)", false, false},
 		{variant{"metrics", []string{"--metrics-addr", metricsPlaceholder}}, "", "tidemark", "metrics on ÷ off",
-			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)", false},
+			"memory store with Prometheus metrics on (`--metrics-addr`, scraped once after each workload)", false, false},
 		{variant{"auth", []string{"--auth-issuer", issuerPlaceholder, "--auth-audience", benchAudience, "--auth-tool-scope", "countdown=" + benchScope}}, "", "tidemark", "auth on ÷ off",
-			"memory store as an OAuth 2.1 resource server: every request carries an ES256 JWT of a loopback issuer, verified (signature, issuer, audience, expiry) and checked for countdown's scope", false},
+			"memory store as an OAuth 2.1 resource server: every request carries an ES256 JWT of a loopback issuer, verified (signature, issuer, audience, expiry) and checked for countdown's scope", false, false},
 	}
 	for _, v := range variants {
 		kind := ""
@@ -162,7 +166,7 @@ func specs(tc toolchain, variants []variant, fleet *redisDeployments, issuer *au
 			iss = issuer
 		}
 		out = append(out, serverSpec{name: v.name, role: roleVariant, argv: tidemarkServe(v.args...), redis: v.redis, fleet: fleet,
-			versus: v.versus, versusMeans: v.means, tasks: v.tasks, issuer: iss,
+			versus: v.versus, versusMeans: v.means, tasks: v.tasks, hibernates: v.hibernates, issuer: iss,
 			label: "Tidemark: `tidemark serve " + strings.Join(v.args, " ") + "`: " + v.what})
 		if tc.baselineBin != "" {
 			out = append(out, serverSpec{name: v.name + baselineSuffix, role: roleBaseline, argv: tidemarkServeFrom(tc.baselineBin, v.args...),

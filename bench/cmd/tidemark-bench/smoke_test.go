@@ -63,7 +63,7 @@ func prebuilt(t *testing.T) string {
 // not speed: speed is what the report is for.
 func TestQuickRun(t *testing.T) {
 	bin := prebuilt(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "tidemark,ceiling", workloads: "a,b,c,d,e",
@@ -105,9 +105,20 @@ func TestQuickRun(t *testing.T) {
 		if !r.hasE || r.e.na != "" || r.e.wrong != 0 || r.e.unanswered != 0 || r.e.all <= 0 {
 			t.Errorf("%s (e): na %q wrong %d unanswered %d (%s) all %v", name, r.e.na, r.e.wrong, r.e.unanswered, r.e.example, r.e.all)
 		}
+		// (d)'s hibernated part: every session hibernated (the wait would
+		// have failed otherwise), and every one woke at its first request
+		// with the countdown's result, at the same generation.
+		dh, n := r.dh, int64(cfg.hibernate.sessions)
+		if got := r.spec.hibernates; got != (name == "tidemark") || r.hasDH != got {
+			t.Errorf("%s: hibernates %v, (d) hibernated measured %v; want both for tidemark only", name, got, r.hasDH)
+		} else if got && (dh.sessions != cfg.hibernate.sessions || dh.wakes != cfg.hibernate.sessions || dh.wrong != 0 || dh.woken != n || dh.wokenSame != n ||
+			dh.rssAwake <= dh.rssBase || dh.rssHibernated <= 0 || dh.p50 <= 0 || dh.p99 < dh.p50) {
+			t.Errorf("%s (d) hibernated: %d sessions, %d woken of %d (%d wrong: %s), %d woken by the server's count (%d at the same generation), RSS %d → %d awake, %d hibernated, p50 %v p99 %v",
+				name, dh.sessions, dh.wakes-dh.wrong, dh.wakes, dh.wrong, dh.example, dh.woken, dh.wokenSame, dh.rssBase, dh.rssAwake, dh.rssHibernated, dh.p50, dh.p99)
+		}
 	}
 	md := stdout.String()
-	for _, want := range []string{"## (a) tools/call round trips", "## (e) reconnect storm", "### tidemark ÷ …", "## Goals"} {
+	for _, want := range []string{"## (a) tools/call round trips", "## (e) reconnect storm", "### Hibernated sessions", "### tidemark ÷ …", "## Goals"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

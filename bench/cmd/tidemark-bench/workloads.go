@@ -32,6 +32,8 @@ type config struct {
 	dSessions  int // (d) idle sessions
 	dStreamCap int // (d) most SSE streams attempted
 
+	hibernate hibernateConfig // (d) hibernated sessions
+
 	eSessions int // (e) sessions resuming at once
 
 	tConc int           // (t) concurrent clients
@@ -52,7 +54,7 @@ func fullConfig() config {
 		aConc: []int{1, 16, 256}, aWarm: 500 * time.Millisecond, aDur: 10 * time.Second,
 		b1N: 20000, b1Runs: 5, bStreams: 256, bN: 2000,
 		cN: 10000, cRuns: 5,
-		dSessions: 10000, dStreamCap: 10000,
+		dSessions: 10000, dStreamCap: 10000, hibernate: fullHibernate(),
 		eSessions: 5000,
 		tConc:     16, tWarm: 500 * time.Millisecond, tDur: 10 * time.Second,
 		parallel: 32, idle: 3 * time.Second,
@@ -66,7 +68,7 @@ func quickConfig() config {
 		aConc: []int{1, 16, 256}, aWarm: 150 * time.Millisecond, aDur: 700 * time.Millisecond,
 		b1N: 2000, b1Runs: 1, bStreams: 256, bN: 50,
 		cN: 2000, cRuns: 1,
-		dSessions: 300, dStreamCap: 300,
+		dSessions: 300, dStreamCap: 300, hibernate: quickHibernate(),
 		eSessions: 200,
 		tConc:     16, tWarm: 150 * time.Millisecond, tDur: 700 * time.Millisecond,
 		parallel: 32, idle: time.Second,
