@@ -493,7 +493,7 @@ func (r *report) tableDH(b *strings.Builder) {
 	hc := r.cfg.hibernate
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("### Hibernated sessions\n\n")
-	p("The rows whose server hibernates idle sessions. Each opens %d sessions (initialize + notifications/initialized, %d at a time, after a warm-up session and a 0.5 s pause: the baseline) in two new processes: awake, started with `%s`, hibernation off; hibernated, started with `%s`, its sessions hibernating while later ones open (DESIGN.md, \"Hibernation\"). ",
+	p("The rows whose server hibernates idle sessions. Each opens %d sessions (initialize + notifications/initialized, %d at a time, after a warm-up session and a 0.5 s pause: the baseline) in two new processes: awake, started with `%s`, hibernation off; hibernated, started with `%s`, its sessions hibernating while later ones open. ",
 		hc.sessions, r.cfg.parallel, strings.Join(hibernateArgs(hc, 0), " "), strings.Join(hibernateArgs(hc, hc.after), " "))
 	p("Awake = (VmRSS 1 s after the last session opened − baseline) / sessions. Hibernated: once `%s` counts every session (the warm-up one too), VmRSS is read each second until it fell by less than 1 MiB over 5 s, at most %s; hibernated = (that VmRSS − baseline) / sessions, what an operator sees (the Go runtime returns freed pages to the OS lazily). ", metricHibernated, hc.settle)
 	p("Heap = the same differences of `%s` (live and not yet collected objects). ", metricHeapInuse)
