@@ -27,9 +27,10 @@ type bound struct {
 
 	mu sync.Mutex
 	// q holds the sessions that retain two events or more, by the time of
-	// their oldest: the sessions whose oldest events may go. A session down
-	// to its newest event is not in it (that event is never trimmed).
-	q agequeue.Queue[*sess]
+	// their oldest: the sessions whose oldest events may go, parked ones
+	// included (by token). A session down to its newest event is not in it
+	// (that event is never trimmed).
+	q agequeue.Queue[string]
 
 	// stuck is set while the newest events alone keep the store above
 	// the bound (reported once, as a WARN), so that Append reports the
@@ -56,7 +57,7 @@ type trimCount struct {
 func (s *Store) requeue(ss *sess) {
 	ss.Lock()
 	b := ss.BoundsLocked()
-	ended := ss.Ended != nil
+	ended := ss.Ended != nil && !isParked(ss.Ended)
 	ss.Unlock()
 	s.bound.mu.Lock()
 	if b.Events >= 2 && !ended {
@@ -96,7 +97,7 @@ func (s *Store) enforceBound(ctx context.Context) {
 		}
 		need := s.total.Load() - target
 		var c trimCount
-		err := s.write("trim", it.Value.token, func(ss *sess) error {
+		err := s.write("trim", it.Value, func(ss *sess) error {
 			var err error
 			c, err = s.trimOldest(ss, need, next, hasNext)
 			return err
@@ -109,7 +110,7 @@ func (s *Store) enforceBound(ctx context.Context) {
 		}
 		if err != nil {
 			s.logger.Warn("trimming for the data directory bound failed; the next append tries again",
-				"session", store.Prefix(it.Value.token), "reason", replay.ReasonMaxBytes, "error", err)
+				"session", store.Prefix(it.Value), "reason", replay.ReasonMaxBytes, "error", err)
 			break
 		}
 		s.bound.trimmed.add(c)

@@ -19,8 +19,9 @@
 //
 // # Durability and group commit
 //
-// Every write (Append, Create, Claim, Renew, SaveState, Touch, Trim, End) is
-// one atomic Pebble batch handed to a single committer goroutine, which
+// Every write (Append, Create, Claim, Renew, SaveState, Hibernate, Touch,
+// Trim, End) is one atomic Pebble batch handed to a single committer
+// goroutine, which
 // commits the batches waiting for it together with one fsync (group commit
 // across all sessions and streams). Append is pipelined: it assigns the
 // sequences, queues the events and returns, so a producer never waits for
@@ -45,6 +46,16 @@
 // the commit of the write, so a write carrying a stale generation stores
 // nothing (store.ErrFenced), and no write of an older generation can land
 // after a Claim.
+//
+// # Hibernated sessions
+//
+// A session whose record has no owner (hibernated, store.Sessions.Hibernate)
+// is parked: its record and log meta live in Pebble only, and the Store
+// keeps an index entry of it (its token, when it was last used, and its
+// place in the bound's queue: about a hundred bytes), so that a process
+// holds any number of hibernated sessions at the cost of their disk
+// space. The first call that names it reads it back; a write that leaves
+// it with no owner parks it again (park.go).
 //
 // # Restart
 //
@@ -223,9 +234,13 @@ type Store struct {
 	closed  bool
 	closing chan struct{} // closed by Close: wakes Waits
 
-	mu       sync.Mutex
-	sessions map[string]*sess // every live record, loaded at Open
-	owners   map[string]bool  // owners that wrote to this Store since Open
+	mu sync.Mutex
+	// sessions are the records held in memory: every session that is not
+	// parked. parked are the others, hibernated (no owner) and in Pebble
+	// only (park.go); a token is in one of the two while its record lives.
+	sessions map[string]*sess
+	parked   map[string]*parkedSess
+	owners   map[string]bool // owners that wrote to this Store since Open
 
 	total atomic.Int64 // retained event bytes across sessions
 	// publishing is held by publish for a whole group, so that Sync, once
@@ -270,7 +285,7 @@ type sess struct {
 	// (Append's bounds report it before the committer does).
 	nextOldest time.Time
 	pend       pending.Count
-	age        *agequeue.Item[*sess] // in Store.bound.q while it holds 2 events or more
+	age        *agequeue.Item[string] // the token, in Store.bound.q while it holds 2 events or more
 	// wmu serializes the writes of the session, held from the fencing check
 	// to the end of the commit.
 	wmu sync.Mutex
@@ -280,7 +295,7 @@ type sess struct {
 // floor.
 func newSess(rec store.Record, floor uint64) *sess {
 	ss := &sess{Image: image.Image{Rec: rec, Floor: floor}, token: rec.Token}
-	ss.age = agequeue.NewItem(ss)
+	ss.age = agequeue.NewItem(rec.Token)
 	return ss
 }
 

@@ -69,3 +69,13 @@ func (s *Store) TaskValue(id string) ([]byte, error) {
 	defer closer.Close()
 	return append([]byte(nil), v...), nil
 }
+
+// Parked reports whether token's session is parked: hibernated, with only
+// an index entry in memory, and whether it is in the map of sessions held
+// in memory.
+func (s *Store) Parked(token string) (parked, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, held = s.sessions[token]
+	return s.parked[token] != nil, held
+}

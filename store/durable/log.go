@@ -129,6 +129,8 @@ func (s *Store) Sync(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
+	// A parked session has nothing in flight: draining the sess it was
+	// returns at once, and its Ended (errParked) means stored.
 	if err := ss.pend.Drain(ctx); err != nil {
 		return err
 	}
@@ -142,7 +144,7 @@ func (s *Store) Sync(ctx context.Context, token string) error {
 	}
 	ss.Lock()
 	defer ss.Unlock()
-	if ss.Ended != nil {
+	if ss.Ended != nil && !isParked(ss.Ended) {
 		return ss.Ended
 	}
 	return ss.Lost
@@ -160,6 +162,14 @@ func (s *Store) Read(ctx context.Context, token string, after uint64, max int) (
 	}
 	for attempt := 0; ; attempt++ {
 		ss.Lock()
+		if isParked(ss.Ended) {
+			ss.Unlock()
+			if ss, err = s.lookup(token); err != nil {
+				return nil, store.Bounds{}, err
+			}
+			attempt--
+			continue
+		}
 		if ss.Ended != nil {
 			ss.Unlock()
 			return nil, store.Bounds{}, ss.Ended
@@ -252,12 +262,20 @@ func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
 	if err := s.shared("wait"); err != nil {
 		return err
 	}
-	ss, err := s.lookup(token)
-	s.rw.RUnlock()
-	if err != nil {
-		return err
+	for {
+		ss, err := s.lookup(token)
+		s.rw.RUnlock()
+		if err != nil {
+			return err
+		}
+		err = ss.Wait(ctx, after, s.closing, func() error { return s.unavailable("wait") })
+		if !isParked(err) {
+			return err
+		}
+		if err := s.shared("wait"); err != nil {
+			return err
+		}
 	}
-	return ss.Wait(ctx, after, s.closing, func() error { return s.unavailable("wait") })
 }
 
 // Trim implements store.Log. The floor rises in memory before the events
@@ -369,6 +387,20 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 	// that Claim and End, which wait for none to be pending, never share
 	// its group (whose meta would overwrite theirs).
 	ss.pend.Reserve(context.Background(), 1, 0, s.pendLimits)
+	ss.Lock()
+	hibernated := ss.Rec.Owner == ""
+	ss.Unlock()
+	if hibernated {
+		// Nobody appends to a hibernated session: the trim is waited
+		// for, so that the session is parked again once it returns
+		// (park.go) instead of staying in memory.
+		err := s.commitReq(commitReq{b: b, meta: ss})
+		ss.pend.Release(1, 0)
+		if err != nil {
+			return store.Bounds{}, fmt.Errorf("durable store: trim session %s to %d: %w", store.Prefix(token), n.floor, err)
+		}
+		return out, nil
+	}
 	if err := s.enqueue(commitReq{b: b, meta: ss}); err != nil {
 		ss.pend.Release(1, 0)
 		return store.Bounds{}, fmt.Errorf("durable store: trim session %s to %d: %w", store.Prefix(token), n.floor, err)
@@ -382,11 +414,15 @@ func (s *Store) Bounds(ctx context.Context, token string) (store.Bounds, error) 
 		return store.Bounds{}, err
 	}
 	defer s.rw.RUnlock()
-	ss, err := s.lookup(token)
-	if err != nil {
-		return store.Bounds{}, err
+	for {
+		ss, err := s.lookup(token)
+		if err != nil {
+			return store.Bounds{}, err
+		}
+		if b, err := ss.Bounds(); !isParked(err) {
+			return b, err
+		}
 	}
-	return ss.Bounds()
 }
 
 // pointReads is the most events readRange reads by point lookups (Get)

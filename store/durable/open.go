@@ -134,6 +134,7 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 		dir: dir, opts: opts, logger: logger, db: db, lock: lock, fsCloser: fsCloser,
 		closing:    make(chan struct{}),
 		sessions:   make(map[string]*sess),
+		parked:     make(map[string]*parkedSess),
 		owners:     make(map[string]bool),
 		sweepStop:  make(chan struct{}),
 		sweepDone:  make(chan struct{}),
@@ -146,7 +147,7 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 	}
 	s.c = newCommitter(s)
 	go s.sweeper()
-	logger.Info("durable store opened", "sessions", len(s.sessions), "retained_bytes", s.total.Load(), "fresh", fresh)
+	logger.Info("durable store opened", "sessions", len(s.sessions)+len(s.parked), "parked", len(s.parked), "retained_bytes", s.total.Load(), "fresh", fresh)
 	return s, nil
 }
 
@@ -246,7 +247,8 @@ func openErr(dir, step string, err error) error {
 	}
 }
 
-// load reads every record and log meta into memory.
+// load reads every record and log meta, and keeps in memory those of the
+// sessions that are not hibernated (park.go).
 func (s *Store) load() error {
 	recs, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
 	if err != nil {
@@ -305,6 +307,7 @@ func (s *Store) load() error {
 				return fmt.Errorf("session %s: event %d: %w", store.Prefix(token), m.hwm, errShortEvent)
 			}
 		}
+		s.parkAtOpen(token, ss)
 	}
 	s.total.Store(total)
 	return nil

@@ -45,18 +45,26 @@ func (s *Store) Sweep(ctx context.Context) error {
 	now := s.opts.Now()
 	if s.opts.IdleTTL > 0 {
 		cutoff := now.Add(-s.opts.IdleTTL)
-		var idle []*sess
+		var idle []string
 		s.mu.Lock()
 		for _, ss := range s.sessions {
 			ss.Lock()
 			if !s.owners[ss.Rec.Owner] && ss.Rec.LastSeen.Before(cutoff) {
-				idle = append(idle, ss)
+				idle = append(idle, ss.token)
 			}
 			ss.Unlock()
 		}
+		// A parked session has no owner; its index entry has its LastSeen.
+		if !s.owners[""] {
+			for token, p := range s.parked {
+				if p.lastSeen < unixNano(cutoff) {
+					idle = append(idle, token)
+				}
+			}
+		}
 		s.mu.Unlock()
-		for _, ss := range idle {
-			err := s.write("end", ss.token, func(ss *sess) error {
+		for _, token := range idle {
+			err := s.write("end", token, func(ss *sess) error {
 				// Checked again under the write lock: a Claim may have won.
 				if s.isOwner(ss.Rec.Owner) || !ss.Rec.LastSeen.Before(cutoff) {
 					return nil
@@ -69,7 +77,7 @@ func (s *Store) Sweep(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			s.logger.Info("session ended", "session", store.Prefix(ss.token), "reason", string(store.EndIdle),
+			s.logger.Info("session ended", "session", store.Prefix(token), "reason", string(store.EndIdle),
 				"detail", "inherited from a previous process and idle")
 		}
 	}
@@ -153,7 +161,7 @@ type Usage struct {
 // Usage returns the space the Store uses now.
 func (s *Store) Usage() Usage {
 	s.mu.Lock()
-	n := len(s.sessions)
+	n := len(s.sessions) + len(s.parked)
 	s.mu.Unlock()
 	u := Usage{RetainedBytes: s.total.Load(), Sessions: n, DirBytes: DirSize(s.dir)}
 	tables, _ := filepath.Glob(filepath.Join(s.dir, "*.sst"))

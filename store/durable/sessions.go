@@ -13,24 +13,28 @@ import (
 	"github.com/tidemark-mcp/tidemark/store/internal/image"
 )
 
-// lookup returns the live session of token, or the error Get reports for
-// it: *store.EndedError for a tombstone in force, store.ErrNotFound
-// otherwise. The caller holds s.rw shared.
+// lookup returns the session of token, loading it from Pebble when it is
+// parked (park.go), or the error Get reports for it: *store.EndedError
+// for a tombstone in force, store.ErrNotFound otherwise. The caller holds
+// s.rw shared. A sess it returns may be parked meanwhile: its calls then
+// meet errParked (isParked) and look it up again.
 func (s *Store) lookup(token string) (*sess, error) {
-	s.mu.Lock()
-	ss, ok := s.sessions[token]
-	s.mu.Unlock()
-	if ok {
-		return ss, nil
+	for {
+		s.mu.Lock()
+		ss, ok := s.sessions[token]
+		p := s.parked[token]
+		s.mu.Unlock()
+		switch {
+		case ok:
+			return ss, nil
+		case p == nil:
+			return nil, s.errNotFound(token)
+		}
+		ss, err := s.unpark(token, p)
+		if err != nil || ss != nil {
+			return ss, err
+		}
 	}
-	t, found, err := s.tomb(token)
-	if err != nil {
-		return nil, err
-	}
-	if found && s.opts.Now().Before(t.Until) {
-		return nil, &store.EndedError{Token: token, Reason: t.Reason, UserID: t.UserID}
-	}
-	return nil, fmt.Errorf("durable store: session %s: %w", store.Prefix(token), store.ErrNotFound)
 }
 
 // tomb reads token's tombstone, expired or not.
@@ -61,7 +65,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		return fmt.Errorf("durable store: create: session token of %d bytes, want 1 to %d", len(rec.Token), maxTokenLen)
 	}
 	s.mu.Lock()
-	if _, ok := s.sessions[rec.Token]; ok {
+	if _, ok := s.sessions[rec.Token]; ok || s.parked[rec.Token] != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("durable store: create %s: %w", store.Prefix(rec.Token), store.ErrExists)
 	}
@@ -110,33 +114,47 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 		return store.Record{}, err
 	}
 	defer s.rw.RUnlock()
-	ss, err := s.lookup(token)
-	if err != nil {
-		return store.Record{}, err
+	for {
+		ss, err := s.lookup(token)
+		if err != nil {
+			return store.Record{}, err
+		}
+		if rec, err := ss.Record(); !isParked(err) {
+			return rec, err
+		}
 	}
-	return ss.Record()
 }
 
 // write runs f for token's session under its write lock, after checking
-// that it has not ended; f returns the error of the call.
+// that it has not ended; f returns the error of the call. A session left
+// with no owner and nothing in flight is parked afterwards (park.go).
 func (s *Store) write(op, token string, f func(ss *sess) error) error {
 	if err := s.shared(op); err != nil {
 		return err
 	}
 	defer s.rw.RUnlock()
-	ss, err := s.lookup(token)
-	if err != nil {
+	for {
+		ss, err := s.lookup(token)
+		if err != nil {
+			return err
+		}
+		ss.wmu.Lock()
+		ss.Lock()
+		ended := ss.Ended
+		ss.Unlock()
+		if isParked(ended) {
+			ss.wmu.Unlock()
+			continue
+		}
+		if ended != nil {
+			ss.wmu.Unlock()
+			return ended
+		}
+		err = f(ss)
+		s.park(token, ss)
+		ss.wmu.Unlock()
 		return err
 	}
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
-	ss.Lock()
-	ended := ss.Ended
-	ss.Unlock()
-	if ended != nil {
-		return ended
-	}
-	return f(ss)
 }
 
 // fenced is write with the generation check of op: gen must be the
