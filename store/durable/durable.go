@@ -31,7 +31,10 @@
 // Wait never pass it, so no connection can send an event, and no client
 // can hold a cursor, above the durable high-water mark. The other writes
 // return once their fsync is done; Claim and End first wait for the
-// session's queued events. A session may have at most
+// session's queued events. Wake alone returns once its batch is in
+// Pebble's write-ahead log, before an fsync: the next synced write makes
+// it durable, and until then a crash leaves the session hibernated as the
+// wake found it (Store.Wake has the argument). A session may have at most
 // Options.MaxPendingEvents and MaxPendingBytes queued; an Append beyond
 // them waits (back-pressure). A group that cannot be stored (the file
 // system low on space) loses the generations of the sessions whose events

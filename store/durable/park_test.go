@@ -11,7 +11,8 @@ import (
 
 // TestHibernatedParked: a hibernated session's record leaves memory
 // (only an index entry stays) and is read back from Pebble exactly, by
-// Get, Bounds, Read and Wake, in the same process and after a reopen.
+// Get, Bounds, Read and Wake, in the same process and after a reopen;
+// the wake is taken without a group commit of its own.
 func TestHibernatedParked(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, durable.Options{Logger: quiet()})
@@ -73,10 +74,14 @@ func TestHibernatedParked(t *testing.T) {
 		t.Fatalf("after reopen: parked %v, in memory %v; want true, false", parked, held)
 	}
 	check("reopened")
+	groups := s.Groups()
 	lease := t0.Add(time.Minute)
 	r, err := s.Wake(ctx, "tok-h", "boot-2", 1, lease)
 	if err != nil || r.Generation != 1 || r.Owner != "boot-2" || !r.LeaseUntil.Equal(lease) || string(r.State) != `{"v":7}` {
 		t.Fatalf("Wake after reopen = %+v, %v; want gen 1, owner boot-2, state kept", r, err)
+	}
+	if n := s.Groups() - groups; n != 0 {
+		t.Fatalf("Wake took %d group commits, want 0 (no fsync of its own)", n)
 	}
 	if parked, held := s.Parked("tok-h"); parked || !held {
 		t.Fatalf("woken session: parked %v, in memory %v; want false, true", parked, held)

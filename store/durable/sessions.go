@@ -253,7 +253,17 @@ func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, 
 	})
 }
 
-// Wake implements store.Sessions.
+// Wake implements store.Sessions. It returns once the record is in
+// Pebble's write-ahead log, without waiting for an fsync: the log is one
+// ordered file, so every later synced write (the first event the woken
+// session stores, its next SaveState, Hibernate or End, any other
+// session's group commit) makes the wake durable too, and a crash before
+// one leaves the record as Hibernate left it, which is what the wake read.
+// A wake changes only the owner and the lease, never the generation (a
+// wake at generation+1 is a Claim, which waits for its fsync), and nothing
+// a client observes of the woken session gets past the durable
+// watermark, which only such a synced write moves (DESIGN.md,
+// "Hibernation").
 func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
 	var out store.Record
 	err := s.fenced("wake", token, gen, func(ss *sess) error {
@@ -268,9 +278,18 @@ func (s *Store) Wake(ctx context.Context, token, owner string, gen uint64, lease
 		}
 		rec := ss.Rec
 		rec.Owner, rec.LeaseUntil = owner, leaseUntil
-		if err := s.putRecord(ss, rec, false); err != nil {
-			return fmt.Errorf("durable store: wake %s gen %d: %w", store.Prefix(token), gen, err)
+		// Written to Pebble's log without waiting for an fsync: see the
+		// doc comment.
+		b := s.db.NewBatch()
+		b.Set(tokenKey(kindRecord, token), encodeRecord(rec), nil)
+		err := b.Commit(pebble.NoSync)
+		b.Close()
+		if err != nil {
+			return fmt.Errorf("durable store: wake %s gen %d: %w: %v", store.Prefix(token), gen, store.ErrUnavailable, err)
 		}
+		ss.Lock()
+		ss.Rec = rec
+		ss.Unlock()
 		s.noteOwner(owner)
 		out = rec
 		out.State = image.Clone(rec.State)
