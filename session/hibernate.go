@@ -214,7 +214,11 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 	}
 	r.mu.Lock()
 	if err == nil && !r.closed {
-		r.hibernated[l.token] = seen.UnixNano()
+		h := hibernation{seen: seen.UnixNano()}
+		if exact {
+			h.gen = l.gen
+		}
+		r.hibernated[l.token] = h
 	}
 	done := r.starting[l.token]
 	delete(r.starting, l.token)
@@ -237,8 +241,8 @@ func (r *Registry) endIdleHibernated(ctx context.Context, cutoff time.Time) {
 	c := cutoff.UnixNano()
 	var idle []string
 	r.mu.RLock()
-	for tok, seen := range r.hibernated {
-		if seen < c {
+	for tok, h := range r.hibernated {
+		if h.seen < c {
 			idle = append(idle, tok)
 		}
 	}
@@ -288,13 +292,15 @@ func (r *Registry) endIdleRecord(ctx context.Context, token string, cutoff time.
 func (r *Registry) unindex(token string, seen int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.hibernated[token]; !ok {
+	h, ok := r.hibernated[token]
+	if !ok {
 		return
 	}
 	if seen == 0 {
 		delete(r.hibernated, token)
 	} else {
-		r.hibernated[token] = seen
+		h.seen = seen
+		r.hibernated[token] = h
 	}
 }
 
@@ -304,6 +310,16 @@ func (r *Registry) Hibernated() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return len(r.hibernated)
+}
+
+// hibernation is the registry's index entry of a session it hibernated.
+type hibernation struct {
+	// seen is when the session was last used (Unix nanoseconds), for the
+	// idle TTL.
+	seen int64
+	// gen is the generation it hibernated at when it hibernated exactly
+	// (its record carries exactKey), 0 otherwise.
+	gen uint64
 }
 
 // wake takes rec, a session hibernated exactly at its generation, back
@@ -318,16 +334,69 @@ func (r *Registry) wake(ctx context.Context, rec store.Record, st *engine.State,
 		r.unreserve()
 		return nil, err
 	}
+	return r.startWoken(ctx, woken, st, prior)
+}
+
+// startWoken starts the live state of woken, the record Wake returned,
+// from st. On failure it lets go of the session again, as it was, so a
+// later request may wake it at this generation still (an engine at
+// capacity now, say).
+func (r *Registry) startWoken(ctx context.Context, woken store.Record, st *engine.State, prior []ledger) (*Live, error) {
 	l, err := r.start(ctx, woken, st, prior)
 	if err != nil {
-		// Let go again, as it was: a later request may wake it at this
-		// generation still (an engine at capacity now, say).
-		if herr := r.st.Hibernate(context.WithoutCancel(ctx), rec.Token, r.opts.Owner, rec.Generation, rec.State); herr != nil {
-			r.logger.Warn("waking failed, and letting go of the session again failed too; the next request re-creates it at generation+1",
-				"session", store.Prefix(rec.Token), "generation", rec.Generation, "reason", storeReason(herr), "error", herr)
-		}
+		r.letGo(ctx, woken)
 		return nil, err
 	}
 	l.logger.Info("session woke")
 	return l, nil
+}
+
+// letGo hibernates woken again, with the state it woke with, after a wake
+// that does not go on.
+func (r *Registry) letGo(ctx context.Context, woken store.Record) {
+	if herr := r.st.Hibernate(context.WithoutCancel(ctx), woken.Token, r.opts.Owner, woken.Generation, woken.State); herr != nil {
+		r.logger.Warn("waking failed, and letting go of the session again failed too; the next request re-creates it at generation+1",
+			"session", store.Prefix(woken.Token), "generation", woken.Generation, "reason", storeReason(herr), "error", herr)
+	}
+}
+
+// wakeIndexed wakes token for userID when this registry's index says it
+// hibernated it exactly, with store.Sessions.Wake alone (one store
+// operation: the record comes back with it) instead of a read of the
+// record and then Wake. It reports done false, having changed nothing,
+// when the index does not say so or the store's record is not that any
+// more (woken or claimed elsewhere, ended, of another user, idle beyond
+// IdleTTL, not exact): the caller then decides from the record
+// (recreate).
+func (r *Registry) wakeIndexed(ctx context.Context, token, userID string) (l *Live, done bool, err error) {
+	r.mu.RLock()
+	h := r.hibernated[token]
+	r.mu.RUnlock()
+	if h.gen == 0 || r.hib != engine.HibernateExact {
+		return nil, false, nil
+	}
+	if err := r.reserve(ctx); err != nil {
+		return nil, true, err
+	}
+	now := r.opts.Now()
+	woken, err := r.st.Wake(ctx, token, r.opts.Owner, h.gen, r.lease.Grant(now))
+	if err != nil {
+		r.unreserve()
+		if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrEnded) {
+			return nil, false, nil
+		}
+		return nil, true, r.storeErr(token, err)
+	}
+	st, prior, derr := decodeState(woken.State)
+	idle := r.opts.IdleTTL > 0 && now.Sub(woken.LastSeen) > r.opts.IdleTTL
+	if derr != nil || idle || woken.UserID != userID || !hibernatedExact(woken.State) {
+		r.letGo(ctx, woken)
+		r.unreserve()
+		return nil, false, nil
+	}
+	if l, err = r.startWoken(ctx, woken, st, prior); err != nil {
+		return nil, true, r.storeErr(token, err)
+	}
+	r.opts.Metrics.SessionWoke(true)
+	return l, true, nil
 }

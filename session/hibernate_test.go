@@ -93,7 +93,7 @@ func TestHibernateWakesAtSameGeneration(t *testing.T) {
 	if len(held) != 2 || !strings.Contains(string(held[1].Data), "before") {
 		t.Fatalf("call stream = %+v, want the opening event and the answer", held)
 	}
-	cursor := held[0].Seq // the client holds the opening event's id
+	cursor := held[0].Seq                              // the client holds the opening event's id
 	waitFor(t, func() bool { return session.Idle(l) }) // the answer's call has left it
 
 	f.clk.Advance(59 * time.Second)
@@ -556,5 +556,74 @@ func TestHibernateToMakeRoom(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "session woke"); n != 8 {
 		t.Fatalf("%d wakes, want 8 (each of the 4 sessions, twice)", n)
+	}
+}
+
+// counting is a store that counts the reads of records (Get) and the
+// wakes (Wake) made through it.
+type counting struct {
+	store.Store
+	gets, wakes atomic.Int64
+}
+
+func (c *counting) Get(ctx context.Context, token string) (store.Record, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, token)
+}
+
+func (c *counting) Wake(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) (store.Record, error) {
+	c.wakes.Add(1)
+	return c.Store.Wake(ctx, token, owner, gen, leaseUntil)
+}
+
+// TestHibernateWakeIsOneStoreOp: a session this registry hibernated
+// exactly wakes with Wake alone, no read of its record first (one round
+// trip on Redis); a request of another user wakes nothing: it is refused
+// (ErrForbidden) and the session stays hibernated at its generation, and
+// its own user then wakes it at that generation.
+func TestHibernateWakeIsOneStoreOp(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	st := &counting{Store: memory.New(memory.Options{Now: clk.Now})}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	hibernate := func(l *session.Live) {
+		t.Helper()
+		clk.Advance(2 * time.Minute)
+		waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == 1 })
+	}
+	l, err := reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize(t, f, l)
+	hibernate(l)
+	gets, wakes := st.gets.Load(), st.wakes.Load()
+	woken, err := reg.Get(ctx, l.Token(), "alice")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("wake = %v; want generation 1", err)
+	}
+	if g, w := st.gets.Load()-gets, st.wakes.Load()-wakes; g != 0 || w != 1 {
+		t.Fatalf("the wake read %d records and made %d Wakes, want 0 and 1", g, w)
+	}
+	if out := roundTrip(t, f, woken, echo(t, 2, "awake")); len(out) != 1 || !strings.Contains(out[0], "awake") {
+		t.Fatalf("call after the wake answered %v", out)
+	}
+
+	hibernate(woken)
+	if _, err := reg.Get(ctx, l.Token(), "bob"); !errors.Is(err, session.ErrForbidden) {
+		t.Fatalf("Get by another user = %v, want ErrForbidden", err)
+	}
+	rec, err := st.Store.Get(ctx, l.Token())
+	if err != nil || rec.Generation != 1 || rec.Owner != "" || reg.Hibernated() != 1 {
+		t.Fatalf("after another user's request: record %+v, %v, %d hibernated; want generation 1, no owner, 1", rec, err, reg.Hibernated())
+	}
+	woken, err = reg.Get(ctx, l.Token(), "alice")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("wake by its user = %v; want generation 1", err)
 	}
 }

@@ -114,6 +114,9 @@ const claimAttempts = 3
 // session end on its own (a gateway's subprocess exited), which the log
 // line gives as the reason.
 func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool) (*Live, error) {
+	if l, done, err := r.wakeIndexed(ctx, token, userID); done {
+		return l, err
+	}
 	rec, err := r.st.Get(ctx, token)
 	if err != nil {
 		return nil, r.storeErr(token, err)

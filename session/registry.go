@@ -147,10 +147,10 @@ type Registry struct {
 	// the store, so Get and Status answer from here that it ended instead
 	// of reading (and re-creating) it, to its user only (endedFor).
 	ending map[string]*store.EndedError
-	// hibernated indexes the sessions this process hibernated, by when
-	// they were last used (Unix nanoseconds), so Sweep ends those idle
-	// for IdleTTL: nothing else of them is held here (hibernate.go).
-	hibernated map[string]int64
+	// hibernated indexes the sessions this process hibernated, so Sweep
+	// ends those idle for IdleTTL and a request wakes them with one store
+	// operation: nothing else of them is held here (hibernate.go).
+	hibernated map[string]hibernation
 	reserved   int     // room taken by sessions being started (see reserve)
 	lru        recency // eviction order of the sessions in live not known to be busy (room.go)
 	closed     bool
@@ -203,7 +203,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		live:       make(map[string]*Live),
 		starting:   make(map[string]chan struct{}),
 		ending:     make(map[string]*store.EndedError),
-		hibernated: make(map[string]int64),
+		hibernated: make(map[string]hibernation),
 		hib:        engine.HibernationOf(eng),
 	}
 	log.SetEvict(r.evictOverBudget)
