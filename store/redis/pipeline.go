@@ -288,7 +288,7 @@ func (s *Store) NotifyLost(f func(token string, gen uint64, err error)) {
 	s.pl.mu.Unlock()
 }
 
-// barrier waits, for Claim and End, until token's queued events are
+// barrier waits, for Claim, Hibernate and End, until token's queued events are
 // stored or lost, and holds the session's appends until the returned
 // function runs, which forgets the pipeline state: the next append learns
 // the new HWM and generation from Redis.

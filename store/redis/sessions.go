@@ -80,7 +80,8 @@ func (s *Store) SaveState(ctx context.Context, token string, gen uint64, state [
 // Hibernate implements store.Sessions: the state and the release of the
 // owner's hold are one script, held by the replicas a failover may
 // promote before it returns. It lets go of what this process knows of the
-// session's log (its high-water mark, its generation): another replica
+// session's log (its high-water mark, its generation, its pipeline state):
+// a hibernated session keeps nothing in this process, and another replica
 // may wake the session and append to it before this one wakes it again.
 func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
 	defer s.barrier(ctx, token)()
