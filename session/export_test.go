@@ -31,3 +31,11 @@ func Idle(l *Live) bool {
 	defer l.mu.Unlock()
 	return len(l.calls)+l.storing+l.attached+l.holds == 0
 }
+
+// LiveRoom returns the most entries the map of live sessions has held
+// since it was last made anew (compactLocked).
+func (r *Registry) LiveRoom() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.liveMax
+}

@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,6 +116,28 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 			})
 		}
 		wg.Wait()
+	}
+	r.mu.Lock()
+	r.compactLocked()
+	r.mu.Unlock()
+}
+
+// compactLocked makes live and the eviction order anew at their size
+// once they hold under a quarter of the most they held: a Go map, and a
+// slice's array, keep the room of the most they held, which would
+// otherwise stay with each session that hibernated. Its cost, one copy
+// of what remains, is paid once per fourfold shrink. The caller holds
+// r.mu.
+func (r *Registry) compactLocked() {
+	n := len(r.live)
+	if r.liveMax < 64 || n >= r.liveMax/4 {
+		return
+	}
+	live := make(map[string]*Live, n)
+	maps.Copy(live, r.live)
+	r.live, r.liveMax = live, n
+	if cap(r.lru) > 2*len(r.lru) {
+		r.lru = slices.Clone(r.lru)
 	}
 }
 

@@ -627,3 +627,33 @@ func TestHibernateWakeIsOneStoreOp(t *testing.T) {
 		t.Fatalf("wake by its user = %v; want generation 1", err)
 	}
 }
+
+// TestHibernateGivesBackTheMap: once most live sessions hibernated, the
+// registry's map of live sessions is made anew at its size, so the room
+// the hibernated ones took is given back (a Go map never shrinks by
+// itself).
+func TestHibernateGivesBackTheMap(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute})
+	var keep []*session.Live
+	for i := range 100 {
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		if i >= 90 {
+			keep = append(keep, l)
+		}
+	}
+	if n := f.reg.LiveRoom(); n != 100 {
+		t.Fatalf("map room with 100 live sessions = %d, want 100", n)
+	}
+	f.clk.Advance(2 * time.Minute)
+	for _, l := range keep {
+		l.Touch() // used now: stays live
+	}
+	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 90 })
+	// Made anew at its size at the end of the sweep that took it under a
+	// quarter of 100 (the sweeps may take the 90 in more than one go).
+	if n := f.reg.LiveRoom(); f.reg.Len() != 10 || n < 10 || n >= 25 {
+		t.Fatalf("after 90 of 100 hibernated: %d live, map room %d; want 10, and 10 to 24", f.reg.Len(), n)
+	}
+}

@@ -140,6 +140,7 @@ type Registry struct {
 	// none of them serves it.
 	mu       sync.RWMutex
 	live     map[string]*Live         // token → live state of this process
+	liveMax  int                      // the most entries live has held since it was made (compact)
 	starting map[string]chan struct{} // tokens being re-created
 	// ending holds the tokens whose end has begun, with its reason and the
 	// user the session belongs to, until the store has ended their
@@ -300,6 +301,7 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 		return nil, ErrClosed
 	}
 	r.live[rec.Token] = l
+	r.liveMax = max(r.liveMax, len(r.live))
 	r.lru.add(l)
 	r.mu.Unlock()
 	return l, nil

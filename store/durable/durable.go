@@ -242,6 +242,7 @@ type Store struct {
 	// parked. parked are the others, hibernated (no owner) and in Pebble
 	// only (park.go); a token is in one of the two while its record lives.
 	sessions map[string]*sess
+	heldMax  int // the most entries sessions has held since it was made (park.go)
 	parked   map[string]*parkedSess
 	owners   map[string]bool // owners that wrote to this Store since Open
 

@@ -79,3 +79,11 @@ func (s *Store) Parked(token string) (parked, held bool) {
 	_, held = s.sessions[token]
 	return s.parked[token] != nil, held
 }
+
+// HeldRoom returns the most entries the map of sessions held in memory
+// has held since it was last made anew (park).
+func (s *Store) HeldRoom() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldMax
+}

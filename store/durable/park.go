@@ -8,6 +8,7 @@ package durable
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -62,6 +63,14 @@ func (s *Store) park(token string, ss *sess) {
 	}
 	delete(s.sessions, ss.token)
 	s.parked[token] = p
+	if n := len(s.sessions); s.heldMax >= 64 && n < s.heldMax/4 {
+		// A Go map keeps the room of the most it held: made anew at its
+		// size, it gives back what the parked sessions took, once per
+		// fourfold shrink.
+		held := make(map[string]*sess, n)
+		maps.Copy(held, s.sessions)
+		s.sessions, s.heldMax = held, n
+	}
 	ss.Lock()
 	ss.Ended = errParked
 	ss.WakeLocked() // its Waits look again, at the session loaded back
@@ -104,6 +113,7 @@ func (s *Store) unpark(token string, p *parkedSess) (*sess, error) {
 	}
 	delete(s.parked, token)
 	s.sessions[token] = ss
+	s.heldMax = max(s.heldMax, len(s.sessions))
 	return ss, nil
 }
 

@@ -2,6 +2,7 @@ package durable_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -177,5 +178,35 @@ func TestParkedBoundAndSweep(t *testing.T) {
 	}
 	if u := s.Usage(); u.Sessions != 1 || u.RetainedBytes != 500*116 {
 		t.Fatalf("after Sweep: %+v; want 1 session, %d bytes", u, 500*116)
+	}
+}
+
+// TestParkingGivesBackTheMap: once most sessions are parked, the map of
+// the sessions held in memory is made anew at its size, so the room of
+// the parked ones is given back (a Go map never shrinks by itself).
+func TestParkingGivesBackTheMap(t *testing.T) {
+	s := open(t, t.TempDir(), durable.Options{Logger: quiet()})
+	defer s.Close()
+	t0 := time.Now()
+	for i := range 100 {
+		if err := s.Create(ctx, rec(fmt.Sprintf("tok-%03d", i), "p", t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.HeldRoom(); n != 100 {
+		t.Fatalf("map room with 100 sessions held = %d, want 100", n)
+	}
+	for i := range 90 {
+		if err := s.Hibernate(ctx, fmt.Sprintf("tok-%03d", i), "p", 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Made anew when 24 were held (under a quarter of 100); the next time
+	// is under 6.
+	if n := s.HeldRoom(); n != 24 {
+		t.Fatalf("map room with 10 of 100 sessions held = %d, want 24", n)
+	}
+	if u := s.Usage(); u.Sessions != 100 {
+		t.Fatalf("usage counts %d sessions, want 100", u.Sessions)
 	}
 }

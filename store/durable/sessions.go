@@ -82,6 +82,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
 	s.sessions[rec.Token] = ss
+	s.heldMax = max(s.heldMax, len(s.sessions))
 	s.mu.Unlock()
 
 	b := s.db.NewBatch()
