@@ -81,16 +81,11 @@ func (s *Store) park(token string, ss *sess) {
 // again. It returns nil, nil when p is no longer token's entry (another
 // call loaded it first, or it ended): the caller looks again.
 func (s *Store) unpark(token string, p *parkedSess) (*sess, error) {
-	v, closer, err := s.db.Get(tokenKey(kindRecord, token))
+	rec, err := s.readRecord(token)
 	if err != nil {
-		return nil, fmt.Errorf("durable store: read the record of %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
+		return nil, err
 	}
-	rec, err := decodeRecord(token, v)
-	closer.Close()
-	if err != nil {
-		return nil, fmt.Errorf("durable store: record of %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
-	}
-	v, closer, err = s.db.Get(tokenKey(kindMeta, token))
+	v, closer, err := s.db.Get(tokenKey(kindMeta, token))
 	if err != nil {
 		return nil, fmt.Errorf("durable store: read the log meta of %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
 	}
@@ -131,6 +126,20 @@ func (s *Store) parkAtOpen(token string, ss *sess) {
 	}
 	delete(s.sessions, token)
 	s.parked[token] = p
+}
+
+// readRecord reads token's record from Pebble.
+func (s *Store) readRecord(token string) (store.Record, error) {
+	v, closer, err := s.db.Get(tokenKey(kindRecord, token))
+	if err != nil {
+		return store.Record{}, fmt.Errorf("durable store: read the record of %s: %w: %v", store.Prefix(token), store.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	rec, err := decodeRecord(token, v)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("durable store: record of %s: %w: %v", store.Prefix(token), ErrCorrupt, err)
+	}
+	return rec, nil
 }
 
 // unixNano is t in Unix nanoseconds, the least int64 for the zero Time.

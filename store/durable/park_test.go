@@ -54,11 +54,18 @@ func TestHibernatedParked(t *testing.T) {
 			t.Fatalf("%s: usage %+v; want 1 session, 348 bytes", when, u)
 		}
 	}
+	if r, err := s.Get(ctx, "tok-h"); err != nil || string(r.State) != `{"v":7}` {
+		t.Fatalf("Get of the parked session = %+v, %v", r, err)
+	}
+	if parked, held := s.Parked("tok-h"); !parked || held {
+		t.Fatalf("after Get: parked %v, in memory %v; want true, false (a Get reads Pebble only)", parked, held)
+	}
 	check("hibernated")
 	if err := s.Create(ctx, rec("tok-h", "boot-1", t0)); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Create of a parked token = %v, want ErrExists", err)
 	}
-	// A read loads it back; a write that leaves it unowned parks it again.
+	// Bounds and Read loaded it back; a write that leaves it unowned parks
+	// it again.
 	if err := s.Touch(ctx, "tok-h", t0.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}

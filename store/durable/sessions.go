@@ -116,6 +116,21 @@ func (s *Store) Get(ctx context.Context, token string) (store.Record, error) {
 	}
 	defer s.rw.RUnlock()
 	for {
+		s.mu.Lock()
+		p := s.parked[token]
+		s.mu.Unlock()
+		if p != nil {
+			// Read from Pebble, and left there: a Get alone does not load
+			// a parked session.
+			rec, err := s.readRecord(token)
+			s.mu.Lock()
+			same := s.parked[token] == p
+			s.mu.Unlock()
+			if same || err != nil {
+				return rec, err
+			}
+			continue // loaded or ended meanwhile
+		}
 		ss, err := s.lookup(token)
 		if err != nil {
 			return store.Record{}, err
