@@ -13,6 +13,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -94,6 +95,24 @@ type Hibernator interface {
 	// Hibernation says what hibernating a session of this engine keeps.
 	// It must not change once the engine has started a session.
 	Hibernation() Hibernation
+}
+
+// Suspender is implemented by an engine session that holds something
+// outside the process which can outlive its live state: a gateway's
+// upstream session. When the session hibernates (DESIGN.md,
+// "Hibernation"), the registry stores what Suspension returns in the
+// record's State (State.Suspended); once that is stored it calls Keep,
+// then Close, which lets go of everything the session holds in the process
+// without ending what it keeps outside. The engine session a wake starts
+// from that State reattaches to it. When the store refuses the State,
+// Keep is not called, and Close ends everything as always.
+type Suspender interface {
+	// Suspension returns what a later engine session needs to reattach to
+	// what this one holds outside the process, as JSON; nil when it holds
+	// nothing worth keeping. It is called with nothing in flight.
+	Suspension() json.RawMessage
+	// Keep makes the next Close keep what Suspension described.
+	Keep()
 }
 
 // HibernationOf returns what eng says of hibernation: HibernateNever when

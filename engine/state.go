@@ -44,6 +44,12 @@ type State struct {
 	// Subscriptions are the resource URIs subscribed with resources/subscribe
 	// and not unsubscribed since, in the order they were first subscribed.
 	Subscriptions []string `json:"subscriptions,omitempty"`
+	// Suspended is what an engine session that hibernated keeps outside
+	// the process and a later engine session of the session reattaches to
+	// (Suspender.Suspension): a gateway's upstream session. Only a
+	// hibernated record's State carries it; Fold keeps it as it is, and
+	// Restore ignores it. Its shape is the engine's own.
+	Suspended json.RawMessage `json:"suspended,omitempty"`
 }
 
 // The methods that change a State (MCP 2025-11-25).
@@ -181,13 +187,15 @@ func paramsURI(params json.RawMessage) string {
 }
 
 // Equal reports whether st and o hold the same state: the same fields, with
-// InitializeParams compared byte for byte and Subscriptions in order.
+// InitializeParams and Suspended compared byte for byte and Subscriptions
+// in order.
 func (st State) Equal(o State) bool {
 	return st.ProtocolVersion == o.ProtocolVersion &&
 		bytes.Equal(st.InitializeParams, o.InitializeParams) &&
 		st.Initialized == o.Initialized &&
 		st.LogLevel == o.LogLevel &&
-		slices.Equal(st.Subscriptions, o.Subscriptions)
+		slices.Equal(st.Subscriptions, o.Subscriptions) &&
+		bytes.Equal(st.Suspended, o.Suspended)
 }
 
 // Restore returns the inbound messages that bring an engine session holding

@@ -204,7 +204,8 @@ func (l *Live) unhold() {
 	l.mu.Unlock()
 }
 
-// hibernate stores l's session state and lets go of its generation
+// hibernate stores l's session state, with what its engine session keeps
+// outside the process (engine.Suspender), and lets go of its generation
 // (store.Sessions.Hibernate), then closes its engine session. The record
 // says the hibernation is exact when the engine restores state exactly
 // and every event l appended is stored (the log is synced first), so a
@@ -221,6 +222,10 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 	l.mu.Lock()
 	st, seen := l.state, l.lastSeen
 	l.mu.Unlock()
+	sp, keeps := l.eng.(engine.Suspender)
+	if keeps {
+		st.Suspended = sp.Suspension()
+	}
 	var b []byte
 	if err == nil {
 		b, err = encodeHibernated(&st, l.prior, exact)
@@ -235,6 +240,9 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 		// Without a process budget the log's accounting of the session
 		// serves only the age limit, which its next append applies.
 		r.log.Forget(l.token)
+	}
+	if err == nil && keeps && st.Suspended != nil {
+		sp.Keep() // stored: the Close below lets go of it without ending it
 	}
 	r.mu.Lock()
 	if err == nil && !r.closed {

@@ -95,6 +95,9 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *L
 	}
 	if st != nil {
 		l.state = *st
+		// What a hibernated engine session kept outside the process is
+		// the engine's from now on: a held record never carries it.
+		l.state.Suspended = nil
 	}
 	l.lh.parent, l.lh.live = r.logger.Handler(), l
 	l.logger = slog.New(&l.lh)

@@ -139,6 +139,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, fmt.Errorf("session %s gen %d: %w", store.Prefix(token), rec.Generation, err)
 		}
+		if st != nil && rec.Owner != "" {
+			// Reattached by the owner that woke it, whose generation this
+			// one takes over: never shared with it.
+			st.Suspended = nil
+		}
 		if err := r.reserve(ctx); err != nil {
 			return nil, err
 		}

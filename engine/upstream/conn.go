@@ -67,6 +67,12 @@ type conn struct {
 	restored  bool            // the upstream session holds the state (always, for a fresh session)
 	listening bool            // the standalone GET stream is open or being opened
 	pings     uint64          // pings sent
+	keep      bool            // Close keeps the upstream session (hibernation: engine.Suspender)
+
+	// kept is the upstream session a hibernated generation kept, which
+	// this one reattaches to (suspend.go); zero once the upstream no
+	// longer knows it. Only the restore changes it.
+	kept suspension
 }
 
 // call is a client call in flight upstream.
@@ -98,6 +104,7 @@ func newConn(e *Engine, info engine.Info, out engine.Outbox) *conn {
 		calls:    make(map[jsonrpc.ID]*call),
 		routes:   routing.New(info.Generation),
 		restored: info.State == nil,
+		kept:     keptOf(info.State),
 	}
 }
 
@@ -362,18 +369,20 @@ func (c *conn) finish() {
 // Close implements engine.Session: it stops the generation's upstream work
 // (the calls in flight get no response) and ends its upstream session with
 // DELETE (MCP 2025-11-25, "Session Management"), in the background, within
-// Options.Timeout; Engine.Close waits for those DELETEs. It is idempotent.
+// Options.Timeout; Engine.Close waits for those DELETEs. After Keep (the
+// session hibernated) the upstream session is kept: no DELETE. It is
+// idempotent.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.ended = true
 		clear(c.calls)
-		session, version, hdr, lost := c.session, c.version, c.header, c.lost
+		session, version, hdr, lost, keep := c.session, c.version, c.header, c.lost, c.keep
 		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
 		c.finish()
-		if session != "" && !lost {
+		if session != "" && !lost && !keep {
 			c.e.deleteSession(target{session: session, version: version, header: hdr}, c.logger)
 		}
 	})

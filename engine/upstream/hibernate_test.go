@@ -1,22 +1,245 @@
 package upstream_test
 
 import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/upstream"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/replay"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// TestNeverHibernates: the upstream gateway keeps each generation's
-// upstream session, which the saved state does not hold, so its sessions
-// never hibernate (DESIGN.md, "Hibernation").
-func TestNeverHibernates(t *testing.T) {
+// TestHibernatesLossy: the upstream gateway's sessions hibernate, and
+// wake at generation+1 (DESIGN.md, "Hibernation").
+func TestHibernatesLossy(t *testing.T) {
 	e, err := upstream.New(upstream.Options{URL: "http://127.0.0.1:9/mcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if got := engine.HibernationOf(e); got != engine.HibernateNever {
-		t.Fatalf("upstream engine hibernation = %v, want never (%v)", got, engine.HibernateNever)
+	if got := engine.HibernationOf(e); got != engine.HibernateLossy {
+		t.Fatalf("upstream engine hibernation = %v, want lossy (%v)", got, engine.HibernateLossy)
+	}
+}
+
+// hibernatingGateway is a gateway whose sessions hibernate after a
+// minute of the clock it returns; the test advances the clock and sweeps
+// (hibernate). A benchmark's gateway logs nothing.
+func hibernatingGateway(t testing.TB, upstreamURL string) (*gateway, *testenv.Clock) {
+	t.Helper()
+	clk := testenv.NewClock(time.Now())
+	logs := &testenv.LogBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if _, bench := t.(*testing.B); bench {
+		logger = slog.New(slog.DiscardHandler) // a log that grows is not the sessions' cost
+	}
+	eng, err := upstream.New(upstream.Options{URL: upstreamURL, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := tidemark.NewEngineHandler(eng, &tidemark.Options{
+		Sessions:      session.Options{Logger: logger, HibernateAfter: time.Minute, MaxSessions: 100_000, Now: clk.Now},
+		Transport:     transport.Options{Sessionless: eng.Sessionless(), Logger: logger, Retry: 50 * time.Millisecond},
+		SweepInterval: time.Hour, // the test sweeps
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h.Shutdown(ctx)
+		srv.CloseClientConnections()
+		srv.Close()
+		eng.Close()
+		h.Close()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs.String())
+		}
+	})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: hc}}, clk
+}
+
+// hibernate advances clk past the hibernation delay, sweeps, and waits
+// until n sessions are hibernated and every generation's live state in
+// the engine is gone.
+func (g *gateway) hibernate(t testing.TB, clk *testenv.Clock, n int) {
+	t.Helper()
+	clk.Advance(2 * time.Minute)
+	g.h.Registry().Sweep(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for g.h.Registry().Hibernated() != n || g.eng.Running() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the sweep: %d sessions hibernated, %d generations running in the engine; want %d and 0",
+				g.h.Registry().Hibernated(), g.eng.Running(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// upstreamSessions returns the Mcp-Session-Id of each POST the upstream
+// received after the first initialize, in order.
+func upstreamSessions(u *testUpstream) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for _, r := range u.received {
+		if r.method == http.MethodPost && r.rpc != "initialize" {
+			out = append(out, r.header.Get("Mcp-Session-Id"))
+		}
+	}
+	return out
+}
+
+// TestHibernationKeepsUpstreamSession: a session idle past HibernateAfter
+// hibernates: the engine lets go of its generation (no live state, no
+// GET stream) without ending the upstream session (no DELETE). The next
+// call wakes it at generation 2 in the same upstream session: no second
+// initialize, every request with the upstream's first session ID and the
+// negotiated MCP-Protocol-Version, a ping to check it first. A cursor of
+// generation 1 answers 409 generation_mismatch.
+func TestHibernationKeepsUpstreamSession(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g, clk := hibernatingGateway(t, up.URL())
+	ctx := testContext(t)
+	s := g.initialize(t, ctx)
+	old := echoAt(t, s, 2, 1)
+	waitFor(t, "the standalone GET stream", func() bool { return len(up.requests(http.MethodGet, "")) == 1 })
+
+	g.hibernate(t, clk, 1)
+	if n := len(up.requests(http.MethodDelete, "")); n != 0 {
+		t.Errorf("the upstream received %d DELETE at hibernation, want 0", n)
+	}
+
+	echoAt(t, s, 3, 2)
+	_, err := s.Resume(ctx, old.ID)
+	checkStatus(t, "resume from generation 1 after the wake", err, http.StatusConflict, replay.ReasonGenerationMismatch)
+
+	if n := len(up.requests(http.MethodPost, "initialize")); n != 1 {
+		t.Errorf("the upstream received %d initialize, want 1 (the client's)", n)
+	}
+	if n := len(up.requests(http.MethodPost, "ping")); n != 1 {
+		t.Errorf("the upstream received %d ping, want 1 (the reattach's)", n)
+	}
+	up.mu.Lock()
+	first := up.sessions[0]
+	up.mu.Unlock()
+	for i, id := range upstreamSessions(up) {
+		if id != first {
+			t.Errorf("upstream POST %d after initialize carried session %q, want the first upstream session %q", i, id, first)
+		}
+	}
+	for _, r := range up.requests(http.MethodPost, "tools/call") {
+		if v := r.header.Get("Mcp-Protocol-Version"); v != s.ProtocolVersion {
+			t.Errorf("tools/call carried MCP-Protocol-Version %q, want %q", v, s.ProtocolVersion)
+		}
+	}
+	waitFor(t, "the standalone GET stream reopened", func() bool { return len(up.requests(http.MethodGet, "")) == 2 })
+	if !strings.Contains(g.logs.String(), "reattached to the kept upstream session") {
+		t.Errorf("no line \"reattached to the kept upstream session\" in the gateway's log")
+	}
+}
+
+// TestHibernationUpstreamLost: the upstream restarts while the session is
+// hibernated, so it answers 404 for the kept upstream session. The next
+// call is answered at generation 2, in a new upstream session restored
+// from the record (the client's initialize params, its name), as after an
+// upstream restart of a live session (TestUpstreamKilled); the log says
+// upstream_session_lost; a cursor of generation 1 answers 409.
+func TestHibernationUpstreamLost(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g, clk := hibernatingGateway(t, up.URL())
+	ctx := testContext(t)
+	s := g.initialize(t, ctx)
+	old := echoAt(t, s, 2, 1)
+	g.hibernate(t, clk, 1)
+	up.restart()
+
+	echoAt(t, s, 3, 2)
+	_, err := s.Resume(ctx, old.ID)
+	checkStatus(t, "resume from generation 1 after the wake", err, http.StatusConflict, replay.ReasonGenerationMismatch)
+	inits := up.requests(http.MethodPost, "initialize")
+	if len(inits) != 2 || !strings.Contains(string(inits[1].params), `"name":"mcptest"`) {
+		t.Fatalf("the upstream received %d initialize (%v), want the client's and the restored one with its params", len(inits), inits)
+	}
+	up.mu.Lock()
+	second := up.sessions
+	up.mu.Unlock()
+	if len(second) != 1 {
+		t.Fatalf("the restarted upstream gave %d sessions, want 1", len(second))
+	}
+	calls := up.requests(http.MethodPost, "tools/call")
+	if got := calls[len(calls)-1].header.Get("Mcp-Session-Id"); got != second[0] {
+		t.Errorf("the call after the wake carried upstream session %q, want the new one %q", got, second[0])
+	}
+	if !strings.Contains(g.logs.String(), "reason="+replay.ReasonUpstreamSessionLost.String()) {
+		t.Errorf("the gateway's log has no reason=%s", replay.ReasonUpstreamSessionLost)
+	}
+}
+
+// TestFleetHibernationReattaches: two replicas of a fleet (--redis) in
+// front of one upstream, sessions hibernating after a second. The session
+// opened at replica a hibernates there; a call at replica b wakes it at
+// generation 2 in the upstream session replica a opened: the upstream
+// received one initialize, and replica b's requests carry its session ID.
+func TestFleetHibernationReattaches(t *testing.T) {
+	testenv.NeedRedis(t)
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	redis := redistest.Start(t, redistest.Options{})
+	fleet := []string{"--redis", redis.URL(), "--hibernate-after", "1s"}
+	a, aURL := startTidemarkGateway(t, up.URL(), append(fleet, "--replica-id", "a")...)
+	_, bURL := startTidemarkGateway(t, up.URL(), append(fleet, "--replica-id", "b")...)
+
+	ca := &mcptest.Client{URL: aURL, HTTP: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(ca.HTTP.CloseIdleConnections)
+	s, err := ca.Initialize(testContext(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := echoAt(t, s, 2, 1)
+	waitFor(t, "replica a's line \"session hibernated\"", func() bool { return strings.Contains(a.Output(), `msg="session hibernated"`) })
+
+	cb := &mcptest.Client{URL: bURL, HTTP: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(cb.HTTP.CloseIdleConnections)
+	sb := cb.SessionFor(s.Token, s.ProtocolVersion)
+	echoAt(t, sb, 3, 2)
+	_, err = sb.Resume(testContext(t), old.ID)
+	checkStatus(t, "resume from generation 1 at replica b", err, http.StatusConflict, replay.ReasonGenerationMismatch)
+	if n := len(up.requests(http.MethodPost, "initialize")); n != 1 {
+		t.Errorf("the upstream received %d initialize, want 1 (the client's through replica a)", n)
+	}
+	if n := len(up.requests(http.MethodDelete, "")); n != 0 {
+		t.Errorf("the upstream received %d DELETE, want 0", n)
+	}
+	up.mu.Lock()
+	first := up.sessions[0]
+	up.mu.Unlock()
+	for i, id := range upstreamSessions(up) {
+		if id != first {
+			t.Errorf("upstream POST %d after initialize carried session %q, want replica a's %q", i, id, first)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within 10 s", what)
+		}
 	}
 }

@@ -83,8 +83,15 @@ func (c *conn) runRestore(a *attempt, hdr http.Header) {
 // sent it, then logging/setLevel if a level was set, then
 // resources/subscribe for each subscription), waiting for each request's
 // response before the next message. The gateway consumes the responses;
-// none reaches the client.
+// none reaches the client. A generation woken from hibernation first
+// reattaches to the upstream session the State kept (reattach), and
+// restores only when the upstream no longer knows it.
 func (c *conn) restore(ctx context.Context, hdr http.Header) error {
+	if c.kept.Session != "" {
+		if ok, err := c.reattach(ctx, hdr); ok || err != nil {
+			return err
+		}
+	}
 	var acked engine.State // what the upstream acknowledged
 	for _, m := range c.state.Restore(engine.State{}) {
 		var resp *jsonrpc.Response

@@ -41,6 +41,14 @@
 //   - it gives no session ID (a stateless server), or answers a POST with
 //     one application/json body instead of an SSE stream: served as such.
 //
+// A session may hibernate (DESIGN.md, "Hibernation"), lossily: its
+// generation gives up everything it holds in the process, its standalone
+// GET stream included, but keeps its upstream session (no DELETE), whose
+// ID and protocol version go into the record's State. The wake, on any
+// replica, starts generation+1, which pings the kept upstream session and
+// reattaches to it without a new initialize; when the upstream answers 404
+// it restores the State into a new upstream session, as after a lost one.
+//
 // Requests of the sessionless era (MCP-Protocol-Version 2026-07-28 and
 // later) do not reach the engine: Engine.Sessionless passes them to the
 // upstream as they are.
@@ -225,6 +233,15 @@ func New(opts Options) (*Engine, error) {
 	}, nil
 }
 
+// Running returns the number of generations whose live state runs: each
+// holds its goroutines, its standalone GET stream and its calls' HTTP
+// requests. A hibernated session's generation is not among them.
+func (e *Engine) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.sessions)
+}
+
 // URL returns the upstream endpoint.
 func (e *Engine) URL() string { return e.url }
 
@@ -232,9 +249,10 @@ func (e *Engine) URL() string { return e.url }
 // session info.Token. A fresh session (info.State nil) opens its upstream
 // session when the client's initialize is delivered. A re-created one opens
 // a new upstream session and restores the state into it with the messages
-// of info.State.Restore: at once in the background, or, when
-// Options.Forward is set, with the headers of the first client message;
-// Deliver waits for the restore. Start fails only after Close (ErrClosed).
+// of info.State.Restore, or, woken from hibernation, reattaches to the
+// upstream session its State kept (info.State.Suspended): at once in the
+// background, or, when Options.Forward is set, with the headers of the
+// first client message; Deliver waits for the restore. Start fails only after Close (ErrClosed).
 func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox) (engine.Session, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
