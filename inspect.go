@@ -1,6 +1,7 @@
 // The session inspector of a Handler (admin.Inspector): the registry's
 // live sessions, the store's bounds of their logs, and the transport's
-// readers of their streams; and its task inspector (admin.TaskInspector):
+// readers of their streams, then the sessions it hibernated, from their
+// records; and its task inspector (admin.TaskInspector):
 // the tasks it runs and their records.
 
 package tidemark
@@ -8,12 +9,14 @@ package tidemark
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/admin"
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/taskrun"
@@ -22,22 +25,39 @@ import (
 )
 
 // Recent implements admin.Inspector: how many sessions this Handler holds
-// and the n most recently used.
-func (h *Handler) Recent(n int) (int, []admin.Summary) {
+// or hibernated, and the n most recently used: the live ones first, then
+// the hibernated ones, each read from its record without waking it.
+func (h *Handler) Recent(ctx context.Context, n int) (admin.List, error) {
 	all := h.reg.Snapshots("")
-	out := make([]admin.Summary, 0, min(n, len(all)))
+	hib := h.hibernated(all, "")
+	l := admin.List{Count: len(all) + len(hib), Hibernated: len(hib), Sessions: make([]admin.Summary, 0, min(n, len(all)+len(hib)))}
 	for _, s := range all[:min(n, len(all))] {
-		out = append(out, h.summary(s, h.Readers(s.Token, s.Generation)))
+		l.Sessions = append(l.Sessions, h.summary(s, h.Readers(s.Token, s.Generation)))
 	}
-	return len(all), out
+	for _, hs := range hib {
+		if len(l.Sessions) >= n {
+			break
+		}
+		d, ok, err := h.dormant(ctx, hs)
+		if err != nil {
+			return admin.List{}, err
+		}
+		if ok {
+			l.Sessions = append(l.Sessions, d.Summary)
+		}
+	}
+	return l, nil
 }
 
 // Lookup implements admin.Inspector: the details of the sessions this
-// Handler holds whose token starts with prefix. It fails when the store
-// cannot give a session's bounds.
+// Handler holds or hibernated whose token starts with prefix, the live
+// ones first; a hibernated one is read from its record and the store's
+// bounds of its log, and not woken. It fails when the store cannot give a
+// session's bounds or record.
 func (h *Handler) Lookup(ctx context.Context, prefix string) ([]admin.Detail, error) {
 	var out []admin.Detail
-	for _, s := range h.reg.Snapshots(prefix) {
+	live := h.reg.Snapshots(prefix)
+	for _, s := range live {
 		b, err := h.reg.Log().Bounds(ctx, s.Token)
 		if err != nil {
 			return nil, err
@@ -72,7 +92,64 @@ func (h *Handler) Lookup(ctx context.Context, prefix string) ([]admin.Detail, er
 		slices.SortFunc(d.Streams, func(a, b admin.Stream) int { return cmp.Compare(a.Stream, b.Stream) })
 		out = append(out, d)
 	}
+	for _, hs := range h.hibernated(live, prefix) {
+		d, ok, err := h.dormant(ctx, hs)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		b, err := h.reg.Log().Bounds(ctx, hs.Token)
+		if err != nil {
+			return nil, err
+		}
+		d.ReplayFloor, d.HighWaterMark, d.Events, d.Bytes = b.Floor, b.HWM, b.Events, b.Bytes
+		out = append(out, d)
+	}
 	return out, nil
+}
+
+// hibernated returns the sessions the registry hibernated whose token
+// starts with prefix, most recently used first, but those of live (a wake
+// under way: the session is live already).
+func (h *Handler) hibernated(live []session.Snapshot, prefix string) []session.HibernatedSession {
+	hib := h.reg.HibernatedSessions(prefix)
+	if len(hib) == 0 || len(live) == 0 {
+		return hib
+	}
+	woken := make(map[string]bool, len(live))
+	for _, s := range live {
+		woken[s.Token] = true
+	}
+	return slices.DeleteFunc(hib, func(hs session.HibernatedSession) bool { return woken[hs.Token] })
+}
+
+// dormant returns the inspector's detail of hibernated session hs from its
+// record, without the log's bounds, and false when the record says it is
+// no longer hibernated (ended, or held by a replica that woke it). Reading
+// the record wakes nothing.
+func (h *Handler) dormant(ctx context.Context, hs session.HibernatedSession) (admin.Detail, bool, error) {
+	rec, err := h.st.Get(ctx, hs.Token)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrEnded):
+		return admin.Detail{}, false, nil
+	case err != nil:
+		return admin.Detail{}, false, err
+	case rec.Owner != "":
+		return admin.Detail{}, false, nil
+	}
+	var st engine.State
+	json.Unmarshal(rec.State, &st) // a state that does not decode shows no version
+	return admin.Detail{
+		Summary: admin.Summary{
+			Session: tracing.Prefix(hs.Token), State: admin.StateHibernated, Generation: rec.Generation,
+			IdleSeconds: hs.Idle.Seconds(),
+		},
+		ProtocolVersion: st.ProtocolVersion,
+		Created:         rec.Created,
+		Streams:         []admin.Stream{},
+	}, true, nil
 }
 
 // summary returns the inspector's summary of s, whose streams have readers.
@@ -82,7 +159,7 @@ func (h *Handler) summary(s session.Snapshot, readers map[uint64]int) admin.Summ
 		n += r
 	}
 	return admin.Summary{
-		Session: tracing.Prefix(s.Token), Generation: s.Generation,
+		Session: tracing.Prefix(s.Token), State: admin.StateLive, Generation: s.Generation,
 		CallsInFlight: s.CallsInFlight, Readers: n, IdleSeconds: s.Idle.Seconds(),
 	}
 }

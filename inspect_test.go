@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,10 @@ import (
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/admin"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
 )
@@ -185,5 +191,115 @@ func TestTaskInspector(t *testing.T) {
 	}
 	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/"+prefix); code != 404 {
 		t.Errorf("/debug/tasks/%s once the task completed: %d %s, want 404", prefix, code, body)
+	}
+}
+
+// TestInspectorShowsHibernated: of two sessions, one hibernated and one
+// live (its standalone stream read), /debug/sessions counts both, says
+// which is hibernated and how long it has been idle, and lists it after
+// the live one; /debug/sessions/{prefix} finds the hibernated one with
+// the bounds of its log it had live, no owner and no lease. Inspecting
+// wakes nothing: the session is still hibernated after, and the next call
+// wakes it.
+func TestInspectorShowsHibernated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk := testenv.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Restorable:    true,
+		Sessions:      session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)},
+		SweepInterval: time.Hour, // the test sweeps
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	defer func() {
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	}()
+	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
+	defer ops.Close()
+	c := &mcptest.Client{URL: srv.URL, HTTP: hc}
+	dormant, _, _ := callHoldingCursor(t, ctx, c)
+	live, _, _ := callHoldingCursor(t, ctx, c)
+	standalone, err := live.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standalone.Close()
+	if _, err := standalone.Next(); err != nil { // its priming event: the reader is attached
+		t.Fatal(err)
+	}
+	d, l := dormant.Token[:8], live.Token[:8]
+	var before admin.Details
+	if code, body := getJSON(t, ops.URL+"/debug/sessions/"+d); code != http.StatusOK || json.Unmarshal([]byte(body), &before) != nil || len(before.Sessions) != 1 {
+		t.Fatalf("/debug/sessions/%s while live: %d %s", d, code, body)
+	}
+
+	clk.Advance(2 * time.Minute)
+	h.Registry().Sweep(ctx)
+	awaitHibernated(t, h, 1)
+
+	want := `{
+  "count": 2,
+  "hibernated": 1,
+  "sessions": [
+    {
+      "session": "` + l + `",
+      "state": "live",
+      "generation": 1,
+      "calls_in_flight": 0,
+      "readers": 1,
+      "idle_seconds": 0
+    },
+    {
+      "session": "` + d + `",
+      "state": "hibernated",
+      "generation": 1,
+      "calls_in_flight": 0,
+      "readers": 0,
+      "idle_seconds": 120
+    }
+  ]
+}
+`
+	if code, body := getJSON(t, ops.URL+"/debug/sessions"); code != http.StatusOK || body != want {
+		t.Errorf("/debug/sessions: %d\n%s\nwant 200\n%s", code, body, want)
+	}
+	// The bounds of its log are those it had live: initialize's priming
+	// event and answer, the echo stream's priming event and answer.
+	wantDetail := admin.Detail{
+		Summary:         admin.Summary{Session: d, State: admin.StateHibernated, Generation: 1, IdleSeconds: 120},
+		ProtocolVersion: "2025-11-25",
+		ReplayFloor:     1, HighWaterMark: 4, Events: 4, Bytes: before.Sessions[0].Bytes,
+		Owner: "", Created: clk.Now().Add(-2 * time.Minute), Streams: []admin.Stream{},
+	}
+	if b := before.Sessions[0]; b.HighWaterMark != 4 || b.Events != 4 || b.Bytes <= 0 {
+		t.Errorf("while live: %+v, want high-water mark 4, 4 events and their bytes", b)
+	}
+	for range 2 { // the second look finds it hibernated still
+		var after admin.Details
+		code, body := getJSON(t, ops.URL+"/debug/sessions/"+d)
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &after) != nil || len(after.Sessions) != 1 || !reflect.DeepEqual(after.Sessions[0], wantDetail) {
+			t.Fatalf("/debug/sessions/%s: %d %s\nwant one session %+v", d, code, body, wantDetail)
+		}
+	}
+	if n, hib := h.Registry().Len(), h.Registry().Hibernated(); n != 1 || hib != 1 {
+		t.Fatalf("after inspecting: %d live sessions, %d hibernated; want 1 and 1 (nothing woken)", n, hib)
+	}
+
+	st, err := dormant.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "after"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Collect()
+	st.Close()
+	want = `{
+  "count": 2,
+  "hibernated": 0,
+  "sessions": [
+`
+	if code, body := getJSON(t, ops.URL+"/debug/sessions"); code != http.StatusOK || !strings.HasPrefix(body, want) || strings.Contains(body, `"hibernated",`) {
+		t.Errorf("/debug/sessions after the wake: %d\n%s\nwant 2 live sessions", code, body)
 	}
 }

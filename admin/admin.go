@@ -145,7 +145,8 @@ func serveReady(w http.ResponseWriter, r *http.Request, checks []func(context.Co
 }
 
 // serveSessions answers the session count and the n most recently used
-// sessions (?n=, default DefaultRecent).
+// sessions (?n=, default DefaultRecent), hibernated ones included; 503
+// when the store cannot be read.
 func serveSessions(w http.ResponseWriter, r *http.Request, in Inspector) {
 	n := DefaultRecent
 	if s := r.URL.Query().Get("n"); s != "" {
@@ -156,11 +157,15 @@ func serveSessions(w http.ResponseWriter, r *http.Request, in Inspector) {
 		}
 		n = v
 	}
-	count, recent := in.Recent(n)
-	if recent == nil {
-		recent = []Summary{}
+	l, err := in.Recent(r.Context(), n)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "reason": replay.ReasonUnavailable})
+		return
 	}
-	writeJSON(w, http.StatusOK, List{Count: count, Sessions: recent})
+	if l.Sessions == nil {
+		l.Sessions = []Summary{}
+	}
+	writeJSON(w, http.StatusOK, l)
 }
 
 // serveSession answers the details of the sessions whose token starts

@@ -23,12 +23,17 @@ import (
 // sessions is an Inspector over a fixed list, most recent first.
 type sessions []admin.Detail
 
-func (s sessions) Recent(n int) (int, []admin.Summary) {
-	var out []admin.Summary
-	for i := 0; i < n && i < len(s); i++ {
-		out = append(out, s[i].Summary)
+func (s sessions) Recent(_ context.Context, n int) (admin.List, error) {
+	l := admin.List{Count: len(s)}
+	for i, d := range s {
+		if d.State == admin.StateHibernated {
+			l.Hibernated++
+		}
+		if i < n {
+			l.Sessions = append(l.Sessions, d.Summary)
+		}
 	}
-	return len(s), out
+	return l, nil
 }
 
 func (s sessions) Lookup(_ context.Context, prefix string) ([]admin.Detail, error) {
@@ -59,11 +64,11 @@ func TestEndpoints(t *testing.T) {
 	rec.Refused(replay.ReasonGenerationMismatch)
 	var storeErr atomic.Pointer[error]
 	in := sessions{
-		{Summary: admin.Summary{Session: "AAAA1111", Generation: 2, CallsInFlight: 1, Readers: 1, IdleSeconds: 0.5},
+		{Summary: admin.Summary{Session: "AAAA1111", State: admin.StateLive, Generation: 2, CallsInFlight: 1, Readers: 1, IdleSeconds: 0.5},
 			ReplayFloor: 3, HighWaterMark: 9, Owner: "boot-x",
 			Streams: []admin.Stream{{Stream: 3, CallsInFlight: 1, Readers: 1}}},
-		{Summary: admin.Summary{Session: "AAAB2222", Generation: 1}},
-		{Summary: admin.Summary{Session: "BBBB3333", Generation: 1}},
+		{Summary: admin.Summary{Session: "AAAB2222", State: admin.StateLive, Generation: 1}},
+		{Summary: admin.Summary{Session: "BBBB3333", State: admin.StateHibernated, Generation: 4, IdleSeconds: 660}},
 	}
 	srv := httptest.NewServer(admin.Handler(admin.Options{
 		Gatherer: reg,
@@ -103,6 +108,40 @@ func TestEndpoints(t *testing.T) {
 	var l admin.List
 	if err := json.Unmarshal([]byte(body), &l); err != nil || code != 200 || l.Count != 3 || len(l.Sessions) != 2 || l.Sessions[0].Session != "AAAA1111" || l.Sessions[1].Session != "AAAB2222" {
 		t.Errorf("/debug/sessions?n=2: %d %s; want count 3 and the 2 most recent", code, body)
+	}
+	code, body = get(t, srv.URL+"/debug/sessions?n=3")
+	if want := `{
+  "count": 3,
+  "hibernated": 1,
+  "sessions": [
+    {
+      "session": "AAAA1111",
+      "state": "live",
+      "generation": 2,
+      "calls_in_flight": 1,
+      "readers": 1,
+      "idle_seconds": 0.5
+    },
+    {
+      "session": "AAAB2222",
+      "state": "live",
+      "generation": 1,
+      "calls_in_flight": 0,
+      "readers": 0,
+      "idle_seconds": 0
+    },
+    {
+      "session": "BBBB3333",
+      "state": "hibernated",
+      "generation": 4,
+      "calls_in_flight": 0,
+      "readers": 0,
+      "idle_seconds": 660
+    }
+  ]
+}
+`; code != 200 || body != want {
+		t.Errorf("/debug/sessions?n=3: %d\n%s\nwant 200\n%s", code, body, want)
 	}
 	if code, body := get(t, srv.URL+"/debug/sessions?n=-1"); code != 400 {
 		t.Errorf("/debug/sessions?n=-1: %d %s, want 400", code, body)
@@ -224,6 +263,31 @@ func TestHealthzNamesTheBuild(t *testing.T) {
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, []byte(body)); err != nil || code != 200 || compact.String() != tc.want {
 			t.Errorf("/healthz = %d %s, want 200 %s", code, body, tc.want)
+		}
+	}
+}
+
+// unreadable is an Inspector whose store cannot be read.
+type unreadable struct{}
+
+func (unreadable) Recent(context.Context, int) (admin.List, error) {
+	return admin.List{}, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+func (unreadable) Lookup(context.Context, string) ([]admin.Detail, error) {
+	return nil, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+// TestSessionsStoreDown: when the store cannot be read for a hibernated
+// session's record, /debug/sessions answers 503 with reason unavailable
+// and the error, as /debug/sessions/{prefix} does.
+func TestSessionsStoreDown(t *testing.T) {
+	srv := httptest.NewServer(admin.Handler(admin.Options{Sessions: unreadable{}}))
+	defer srv.Close()
+	want := "{\n  \"error\": \"dial tcp 127.0.0.1:6379: connection refused\",\n  \"reason\": \"unavailable\"\n}\n"
+	for _, path := range []string{"/debug/sessions", "/debug/sessions/ABC"} {
+		if code, body := get(t, srv.URL+path); code != http.StatusServiceUnavailable || body != want {
+			t.Errorf("%s: %d\n%s\nwant 503\n%s", path, code, body, want)
 		}
 	}
 }

@@ -10,22 +10,40 @@ import (
 )
 
 // Inspector answers the session inspector about the sessions whose live
-// state this process holds.
+// state this process holds and those it hibernated (DESIGN.md,
+// "Hibernation"). Inspecting a hibernated session never wakes it.
 type Inspector interface {
-	// Recent returns how many sessions this process holds and the n most
-	// recently used, most recent first.
-	Recent(n int) (count int, recent []Summary)
-	// Lookup returns the details of every session this process holds
-	// whose token starts with prefix. It fails when the store cannot be
-	// reached for the sessions' bounds.
+	// Recent returns the List of this process's sessions with its n most
+	// recently used: the live ones, most recent first, then the
+	// hibernated ones, most recent first. It fails when the store cannot
+	// be reached for a hibernated session's record.
+	Recent(ctx context.Context, n int) (List, error)
+	// Lookup returns the details of every session this process holds or
+	// hibernated whose token starts with prefix. It fails when the store
+	// cannot be reached for the sessions' bounds or records.
 	Lookup(ctx context.Context, prefix string) ([]Detail, error)
 }
 
+// Session states of a Summary.
+const (
+	// StateLive: this process holds the session's live state.
+	StateLive = "live"
+	// StateHibernated: this process hibernated the session, which keeps
+	// only its record in the store; the next request wakes it.
+	StateHibernated = "hibernated"
+)
+
 // List is the answer of /debug/sessions.
 type List struct {
-	// Count is the number of sessions whose live state this process holds.
+	// Count is the number of sessions whose live state this process holds
+	// plus those it hibernated and has not seen woken or ended since.
 	Count int `json:"count"`
-	// Sessions are the most recently used of them, most recent first.
+	// Hibernated is how many of Count are hibernated. Another replica of
+	// a fleet may have woken one of them: Sessions, which reads each
+	// hibernated session's record, leaves such a session out.
+	Hibernated int `json:"hibernated"`
+	// Sessions are the most recently used of them: the live ones, most
+	// recent first, then the hibernated ones, most recent first.
 	Sessions []Summary `json:"sessions"`
 }
 
@@ -38,14 +56,18 @@ type Details struct {
 type Summary struct {
 	// Session is the token's first 8 characters (never the whole token).
 	Session string `json:"session"`
-	// Generation is the session's current generation.
+	// State is StateLive or StateHibernated.
+	State string `json:"state"`
+	// Generation is the session's current generation: for a hibernated
+	// session, the record's (a wake keeps it, or claims the next).
 	Generation uint64 `json:"generation"`
 	// CallsInFlight is the number of requests not yet answered.
 	CallsInFlight int `json:"calls_in_flight"`
 	// Readers is the number of connections reading the session's streams.
 	Readers int `json:"readers"`
 	// IdleSeconds is the time since the session's latest request, in
-	// seconds.
+	// seconds. A hibernated session hibernated --hibernate-after past
+	// that request, at the sweep that followed.
 	IdleSeconds float64 `json:"idle_seconds"`
 }
 
@@ -63,7 +85,8 @@ type Detail struct {
 	Bytes  int64 `json:"bytes"`
 	// Owner is the process or replica that holds the live state, and
 	// LeaseExpiry when its lease lapses unless renewed (absent when the
-	// claim lasts as long as the process).
+	// claim lasts as long as the process); "" and absent for a
+	// hibernated session, which nobody holds.
 	Owner       string     `json:"owner"`
 	LeaseExpiry *time.Time `json:"lease_expiry,omitempty"`
 	// Created is when the session was created.

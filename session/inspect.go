@@ -1,5 +1,5 @@
 // What the session inspector (admin, /debug/sessions) is told about the
-// sessions whose live state a registry holds.
+// sessions whose live state a registry holds, and those it hibernated.
 
 package session
 
@@ -74,4 +74,39 @@ func (l *Live) snapshot(now time.Time) Snapshot {
 		s.Calls[c.stream]++
 	}
 	return s
+}
+
+// HibernatedSession is what a registry keeps of a session it hibernated
+// (DESIGN.md, "Hibernation"): its token and its latest use.
+type HibernatedSession struct {
+	// Token is the whole session token: callers show only a prefix.
+	Token string
+	// LastSeen is the session's latest use; it hibernated HibernateAfter
+	// later, at a sweep. Idle is the time since then.
+	LastSeen time.Time
+	Idle     time.Duration
+}
+
+// HibernatedSessions returns the sessions this registry hibernated and
+// has not seen woken or ended since whose token starts with prefix ("" for
+// all), most recently used first. It reads no record and wakes nothing;
+// another replica may have woken one meanwhile.
+func (r *Registry) HibernatedSessions(prefix string) []HibernatedSession {
+	now := r.opts.Now()
+	r.mu.RLock()
+	out := make([]HibernatedSession, 0, len(r.hibernated))
+	for tok, h := range r.hibernated {
+		if strings.HasPrefix(tok, prefix) {
+			at := time.Unix(0, h.seen)
+			out = append(out, HibernatedSession{Token: tok, LastSeen: at, Idle: max(now.Sub(at), 0)})
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b HibernatedSession) int {
+		if c := b.LastSeen.Compare(a.LastSeen); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Token, b.Token)
+	})
+	return out
 }

@@ -157,11 +157,11 @@ func (o *operator) ready(ctx context.Context) error {
 
 // Recent implements admin.Inspector with the attached inspector; none
 // before attach.
-func (o *operator) Recent(n int) (int, []admin.Summary) {
+func (o *operator) Recent(ctx context.Context, n int) (admin.List, error) {
 	if s := o.serving.Load(); s != nil {
-		return s.sessions.Recent(n)
+		return s.sessions.Recent(ctx, n)
 	}
-	return 0, nil
+	return admin.List{}, nil
 }
 
 // Lookup implements admin.Inspector with the attached inspector; none

@@ -148,16 +148,20 @@ func fetchJSON(u string, timeout time.Duration) ([]byte, int, error) {
 
 // printList prints /debug/sessions as a table.
 func printList(w io.Writer, l admin.List) {
-	fmt.Fprintf(w, "%d sessions live in this process", l.Count)
+	if l.Hibernated == 0 {
+		fmt.Fprintf(w, "%d sessions live in this process", l.Count)
+	} else {
+		fmt.Fprintf(w, "%d sessions in this process, %d of them hibernated", l.Count, l.Hibernated)
+	}
 	if len(l.Sessions) == 0 {
 		fmt.Fprintln(w)
 		return
 	}
 	fmt.Fprintf(w, "; the %d most recently used:\n", len(l.Sessions))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tGENERATION\tCALLS\tREADERS\tIDLE")
+	fmt.Fprintln(tw, "SESSION\tSTATE\tGENERATION\tCALLS\tREADERS\tIDLE")
 	for _, s := range l.Sessions {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Session, s.Generation, s.CallsInFlight, s.Readers, seconds(s.IdleSeconds))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", s.Session, s.State, s.Generation, s.CallsInFlight, s.Readers, seconds(s.IdleSeconds))
 	}
 	tw.Flush()
 }
@@ -170,6 +174,7 @@ func printDetails(w io.Writer, d admin.Details, now time.Time) {
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "session\t%s\n", s.Session)
+		fmt.Fprintf(tw, "state\t%s\n", s.State)
 		fmt.Fprintf(tw, "generation\t%d\n", s.Generation)
 		if s.ProtocolVersion != "" {
 			fmt.Fprintf(tw, "protocol version\t%s\n", s.ProtocolVersion)
@@ -181,7 +186,11 @@ func printDetails(w io.Writer, d admin.Details, now time.Time) {
 		if s.LeaseExpiry != nil {
 			lease = fmt.Sprintf("until %s (in %s)", s.LeaseExpiry.Format(time.RFC3339), s.LeaseExpiry.Sub(now).Round(time.Millisecond))
 		}
-		fmt.Fprintf(tw, "owner\t%s, lease %s\n", s.Owner, lease)
+		if s.State == admin.StateHibernated {
+			fmt.Fprintf(tw, "owner\tnone: hibernated, the next request wakes it\n")
+		} else {
+			fmt.Fprintf(tw, "owner\t%s, lease %s\n", s.Owner, lease)
+		}
 		fmt.Fprintf(tw, "created\t%s\n", s.Created.Format(time.RFC3339))
 		fmt.Fprintf(tw, "idle\t%s\n", seconds(s.IdleSeconds))
 		fmt.Fprintf(tw, "calls in flight\t%d\n", s.CallsInFlight)

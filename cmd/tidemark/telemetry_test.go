@@ -440,7 +440,7 @@ func TestInspectorShowsSessions(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &list); err != nil || code != http.StatusOK {
 		t.Fatalf("/debug/sessions: %d %s", code, body)
 	}
-	wantList := admin.List{Count: 1, Sessions: []admin.Summary{{Session: prefix, Generation: 1, CallsInFlight: 1, Readers: 2}}}
+	wantList := admin.List{Count: 1, Sessions: []admin.Summary{{Session: prefix, State: admin.StateLive, Generation: 1, CallsInFlight: 1, Readers: 2}}}
 	if !reflect.DeepEqual(list, wantList) {
 		t.Errorf("/debug/sessions = %+v, want %+v", list, wantList)
 	}
@@ -472,8 +472,8 @@ func TestInspectorShowsSessions(t *testing.T) {
 		t.Fatalf("tidemark inspect: exit %d: %s", code, stderr.String())
 	}
 	wantText := "1 sessions live in this process; the 1 most recently used:\n" +
-		"SESSION   GENERATION  CALLS  READERS  IDLE\n" +
-		prefix + "  1           1      2        0s\n"
+		"SESSION   STATE  GENERATION  CALLS  READERS  IDLE\n" +
+		prefix + "  live   1           1      2        0s\n"
 	if stdout.String() != wantText {
 		t.Errorf("tidemark inspect printed\n%s\nwant\n%s", stdout.String(), wantText)
 	}
@@ -482,6 +482,7 @@ func TestInspectorShowsSessions(t *testing.T) {
 		t.Fatalf("tidemark inspect %s: exit %d: %s", prefix[:4], code, stderr.String())
 	}
 	wantText = "session           " + prefix + "\n" +
+		"state             live\n" +
 		"generation        1\n" +
 		"protocol version  2025-11-25\n" +
 		"replay floor      1\n" +
