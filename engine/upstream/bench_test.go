@@ -78,7 +78,7 @@ func BenchmarkCalls(b *testing.B) {
 // Run it with -benchtime=1000x.
 func BenchmarkHibernation(b *testing.B) {
 	p := testenv.StartProcess(b, testenv.Build(b, "./interop/go-sdk-memstore"), "--addr", "127.0.0.1:0", "--event-store", "none")
-	g, clk := hibernatingGateway(b, testenv.ServeURL(b, p))
+	g, clk := hibernatingGateway(b, testenv.ServeURL(b, p), upstream.Options{})
 	ctx := b.Context()
 	settle := func() (mem, live int64, goroutines int) {
 		// Idle connections to the upstream close after idleConnTimeout.

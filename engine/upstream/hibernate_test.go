@@ -35,10 +35,10 @@ func TestHibernatesLossy(t *testing.T) {
 	}
 }
 
-// hibernatingGateway is a gateway whose sessions hibernate after a
+// hibernatingGateway is a gateway to upstreamURL with opts whose sessions hibernate after a
 // minute of the clock it returns; the test advances the clock and sweeps
 // (hibernate). A benchmark's gateway logs nothing.
-func hibernatingGateway(t testing.TB, upstreamURL string) (*gateway, *testenv.Clock) {
+func hibernatingGateway(t testing.TB, upstreamURL string, opts upstream.Options) (*gateway, *testenv.Clock) {
 	t.Helper()
 	clk := testenv.NewClock(time.Now())
 	logs := &testenv.LogBuffer{}
@@ -46,7 +46,8 @@ func hibernatingGateway(t testing.TB, upstreamURL string) (*gateway, *testenv.Cl
 	if _, bench := t.(*testing.B); bench {
 		logger = slog.New(slog.DiscardHandler) // a log that grows is not the sessions' cost
 	}
-	eng, err := upstream.New(upstream.Options{URL: upstreamURL, Logger: logger})
+	opts.URL, opts.Logger = upstreamURL, logger
+	eng, err := upstream.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func upstreamSessions(u *testUpstream) []string {
 // generation 1 answers 409 generation_mismatch.
 func TestHibernationKeepsUpstreamSession(t *testing.T) {
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
-	g, clk := hibernatingGateway(t, up.URL())
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
 	ctx := testContext(t)
 	s := g.initialize(t, ctx)
 	old := echoAt(t, s, 2, 1)
@@ -161,7 +162,7 @@ func TestHibernationKeepsUpstreamSession(t *testing.T) {
 // upstream_session_lost; a cursor of generation 1 answers 409.
 func TestHibernationUpstreamLost(t *testing.T) {
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
-	g, clk := hibernatingGateway(t, up.URL())
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
 	ctx := testContext(t)
 	s := g.initialize(t, ctx)
 	old := echoAt(t, s, 2, 1)
@@ -241,5 +242,57 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not seen within 10 s", what)
 		}
+	}
+}
+
+// TestHibernationReattachWithForwardedHeaders: with Options.Forward set,
+// the woken generation reattaches when the first client message arrives,
+// with its forwarded headers: the ping and the call after the wake carry
+// the client's current Authorization, in the kept upstream session.
+func TestHibernationReattachWithForwardedHeaders(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{Forward: []string{"Authorization"}})
+	ctx := testContext(t)
+	g.client.Header = http.Header{"Authorization": {"Bearer one"}}
+	s := g.initialize(t, ctx)
+	echoAt(t, s, 2, 1)
+	g.hibernate(t, clk, 1)
+
+	g.client.Header = http.Header{"Authorization": {"Bearer two"}}
+	echoAt(t, s, 3, 2)
+	pings := up.requests(http.MethodPost, "ping")
+	calls := up.requests(http.MethodPost, "tools/call")
+	if len(pings) != 1 || pings[0].header.Get("Authorization") != "Bearer two" {
+		t.Fatalf("the upstream received pings %v, want one with Authorization %q", pings, "Bearer two")
+	}
+	if got := calls[len(calls)-1].header.Get("Authorization"); got != "Bearer two" {
+		t.Errorf("the call after the wake carried Authorization %q, want %q", got, "Bearer two")
+	}
+	up.mu.Lock()
+	first := up.sessions[0]
+	up.mu.Unlock()
+	if got := calls[len(calls)-1].header.Get("Mcp-Session-Id"); got != first || len(up.requests(http.MethodPost, "initialize")) != 1 {
+		t.Errorf("the call after the wake carried upstream session %q after %d initialize, want %q after 1", got,
+			len(up.requests(http.MethodPost, "initialize")), first)
+	}
+}
+
+// TestHibernationStatelessUpstream: an upstream that gives no session ID
+// has no upstream session to keep: the session hibernates all the same,
+// and wakes at generation 2 restored with the client's initialize, as
+// after a restart.
+func TestHibernationStatelessUpstream(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{Stateless: true})
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
+	ctx := testContext(t)
+	s := g.initialize(t, ctx)
+	echoAt(t, s, 2, 1)
+	g.hibernate(t, clk, 1)
+	echoAt(t, s, 3, 2)
+	if n := len(up.requests(http.MethodPost, "initialize")); n != 2 {
+		t.Errorf("the upstream received %d initialize, want 2 (the client's, the restored one)", n)
+	}
+	if n := len(up.requests(http.MethodPost, "ping")); n != 0 {
+		t.Errorf("the upstream received %d ping, want 0: no upstream session to reattach to", n)
 	}
 }
