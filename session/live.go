@@ -96,7 +96,9 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *L
 	if st != nil {
 		l.state = *st
 		// What a hibernated engine session kept outside the process is
-		// the engine's from now on: a held record never carries it.
+		// the engine's from now on: this generation's saves leave it out,
+		// and a record it is still in (a save of the wake) is held, so
+		// recreate drops it.
 		l.state.Suspended = nil
 	}
 	l.lh.parent, l.lh.live = r.logger.Handler(), l
