@@ -90,7 +90,9 @@ func (c *conn) reattach(ctx context.Context, hdr http.Header) (bool, error) {
 	_, err := c.ping(ctx, hdr, c.e.opts.Timeout)
 	if err == nil {
 		c.logger.Info("reattached to the kept upstream session", "upstream_session", redact.Token(c.kept.Session))
-		c.listen()
+		if c.state.Initialized {
+			c.listen() // as the hibernated generation did once notifications/initialized was accepted
+		}
 		return true, nil
 	}
 	c.mu.Lock()
