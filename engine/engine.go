@@ -115,6 +115,17 @@ type Suspender interface {
 	Keep()
 }
 
+// Releaser is implemented by an engine whose sessions keep something
+// outside the process across hibernation (Suspender). When a session
+// ends while no process holds its live state (hibernated, then ended by
+// its idle TTL or a DELETE), the registry hands Release what the session
+// kept (State.Suspended), once the store has ended the record, and the
+// engine ends it, as Close would have: a gateway's upstream session gets
+// its DELETE. Release must not block.
+type Releaser interface {
+	Release(suspended json.RawMessage)
+}
+
 // HibernationOf returns what eng says of hibernation: HibernateNever when
 // it does not implement Hibernator.
 func HibernationOf(eng Engine) Hibernation {

@@ -425,9 +425,14 @@ func (r *Registry) endDone(token string) {
 // ended ends token's session in the store with reason and closes l, its
 // live state in this process (nil when there is none), which has left the
 // registry already. A session ended without live state here (hibernated,
-// or held by no process) is logged and measured from rec, its record.
+// or held by no process) is logged and measured from rec, its record, and
+// what its hibernated engine session kept outside the process is released
+// once the record has ended (engine.Releaser).
 func (r *Registry) ended(ctx context.Context, token string, l *Live, reason store.EndReason, rec store.Record) error {
 	err := r.endRecord(ctx, token, reason)
+	if err == nil && l == nil {
+		r.release(rec)
+	}
 	switch {
 	case l != nil:
 		l.close(replay.Reason(reason))

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,5 +300,46 @@ func TestHibernationStatelessUpstream(t *testing.T) {
 	}
 	if n := len(up.requests(http.MethodPost, "ping")); n != 0 {
 		t.Errorf("the upstream received %d ping, want 0: no upstream session to reattach to", n)
+	}
+}
+
+// TestHibernatedSessionEndReleasesUpstream: a hibernated session that
+// ends without a wake ends its kept upstream session with DELETE, as a
+// live one's end does: on the client's DELETE, and when its idle TTL
+// ends it.
+func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
+	ctx := testContext(t)
+	a := g.initialize(t, ctx)
+	b := g.initialize(t, ctx)
+	g.hibernate(t, clk, 2)
+	up.mu.Lock()
+	ids := slices.Clone(up.sessions)
+	up.mu.Unlock()
+	deletes := func() []string {
+		var out []string
+		for _, r := range up.requests(http.MethodDelete, "") {
+			out = append(out, r.header.Get("Mcp-Session-Id"))
+		}
+		return out
+	}
+
+	if err := a.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the upstream's DELETE of the first session", func() bool { return len(deletes()) == 1 })
+	if got := deletes(); got[0] != ids[0] {
+		t.Errorf("the client's DELETE ended upstream session %q, want %q", got[0], ids[0])
+	}
+
+	clk.Advance(25 * time.Hour) // past the idle TTL
+	g.h.Registry().Sweep(ctx)
+	waitFor(t, "the upstream's DELETE of the second session", func() bool { return len(deletes()) == 2 })
+	if got := deletes(); got[1] != ids[1] {
+		t.Errorf("the idle TTL ended upstream session %q, want %q", got[1], ids[1])
+	}
+	if _, err := b.Call(ctx, mcptest.ToolCall(2, "echo", map[string]string{"text": "hi"}, nil)); err == nil {
+		t.Errorf("a call of the session its idle TTL ended succeeded, want it refused")
 	}
 }

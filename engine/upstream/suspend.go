@@ -25,7 +25,23 @@ import (
 // reattaches to the kept upstream session (DESIGN.md, "Hibernation").
 func (e *Engine) Hibernation() engine.Hibernation { return engine.HibernateLossy }
 
-var _ engine.Suspender = (*conn)(nil)
+var (
+	_ engine.Suspender = (*conn)(nil)
+	_ engine.Releaser  = (*Engine)(nil)
+)
+
+// Release implements engine.Releaser: a session that ended while
+// hibernated ends the upstream session it kept with DELETE, in the
+// background, as Close does (Engine.Close waits for it). The DELETE
+// carries Options.Header but no client's forwarded headers: no client
+// request is at hand.
+func (e *Engine) Release(suspended json.RawMessage) {
+	s := keptOf(&engine.State{Suspended: suspended})
+	if s.Session == "" {
+		return
+	}
+	e.deleteSession(target{session: s.Session, version: s.Version}, e.opts.Logger.With("upstream_session", redact.Token(s.Session)))
+}
 
 // suspension is what a hibernated generation keeps of its upstream
 // session, as engine.State.Suspended.

@@ -1,0 +1,28 @@
+// suspend.go holds what the registry does with what a hibernated engine
+// session keeps outside the process (engine.Suspender) when the session
+// ends without being woken (DESIGN.md, "Hibernation").
+
+package session
+
+import (
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/store"
+)
+
+// release hands what the hibernated engine session of rec, a record
+// just ended, kept outside the process (engine.State.Suspended) to the
+// engine (engine.Releaser). Nothing when the engine releases nothing, or
+// when another process held the record (its live state used what was
+// kept); a record this process held without live state here (taken to
+// be ended as idle) still hands it over.
+func (r *Registry) release(rec store.Record) {
+	rel, ok := r.engine.(engine.Releaser)
+	if !ok || (rec.Owner != "" && rec.Owner != r.opts.Owner) {
+		return
+	}
+	st, _, err := decodeState(rec.State)
+	if err != nil || st == nil || st.Suspended == nil {
+		return
+	}
+	rel.Release(st.Suspended)
+}
