@@ -405,16 +405,7 @@ func (r *report) goals(b *strings.Builder) {
 		}
 		return x / y, true
 	}
-	verdict := func(ok, known bool) string {
-		switch {
-		case !known:
-			return "not measured"
-		case ok:
-			return "met"
-		default:
-			return "**not met**"
-		}
-	}
+	verdict := verdictOf
 	ms := r.metrics()
 	byName := map[string]metric{}
 	for _, m := range ms {
