@@ -254,6 +254,14 @@ func newGateway(t testing.TB, upstreamURL string, opts upstream.Options) *gatewa
 		Sessions:  session.Options{Logger: logger},
 		Transport: transport.Options{Sessionless: eng.Sessionless(), Logger: logger, Retry: 50 * time.Millisecond},
 	})
+	srv := serveGateway(t, h, eng, logs)
+	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: srv.Client()}}
+}
+
+// serveGateway serves h, Tidemark with eng, on a loopback listener that
+// shuts down with the test; a failed test's log ends with logs.
+func serveGateway(t testing.TB, h *tidemark.Handler, eng *upstream.Engine, logs *testenv.LogBuffer) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -267,7 +275,7 @@ func newGateway(t testing.TB, upstreamURL string, opts upstream.Options) *gatewa
 			t.Logf("gateway log:\n%s", logs.String())
 		}
 	})
-	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: srv.Client()}}
+	return srv
 }
 
 // initialize starts a session through the gateway.

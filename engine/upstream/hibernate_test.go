@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -57,19 +56,7 @@ func hibernatingGateway(t testing.TB, upstreamURL string, opts upstream.Options)
 		Transport:     transport.Options{Sessionless: eng.Sessionless(), Logger: logger, Retry: 50 * time.Millisecond},
 		SweepInterval: time.Hour, // the test sweeps
 	})
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		h.Shutdown(ctx)
-		srv.CloseClientConnections()
-		srv.Close()
-		eng.Close()
-		h.Close()
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs.String())
-		}
-	})
+	srv := serveGateway(t, h, eng, logs)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(hc.CloseIdleConnections)
 	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: hc}}, clk
