@@ -322,12 +322,16 @@ func TestHibernateFleetWake(t *testing.T) {
 	hibernated := func(reg *session.Registry, want int) string {
 		l := mustCreate(t, reg)
 		initialize(t, f, l)
-		waitFor(t, func() bool { return session.Idle(l) })
-		rs.clk.Advance(2 * time.Minute)
-		// Renew the leases the clock just let lapse, as Run does.
-		a.RenewLeases(ctx)
-		b.RenewLeases(ctx)
-		waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == want })
+		// A call's answer settles on a goroutine of its own and starts the
+		// session's idle time then: advance while sweeping, renewing the
+		// leases the clock lets lapse, as Run does.
+		waitFor(t, func() bool {
+			rs.clk.Advance(2 * time.Minute)
+			a.RenewLeases(ctx)
+			b.RenewLeases(ctx)
+			reg.Sweep(ctx)
+			return reg.Hibernated() == want
+		})
 		return l.Token()
 	}
 	tok := hibernated(a, 1)
