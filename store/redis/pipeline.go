@@ -347,8 +347,9 @@ type batch struct {
 	rest   []any
 	err    error
 	unsent bool
-	// Set by settle: the batch is queued again (see resendWindow).
-	resend bool
+	// Set by settle: the batch is queued again (see resendWindow), or
+	// its room in the session's pending count was given back.
+	resend, released bool
 }
 
 // commitLoop is the committer: it sends what is queued, one round trip
@@ -424,6 +425,10 @@ func (s *Store) settle(b *batch) *store.LostError {
 			ps.b = decBounds(rest)
 			ps.resendBy = time.Time{}
 		}
+		// In the same step as the bounds, which now count these events:
+		// an Append in between would count them twice (bounds + pending).
+		ps.pend.Release(b.n, b.b)
+		b.released = true
 		return nil
 	}
 	if ps.gen != b.gen || ps.lost != nil {

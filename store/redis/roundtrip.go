@@ -83,7 +83,7 @@ func (s *Store) send(bs []*batch) {
 		}
 	}
 	for _, b := range bs {
-		if !b.resend {
+		if !b.resend && !b.released {
 			b.ps.pend.Release(b.n, b.b)
 		}
 	}
