@@ -137,3 +137,42 @@ func TestHibernationNotRestorableRefusesOldCursor(t *testing.T) {
 		t.Fatalf("answer after the wake at generation %d, want %d", got.Generation, cur.Generation+1)
 	}
 }
+
+// TestHibernationMalformedCursorStaysHibernated: a resume whose
+// Last-Event-ID does not parse, or names another session, is refused 400
+// cursor_malformed from the session's record alone: a hibernated session
+// stays hibernated (nothing wakes it), and the refusal is the one the
+// same request gets while the session is awake, byte for byte.
+func TestHibernationMalformedCursorStaysHibernated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, c := hibernatingServer(t, true)
+	s, _, _ := callHoldingCursor(t, ctx, c)
+	_, otherCursor, _ := callHoldingCursor(t, ctx, c) // another session's cursor
+	cursors := []string{"garbage", otherCursor}
+
+	awake := make([]*mcptest.StatusError, len(cursors))
+	for i, cur := range cursors {
+		_, err := s.Resume(ctx, cur)
+		se, ok := mcptest.AsStatusError(err)
+		if !ok || se.Status != http.StatusBadRequest || se.Reason() != string(replay.ReasonCursorMalformed) {
+			t.Fatalf("awake: resume with %q = %v, want 400 cursor_malformed", cur, err)
+		}
+		awake[i] = se
+	}
+	awaitHibernated(t, h, 2)
+	for i, cur := range cursors {
+		_, err := s.Resume(ctx, cur)
+		se, ok := mcptest.AsStatusError(err)
+		if !ok {
+			t.Fatalf("hibernated: resume with %q = %v, want 400 cursor_malformed", cur, err)
+		}
+		if se.Status != awake[i].Status || string(se.RawBody) != string(awake[i].RawBody) {
+			t.Errorf("hibernated: resume with %q = %d %s, want what the awake session answered: %d %s",
+				cur, se.Status, se.RawBody, awake[i].Status, awake[i].RawBody)
+		}
+		if n, hib := h.Registry().Len(), h.Registry().Hibernated(); n != 0 || hib != 2 {
+			t.Fatalf("after the refused resume with %q: %d sessions live, %d hibernated; want 0 and 2 (nothing woken)", cur, n, hib)
+		}
+	}
+}

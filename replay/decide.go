@@ -273,16 +273,11 @@ func Decide(in Input) Decision {
 		d.Outcome = SessionNotFound
 		return d
 	}
-	c, err := Parse(in.LastEventID)
-	if err != nil {
-		d.Outcome, d.Detail = CursorMalformed, err.Error()
-		return d
+	c, malformed := cursorRow(in.Session, in.LastEventID)
+	if malformed != nil {
+		return *malformed
 	}
 	d.Cursor = c
-	if c.Tag != in.Session.Tag {
-		d.Outcome, d.Detail = CursorMalformed, fmt.Sprintf("tag %s is not this session's: the cursor belongs to another session", c.Tag)
-		return d
-	}
 	s := in.Session
 	switch {
 	case c.Generation != s.Generation:
@@ -308,4 +303,36 @@ func Decide(in Input) Decision {
 		d.Outcome = Replay
 	}
 	return d
+}
+
+// DecideCursor applies, to the Last-Event-ID lastEventID of a request
+// whose live session has tag tag, the row of the decision that the cursor
+// alone decides (row 3: it does not parse, or names another session),
+// before anything else is read of the session: its generation and bounds,
+// its live state. It returns that CursorMalformed decision, the one Decide
+// returns for the same cursor on the same live session whatever its
+// generation and bounds, with ok true; or ok false when the cursor passes
+// the row and Decide, given the session's record and bounds, decides
+// (DESIGN.md, "The replay decision"). The caller establishes rows 1 and 2
+// (a session ID, a live session) first: they come before row 3.
+func DecideCursor(tag, lastEventID string) (d Decision, ok bool) {
+	s := Session{Status: Live, Tag: tag}
+	if _, malformed := cursorRow(s, lastEventID); malformed != nil {
+		return *malformed, true
+	}
+	return Decision{}, false
+}
+
+// cursorRow applies row 3 of the decision to lastEventID sent for the
+// live session s: the parsed cursor, or the CursorMalformed decision.
+func cursorRow(s Session, lastEventID string) (Cursor, *Decision) {
+	c, err := Parse(lastEventID)
+	if err != nil {
+		return Cursor{}, &Decision{Outcome: CursorMalformed, Session: s, Detail: err.Error()}
+	}
+	if c.Tag != s.Tag {
+		return c, &Decision{Outcome: CursorMalformed, Session: s, Cursor: c,
+			Detail: fmt.Sprintf("tag %s is not this session's: the cursor belongs to another session", c.Tag)}
+	}
+	return c, nil
 }

@@ -33,6 +33,8 @@ func TestDataDriven(t *testing.T) {
 				return runParse(d)
 			case "decide":
 				return runDecide(t, d)
+			case "decide-cursor":
+				return runDecideCursor(t, d)
 			case "ended":
 				return runEnded(d)
 			default:
@@ -121,6 +123,28 @@ func runDecide(t *testing.T, d *datadriven.TestData) string {
 		out += fmt.Sprintf(" %s=%v", k, data[k])
 	}
 	return out + "\n"
+}
+
+// runDecideCursor prints DecideCursor's decision for the cursor of the
+// session of testToken, with its detail ({tag} and {other} as in decide),
+// and checks that Decide, given that live session with any generation and
+// bounds, decides the same.
+func runDecideCursor(t *testing.T, d *datadriven.TestData) string {
+	var cursor string
+	d.ScanArgs(t, "cursor", &cursor)
+	tags := strings.NewReplacer("{tag}", replay.Tag(testToken), "{other}", replay.Tag(otherToken))
+	cursor = tags.Replace(cursor)
+	dec, ok := replay.DecideCursor(replay.Tag(testToken), cursor)
+	if !ok {
+		return "pass\n"
+	}
+	full := replay.Decide(replay.Input{HasSessionID: true, LastEventID: cursor,
+		Session: replay.Session{Status: replay.Live, Tag: replay.Tag(testToken), Generation: 4, Floor: 10, HWM: 20}})
+	if full.Outcome != dec.Outcome || full.Message() != dec.Message() || fmt.Sprint(full.Data()) != fmt.Sprint(dec.Data()) {
+		t.Errorf("%s: DecideCursor: %v %q %v; Decide: %v %q %v", d.Pos, dec.Outcome, dec.Message(), dec.Data(), full.Outcome, full.Message(), full.Data())
+	}
+	detail := strings.NewReplacer(replay.Tag(testToken), "{tag}", replay.Tag(otherToken), "{other}").Replace(dec.Detail)
+	return fmt.Sprintf("%d %s detail=%q\n", dec.Outcome.HTTPStatus(), dec.Outcome.Reason(), detail)
 }
 
 // runEnded prints, for each end reason of the input (one a line, "-" for

@@ -28,6 +28,36 @@ func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error)
 	return l, endedFor(err, token, userID)
 }
 
+// Dormant reports whether Get, for a request of userID, would start the
+// live state of token's session in this process (wake it from
+// hibernation, or re-create it), without starting anything: no live
+// state of it is held or starting here, its end has not begun, and its
+// record is a session's (not a tombstone), bound to userID, held under no
+// other owner's lease that has not lapsed, and not idle beyond IdleTTL.
+// It reads the record once (store.Sessions.Get); a record it cannot read
+// reports false. A request that the record alone refuses (a malformed
+// Last-Event-ID: replay.DecideCursor) is then refused before Get, so that
+// a hibernated session stays hibernated (DESIGN.md, "Hibernation"). False
+// says only that Get decides, as for any request.
+func (r *Registry) Dormant(ctx context.Context, token, userID string) bool {
+	r.mu.RLock()
+	_, held := r.live[token]
+	_, starting := r.starting[token]
+	_, ending := r.endingReason(token)
+	closed := r.closed
+	r.mu.RUnlock()
+	if held || starting || ending || closed {
+		return false
+	}
+	rec, err := r.st.Get(ctx, token)
+	if err != nil {
+		return false
+	}
+	now := r.opts.Now()
+	idle := r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL
+	return rec.UserID == userID && r.lease.Remote(rec, now) == nil && !idle
+}
+
 // get is Get, whose errors may name another user's ended session.
 func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error) {
 	for {

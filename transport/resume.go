@@ -26,7 +26,9 @@ import (
 // (403, 503) in row 2's place. The lookup re-creates the session's live
 // state at generation+1 when no live process holds it, so the decision
 // compares the cursor with the generation that serves now; a session
-// another replica owns is decided and served there.
+// another replica owns is decided and served there. A cursor that row 3
+// refuses by itself is refused before the lookup when the lookup would
+// wake the session for it (malformedDormant), with the same refusal.
 //
 // Every resume answered here is counted by its outcome (Options.Metrics:
 // replay, or the refusal's reason) and, past the header rules, traced as
@@ -38,6 +40,11 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, hdr header
 	}
 	ctx, span := h.opts.Tracer.StartResume(r.Context(), r.Header, hdr.token, hdr.cursors[0])
 	r = r.WithContext(ctx)
+	if ref := h.malformedDormant(r, hdr); ref != nil {
+		h.opts.Metrics.Resumed(ref.reason)
+		span.EndResume(ref.reason)
+		return ref
+	}
 	live, forwarded, err := h.lookup(w, r, hdr.token, nil)
 	if forwarded {
 		span.End(nil) // served by the session's owner, which counts it
@@ -142,10 +149,7 @@ func status(err error) (replay.Status, *refusal) {
 // (replay.EventAt.Lost): 409 cursor_compacted saying so. repeated
 // says the Last-Event-ID header was repeated, which the refusal says.
 func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *replay.Input, repeated bool) (replay.Decision, store.Event, *refusal) {
-	d := replay.Decide(*in)
-	if repeated && d.Outcome == replay.CursorMalformed {
-		d.Detail = "the Last-Event-ID header is repeated: send one cursor"
-	}
+	d := repeatedCursor(replay.Decide(*in), repeated)
 	var at store.Event
 	if d.Outcome == replay.NeedEvent {
 		ev, found, err := h.reg.Log().At(r.Context(), token, d.Cursor.Sequence)
@@ -163,6 +167,40 @@ func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *
 		d = replay.Decide(*in)
 	}
 	return d, at, nil
+}
+
+// malformedDormant returns the refusal of a resume whose Last-Event-ID
+// the cursor alone refuses (row 3 of the replay decision,
+// replay.DecideCursor: it does not parse, or names another session), when
+// the lookup would start the session's live state here to decide it
+// (session.Registry.Dormant: a hibernated session, or one no process
+// holds): the refusal the live session gives, status, reason, message and
+// data alike, without waking it (DESIGN.md, "Hibernation"). It returns nil
+// for every other resume, which the lookup and the decision answer.
+func (h *Handler) malformedDormant(r *http.Request, hdr headers) *refusal {
+	cursor := ""
+	if len(hdr.cursors) == 1 {
+		cursor = hdr.cursors[0]
+	}
+	d, ok := replay.DecideCursor(replay.Tag(hdr.token), cursor)
+	if !ok || !h.reg.Dormant(r.Context(), hdr.token, userID(r)) {
+		return nil
+	}
+	d = repeatedCursor(d, len(hdr.cursors) > 1)
+	ref := resumeRefusal(nil, d, cursor)
+	h.logger.Info("resume refused", "session", store.Prefix(hdr.token), "reason", d.Outcome.Reason(),
+		"cursor", clip(cursor), "status", d.Outcome.HTTPStatus(), "woken", false)
+	ref.logged = true
+	return ref
+}
+
+// repeatedCursor returns d, whose message says that the Last-Event-ID
+// header was repeated when repeated and d refuses the cursor as malformed.
+func repeatedCursor(d replay.Decision, repeated bool) replay.Decision {
+	if repeated && d.Outcome == replay.CursorMalformed {
+		d.Detail = "the Last-Event-ID header is repeated: send one cursor"
+	}
+	return d
 }
 
 // resumeRefusal returns the refusal of decision d, whose error.data carries
