@@ -155,8 +155,13 @@ type Rules struct {
 // or to a terminal status (Complete, Fail, Stop); input_required goes back to working when the answers complete
 // the round (Answer), or to cancelled (Cancel); a terminal status never
 // changes: a Cancel or an Answer to it is accepted and changes nothing
-// (tasks/cancel and tasks/update acknowledge it all the same), an
-// executor's write is refused.
+// (tasks/cancel and tasks/update acknowledge it all the same, with the
+// empty result: SEP-2663, "Task Cancellation" and "Task Update
+// Requests"; only an unknown taskId is an error there), an executor's
+// write is refused. The -32602 that the 2025-11-25 tasks require for a
+// cancel of a terminal task (MCP 2025-11-25, basic/utilities/tasks,
+// "Task Cancellation") is not this extension's rule, and that era never
+// reaches these tasks (Gate).
 func (r Rules) Apply(rec Record, ev Event, now time.Time) (Record, Effect, error) {
 	if ev.Kind.fromExecutor() {
 		return r.applyExecutor(rec, ev, now)
