@@ -181,16 +181,40 @@ func (h *Handler) RunningTasks() []admin.Task {
 	return out
 }
 
+// SettledTasks implements admin.TaskInspector: the tasks whose last round
+// this Handler ran and that settled, while their records are kept, the
+// most recently settled first (taskrun.Handler.SettledTasks); none
+// without Options.Tasks.
+func (h *Handler) SettledTasks() []admin.Task {
+	if h.tasks == nil {
+		return nil
+	}
+	settled := h.tasks.SettledTasks()
+	out := make([]admin.Task, 0, len(settled))
+	for _, t := range settled {
+		out = append(out, admin.Task{
+			Task: tasks.Prefix(t.ID), Tool: t.Tool, Generation: t.Generation, Status: t.Status.String(),
+			Started: t.Started, Settled: &t.Settled,
+		})
+	}
+	return out
+}
+
 // LookupTasks implements admin.TaskInspector: the stored state of the
-// tasks this Handler runs whose ID starts with prefix. A task that
-// settled and left the table meanwhile is left out; a store that cannot
-// be read fails the lookup.
+// tasks this Handler runs, then of those it ran that settled while their
+// records are kept, whose ID starts with prefix. A task whose record is
+// gone meanwhile is left out; a store that cannot be read fails the
+// lookup.
 func (h *Handler) LookupTasks(ctx context.Context, prefix string) ([]admin.TaskDetail, error) {
 	if h.tasks == nil {
 		return nil, nil
 	}
 	var out []admin.TaskDetail
-	for _, t := range h.tasks.RunningTasks() {
+	rounds := h.tasks.RunningTasks()
+	for _, t := range h.tasks.SettledTasks() {
+		rounds = append(rounds, taskrun.RunningTask{ID: t.ID, Tool: t.Tool, Generation: t.Generation, Started: t.Started})
+	}
+	for _, t := range rounds {
 		if !strings.HasPrefix(t.ID, prefix) {
 			continue
 		}

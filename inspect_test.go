@@ -104,7 +104,7 @@ func TestTaskInspector(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 	}()
 
-	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks"); code != 200 || body != "{\n  \"count\": 0,\n  \"tasks\": []\n}\n" {
+	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks"); code != 200 || body != "{\n  \"count\": 0,\n  \"settled\": 0,\n  \"tasks\": []\n}\n" {
 		t.Errorf("/debug/tasks before any task: %d %s", code, body)
 	}
 	before := time.Now()
@@ -158,7 +158,7 @@ func TestTaskInspector(t *testing.T) {
 	if strings.Contains(shown+body, id) {
 		t.Errorf("the inspector shows the whole task ID: %s %s", shown, body)
 	}
-	wantMissing := "{\n  \"error\": \"no task this process runs has an ID starting with \\\"ZZZZ\\\"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)\"\n}\n"
+	wantMissing := "{\n  \"error\": \"no task this process runs, or ran and settled, has an ID starting with \\\"ZZZZ\\\"; GET /debug/tasks lists them (a task of another replica, or one whose record expired, is not looked up: not every store can be searched by ID prefix)\"\n}\n"
 	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/ZZZZ"); code != 404 || body != wantMissing {
 		t.Errorf("/debug/tasks/ZZZZ: %d %s, want 404 %s", code, body, wantMissing)
 	}
@@ -189,8 +189,23 @@ func TestTaskInspector(t *testing.T) {
 	if len(rounds) != 1 || rounds[0] != wantRound {
 		t.Errorf("round spans %q, want [%q]", rounds, wantRound)
 	}
-	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/"+prefix); code != 404 {
-		t.Errorf("/debug/tasks/%s once the task completed: %d %s, want 404", prefix, code, body)
+	// Settled, the task is still listed, with its final status, while its
+	// record is kept; looking it up reads that record.
+	code, body = getJSON(t, adminSrv.URL+"/debug/tasks")
+	var settled struct {
+		Count   int              `json:"count"`
+		Settled int              `json:"settled"`
+		Tasks   []map[string]any `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(body), &settled); err != nil || code != 200 || settled.Count != 0 || settled.Settled != 1 ||
+		len(settled.Tasks) != 1 || settled.Tasks[0]["task"] != prefix || settled.Tasks[0]["status"] != "completed" || settled.Tasks[0]["settled"] == nil {
+		t.Errorf("/debug/tasks once the task completed: %d %s, want count 0, settled 1: task %s completed", code, body, prefix)
+	}
+	code, body = getJSON(t, adminSrv.URL+"/debug/tasks/"+prefix)
+	details = admin.TaskDetails{}
+	if err := json.Unmarshal([]byte(body), &details); err != nil || code != 200 || len(details.Tasks) != 1 ||
+		details.Tasks[0].Status != "completed" || details.Tasks[0].Task != prefix || details.Tasks[0].RoundGeneration != 1 || details.Tasks[0].RoundStarted != started {
+		t.Errorf("/debug/tasks/%s once the task completed: %d %s, want 200 with its record, completed", prefix, code, body)
 	}
 }
 

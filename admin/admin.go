@@ -185,13 +185,13 @@ func serveSession(w http.ResponseWriter, r *http.Request, in Inspector) {
 	}
 }
 
-// serveTasks answers the tasks this process runs.
+// serveTasks answers the tasks this process runs, then those it ran that
+// settled while their records are kept.
 func serveTasks(w http.ResponseWriter, in TaskInspector) {
-	running := in.RunningTasks()
-	if running == nil {
-		running = []Task{}
-	}
-	writeJSON(w, http.StatusOK, TaskList{Count: len(running), Tasks: running})
+	running, settled := in.RunningTasks(), in.SettledTasks()
+	all := make([]Task, 0, len(running)+len(settled))
+	all = append(append(all, running...), settled...)
+	writeJSON(w, http.StatusOK, TaskList{Count: len(running), Settled: len(settled), Tasks: all})
 }
 
 // serveTask answers the stored state of the tasks this process runs whose
@@ -204,8 +204,8 @@ func serveTask(w http.ResponseWriter, r *http.Request, in TaskInspector) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "reason": replay.ReasonUnavailable})
 	case len(found) == 0:
 		writeJSON(w, http.StatusNotFound, map[string]any{
-			"error": "no task this process runs has an ID starting with " + strconv.Quote(prefix) +
-				"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)",
+			"error": "no task this process runs, or ran and settled, has an ID starting with " + strconv.Quote(prefix) +
+				"; GET /debug/tasks lists them (a task of another replica, or one whose record expired, is not looked up: not every store can be searched by ID prefix)",
 		})
 	default:
 		writeJSON(w, http.StatusOK, TaskDetails{Tasks: found})

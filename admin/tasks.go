@@ -10,15 +10,21 @@ import (
 )
 
 // TaskInspector answers the task inspector about the tasks this process
-// runs. A task ID is a bearer handle: no answer carries a whole one.
+// runs, and those it ran that settled while their records are kept. A
+// task ID is a bearer handle: no answer carries a whole one.
 type TaskInspector interface {
 	// RunningTasks returns the tasks this process runs, the longest
 	// running first.
 	RunningTasks() []Task
+	// SettledTasks returns the tasks whose last round this process ran
+	// and that settled, while their records are kept (until createdAt +
+	// ttlMs), the most recently settled first.
+	SettledTasks() []Task
 	// LookupTasks returns the stored state of every task this process
-	// runs whose ID starts with prefix. A task this process does not run
-	// is not looked up: not every store can be searched by ID prefix. It
-	// fails when the store cannot be read.
+	// runs, or ran and settled while its record is kept, whose ID starts
+	// with prefix. A task of another process is not looked up: not every
+	// store can be searched by ID prefix. It fails when the store cannot
+	// be read.
 	LookupTasks(ctx context.Context, prefix string) ([]TaskDetail, error)
 }
 
@@ -26,7 +32,11 @@ type TaskInspector interface {
 type TaskList struct {
 	// Count is the number of tasks this process runs.
 	Count int `json:"count"`
-	// Tasks are those tasks, the longest running first.
+	// Settled is the number of tasks this process ran that settled and
+	// whose records are kept.
+	Settled int `json:"settled"`
+	// Tasks are the tasks this process runs, the longest running first,
+	// then the settled ones, the most recently settled first.
 	Tasks []Task `json:"tasks"`
 }
 
@@ -36,7 +46,7 @@ type TaskDetails struct {
 }
 
 // Task is one task in /debug/tasks: what this process knows of a round it
-// runs, without reading the store.
+// runs, or ran to the task's settle, without reading the store.
 type Task struct {
 	// Task is the task ID's first 8 characters (never the whole ID).
 	Task string `json:"task"`
@@ -45,10 +55,15 @@ type Task struct {
 	// Generation is the executor generation the round runs at (the
 	// task's fencing token).
 	Generation uint64 `json:"generation"`
-	// Status is the task's status as this process runs it: working.
+	// Status is the task's status: working while this process runs it;
+	// completed, failed or cancelled once it settled, which never changes
+	// again.
 	Status string `json:"status"`
 	// Started is when this process started the round.
 	Started time.Time `json:"started"`
+	// Settled is when the task settled (its lastUpdatedAt); absent while
+	// it runs.
+	Settled *time.Time `json:"settled,omitempty"`
 	// LeaseExpiry is when this process's lease on the task lapses unless
 	// renewed, as it last stored it; absent without leases (the claim
 	// lasts as long as the process).

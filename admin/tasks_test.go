@@ -15,11 +15,14 @@ import (
 // taskList is a TaskInspector over a fixed list; err fails every lookup.
 type taskList struct {
 	running []admin.Task
+	settled []admin.Task
 	details []admin.TaskDetail
 	err     error
 }
 
 func (l taskList) RunningTasks() []admin.Task { return l.running }
+
+func (l taskList) SettledTasks() []admin.Task { return l.settled }
 
 func (l taskList) LookupTasks(_ context.Context, prefix string) ([]admin.TaskDetail, error) {
 	if l.err != nil {
@@ -41,10 +44,14 @@ func (l taskList) LookupTasks(_ context.Context, prefix string) ([]admin.TaskDet
 func TestTaskEndpoints(t *testing.T) {
 	started := time.Date(2026, 11, 20, 10, 2, 11, 0, time.UTC)
 	lease := started.Add(30 * time.Second)
+	settledAt := started.Add(-50 * time.Second)
 	in := taskList{
 		running: []admin.Task{
 			{Task: "V24ROQPB", Tool: "countdown", Generation: 1, Status: "working", Started: started, LeaseExpiry: &lease},
 			{Task: "K45TYYIJ", Tool: "ask", Generation: 2, Status: "working", Started: started.Add(time.Second), CancelRequested: true},
+		},
+		settled: []admin.Task{
+			{Task: "B7QH2MZA", Tool: "countdown", Generation: 1, Status: "completed", Started: started.Add(-time.Minute), Settled: &settledAt},
 		},
 		details: []admin.TaskDetail{{
 			Task: "V24ROQPB", Tool: "countdown", Generation: 1, Status: "working", StatusMessage: "counting",
@@ -61,6 +68,7 @@ func TestTaskEndpoints(t *testing.T) {
 	}{
 		{"/debug/tasks", 200, `{
   "count": 2,
+  "settled": 1,
   "tasks": [
     {
       "task": "V24ROQPB",
@@ -78,6 +86,15 @@ func TestTaskEndpoints(t *testing.T) {
       "status": "working",
       "started": "2026-11-20T10:02:12Z",
       "cancel_requested": true
+    },
+    {
+      "task": "B7QH2MZA",
+      "tool": "countdown",
+      "generation": 1,
+      "status": "completed",
+      "started": "2026-11-20T10:01:11Z",
+      "settled": "2026-11-20T10:01:21Z",
+      "cancel_requested": false
     }
   ]
 }
@@ -106,7 +123,7 @@ func TestTaskEndpoints(t *testing.T) {
 }
 `},
 		{"/debug/tasks/ZZZ", 404, `{
-  "error": "no task this process runs has an ID starting with \"ZZZ\"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)"
+  "error": "no task this process runs, or ran and settled, has an ID starting with \"ZZZ\"; GET /debug/tasks lists them (a task of another replica, or one whose record expired, is not looked up: not every store can be searched by ID prefix)"
 }
 `},
 	} {
@@ -116,7 +133,7 @@ func TestTaskEndpoints(t *testing.T) {
 	}
 	empty := httptest.NewServer(admin.Handler(admin.Options{Tasks: taskList{err: errors.New("dial tcp 127.0.0.1:6379: connection refused")}}))
 	defer empty.Close()
-	if code, body := get(t, empty.URL+"/debug/tasks"); code != 200 || body != "{\n  \"count\": 0,\n  \"tasks\": []\n}\n" {
+	if code, body := get(t, empty.URL+"/debug/tasks"); code != 200 || body != "{\n  \"count\": 0,\n  \"settled\": 0,\n  \"tasks\": []\n}\n" {
 		t.Errorf("GET /debug/tasks with none running: %d %s", code, body)
 	}
 	want := "{\n  \"error\": \"dial tcp 127.0.0.1:6379: connection refused\",\n  \"reason\": \"unavailable\"\n}\n"

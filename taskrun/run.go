@@ -147,6 +147,26 @@ func (h *Handler) drop(j *job) {
 	h.mu.Unlock()
 }
 
+// keepSettled moves j from the table of running tasks to the settled
+// ones when rec, the record its round stored or found, is settled: at
+// once, so the inspector sees the task in one table or the other.
+func (h *Handler) keepSettled(j *job, rec tasks.Record) {
+	if !rec.Status.Terminal() {
+		return
+	}
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.jobs[j.id] != j {
+		return // another round of the task runs here now
+	}
+	delete(h.jobs, j.id)
+	h.done.add(SettledTask{
+		ID: j.id, Tool: j.tool, Generation: j.gen, Started: j.started,
+		Status: rec.Status, Settled: rec.Updated, Expires: rec.Expires(),
+	}, now)
+}
+
 // execute runs one round of j and settles it. j stays in the table of
 // running tasks until its outcome is stored: until then this process is
 // the task's live executor to every reader. It returns what the round's
@@ -198,8 +218,10 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 	}
 	switch {
 	case err == nil:
+		h.keepSettled(j, stored)
 		return stored.Status.String(), why
 	case stored.Cause != tasks.NoCause:
+		h.keepSettled(j, stored)
 		return stored.Status.String(), CauseReason(stored.Cause)
 	case errors.Is(err, store.ErrTaskNotFound):
 		return "", replay.ReasonTaskNotFound

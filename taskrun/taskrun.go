@@ -125,6 +125,7 @@ type Handler struct {
 
 	mu        sync.Mutex
 	jobs      map[string]*job // running tasks by ID
+	done      settledTable    // tasks whose round ran here and settled
 	closing   bool
 	started   bool
 	wg        sync.WaitGroup // the jobs' goroutines
@@ -235,6 +236,84 @@ func (h *Handler) RunningTasks() []RunningTask {
 	slices.SortFunc(out, func(a, b RunningTask) int {
 		return cmp.Or(a.Started.Compare(b.Started), cmp.Compare(a.ID, b.ID))
 	})
+	return out
+}
+
+// SettledTask is a task whose last round this process ran and that
+// settled there, as Handler.SettledTasks gives it.
+type SettledTask struct {
+	// ID is the whole task ID, a bearer handle: show only tasks.Prefix of
+	// it.
+	ID string
+	// Tool is the name of the tool the task calls.
+	Tool string
+	// Generation and Started are the executor generation of the round
+	// that ran here and when it started.
+	Generation uint64
+	Started    time.Time
+	// Status is the terminal status stored: completed, failed or
+	// cancelled, which never changes again (SEP-2663, "Task Status").
+	Status tasks.Status
+	// Settled is when the task settled (its lastUpdatedAt), and Expires
+	// when its record goes (createdAt + ttlMs, as stored at the settle).
+	Settled, Expires time.Time
+}
+
+// MaxSettled is how many settled tasks a Handler remembers at most for
+// SettledTasks; beyond it the earliest settled are forgotten first.
+const MaxSettled = 10000
+
+// SettledTasks returns the tasks whose last round this process ran and
+// that settled, while their records are kept (until Expires, by
+// Options.Now), the most recently settled first, then by ID; at most
+// MaxSettled. A settled task's status is final, so it is given without
+// reading the store.
+func (h *Handler) SettledTasks() []SettledTask {
+	now := h.opts.Now()
+	h.mu.Lock()
+	out := h.done.list(now)
+	h.mu.Unlock()
+	slices.SortFunc(out, func(a, b SettledTask) int {
+		return cmp.Or(b.Settled.Compare(a.Settled), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// settledTable holds the tasks a Handler ran that settled, by ID, and
+// their IDs in the order they were added, to forget the earliest first.
+type settledTable struct {
+	byID  map[string]SettledTask
+	order []string
+}
+
+// add keeps t, forgetting the entries past their expiry at now from the
+// earliest added, and the earliest beyond MaxSettled.
+func (st *settledTable) add(t SettledTask, now time.Time) {
+	if st.byID == nil {
+		st.byID = map[string]SettledTask{}
+	}
+	if _, ok := st.byID[t.ID]; !ok {
+		st.order = append(st.order, t.ID)
+	}
+	st.byID[t.ID] = t
+	for len(st.order) > 0 {
+		first, ok := st.byID[st.order[0]]
+		if ok && len(st.byID) <= MaxSettled && now.Before(first.Expires) {
+			break
+		}
+		delete(st.byID, st.order[0])
+		st.order = st.order[1:]
+	}
+}
+
+// list returns the entries whose records are still kept at now.
+func (st *settledTable) list(now time.Time) []SettledTask {
+	out := make([]SettledTask, 0, len(st.byID))
+	for _, t := range st.byID {
+		if now.Before(t.Expires) {
+			out = append(out, t)
+		}
+	}
 	return out
 }
 

@@ -634,3 +634,38 @@ func TestOutcomeOutlivesAnOutage(t *testing.T) {
 		t.Errorf("work ran %d times, want 1", n)
 	}
 }
+
+// TestSettledTasks: a task whose round ran here leaves RunningTasks when
+// it settles and is listed by SettledTasks, with its final status, the
+// generation and start of that round, its settle time (lastUpdatedAt) and
+// its record's expiry, the most recently settled first.
+func TestSettledTasks(t *testing.T) {
+	f := newFixture(t)
+	failed := f.create("crash")
+	f.await(failed, "failed")
+	cancelled := f.create("work")
+	f.post("tasks/cancel", map[string]any{"taskId": cancelled}, true, nil)
+	f.await(cancelled, "cancelled")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.h.RunningTasks()) > 0 || len(f.h.SettledTasks()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d running, %d settled; want 0 and 2", len(f.h.RunningTasks()), len(f.h.SettledTasks()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := f.h.SettledTasks()
+	for i, want := range []struct {
+		id, tool string
+		status   tasks.Status
+	}{{cancelled, "work", tasks.Cancelled}, {failed, "crash", tasks.Failed}} {
+		rec, _, err := f.st.GetTask(context.Background(), want.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := got[i]
+		if s.ID != want.id || s.Tool != want.tool || s.Status != want.status || s.Generation != 1 ||
+			!s.Settled.Equal(rec.Updated) || !s.Expires.Equal(rec.Expires()) || s.Started.IsZero() || s.Started.After(s.Settled) {
+			t.Errorf("settled task %d: %+v, want %s %s %s at generation 1, settled %v, expiring %v", i, s, tasks.Prefix(want.id), want.tool, want.status, rec.Updated, rec.Expires())
+		}
+	}
+}

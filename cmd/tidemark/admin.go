@@ -184,6 +184,17 @@ func (o *operator) RunningTasks() []admin.Task {
 	return nil
 }
 
+// SettledTasks implements admin.TaskInspector with the attached
+// inspector; none before attach.
+func (o *operator) SettledTasks() []admin.Task {
+	if s := o.serving.Load(); s != nil {
+		if in, ok := s.sessions.(admin.TaskInspector); ok {
+			return in.SettledTasks()
+		}
+	}
+	return nil
+}
+
 // LookupTasks implements admin.TaskInspector with the attached
 // inspector; none before attach.
 func (o *operator) LookupTasks(ctx context.Context, prefix string) ([]admin.TaskDetail, error) {

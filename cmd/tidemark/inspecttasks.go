@@ -35,9 +35,13 @@ func printTaskAnswer(stdout, stderr io.Writer, u string, body []byte, detail boo
 	return 0
 }
 
-// printTaskList prints /debug/tasks as a table, times in UTC.
+// printTaskList prints /debug/tasks as a table, times in UTC: the tasks
+// the process runs, then the settled ones with their final status.
 func printTaskList(w io.Writer, l admin.TaskList) {
 	fmt.Fprintf(w, "%d tasks run in this process", l.Count)
+	if l.Settled > 0 {
+		fmt.Fprintf(w, ", %d ran here and settled", l.Settled)
+	}
 	if len(l.Tasks) == 0 {
 		fmt.Fprintln(w)
 		return

@@ -14,10 +14,13 @@ import (
 // fixedTasks is an admin.TaskInspector over fixed answers.
 type fixedTasks struct {
 	running []admin.Task
+	settled []admin.Task
 	details []admin.TaskDetail
 }
 
 func (f fixedTasks) RunningTasks() []admin.Task { return f.running }
+
+func (f fixedTasks) SettledTasks() []admin.Task { return f.settled }
 
 func (f fixedTasks) LookupTasks(_ context.Context, prefix string) ([]admin.TaskDetail, error) {
 	var out []admin.TaskDetail
@@ -37,10 +40,14 @@ func (f fixedTasks) LookupTasks(_ context.Context, prefix string) ([]admin.TaskD
 func TestInspectTasks(t *testing.T) {
 	started := time.Date(2026, 11, 20, 10, 2, 11, 0, time.UTC)
 	lease := started.Add(30 * time.Second)
+	settledAt := started.Add(-50 * time.Second)
 	srv := httptest.NewServer(admin.Handler(admin.Options{Tasks: fixedTasks{
 		running: []admin.Task{
 			{Task: "V24ROQPB", Tool: "countdown", Generation: 1, Status: "working", Started: started, LeaseExpiry: &lease},
 			{Task: "K45TYYIJ", Tool: "slow_compute", Generation: 2, Status: "working", Started: started.Add(time.Second), CancelRequested: true},
+		},
+		settled: []admin.Task{
+			{Task: "B7QH2MZA", Tool: "countdown", Generation: 1, Status: "cancelled", Started: started.Add(-time.Minute), Settled: &settledAt},
 		},
 		details: []admin.TaskDetail{{
 			Task: "V24ROQPB", Tool: "countdown", Generation: 1, Status: "working", StatusMessage: "3 left",
@@ -55,10 +62,11 @@ func TestInspectTasks(t *testing.T) {
 		code         int
 		stdout, errs string
 	}{
-		{[]string{"--tasks"}, 0, `2 tasks run in this process:
+		{[]string{"--tasks"}, 0, `2 tasks run in this process, 1 ran here and settled:
 TASK      TOOL          GENERATION  STATUS                     STARTED               LEASE UNTIL
 V24ROQPB  countdown     1           working                    2026-11-20T10:02:11Z  2026-11-20T10:02:41Z
 K45TYYIJ  slow_compute  2           working, cancel requested  2026-11-20T10:02:12Z  none
+B7QH2MZA  countdown     1           cancelled                  2026-11-20T10:01:11Z  none
 `, ""},
 		{[]string{"--tasks", "V24"}, 0, `task              V24ROQPB
 tool              countdown
@@ -73,7 +81,7 @@ cancel requested  no
 input requests    1 outstanding
 idempotent        yes, re-run 0 times
 `, ""},
-		{[]string{"--tasks", "--json", "K45"}, 1, "", `tidemark inspect: ` + srv.URL + `/debug/tasks/K45 answered 404: no task this process runs has an ID starting with "K45"; GET /debug/tasks lists them (a task another replica runs, or one that settled, is not looked up: not every store can be searched by ID prefix)
+		{[]string{"--tasks", "--json", "K45"}, 1, "", `tidemark inspect: ` + srv.URL + `/debug/tasks/K45 answered 404: no task this process runs, or ran and settled, has an ID starting with "K45"; GET /debug/tasks lists them (a task of another replica, or one whose record expired, is not looked up: not every store can be searched by ID prefix)
 `},
 		{[]string{"--tasks", "--fleet", "--redis", "127.0.0.1:6379"}, 2, "", "tidemark inspect: --tasks reads one server's listener (--metrics-addr), not a fleet's Redis: drop --fleet\n"},
 	} {
@@ -85,7 +93,7 @@ idempotent        yes, re-run 0 times
 	}
 	var stdout, stderr strings.Builder
 	if code := run([]string{"inspect", "--metrics-addr", addr, "--tasks", "--json"}, &stdout, &stderr); code != 0 ||
-		!strings.HasPrefix(stdout.String(), "{\n  \"count\": 2,\n  \"tasks\": [\n    {\n      \"task\": \"V24ROQPB\",") {
+		!strings.HasPrefix(stdout.String(), "{\n  \"count\": 2,\n  \"settled\": 1,\n  \"tasks\": [\n    {\n      \"task\": \"V24ROQPB\",") {
 		t.Errorf("inspect --tasks --json: exit %d, stdout %q, stderr %q; want the answer as it is", code, stdout.String(), stderr.String())
 	}
 }
