@@ -78,3 +78,55 @@ func TestRatios(t *testing.T) {
 		t.Errorf("the section lists figures of (t):\n%s", md)
 	}
 }
+
+// TestGatewayHibernation: the gateway row (`tidemark serve --upstream`)
+// runs (d)'s hibernated part with gatewayHibernateSessions sessions in a
+// full run and the quick size in a quick one, its processes started with
+// room for twice as many; the stdio gateway does not run it, and says
+// why; the rows of the stores keep the full count.
+func TestGatewayHibernation(t *testing.T) {
+	all := specs(toolchain{bin: "/b"}, nil, nil, nil)
+	byName := map[string]serverSpec{}
+	for _, s := range all {
+		byName[s.name] = s
+	}
+	full, quick := fullHibernate(), quickHibernate()
+	for _, tc := range []struct {
+		name        string
+		hibernates  bool
+		full, quick int
+	}{
+		{"tidemark", true, 100000, 300},
+		{"durable", true, 100000, 300},
+		{"redis", true, 100000, 300},
+		{"gateway", true, 15000, 300},
+		{"gosdk", false, 100000, 300},
+	} {
+		s := byName[tc.name]
+		if s.hibernates != tc.hibernates || s.hibernatedSessions(full) != tc.full || s.hibernatedSessions(quick) != tc.quick {
+			t.Errorf("%s: hibernates %v, sessions %d full and %d quick; want %v, %d and %d",
+				tc.name, s.hibernates, s.hibernatedSessions(full), s.hibernatedSessions(quick), tc.hibernates, tc.full, tc.quick)
+		}
+	}
+	gw := byName["gateway"]
+	if gw.upstream == nil || gw.upstream.name != "gosdk" || gw.hibernateWhy == "" {
+		t.Errorf("gateway: upstream %v, why %q; want a gosdk upstream and a reason for its count", gw.upstream, gw.hibernateWhy)
+	}
+	hc := full
+	hc.sessions = gw.hibernatedSessions(full)
+	if got, want := strings.Join(hibernateArgs(hc, hc.after), " "), "--hibernate-after 5s --session-idle-ttl 2h --max-sessions 30000 --metrics-addr {metrics-addr}"; got != want {
+		t.Errorf("gateway's hibernating process: %s, want %s", got, want)
+	}
+	stdio := byName["gateway-stdio"]
+	if stdio.hibernates || !strings.Contains(stdio.skip["dh"], "--stdio-hibernate") {
+		t.Errorf("gateway-stdio: hibernates %v, skip (d) hibernated %q; want false, and why", stdio.hibernates, stdio.skip["dh"])
+	}
+	// The open-file limit bounds the gateway's awake sessions, not the
+	// stores'.
+	if err := fileRoomFor(gw, 1<<40); err == nil || !strings.Contains(err.Error(), "raise it (ulimit -n") {
+		t.Errorf("fileRoomFor(gateway, 2^40) = %v, want an error saying to raise the limit", err)
+	}
+	if err := fileRoomFor(byName["tidemark"], 1<<40); err != nil {
+		t.Errorf("fileRoomFor(tidemark, 2^40) = %v, want nil", err)
+	}
+}

@@ -32,7 +32,9 @@
 //	    task until it reads completed ÷ the same call without one.
 //
 // (d)'s hibernated sessions run against the rows whose server hibernates
-// (serverSpec.hibernates): `tidemark`, `durable` and `redis`.
+// (serverSpec.hibernates): `tidemark`, `durable`, `redis`, and `gateway`
+// with 15,000 sessions (gatewayHibernateSessions: each awake session holds
+// a connection to its upstream).
 // (f) and (g) run against the `tidemark` row (and its --baseline) only, and
 // (g), which takes minutes and measures a peak rather than a rate, in the
 // last round only; (t) against the rows of the stores that keep tasks:
@@ -418,17 +420,22 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 			progress("%-14s (d) %v", spec.name, err)
 		}
 	}
-	if wl["d"] && spec.hibernates && spec.skip["d"] == "" {
+	if wl["d"] && spec.hibernates && spec.skip["d"] == "" && spec.skip["dh"] == "" {
 		began := time.Now()
 		var dh resultDH
-		dh.sessions = cfg.hibernate.sessions
-		err := with("d-awake", func(s *server) error {
-			return runDAwake(ctx, s, cfg, &dh, progress)
-		}, hibernateArgs(cfg.hibernate, 0)...)
+		hcfg := cfg // the row's own count of sessions (serverSpec.hibernatedSessions)
+		hcfg.hibernate.sessions = spec.hibernatedSessions(cfg.hibernate)
+		dh.sessions = hcfg.hibernate.sessions
+		err := fileRoomFor(spec, hcfg.hibernate.sessions)
+		if err == nil {
+			err = with("d-awake", func(s *server) error {
+				return runDAwake(ctx, s, hcfg, &dh, progress)
+			}, hibernateArgs(hcfg.hibernate, 0)...)
+		}
 		if err == nil {
 			err = with("d-hibernated", func(s *server) error {
-				return runDHibernated(ctx, s, cfg, &dh, progress)
-			}, hibernateArgs(cfg.hibernate, cfg.hibernate.after)...)
+				return runDHibernated(ctx, s, hcfg, &dh, progress)
+			}, hibernateArgs(hcfg.hibernate, hcfg.hibernate.after)...)
 		}
 		dh.took = time.Since(began)
 		if err != nil {

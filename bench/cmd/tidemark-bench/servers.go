@@ -51,8 +51,9 @@ type serverSpec struct {
 	// Tidemark's configurations, and what the quotient means there (e.g.
 	// "Sentinel ÷ one Redis"); empty: none.
 	versus, versusMeans string
-	// skip holds, per workload ("d", "e"), why this server does not run it:
-	// the tables show N/A with the reason.
+	// skip holds, per workload ("d", "e"; "dh": (d)'s hibernated part),
+	// why this server does not run it: the tables show N/A with the
+	// reason.
 	skip map[string]string
 	// subprocesses is set when the server starts processes of its own that
 	// serve its requests (the stdio gateway): their CPU time is its
@@ -64,10 +65,25 @@ type serverSpec struct {
 	// hibernates is set for the rows whose server hibernates idle
 	// sessions (--hibernate-after): they run (d)'s hibernated part.
 	hibernates bool
+	// hibernateSessions, when not 0, bounds the sessions (d)'s hibernated
+	// part opens for this row (hibernatedSessions), and hibernateWhy says
+	// why, for the report.
+	hibernateSessions int
+	hibernateWhy      string
 	// issuer, when set, is the loopback authorization server whose URL
 	// replaces issuerPlaceholder in argv; the load generator sends its
 	// token on every request to this server.
 	issuer *authIssuer
+}
+
+// hibernatedSessions returns how many sessions (d)'s hibernated part
+// opens for s when hc sizes it: hc.sessions, or s.hibernateSessions when
+// fewer.
+func (s serverSpec) hibernatedSessions(hc hibernateConfig) int {
+	if s.hibernateSessions > 0 && s.hibernateSessions < hc.sessions {
+		return s.hibernateSessions
+	}
+	return hc.sessions
 }
 
 // hasHelpers reports whether processes besides the server's serve its

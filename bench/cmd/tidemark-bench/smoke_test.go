@@ -127,16 +127,18 @@ func TestQuickRun(t *testing.T) {
 
 // TestQuickGateway runs `tidemark-bench --quick` on the gateway row
 // (tidemark serve --upstream in front of a gosdk process) and on gosdk
-// served directly, workloads (a) and (b): every call is answered, every
-// progress event delivered, and the report divides the gateway's figures
-// by gosdk's.
+// served directly, workloads (a), (b) and (d): every call is answered,
+// every progress event delivered, and the report divides the gateway's
+// figures by gosdk's. The gateway's sessions hibernate in (d) and every
+// one wakes at its first request with the countdown's result, at the
+// next generation (the gateway's hibernation is lossy); gosdk's do not.
 func TestQuickGateway(t *testing.T) {
 	bin := prebuilt(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "gateway,gosdk", workloads: "a,b",
-		args: []string{"--quick", "--servers", "gateway,gosdk", "--workloads", "a,b"}}, &stdout, &stderr)
+	rep, err := bench(ctx, options{quick: true, bin: bin, servers: "gateway,gosdk", workloads: "a,b,d",
+		args: []string{"--quick", "--servers", "gateway,gosdk", "--workloads", "a,b,d"}}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
@@ -148,7 +150,21 @@ func TestQuickGateway(t *testing.T) {
 	for _, r := range rep.rows {
 		checkAB(t, r, cfg, stderr.String())
 	}
+	gw, n := rep.rows[0], int64(cfg.hibernate.sessions)
+	if dh := gw.dh; !gw.hasDH || dh.sessions != cfg.hibernate.sessions || dh.wakes != cfg.hibernate.sessions || dh.wrong != 0 || dh.woken != n || dh.wokenSame != 0 ||
+		dh.rssAwake <= dh.rssBase || dh.rssHibernated <= 0 || dh.p50 <= 0 || dh.p99 < dh.p50 {
+		t.Errorf("gateway (d) hibernated: measured %v, %d sessions, %d woken of %d (%d wrong: %s), %d woken by the server's count (%d at the same generation), RSS %d → %d awake, %d hibernated, p50 %v p99 %v\n%s",
+			gw.hasDH, dh.sessions, dh.wakes-dh.wrong, dh.wakes, dh.wrong, dh.example, dh.woken, dh.wokenSame, dh.rssBase, dh.rssAwake, dh.rssHibernated, dh.p50, dh.p99, stderr.String())
+	}
+	if rep.rows[1].hasDH {
+		t.Errorf("gosdk measured (d) hibernated: it does not hibernate")
+	}
 	md := stdout.String()
+	_, dhTable, _ := strings.Cut(md, "### Hibernated sessions\n")
+	dhTable, _, _ = strings.Cut(dhTable, "\n#")
+	if !strings.Contains(dhTable, fmt.Sprintf("\n| gateway | %d | ", cfg.hibernate.sessions)) || strings.Contains(dhTable, "| gosdk |") {
+		t.Errorf("the hibernated sessions' table lacks the gateway's row, or has gosdk's:\n%s", dhTable)
+	}
 	_, section, ok := strings.Cut(md, "## Tidemark's configurations\n")
 	if !ok {
 		t.Fatalf("report lacks the configurations section:\n%s", md)
