@@ -180,6 +180,11 @@ const (
 	metricCreated    = "tidemark_sessions_created_total"
 	metricHeapInuse  = "go_memstats_heap_inuse_bytes"
 	metricGC         = "go_gc_duration_seconds"
+	// The runtime's heap not returned to the OS and its goal, which tell
+	// whether the scavenger has returned what it will (scavenged).
+	metricHeapIdle     = "go_memstats_heap_idle_bytes"
+	metricHeapReleased = "go_memstats_heap_released_bytes"
+	metricNextGC       = "go_memstats_next_gc_bytes"
 )
 
 // reading is the server's memory and session counts at one moment.
@@ -191,6 +196,24 @@ type reading struct {
 	// woken at the same generation; a counter with labels has no series
 	// before the first wake.
 	wakes, wakesSame int64
+	// heapIdle, heapReleased and nextGC are the runtime's
+	// (runtime.MemStats HeapIdle, HeapReleased, NextGC); 0 when the
+	// server does not expose them.
+	heapIdle, heapReleased, nextGC int64
+}
+
+// scavenged reports whether the runtime keeps no more heap from the OS
+// than its scavenger's goal without a memory limit: the heap in use and
+// the idle heap not released at most 110 % of the next collection's goal
+// (runtime/mgcscavenge.go, retainExtraPercent), with 1 MiB of slack for
+// the pages' rounding. The background scavenger returns freed pages at
+// 1 % of a CPU, so on a busy machine RSS can fall by less than 1 MiB in
+// 5 s long before it is done. True when the server exposes no goal.
+func (r reading) scavenged() bool {
+	if r.nextGC == 0 {
+		return true
+	}
+	return r.heap+r.heapIdle-r.heapReleased <= r.nextGC+r.nextGC/10+1<<20
 }
 
 func read(ctx context.Context, s *server) (reading, error) {
@@ -217,6 +240,10 @@ func read(ctx context.Context, s *server) (reading, error) {
 	wakes, _ := sum(fams, metricWakes, "", "")
 	same, _ := sum(fams, metricWakes, "generation", "same")
 	r.wakes, r.wakesSame = int64(wakes), int64(same)
+	idle, _ := sum(fams, metricHeapIdle, "", "")
+	released, _ := sum(fams, metricHeapReleased, "", "")
+	next, _ := sum(fams, metricNextGC, "", "")
+	r.heapIdle, r.heapReleased, r.nextGC = int64(idle), int64(released), int64(next)
 	return r, nil
 }
 
@@ -329,15 +356,17 @@ func runDHibernated(ctx context.Context, s *server, cfg config, r *resultDH, pro
 	// since all hibernated (before it, the heap holds their engine
 	// sessions as garbage; an idle process collects only when the runtime
 	// forces it, every 2 minutes) and, over the 10 s after it at least,
-	// RSS fell by less than 1 MiB in the last 5 s (the runtime returns the
-	// freed pages in the background), or hc.settle passed.
+	// RSS fell by less than 1 MiB in the last 5 s and the heap kept from
+	// the OS is down to the scavenger's goal (the runtime returns the
+	// freed pages in the background: reading.scavenged), or hc.settle
+	// passed.
 	settling := time.Now()
 	gcs := now.gcs
 	collected := -1 // the reading of history that first saw a collection
 	history := []int64{now.rss}
 	stable := func() bool {
 		n := len(history)
-		return collected >= 0 && n-1-collected >= 10 && history[n-6]-history[n-1] < 1<<20
+		return collected >= 0 && n-1-collected >= 10 && history[n-6]-history[n-1] < 1<<20 && now.scavenged()
 	}
 	for time.Since(settling) < hc.settle && !stable() {
 		select {
@@ -363,8 +392,8 @@ func runDHibernated(ctx context.Context, s *server, cfg config, r *resultDH, pro
 	}
 	r.settled = time.Since(settling)
 	r.rssHibernated, r.heapHibernated = now.rss, now.heap
-	progress("%-14s (d) hibernated: RSS %.0f MiB, heap in use %.0f MiB after %s (%s)%s",
-		s.spec.name, mib(now.rss), mib(now.heap), r.settled.Round(time.Second), r.settleNote, upstreamRSS(s))
+	progress("%-14s (d) hibernated: RSS %.0f MiB, heap in use %.0f MiB, idle heap not released %.0f MiB, next collection's goal %.0f MiB after %s (%s)%s",
+		s.spec.name, mib(now.rss), mib(now.heap), mib(now.heapIdle-now.heapReleased), mib(now.nextGC), r.settled.Round(time.Second), r.settleNote, upstreamRSS(s))
 
 	// Wakes: the warm-up session first, untimed, then sessions spread
 	// evenly over the ones opened.
@@ -532,7 +561,7 @@ func (r *report) tableDH(b *strings.Builder) {
 	p("### Hibernated sessions\n\n")
 	p("The rows whose server hibernates idle sessions. Each opens %d sessions, or the fewer of its column `sessions` where this paragraph's end says why (initialize + notifications/initialized, %d at a time, after a warm-up session and a 0.5 s pause: the baseline), in two new processes: awake, started with `%s`, hibernation off; hibernated, started with `%s` (`--max-sessions` twice the row's sessions), its sessions hibernating while later ones open. ",
 		hc.sessions, r.cfg.parallel, strings.Join(hibernateArgs(hc, 0), " "), strings.Join(hibernateArgs(hc, hc.after), " "))
-	p("Awake = (VmRSS 1 s after the last session opened − baseline) / sessions. Hibernated: once `%s` counts every session (the warm-up one too), VmRSS is read each second until it fell by less than 1 MiB over 5 s, at most %s; hibernated = (that VmRSS − baseline) / sessions, what an operator sees (the Go runtime returns freed pages to the OS lazily). VmRSS and heap are the server process's alone: a gateway's, not its upstream's. ", metricHibernated, hc.settle)
+	p("Awake = (VmRSS 1 s after the last session opened − baseline) / sessions. Hibernated: once `%s` counts every session (the warm-up one too), VmRSS is read each second until a garbage collection has ended and, 10 s after it at least, VmRSS fell by less than 1 MiB over 5 s and the heap the runtime keeps from the OS (`%s` + `%s` − `%s`) is at most 110 %% of `%s` (its scavenger's goal), at most %s; hibernated = (that VmRSS − baseline) / sessions, what an operator sees (the Go runtime returns freed pages to the OS lazily). VmRSS and heap are the server process's alone: a gateway's, not its upstream's. ", metricHibernated, metricHeapInuse, metricHeapIdle, metricHeapReleased, metricNextGC, hc.settle)
 	p("Heap = the same differences of `%s` (live and not yet collected objects). ", metricHeapInuse)
 	wakes := "every session"
 	if hc.wakes > 0 {

@@ -92,3 +92,25 @@ func TestTableDH(t *testing.T) {
 		}
 	}
 }
+
+// TestScavenged: RSS has settled only once the heap the runtime keeps
+// from the OS is down to 110 % of the next collection's goal (1 MiB of
+// slack), or the server exposes no goal.
+func TestScavenged(t *testing.T) {
+	const mb = 1 << 20
+	for _, tc := range []struct {
+		heap, idle, released, next int64
+		want                       bool
+	}{
+		{45 * mb, 250 * mb, 235 * mb, 58 * mb, true},  // 60 MiB kept, goal 63.8 MiB
+		{43 * mb, 250 * mb, 150 * mb, 58 * mb, false}, // 143 MiB kept
+		{50 * mb, 6 * mb, 0, 50 * mb, true},           // 56 MiB kept: at 110 % + 1 MiB
+		{50 * mb, 6*mb + 1, 0, 50 * mb, false},        // one byte over
+		{43 * mb, 250 * mb, 0, 0, true},               // no goal exposed
+	} {
+		r := reading{heap: tc.heap, heapIdle: tc.idle, heapReleased: tc.released, nextGC: tc.next}
+		if got := r.scavenged(); got != tc.want {
+			t.Errorf("heap %d idle %d released %d next %d: scavenged %v, want %v", tc.heap, tc.idle, tc.released, tc.next, got, tc.want)
+		}
+	}
+}
