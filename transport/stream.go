@@ -114,34 +114,65 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 		flushBy = time.Now().Add(coalesceWindow)
 	}
 
+	// The watcher (watchStream: takeover, the engine's end, shutdown,
+	// keep-alives) and the context it cancels start before the first read
+	// that may wait longer than the coalescing window. A POST stream
+	// answered within its window ends before that: its reads are bounded
+	// by the window, and a takeover meanwhile is still seen by the writer
+	// (errTakenOver).
 	var helpers sync.WaitGroup
 	defer helpers.Wait() // runs after cancel: no write after serve returns
 	reqCtx := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	helpers.Add(1)
-	go func() {
-		defer helpers.Done()
-		h.watchStream(ctx, cancel, sw, att, l)
+	var cancel context.CancelFunc // non-nil once the watcher runs
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	watch := func() {
+		ctx, cancel = context.WithCancel(reqCtx)
+		helpers.Add(1)
+		go func(ctx context.Context, cancel context.CancelFunc) {
+			defer helpers.Done()
+			h.watchStream(ctx, cancel, sw, att, l)
+		}(ctx, cancel)
+	}
+	var window context.Context // reqCtx until flushBy, made on the first wait
+	var stopWindow context.CancelFunc
+	defer func() {
+		if stopWindow != nil {
+			stopWindow()
+		}
 	}()
 
 	rd := l.Reader(s.stream, s.after)
 	for {
 		var evs []store.Event
 		var err error
-		if flushBy.IsZero() || s.opening != nil {
-			// Unbounded: nothing is held, or the priming event is in
-			// the log and the read returns at once.
-			evs, err = rd.Next(ctx)
-		} else {
+		if cancel == nil && (!flushBy.IsZero() || s.opening != nil) {
+			// Within the window: what the log holds now, or else a wait
+			// until the window's end.
 			var expired bool
-			if evs, expired, err = nextBefore(ctx, rd, flushBy); expired {
-				flushBy = time.Time{}
-				if sw.writeRaw(nil) != nil {
-					return nil
+			evs, expired, err = nextWithin(ctx, rd, &window, &stopWindow, flushBy)
+			if expired {
+				watch()
+				if s.opening == nil {
+					// Nothing more came in the window: the headers and
+					// the priming event go out now. (Before the opening
+					// event is read nothing is written, so that a stream
+					// whose events were never stored is still refused.)
+					flushBy = time.Time{}
+					if sw.writeRaw(nil) != nil {
+						return nil
+					}
 				}
 				continue
 			}
+		} else {
+			if cancel == nil {
+				watch()
+			}
+			evs, err = rd.Next(ctx)
 		}
 		if err != nil && s.opening != nil && errors.Is(err, eventlog.ErrCompacted) {
 			// Retention trimmed the opening event before it was written
@@ -179,14 +210,22 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	}
 }
 
-// nextBefore is rd.Next bounded by the time by: expired reports that no
-// event came by then (and ctx is not done), the Reader staying where it
-// was.
-func nextBefore(ctx context.Context, rd *eventlog.Reader, by time.Time) (evs []store.Event, expired bool, err error) {
-	wctx, cancel := context.WithDeadline(ctx, by)
-	defer cancel()
-	evs, err = rd.Next(wctx)
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+// nextWithin returns the stream's events that the log holds now, or else
+// waits for them until by: expired reports that none came by then (and ctx
+// is not done), the Reader staying where it was. The deadline's context is
+// made on the first wait only, and kept in *window (its cancel in *stop)
+// for the stream's later waits before by: an answer already in the log
+// costs no context and no timer.
+func nextWithin(ctx context.Context, rd *eventlog.Reader, window *context.Context, stop *context.CancelFunc, by time.Time) (evs []store.Event, expired bool, err error) {
+	// Up to the position examined already: a read that never waits.
+	if evs, err = rd.NextUpTo(ctx, rd.Position()); err != nil || len(evs) > 0 {
+		return evs, false, err
+	}
+	if *window == nil {
+		*window, *stop = context.WithDeadline(ctx, by)
+	}
+	evs, err = rd.Next(*window)
+	if err != nil && ctx.Err() == nil && (*window).Err() != nil {
 		return nil, true, nil
 	}
 	return evs, false, err
