@@ -17,12 +17,24 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// setSSEHeaders sets the headers of an SSE response.
-func setSSEHeaders(h http.Header) {
-	h.Set("Content-Type", mediaSSE)
-	h.Set("Cache-Control", "no-cache, no-transform")
+// The values of the headers of every SSE response, shared by all of them:
+// net/http only reads a response's header values (it copies them when the
+// headers are written), and an append to a value of capacity one makes a
+// new array.
+var (
+	sseContentType  = []string{mediaSSE}
+	sseCacheControl = []string{"no-cache, no-transform"}
 	// nginx and compatible proxies buffer responses unless told not to.
-	h.Set("X-Accel-Buffering", "no")
+	sseAccelBuffering = []string{"no"}
+)
+
+// setSSEHeaders sets the headers of an SSE response. The keys are in
+// canonical form (textproto.CanonicalMIMEHeaderKey), as Header.Set would
+// write them.
+func setSSEHeaders(h http.Header) {
+	h["Content-Type"] = sseContentType
+	h["Cache-Control"] = sseCacheControl
+	h["X-Accel-Buffering"] = sseAccelBuffering
 }
 
 // sseWriter writes SSE frames (WHATWG HTML, "Server-sent events") to one
