@@ -11,7 +11,6 @@ package minengine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/segmentio/encoding/json"
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/eventlog"
@@ -105,6 +105,10 @@ func (s *minSession) Deliver(ctx context.Context, msg jsonrpc.Message, req engin
 		}
 		return nil
 	}
+	// Calls that never wait (everything but a countdown with a delay or
+	// progress notifications) are answered here, before Deliver returns,
+	// as an SDK that runs its handlers on the request's goroutine does:
+	// the answer is in the log when the POST's stream starts.
 	switch r.Method {
 	case "initialize":
 		var p struct {
@@ -117,12 +121,24 @@ func (s *minSession) Deliver(ctx context.Context, msg jsonrpc.Message, req engin
 		default:
 			v = latestVersion
 		}
-		go s.reply(r.ID, []byte(`{"capabilities":{"tools":{}},"protocolVersion":"`+v+`","serverInfo":{"name":"tidemark-minengine","version":"1.0.0"}}`), nil)
+		s.reply(r.ID, []byte(`{"capabilities":{"tools":{}},"protocolVersion":"`+v+`","serverInfo":{"name":"tidemark-minengine","version":"1.0.0"}}`), nil)
 	case "ping":
-		go s.reply(r.ID, []byte(`{}`), nil)
+		s.reply(r.ID, []byte(`{}`), nil)
 	case "tools/list":
-		go s.reply(r.ID, []byte(`{"tools":[{"name":"countdown","description":"Counts n steps, sending one progress notification per step, then returns.","inputSchema":{"type":"object","properties":{"n":{"type":"integer"},"delay_ms":{"type":"integer"}},"required":["n"]}}]}`), nil)
+		s.reply(r.ID, []byte(`{"tools":[{"name":"countdown","description":"Counts n steps, sending one progress notification per step, then returns.","inputSchema":{"type":"object","properties":{"n":{"type":"integer"},"delay_ms":{"type":"integer"}},"required":["n"]}}]}`), nil)
 	case "tools/call":
+		var p callParams
+		if err := json.Unmarshal(r.Params, &p); err != nil {
+			s.reply(r.ID, nil, &jsonrpc.Error{Code: codeInvalidParams, Message: "tools/call params: " + err.Error()})
+			return nil
+		}
+		if string(p.Meta.ProgressToken) == "null" {
+			p.Meta.ProgressToken = nil
+		}
+		if p.Arguments.DelayMS == 0 && p.Meta.ProgressToken == nil && p.Arguments.N <= maxInlineSteps {
+			s.call(s.ctx, r.ID, &p)
+			return nil
+		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		s.mu.Lock()
 		s.calls[r.ID] = cancel
@@ -134,13 +150,17 @@ func (s *minSession) Deliver(ctx context.Context, msg jsonrpc.Message, req engin
 				s.mu.Unlock()
 				cancel()
 			}()
-			s.call(ctx, r)
+			s.call(ctx, r.ID, &p)
 		}()
 	default:
-		go s.reply(r.ID, nil, &jsonrpc.Error{Code: codeMethodNotFound, Message: "method not found: " + r.Method})
+		s.reply(r.ID, nil, &jsonrpc.Error{Code: codeMethodNotFound, Message: "method not found: " + r.Method})
 	}
 	return nil
 }
+
+// maxInlineSteps is the largest countdown answered inside Deliver when it
+// neither waits nor notifies: its steps are a loop of context checks.
+const maxInlineSteps = 1000
 
 func (s *minSession) reply(id jsonrpc.ID, result []byte, err *jsonrpc.Error) {
 	resp := &jsonrpc.Response{ID: id, Result: result}
@@ -162,44 +182,37 @@ type callParams struct {
 	} `json:"_meta"`
 }
 
-// call runs countdown: the result of a failure is a tool error (isError),
-// as the go-sdk reports a tool handler's error.
-func (s *minSession) call(ctx context.Context, r *jsonrpc.Request) {
-	var p callParams
-	if err := json.Unmarshal(r.Params, &p); err != nil {
-		s.reply(r.ID, nil, &jsonrpc.Error{Code: codeInvalidParams, Message: "tools/call params: " + err.Error()})
-		return
-	}
+// call runs countdown with the decoded params p (a progress token of
+// null already dropped): the result of a failure is a tool error
+// (isError), as the go-sdk reports a tool handler's error.
+func (s *minSession) call(ctx context.Context, id jsonrpc.ID, p *callParams) {
 	if p.Name != "countdown" {
-		s.reply(r.ID, nil, &jsonrpc.Error{Code: codeInvalidParams, Message: "unknown tool " + strconv.Quote(p.Name)})
+		s.reply(id, nil, &jsonrpc.Error{Code: codeInvalidParams, Message: "unknown tool " + strconv.Quote(p.Name)})
 		return
 	}
 	n, delay := p.Arguments.N, p.Arguments.DelayMS
 	if n < 1 || n > MaxCountdownSteps {
-		s.reply(r.ID, toolError(fmt.Sprintf("n must be between 1 and %d, got %d", MaxCountdownSteps, n)), nil)
+		s.reply(id, toolError(fmt.Sprintf("n must be between 1 and %d, got %d", MaxCountdownSteps, n)), nil)
 		return
 	}
 	if delay < 0 || delay > 60000 {
-		s.reply(r.ID, toolError(fmt.Sprintf("delay_ms must be between 0 and 60000, got %d", delay)), nil)
+		s.reply(id, toolError(fmt.Sprintf("delay_ms must be between 0 and 60000, got %d", delay)), nil)
 		return
 	}
 	token := p.Meta.ProgressToken
-	if string(token) == "null" {
-		token = nil
-	}
-	buf := make([]byte, 0, 128)
+	var buf []byte // a progress notification's params, rendered
 	for step := 1; step <= n; step++ {
 		if delay > 0 {
 			t := time.NewTimer(time.Duration(delay) * time.Millisecond)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				s.reply(r.ID, toolError(ctx.Err().Error()), nil)
+				s.reply(id, toolError(ctx.Err().Error()), nil)
 				return
 			case <-t.C:
 			}
 		} else if ctx.Err() != nil {
-			s.reply(r.ID, toolError(ctx.Err().Error()), nil)
+			s.reply(id, toolError(ctx.Err().Error()), nil)
 			return
 		}
 		if token == nil {
@@ -209,11 +222,11 @@ func (s *minSession) call(ctx context.Context, r *jsonrpc.Request) {
 		// Send stores the event; the log keeps the bytes, so each
 		// notification needs its own copy of the params.
 		params := append([]byte(nil), buf...)
-		if err := s.out.Send(ctx, &jsonrpc.Request{Method: "notifications/progress", Params: params}, r.ID); err != nil {
+		if err := s.out.Send(ctx, &jsonrpc.Request{Method: "notifications/progress", Params: params}, id); err != nil {
 			return // the session ended or was fenced: nobody can be answered
 		}
 	}
-	s.reply(r.ID, []byte(`{"content":[{"type":"text","text":"countdown of `+strconv.Itoa(n)+` finished"}]}`), nil)
+	s.reply(id, []byte(`{"content":[{"type":"text","text":"countdown of `+strconv.Itoa(n)+` finished"}]}`), nil)
 }
 
 // appendProgress renders the params of one progress notification as the
