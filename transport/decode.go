@@ -57,19 +57,24 @@ func decodeMessages(body []byte, version string, maxBatch int) ([]jsonrpc.Messag
 	if !json.Valid(trimmed) {
 		return nil, false, refuse(replay.ReasonParseError, "request body is not valid JSON")
 	}
-	raws := []json.RawMessage{trimmed}
-	if batch {
-		if version >= V20250618 {
-			return nil, false, refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version)
+	if !batch {
+		m, ref := decodeMessage(trimmed)
+		if ref != nil {
+			return nil, false, ref
 		}
-		if err := json.Unmarshal(trimmed, &raws); err != nil || len(raws) == 0 {
-			return nil, false, refuse(replay.ReasonInvalidRequest, "a batch must be a non-empty array of messages")
-		}
-		if len(raws) > maxBatch {
-			return nil, false, refuse(replay.ReasonBatchTooLarge, fmt.Sprintf(
-				"a batch of %d messages is more than the %d one batch may hold: it can never be accepted; send at most %d messages per batch",
-				len(raws), maxBatch, maxBatch))
-		}
+		return []jsonrpc.Message{m}, false, nil
+	}
+	if version >= V20250618 {
+		return nil, false, refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version)
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(trimmed, &raws); err != nil || len(raws) == 0 {
+		return nil, false, refuse(replay.ReasonInvalidRequest, "a batch must be a non-empty array of messages")
+	}
+	if len(raws) > maxBatch {
+		return nil, false, refuse(replay.ReasonBatchTooLarge, fmt.Sprintf(
+			"a batch of %d messages is more than the %d one batch may hold: it can never be accepted; send at most %d messages per batch",
+			len(raws), maxBatch, maxBatch))
 	}
 	msgs := make([]jsonrpc.Message, 0, len(raws))
 	for _, raw := range raws {
