@@ -42,7 +42,7 @@ func setSSEHeaders(h http.Header) {
 // shutdown notice share it.
 type sseWriter struct {
 	w       http.ResponseWriter
-	rc      *http.ResponseController
+	rc      http.ResponseController
 	timeout time.Duration
 	tag     string
 	gen     uint64
@@ -54,16 +54,23 @@ type sseWriter struct {
 
 	mu        sync.Mutex
 	buf       []byte
-	final     bool         // the final frame is written: nothing may follow it
-	started   bool         // something was written: the status is sent
-	lastWrite atomic.Int64 // unix nanoseconds
+	small     [sseSmall]byte // buf's first array: a call's answer fits
+	final     bool           // the final frame is written: nothing may follow it
+	started   bool           // something was written: the status is sent
+	lastWrite atomic.Int64   // unix nanoseconds
 }
 
 func newSSEWriter(w http.ResponseWriter, timeout time.Duration, tag string, gen uint64, att *attachment) *sseWriter {
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, tag: tag, gen: gen, att: att}
+	sw := &sseWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout, tag: tag, gen: gen, att: att}
+	sw.buf = sw.small[:0]
 	sw.lastWrite.Store(time.Now().UnixNano())
 	return sw
 }
+
+// sseSmall is the size (bytes) of the buffer an sseWriter starts with, in
+// the same allocation: a priming event and a short answer fit in it, and
+// larger ones grow it once.
+const sseSmall = 512
 
 // directData is the size (bytes) from which an event's message is written
 // to the response as it is stored instead of being copied into the
