@@ -82,7 +82,7 @@ func readAll(r io.Reader, size int64) ([]byte, error) {
 type timedBody struct {
 	io.ReadCloser
 	w       http.ResponseWriter
-	rc      *http.ResponseController
+	rc      http.ResponseController
 	timeout time.Duration
 	started bool
 	done    bool
@@ -93,7 +93,7 @@ func bodyWithTimeout(w http.ResponseWriter, r *http.Request, timeout time.Durati
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	r.Body = &timedBody{ReadCloser: r.Body, w: w, rc: http.NewResponseController(w), timeout: timeout}
+	r.Body = &timedBody{ReadCloser: r.Body, w: w, rc: *http.NewResponseController(w), timeout: timeout}
 }
 
 func (b *timedBody) Read(p []byte) (int, error) {
@@ -146,27 +146,34 @@ func (h *Handler) discardBody(w http.ResponseWriter, r *http.Request) {
 // with Content-Length 1000 and no body would otherwise never be answered).
 func closeUntilBodyRead(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
+		w.Header()["Connection"] = connectionClose
 	}
 }
 
+// connectionClose is the value of the header "Connection: close", shared
+// by every response that sets it (net/http only reads header values).
+var connectionClose = []string{"close"}
+
 // holdInflight counts a body of size bytes against
 // Options.MaxInflightBytes, at InflightCost bytes per byte, for as long as
-// a POST's calls are being answered, and returns the function that gives
-// them back. Over the bound it holds nothing and refuses with 503
-// inflight_bytes: a process must stay under its memory limit whatever the
-// number of calls its clients keep open.
-func (h *Handler) holdInflight(size int64) (release func(), ref *refusal) {
+// a POST's calls are being answered, and returns the bytes it holds: give
+// them back with releaseInflight. Over the bound it holds nothing and
+// refuses with 503 inflight_bytes: a process must stay under its memory
+// limit whatever the number of calls its clients keep open.
+func (h *Handler) holdInflight(size int64) (held int64, ref *refusal) {
 	limit := h.opts.MaxInflightBytes
 	if limit < 0 {
-		return func() {}, nil
+		return 0, nil
 	}
 	n := InflightCost * size
-	if held := h.inflight.Add(n); held > limit {
+	if total := h.inflight.Add(n); total > limit {
 		h.inflight.Add(-n)
-		return nil, refuse(replay.ReasonInflightBytes, fmt.Sprintf(
+		return 0, refuse(replay.ReasonInflightBytes, fmt.Sprintf(
 			"calls being answered hold %d bytes (each body counts %d times its size: it and its decoded copy), and this body of %d bytes would take them over the bound of %d: send it again once some are answered",
-			held-n, InflightCost, size, limit))
+			total-n, InflightCost, size, limit))
 	}
-	return func() { h.inflight.Add(-n) }, nil
+	return n, nil
 }
+
+// releaseInflight gives back the bytes a holdInflight held.
+func (h *Handler) releaseInflight(held int64) { h.inflight.Add(-held) }

@@ -90,11 +90,11 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 			"the server is shutting down and takes no new calls: send the request again (after the restart, or to another replica)")
 	}
 	if len(p.calls) > 0 {
-		release, ref := h.holdInflight(int64(len(body)))
+		held, ref := h.holdInflight(int64(len(body)))
 		if ref != nil {
 			return ref
 		}
-		defer release()
+		defer h.releaseInflight(held)
 	}
 	var live *session.Live
 	if p.initialize != nil {
