@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -48,13 +49,27 @@ const priorGenerations = 4
 // as the client sent it. They encode as a JSON array, [] when empty.
 type RequestIDs []jsonrpc.ID
 
-// MarshalJSON encodes ids as a JSON array of strings and integers.
+// MarshalJSON encodes ids as a JSON array of strings and integers. It
+// appends integers itself (the ids of most clients), and leaves anything
+// else to encoding/json.
 func (ids RequestIDs) MarshalJSON() ([]byte, error) {
-	raw := make([]any, len(ids))
+	b := make([]byte, 0, 2+8*len(ids))
+	b = append(b, '[')
 	for i, id := range ids {
-		raw[i] = id.Raw()
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if n, ok := id.Raw().(int64); ok {
+			b = strconv.AppendInt(b, n, 10)
+			continue
+		}
+		v, err := json.Marshal(id.Raw())
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, v...)
 	}
-	return json.Marshal(raw)
+	return append(b, ']'), nil
 }
 
 // UnmarshalJSON decodes a JSON array of strings and integers, as the

@@ -200,10 +200,15 @@ func TestLostRequestsBound(t *testing.T) {
 func TestRequestIDsJSON(t *testing.T) {
 	a, _ := jsonrpc.MakeID("a")
 	n, _ := jsonrpc.MakeID(float64(-7))
+	q, _ := jsonrpc.MakeID(`q"\`)
+	big, _ := jsonrpc.MakeID(float64(1 << 53))
 	for _, c := range []struct {
 		ids  session.RequestIDs
 		want string
-	}{{session.RequestIDs{a, n}, `["a",-7]`}, {session.RequestIDs{}, `[]`}, {nil, `[]`}} {
+	}{
+		{session.RequestIDs{a, n}, `["a",-7]`}, {session.RequestIDs{}, `[]`}, {nil, `[]`},
+		{session.RequestIDs{big, q, n}, `[9007199254740992,"q\"\\",-7]`},
+	} {
 		b, err := json.Marshal(c.ids)
 		if err != nil || string(b) != c.want {
 			t.Fatalf("Marshal(%v) = %s, %v; want %s", c.ids, b, err, c.want)
