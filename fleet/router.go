@@ -150,6 +150,9 @@ func (rt *Router) Route(w http.ResponseWriter, r *http.Request, body []byte, loo
 	var sent *RemoteError // the owner a request given up unanswered was sent to
 	for {
 		err := lookup(ctx)
+		if err == nil {
+			return false, nil // served here (re, taken by address below, is made only when needed)
+		}
 		var re *RemoteError
 		if !errors.As(err, &re) {
 			return false, err
