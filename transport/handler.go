@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -182,9 +184,10 @@ func pathNotFound(endpoint string, logger *slog.Logger, rec metrics.Transport) h
 const drainPoll = 20 * time.Millisecond
 
 // Drain prepares a graceful shutdown: from now on a POST carrying calls
-// (requests with an id) is refused 503 unavailable with Retry-After, while
-// notifications, the client's responses (an elicitation answer a call is
-// waiting for) and GET streams are still served; Drain then waits until no
+// (requests with an id), of either era, is refused 503 unavailable with
+// Retry-After (drainRefusal), while notifications, the client's responses
+// (an elicitation answer a call is waiting for) and GET streams are still
+// served; Drain then waits until no
 // call is in flight on any session this process holds, so the calls
 // running finish and their answers reach their streams. It logs one line,
 // "draining" with the number of calls, once new calls are refused. It
@@ -216,6 +219,20 @@ func (h *Handler) Drain(ctx context.Context) error {
 }
 
 func (h *Handler) isDraining() bool { return isClosed(h.draining) }
+
+// drainRefusal returns the refusal of new calls while the server drains
+// (Drain), in either era: 503 unavailable, with Retry-After (refusal.go),
+// before any of them reaches a session, a task or a tool. calls are the
+// requests with an id a POST carries; nil when it carries none (a
+// notification or a client's response is still served) or the server is
+// not draining.
+func (h *Handler) drainRefusal(calls []*jsonrpc.Request) *refusal {
+	if len(calls) == 0 || !h.isDraining() {
+		return nil
+	}
+	return refuse(replay.ReasonUnavailable,
+		"the server is shutting down and takes no new calls: send the request again (after the restart, or to another replica)")
+}
 
 // Shutdown makes every open SSE stream send a final retry field and close,
 // so clients reconnect (to this process after a restart, or to another

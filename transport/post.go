@@ -85,9 +85,8 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 	if ref := h.toolScopes(r, p.calls); ref != nil {
 		return ref
 	}
-	if len(p.calls) > 0 && h.isDraining() {
-		return refuse(replay.ReasonUnavailable,
-			"the server is shutting down and takes no new calls: send the request again (after the restart, or to another replica)")
+	if ref := h.drainRefusal(p.calls); ref != nil {
+		return ref
 	}
 	if len(p.calls) > 0 {
 		held, ref := h.holdInflight(int64(len(body)))

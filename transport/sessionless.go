@@ -32,8 +32,11 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // order: a handler is set (400 protocol_version), the method is POST (405
 // method_not_allowed with Allow: POST: the revision has no standalone
 // stream and no session to end), and the media rules (postMedia: 415
-// content_type, 406 not_acceptable), and with Options.Auth the scope a
-// tools/call's tool needs (403 insufficient_scope). The request goes on without Mcp-Session-Id and
+// content_type, 406 not_acceptable), with Options.Auth the scope a
+// tools/call's tool needs (403 insufficient_scope), a batch (400
+// batch_not_allowed), and a call while the server drains (drainRefusal: 503
+// unavailable, as in the stateful era, before the call reaches the Tasks
+// extension or a tool). The request goes on without Mcp-Session-Id and
 // Last-Event-ID, which a server of the revision ignores, and no session
 // ID is minted or echoed (MCP 2026-07-28, basic/transports, "Earlier
 // Streamable HTTP Revisions"). The handler's own answers (the revision's
@@ -62,6 +65,11 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		// is the stateful era's, with its reason (batches end with
 		// 2025-06-18, basic/transports).
 		return refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version+": send one message per POST")
+	}
+	if h.isDraining() {
+		if call := h.sessionlessCall(r, `"id"`); call != nil {
+			return h.drainRefusal([]*jsonrpc.Request{call})
+		}
 	}
 	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
 		r = r.Clone(r.Context())
@@ -115,8 +123,21 @@ func (h *Handler) peekBody(r *http.Request) ([]byte, error) {
 // a scope the token lacks (toolScopes). A body it cannot read or decode
 // is left to the handler, which refuses it precisely.
 func (h *Handler) sessionlessToolScopes(r *http.Request) *refusal {
+	req := h.sessionlessCall(r, "tools/call")
+	if req == nil {
+		return nil
+	}
+	return h.toolScopes(r, []*jsonrpc.Request{req})
+}
+
+// sessionlessCall returns the request with an id that r's body holds,
+// putting the body back for the next reader, when the body contains mark
+// (a cheap test before decoding). It returns nil for a notification, a
+// response, and a body it cannot read or decode, which the handler refuses
+// precisely.
+func (h *Handler) sessionlessCall(r *http.Request, mark string) *jsonrpc.Request {
 	body, err := h.peekBody(r)
-	if err != nil || !bytes.Contains(body, []byte("tools/call")) {
+	if err != nil || !bytes.Contains(body, []byte(mark)) {
 		return nil
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
@@ -127,7 +148,7 @@ func (h *Handler) sessionlessToolScopes(r *http.Request) *refusal {
 	if !ok || !req.IsCall() {
 		return nil
 	}
-	return h.toolScopes(r, []*jsonrpc.Request{req})
+	return req
 }
 
 // batchBody reports whether r's body starts, after white space, with

@@ -5,12 +5,22 @@
 package transport_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/taskrun"
+	"github.com/tidemark-mcp/tidemark/tasks"
 )
 
 // sessionlessEcho is a tools/call of echo as a 2026-07-28 client sends it:
@@ -128,5 +138,94 @@ func TestSessionlessIgnoresSessionHeaders(t *testing.T) {
 	}
 	if c := parseCursor(t, countdown(t, ctx, live, 3, 1, "after")[0].ID); c.Generation != 1 {
 		t.Fatalf("generation %d after the sessionless requests, want 1", c.Generation)
+	}
+}
+
+// TestSessionlessCallsRefusedWhileDraining: while the server drains, a
+// 2026-07-28 call, plain or task-augmented, is refused 503 unavailable
+// with Retry-After, as a stateful call is, and reaches neither
+// the Tasks extension nor the tool. The failing input (a tester's): during
+// a SIGTERM drain a sessionless countdown was accepted, ran part of its
+// steps, and was cut with no answer when the process stopped; a
+// task-augmented one ran inline, no task created.
+func TestSessionlessCallsRefusedWhileDraining(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	var marks atomic.Int32
+	mcp.AddTool(server, &mcp.Tool{Name: "mark"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		marks.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "marked"}}}, nil, nil
+	})
+	st := newStack(t, server, &tidemark.Options{
+		Tasks: &tidemark.TaskOptions{Tools: map[string]taskrun.Tool{"mark": {Support: tasks.Optional}}},
+	}, nil)
+	s := st.initialize(t, ctx, "")
+	call := startGated(t, ctx, s, 3, "drain", 1)
+	drained := make(chan error, 1)
+	go func() { drained <- st.h.Drain(ctx) }()
+	waitDraining(t, ctx, s)
+
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{%s}}`
+	for _, tc := range []struct{ name, caps string }{
+		{"plain", ``},
+		{"task-augmented", `"extensions":{"io.modelcontextprotocol/tasks":{}}`},
+	} {
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mark","arguments":{},` + fmt.Sprintf(meta, tc.caps) + `}}`
+		req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "mark")
+		resp, err := st.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := refusalOf(t, resp, http.StatusServiceUnavailable, "unavailable")
+		if got := se.Header.Get("Retry-After"); got != "1" || se.Body.Code != -32000 {
+			t.Errorf("%s call while draining: Retry-After %q, code %d; want 1, -32000", tc.name, got, se.Body.Code)
+		}
+	}
+	if n := marks.Load(); n != 0 {
+		t.Errorf("the tool ran %d times while the server drained, want 0", n)
+	}
+	working := 0
+	if err := st.store.(store.Tasks).WorkingTasks(ctx, func(tasks.Record, uint64) bool { working++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if working != 0 {
+		t.Errorf("%d tasks created while the server drained, want 0", working)
+	}
+
+	g.release("drain", 1)
+	if _, err := call.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+}
+
+// waitDraining waits until a stateful call on s is refused 503: Drain,
+// started in another goroutine, refuses new calls.
+func waitDraining(t *testing.T, ctx context.Context, s *mcptest.Session) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := s.Post(ctx, mcptest.ToolCall(99, "echo", map[string]any{"text": "x"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := mcptest.ReadStatusError(resp)
+		if se.Status == http.StatusServiceUnavailable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new call while draining: HTTP %d, want 503", se.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
