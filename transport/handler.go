@@ -47,6 +47,9 @@ type Handler struct {
 	conns  *connections
 
 	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
+	// sessionless counts the POSTs of the sessionless era being served,
+	// which no session holds: Drain waits for them too.
+	sessionless atomic.Int64
 
 	router *fleet.Router // where a session's requests are served (fleet mode)
 
@@ -189,23 +192,25 @@ const drainPoll = 20 * time.Millisecond
 // (an elicitation answer a call is waiting for) and GET streams are still
 // served; Drain then waits until no
 // call is in flight on any session this process holds, so the calls
-// running finish and their answers reach their streams. It logs one line,
-// "draining" with the number of calls, once new calls are refused. It
-// returns nil when no call is left, or ctx's error when ctx ends first.
-// Call Shutdown after it.
+// running finish and their answers reach their streams, and until no POST
+// of the sessionless era is being served, so that its calls answer too.
+// It logs one line, "draining" with the number of calls, once new calls
+// are refused. It returns nil when no call is left, or ctx's error when
+// ctx ends first. Call Shutdown after it.
 func (h *Handler) Drain(ctx context.Context) error {
+	inFlight := func() int { return h.reg.CallsInFlight() + int(h.sessionless.Load()) }
 	h.drainOnce.Do(func() {
 		close(h.draining)
 		// Logged once new calls are refused: a line a supervisor (or a
 		// test) can wait for.
-		if n := h.reg.CallsInFlight(); n > 0 {
+		if n := inFlight(); n > 0 {
 			h.logger.Info("draining", "reason", replay.ReasonShutdown, "calls", n)
 		}
 	})
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for {
-		n := h.reg.CallsInFlight()
+		n := inFlight()
 		if n == 0 {
 			return nil
 		}

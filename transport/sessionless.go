@@ -66,6 +66,10 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		// 2025-06-18, basic/transports).
 		return refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version+": send one message per POST")
 	}
+	// Counted before the drain check: a POST that passes it is one Drain,
+	// which closes draining before it counts, waits for.
+	h.sessionless.Add(1)
+	defer h.sessionless.Add(-1)
 	if h.isDraining() {
 		if call := h.sessionlessCall(r, `"id"`); call != nil {
 			return h.drainRefusal([]*jsonrpc.Request{call})

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -227,5 +229,60 @@ func waitDraining(t *testing.T, ctx context.Context, s *mcptest.Session) {
 			t.Fatalf("a new call while draining: HTTP %d, want 503", se.Status)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDrainWaitsForSessionlessCalls: Drain waits for the 2026-07-28 calls
+// in flight as it does for a session's, so that within the shutdown grace
+// they answer. The failing input (a tester's): a sessionless countdown of
+// 7 s started just before SIGTERM was cut with no answer 5 s later (when
+// the streams' close time ended), under a grace of 10 s, since Drain
+// returned at once.
+func TestDrainWaitsForSessionlessCalls(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	started, release := make(chan struct{}), make(chan struct{})
+	mcp.AddTool(server, &mcp.Tool{Name: "hold"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		close(started)
+		<-release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
+	})
+	st := newStack(t, server, nil, nil)
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the server's close, which waits for the call
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hold","arguments":{},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "hold")
+	answered := make(chan *mcptest.StatusError, 1)
+	go func() {
+		resp, err := st.client.Do(req)
+		if err != nil {
+			answered <- &mcptest.StatusError{Detail: err.Error()}
+			return
+		}
+		answered <- mcptest.ReadStatusError(resp)
+	}()
+	<-started
+	drained := make(chan error, 1)
+	go func() { drained <- st.h.Drain(ctx) }()
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) with a sessionless call in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	let()
+	if se := <-answered; se.Status != http.StatusOK || !strings.Contains(string(se.RawBody), `"text":"held"`) {
+		t.Fatalf("the sessionless call in flight answered %+v, want 200 with its result", se)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
 	}
 }
