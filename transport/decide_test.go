@@ -538,8 +538,9 @@ func TestDecideGenerationMismatchInFlight(t *testing.T) {
 	}
 }
 
-// Row 2, continued: an initialize that fails (no params, null params, or
-// a duplicate "method" key that ends as initialize) presented with a live
+// Row 2, continued: an initialize that fails (no params, null params, a
+// required param missing or null, protocolVersion "", or a duplicate
+// "method" key that ends as initialize) presented with a live
 // token supersedes nothing. The answer carries a new token and the
 // JSON-RPC error response; that token ends (initialize_failed) while the old
 // session, and the call in flight on it, go on unharmed.
@@ -555,6 +556,11 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 		`{"jsonrpc":"2.0","id":3,"method":"initialize"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":null}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":null,"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`,
 	}
 	c := st.clientWith(http.Header{"Mcp-Session-Id": {old.Token}, "Mcp-Protocol-Version": {old.ProtocolVersion}})
 	for _, body := range refused {

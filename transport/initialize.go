@@ -10,9 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -22,34 +20,58 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
-// checkInitialize refuses an initialize whose params are not an object,
-// or whose protocolVersion, capabilities or clientInfo have the wrong JSON
-// type (MCP 2025-11-25, lifecycle, InitializeRequest), before any session
-// exists: 400 invalid_params (-32602) with the request's id. Engines
-// would answer it after creating a session (the go-sdk's with error code
-// 0). Fields of the right type are left to the engine, so that a newer
-// client's additions pass.
+// checkInitialize refuses an initialize whose params break the rule of
+// initializeParams, before any session exists: 400 invalid_params (-32602)
+// with the request's id. Engines would answer it after creating a session,
+// or accept it: the go-sdk checks only that params are present, and
+// negotiates its latest version for a protocolVersion missing, null or "".
 func checkInitialize(init *jsonrpc.Request) *refusal {
-	var p struct {
-		ProtocolVersion *string                    `json:"protocolVersion"`
-		Capabilities    map[string]json.RawMessage `json:"capabilities"`
-		ClientInfo      map[string]json.RawMessage `json:"clientInfo"`
-	}
-	err := json.Unmarshal(init.Params, &p)
-	if trimmed := bytes.TrimLeft(init.Params, " \t\r\n"); err == nil && len(trimmed) > 0 && trimmed[0] == '{' {
+	why := initializeParams(init.Params)
+	if why == "" {
 		return nil
-	}
-	why := "params must be an object"
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		why = fmt.Sprintf("params.%s must be %s", te.Field, map[string]string{
-			"protocolVersion": "a string (the revision the client speaks, e.g. \"2025-11-25\")",
-			"capabilities":    "an object", "clientInfo": "an object with name and version",
-		}[strings.SplitN(te.Field, ".", 2)[0]])
 	}
 	ref := refuse(replay.ReasonInvalidParams, "initialize: "+why+" (MCP 2025-11-25, lifecycle)")
 	ref.id = init.ID
 	return ref
+}
+
+// initializeParams returns what is wrong with the params of an initialize,
+// "" when nothing is: they must be an object whose protocolVersion is a
+// string other than "", and whose capabilities and clientInfo are objects,
+// none of the three missing or null (MCP 2025-11-25 schema,
+// InitializeRequestParams: all three are required). What those objects
+// hold is left to the engine, and so are other members, so that a newer
+// client's additions pass.
+func initializeParams(params json.RawMessage) string {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil || p == nil {
+		return "params must be an object"
+	}
+	for _, f := range []struct{ name, want string }{
+		{"protocolVersion", `a string (the revision the client speaks, e.g. "2025-11-25")`},
+		{"capabilities", "an object"},
+		{"clientInfo", "an object with name and version"},
+	} {
+		v, ok := p[f.name]
+		if !ok || string(bytes.TrimSpace(v)) == "null" {
+			return "params." + f.name + " is required: " + f.want
+		}
+		if f.name == "protocolVersion" {
+			var s string
+			if json.Unmarshal(v, &s) != nil {
+				return "params.protocolVersion must be " + f.want
+			}
+			if s == "" {
+				return "params.protocolVersion must not be empty: " + f.want
+			}
+			continue
+		}
+		var o map[string]json.RawMessage
+		if json.Unmarshal(v, &o) != nil {
+			return "params." + f.name + " must be " + f.want
+		}
+	}
+	return ""
 }
 
 // initialize creates the session that init starts, sets its token in the
