@@ -1,6 +1,8 @@
 // host.go holds the bridge's stdio connection toward the host: newline
 // framed JSON-RPC (MCP 2025-11-25, "Transports", stdio) that answers a
-// line it cannot decode with a JSON-RPC error and reads on.
+// line it cannot decode with a JSON-RPC error and reads on, and gives the
+// host's calls ids of the bridge's own, each answer going back under the
+// host's id as the host wrote it.
 
 package connect
 
@@ -13,10 +15,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // MaxHostLine bounds one line (one message) from the host, in bytes; a
@@ -30,6 +35,23 @@ const MaxHostLine = 16 << 20
 // message gets an error answer (JSON-RPC 2.0, section 5.1: -32700 parse
 // error when it is not JSON, -32600 invalid request otherwise; id null
 // unless the line has a valid id) and the next line is read.
+//
+// A request id is a string or any JSON number (MCP 2025-11-25, "Base
+// Protocol": RequestId), and its answer carries the same value (JSON-RPC
+// 2.0, section 5). The go-sdk's decoder makes an int64 of every number
+// (2.5 becomes 2, 9007199254740993 becomes 9007199254740992), so the
+// connection numbers the host's calls itself: Read gives each call a
+// bridge id (1, 2, 3...), unique for the run, and Write answers it under
+// the host's id bytes as read. A call whose id is the same string, or a
+// number written the same way, as that of a call still in flight is
+// refused at once, -32600 with error.data.reason duplicate_request_id,
+// and never reaches the bridge: the first runs (JSON-RPC 2.0, section 4:
+// an id identifies one request of its sender). A call with "id": null is
+// refused -32600 (MCP 2025-11-25: the id must not be null). The host's
+// notifications/cancelled names the bridge id of the call it cancels;
+// one naming no call in flight is dropped (a cancellation of an unknown
+// request is ignored, MCP 2025-11-25, "Cancellation"), and an answer
+// that comes after the host cancelled its call is dropped too.
 type HostTransport struct {
 	Reader io.ReadCloser
 	Writer io.WriteCloser
@@ -39,7 +61,8 @@ type HostTransport struct {
 
 // Connect implements mcp.Transport; it starts reading Reader.
 func (t *HostTransport) Connect(context.Context) (mcp.Connection, error) {
-	c := &hostConn{r: t.Reader, w: t.Writer, logger: t.Logger, lines: make(chan hostLine), closed: make(chan struct{})}
+	c := &hostConn{r: t.Reader, w: t.Writer, logger: t.Logger, lines: make(chan hostLine), closed: make(chan struct{}),
+		byHost: make(map[string]int64), byBridge: make(map[int64]json.RawMessage)}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
@@ -60,6 +83,14 @@ type hostConn struct {
 	lines  chan hostLine
 
 	wmu sync.Mutex // one message written at a time
+
+	idmu sync.Mutex
+	// last is the bridge id given last.
+	last int64
+	// byHost holds the bridge id of each host call in flight, by its
+	// hostKey; byBridge the host's id bytes, by bridge id.
+	byHost   map[string]int64
+	byBridge map[int64]json.RawMessage
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -116,7 +147,7 @@ func (c *hostConn) decode(line []byte, long bool) (jsonrpc.Message, bool) {
 	if !long {
 		msg, err := jsonrpc.DecodeMessage(line)
 		if err == nil {
-			return msg, true
+			return c.fromHost(line, msg)
 		}
 	}
 	werr := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: not a JSON-RPC 2.0 request, notification or response"}
@@ -126,32 +157,153 @@ func (c *hostConn) decode(line []byte, long bool) (jsonrpc.Message, bool) {
 	case !json.Valid(line):
 		werr = &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "parse error: the line is not JSON"}
 	}
-	var withID struct {
-		ID any `json:"id"`
-	}
-	var id jsonrpc.ID
-	if !long && json.Unmarshal(line, &withID) == nil {
-		id, _ = jsonrpc.MakeID(withID.ID) // an invalid id answers with id null
+	var id json.RawMessage
+	if !long {
+		id = rawID(line) // an invalid id answers with id null
 	}
 	c.logger.Warn("connect: a line from the host is not a JSON-RPC message; answered with an error", "code", werr.Code, "bytes", len(line))
-	if err := c.writeError(id, werr); err != nil {
-		c.logger.Debug("connect: message not delivered to the host", "error", err)
-	}
+	c.refuse(id, werr)
 	return nil, false
 }
 
-// writeError answers id (invalid: null) with werr. The SDK's encoder
-// leaves out an invalid id, and an error answer to a line whose id is
-// unknown carries "id": null (JSON-RPC 2.0, section 5).
-func (c *hostConn) writeError(id jsonrpc.ID, werr *jsonrpc.Error) error {
-	if id.IsValid() {
-		return c.Write(context.Background(), &jsonrpc.Response{ID: id, Error: werr})
+// fromHost gives the host's call msg, read from line, a bridge id, or
+// refuses it; it gives the host's notifications/cancelled the bridge id
+// of the call it names, or drops it.
+func (c *hostConn) fromHost(line []byte, msg jsonrpc.Message) (jsonrpc.Message, bool) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok {
+		return msg, true
 	}
-	data, err := json.Marshal(struct {
-		Version string         `json:"jsonrpc"`
-		ID      *int           `json:"id"`
-		Error   *jsonrpc.Error `json:"error"`
-	}{"2.0", nil, werr})
+	if !req.IsCall() {
+		if req.Method == "notifications/cancelled" {
+			return c.cancelled(req)
+		}
+		if id := rawID(line); id == nil && hasID(line) {
+			c.logger.Warn("connect: a call from the host with id null; answered with an error", "method", req.Method)
+			c.refuse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the id of a request must be a string or a number, not null (MCP 2025-11-25, \"Base Protocol\")"})
+			return nil, false
+		}
+		return msg, true
+	}
+	id := rawID(line)
+	key := hostKey(id)
+	c.idmu.Lock()
+	if _, dup := c.byHost[key]; dup {
+		c.idmu.Unlock()
+		c.logger.Warn("connect: a call from the host reuses the id of a call in flight; answered with an error", "method", req.Method, "host_id", string(id), "reason", replay.ReasonDuplicateRequestID)
+		data, _ := json.Marshal(map[string]string{"reason": replay.ReasonDuplicateRequestID.String()}) // a string always encodes
+		c.refuse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Data: data,
+			Message: "invalid request: a call with id " + string(id) + " is in flight, and this one was not sent; ids are unique per sender (JSON-RPC 2.0, section 4): send it again with another id, or once the first is answered"})
+		return nil, false
+	}
+	c.last++
+	bid := c.last
+	c.byHost[key] = bid
+	c.byBridge[bid] = id
+	c.idmu.Unlock()
+	req.ID = bridgeID(bid)
+	return req, true
+}
+
+// cancelled returns the host's notifications/cancelled req naming the
+// bridge id of the call it cancels, which is forgotten: its id is free
+// again, and an answer that still comes is dropped. A cancellation that
+// names no call in flight is dropped (false).
+func (c *hostConn) cancelled(req *jsonrpc.Request) (jsonrpc.Message, bool) {
+	var params map[string]json.RawMessage
+	if json.Unmarshal(req.Params, &params) != nil || params["requestId"] == nil {
+		c.logger.Debug("connect: notifications/cancelled without a requestId; dropped")
+		return nil, false
+	}
+	key := hostKey(params["requestId"])
+	c.idmu.Lock()
+	bid, ok := c.byHost[key]
+	if ok {
+		delete(c.byHost, key)
+		delete(c.byBridge, bid)
+	}
+	c.idmu.Unlock()
+	if !ok {
+		c.logger.Debug("connect: notifications/cancelled names no call in flight; dropped", "host_id", string(params["requestId"]))
+		return nil, false
+	}
+	params["requestId"] = json.RawMessage(strconv.FormatInt(bid, 10))
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return nil, false
+	}
+	return &jsonrpc.Request{Method: req.Method, Params: raw}, true
+}
+
+// bridgeID is the jsonrpc.ID of bridge id n.
+func bridgeID(n int64) jsonrpc.ID {
+	id, _ := jsonrpc.MakeID(float64(n)) // exact below 2^53
+	return id
+}
+
+// rawID returns the id of the message line as written, when it is a
+// string or a number; otherwise (absent, null, another JSON value, or a
+// line that is not a JSON object) nil.
+func rawID(line []byte) json.RawMessage {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &m) != nil || len(m.ID) == 0 {
+		return nil
+	}
+	switch b := m.ID[0]; {
+	case b == '"', b == '-', b >= '0' && b <= '9':
+		return m.ID
+	}
+	return nil
+}
+
+// hasID reports whether the message line has an "id" member, null or not.
+func hasID(line []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil {
+		return false
+	}
+	_, ok := m["id"]
+	return ok
+}
+
+// hostKey is the identity of the host's id bytes id: a string by its
+// value (so "a" and "\u0061" are one id), a number as written (so 1000
+// and 1e3 are two).
+func hostKey(id json.RawMessage) string {
+	var s string
+	if len(id) > 0 && id[0] == '"' && json.Unmarshal(id, &s) == nil {
+		return "s" + s
+	}
+	return "n" + string(id)
+}
+
+// refuse answers the host's line whose id is id (nil: null) with werr.
+func (c *hostConn) refuse(id json.RawMessage, werr *jsonrpc.Error) {
+	if err := c.writeAnswer(id, nil, werr); err != nil {
+		c.logger.Debug("connect: message not delivered to the host", "error", err)
+	}
+}
+
+// writeAnswer writes the answer under the host's id bytes id (nil: null,
+// JSON-RPC 2.0, section 5: the id of a request that could not be read) of
+// result, or of werr when it is not nil. The SDK's encoder knows no id but
+// its own, so the answer is framed here.
+func (c *hostConn) writeAnswer(id, result json.RawMessage, werr *jsonrpc.Error) error {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	answer := struct {
+		Version string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  json.RawMessage `json:"result,omitempty"`
+		Error   *jsonrpc.Error  `json:"error,omitempty"`
+	}{Version: "2.0", ID: id, Result: result, Error: werr}
+	if werr == nil && result == nil {
+		answer.Result = json.RawMessage("{}")
+	}
+	data, err := json.Marshal(answer)
 	if err != nil {
 		return err
 	}
@@ -169,12 +321,53 @@ func (c *hostConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	}
 }
 
+// Write writes msg to the host. An answer to a host's call goes under the
+// host's id; one to a call the host cancelled, or already answered, is
+// dropped.
 func (c *hostConn) Write(_ context.Context, msg jsonrpc.Message) error {
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		return c.answer(r)
+	}
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return err
 	}
 	return c.writeLine(data)
+}
+
+// answer writes r, an answer to the call of bridge id r.ID, under the
+// host's id of that call, which is then free again.
+func (c *hostConn) answer(r *jsonrpc.Response) error {
+	bid, _ := r.ID.Raw().(int64)
+	c.idmu.Lock()
+	id, ok := c.byBridge[bid]
+	if ok {
+		delete(c.byBridge, bid)
+		delete(c.byHost, hostKey(id))
+	}
+	c.idmu.Unlock()
+	if !ok {
+		c.logger.Debug("connect: an answer to a call the host cancelled or has had answered; dropped", "id", r.ID.Raw())
+		return nil
+	}
+	werr, isWire := r.Error.(*jsonrpc.Error)
+	if r.Error == nil || isWire {
+		return c.writeAnswer(id, r.Result, werr)
+	}
+	// The SDK's encoding of an answer gives a Go error as a JSON-RPC
+	// error object.
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: r.ID, Result: r.Result, Error: r.Error})
+	if err != nil {
+		return err
+	}
+	var wire struct {
+		Result json.RawMessage `json:"result"`
+		Error  *jsonrpc.Error  `json:"error"`
+	}
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return err
+	}
+	return c.writeAnswer(id, wire.Result, wire.Error)
 }
 
 func (c *hostConn) writeLine(data []byte) error {

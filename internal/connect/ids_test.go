@@ -1,0 +1,320 @@
+package connect_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+)
+
+// rawHost is a host writing and reading the bridge's stdio as lines, so
+// that a test sees the exact bytes of each id (the go-sdk's decoder turns
+// every number into an int64).
+type rawHost struct {
+	t     *testing.T
+	out   io.WriteCloser
+	lines chan string
+}
+
+// rawLine is one message line from the bridge, its id as written.
+type rawLine struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+	text string
+}
+
+// startRawHost runs the bridge of tidemark connect (HostTransport and Run)
+// toward url with o; the test's cleanup closes the host's end and
+// requires Run to return nil.
+func startRawHost(t *testing.T, url string, o connect.Options, logger *slog.Logger) *rawHost {
+	t.Helper()
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	conn, err := (&connect.HostTransport{Reader: toBridge, Writer: bridgeOut, Logger: logger}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.URL = url
+	o.Logger = logger
+	done := make(chan error, 1)
+	go func() {
+		done <- connect.Run(context.Background(), conn, o)
+		conn.Close()
+	}()
+	h := &rawHost{t: t, out: hostOut, lines: make(chan string, 256)}
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(fromBridge)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		hostOut.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v, want nil when the host closes its end", err)
+			}
+		case <-time.After(hostTimeout):
+			t.Error("Run still runs 10s after the host closed its end")
+		}
+		bridgeOut.Close()
+		for range h.lines {
+		}
+	})
+	return h
+}
+
+func (h *rawHost) send(lines ...string) {
+	h.t.Helper()
+	for _, l := range lines {
+		if _, err := io.WriteString(h.out, l+"\n"); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// next returns the next line from the bridge, decoded.
+func (h *rawHost) next() rawLine {
+	h.t.Helper()
+	select {
+	case l, ok := <-h.lines:
+		if !ok {
+			h.t.Fatal("the bridge closed its output")
+		}
+		var m rawLine
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			h.t.Fatalf("line from the bridge %q: %v", l, err)
+		}
+		m.text = l
+		return m
+	case <-time.After(hostTimeout):
+		h.t.Fatalf("no line from the bridge within %v", hostTimeout)
+		return rawLine{}
+	}
+}
+
+// answers reads lines up to the answer whose id is written last, and
+// returns the answers read, each under its id as written, in order.
+func (h *rawHost) answers(last string) (ids []string, byID map[string][]rawLine) {
+	h.t.Helper()
+	byID = make(map[string][]rawLine)
+	for {
+		m := h.next()
+		if m.Method != "" {
+			continue // a notification or a request of the server's
+		}
+		id := string(m.ID)
+		ids = append(ids, id)
+		byID[id] = append(byID[id], m)
+		if id == last {
+			return ids, byID
+		}
+	}
+}
+
+const rawInitialize = `{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`
+
+// echoLine is a call of the demo's echo tool with id, whose text is id.
+func echoLine(id string) string {
+	text, _ := json.Marshal(id) // a string always encodes
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"echo","arguments":{"text":` + string(text) + `}}}`
+}
+
+// TestHostIDsVerbatim: each answer reaches the host under its request's
+// id exactly as the host wrote it (MCP 2025-11-25, "Base Protocol":
+// RequestId is a string or a number; JSON-RPC 2.0, section 5: the same
+// value as the request's), in both eras: a fraction, an integer past 2^53,
+// an exponent and a string, beside an integer that a lossy decoding would
+// give two of them. The call with id 2.5 gets its own echo, and the call
+// with id 2 its own countdown, each answered once.
+func TestHostIDsVerbatim(t *testing.T) {
+	for _, protocol := range []string{connect.ProtocolStateful, connect.ProtocolSessionless} {
+		t.Run(protocol, func(t *testing.T) {
+			h := newHandler()
+			srv := httptest.NewServer(h)
+			t.Cleanup(func() {
+				srv.CloseClientConnections()
+				srv.Close()
+				h.Close()
+			})
+			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
+			host.send(rawInitialize)
+			if _, got := host.answers("6"); got["6"][0].Error != nil {
+				t.Fatalf("initialize: %s", got["6"][0].text)
+			}
+			host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+				`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"countdown","arguments":{"n":2,"delay_ms":300}}}`,
+				`{"jsonrpc":"2.0","id":2.5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"I am 2.5"}}}`,
+				echoLine(`1.5`),
+				echoLine(`9007199254740993`),
+				echoLine(`1e3`),
+				echoLine(`"1000"`),
+			)
+			want := map[string]string{
+				"2":                `"countdown of 2 finished"`,
+				"2.5":              `"I am 2.5"`,
+				"1.5":              `"1.5"`,
+				"9007199254740993": `"9007199254740993"`,
+				"1e3":              `"1e3"`,
+				`"1000"`:           `"\"1000\""`,
+			}
+			got := make(map[string][]rawLine)
+			for len(got) < len(want) {
+				m := host.next()
+				if m.Method != "" {
+					continue
+				}
+				got[string(m.ID)] = append(got[string(m.ID)], m)
+				if _, ok := want[string(m.ID)]; !ok {
+					t.Errorf("an answer under id %s, which the host never sent: %s", m.ID, m.text)
+				}
+			}
+			// Any second answer has come by the time a later ping is answered.
+			host.send(echoLine(`"end"`))
+			_, after := host.answers(`"end"`)
+			for id, w := range want {
+				all := append(got[id], after[id]...)
+				if len(all) != 1 {
+					t.Errorf("id %s: %d answers, want 1", id, len(all))
+					continue
+				}
+				if all[0].Error != nil || !strings.Contains(string(all[0].Result), w) {
+					t.Errorf("id %s: answer %s, want a result holding %s", id, all[0].text, w)
+				}
+			}
+		})
+	}
+}
+
+// TestDuplicateIDInFlight: of two calls with the same id in flight, the
+// first runs and the later one is refused at once, never sent: -32600,
+// error.data.reason duplicate_request_id, under that id. Once the first is
+// answered the id is free again.
+func TestDuplicateIDInFlight(t *testing.T) {
+	for _, protocol := range []string{connect.ProtocolStateful, connect.ProtocolSessionless} {
+		t.Run(protocol, func(t *testing.T) {
+			h := newHandler()
+			srv := httptest.NewServer(h)
+			t.Cleanup(func() {
+				srv.CloseClientConnections()
+				srv.Close()
+				h.Close()
+			})
+			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
+			host.send(rawInitialize)
+			host.answers("6")
+			host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+				`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"countdown","arguments":{"n":2,"delay_ms":300}}}`,
+				`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"SECOND"}}}`,
+			)
+			_, first := host.answers("7")
+			refusal := first["7"][0]
+			if refusal.Error == nil || refusal.Error.Code != -32600 || string(refusal.Error.Data) != `{"reason":"duplicate_request_id"}` ||
+				!strings.HasPrefix(refusal.Error.Message, "invalid request: a call with id 7 is in flight, and this one was not sent") {
+				t.Errorf("first answer under id 7: %s, want -32600 duplicate_request_id", refusal.text)
+			}
+			_, second := host.answers("7")
+			if r := second["7"][0]; r.Error != nil || !strings.Contains(string(r.Result), `"countdown of 2 finished"`) {
+				t.Errorf("second answer under id 7: %s, want the countdown's result", r.text)
+			}
+			host.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"THIRD"}}}`)
+			if _, third := host.answers("7"); third["7"][0].Error != nil || !strings.Contains(string(third["7"][0].Result), `"THIRD"`) {
+				t.Errorf("id 7 once free again: %s, want THIRD", third["7"][0].text)
+			}
+		})
+	}
+}
+
+// TestCancelledHostID: the host cancels its call of id 2.5 (the stateful
+// era); the server gets notifications/cancelled naming the id the bridge
+// sent that call under, the host gets no answer for 2.5, and 2.5 is free
+// again. A cancellation naming no call in flight never reaches the server.
+func TestCancelledHostID(t *testing.T) {
+	var mu sync.Mutex
+	var callIDs, cancelIDs []string // as the server received them
+	srv := serve(t, demo.NewServer(), func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+					Params struct {
+						RequestID json.RawMessage `json:"requestId"`
+						Name      string          `json:"name"`
+					} `json:"params"`
+				}
+				json.Unmarshal(body, &m)
+				mu.Lock()
+				switch {
+				case m.Method == "tools/call" && m.Params.Name == "countdown":
+					callIDs = append(callIDs, string(m.ID))
+				case m.Method == "notifications/cancelled":
+					cancelIDs = append(cancelIDs, string(m.Params.RequestID))
+				}
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2.5,"method":"tools/call","params":{"name":"countdown","arguments":{"n":1,"delay_ms":60000}}}`)
+	deadline := time.Now().Add(hostTimeout)
+	for {
+		mu.Lock()
+		n := len(callIDs)
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server got no countdown call within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	host.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2.5,"reason":"stop"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"never sent"}}`,
+		echoLine(`2.5`))
+	ids, byID := host.answers("2.5")
+	if r := byID["2.5"][0]; len(ids) != 1 || r.Error != nil || !strings.Contains(string(r.Result), `"2.5"`) {
+		t.Errorf("answers after the cancellation: %v, the one under 2.5 %s; want one, the echo of the second call with id 2.5", ids, r.text)
+	}
+	// The countdown's end, had it not been cancelled, has had time to come.
+	time.Sleep(300 * time.Millisecond)
+	host.send(echoLine(`"end"`))
+	if ids, _ := host.answers(`"end"`); len(ids) != 1 {
+		t.Errorf("answers before the last call's: %v, want none", ids[:len(ids)-1])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(cancelIDs) != 1 || cancelIDs[0] != callIDs[0] {
+		t.Errorf("the server got notifications/cancelled for %v, its countdown call had id %v; want one, that id", cancelIDs, callIDs)
+	}
+}
