@@ -246,6 +246,13 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 		}
 		req, ok := msg.(*jsonrpc.Request)
 		if !ok || !req.IsCall() {
+			b.mu.Lock()
+			started := b.started
+			b.mu.Unlock()
+			if !started {
+				b.dropEarly(msg)
+				continue
+			}
 			if ok {
 				b.fold(req)
 				b.cancelling(req)
@@ -328,6 +335,20 @@ func (b *bridge) beforeInitialize(req *jsonrpc.Request) {
 	data, _ := json.Marshal(map[string]string{"reason": replay.ReasonSessionRequired.String()}) // a string always encodes
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
 		Message: "send initialize first: tidemark connect sends no call but ping to the MCP server before the host's initialize (MCP 2025-11-25, \"Lifecycle\")", Data: data}})
+}
+
+// dropEarly drops the host's notification or answer msg, which came
+// before its initialize: there is no session to send it on (the server
+// would refuse it, 400 session_required), and it belongs to none that
+// comes later, so it is not held for one; a notification expects no
+// answer (JSON-RPC 2.0, section 4.1). Before initialize a client sends
+// nothing but ping (MCP 2025-11-25, "Lifecycle").
+func (b *bridge) dropEarly(msg jsonrpc.Message) {
+	if r, ok := msg.(*jsonrpc.Request); ok {
+		b.logger.Warn("connect: notification before the host's initialize; dropped: send initialize first", "method", r.Method)
+		return
+	}
+	b.logger.Warn("connect: answer before the host's initialize, to no request of the server's; dropped")
 }
 
 // cancelling marks the call that the host's notifications/cancelled req

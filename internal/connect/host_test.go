@@ -2,12 +2,15 @@ package connect_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,4 +117,60 @@ func TestCallBeforeInitialize(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the server got %d tools/list POSTs, want 1 (the one after initialize)", n)
 	}
+}
+
+// TestNotificationBeforeInitialize: the host's notifications before its
+// initialize are dropped, never sent (there is no session for them, and
+// the server would refuse them 400 session_required); a WARN line names
+// each. The initialize and the notifications after it reach the server.
+func TestNotificationBeforeInitialize(t *testing.T) {
+	var mu sync.Mutex
+	var posts []string
+	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				m := callMethod(r)
+				mu.Lock()
+				posts = append(posts, m)
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, logger)
+	host.send(`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, echoLine(`"after"`))
+	host.answers(`"after"`)
+	mu.Lock()
+	got := slices.Clone(posts)
+	mu.Unlock()
+	if want := []string{"initialize", "notifications/initialized", "tools/call"}; !slices.Equal(got, want) {
+		t.Errorf("POSTs the server got: %q, want %q", got, want)
+	}
+	out := logs.String()
+	for _, m := range []string{"notifications/roots/list_changed", "notifications/initialized"} {
+		if !strings.Contains(out, `level=WARN msg="connect: notification before the host's initialize; dropped: send initialize first" method=`+m+"\n") {
+			t.Errorf("no WARN line for %s in the log:\n%s", m, out)
+		}
+	}
+	if strings.Contains(out, "not delivered") {
+		t.Errorf("the log tells of a message not delivered:\n%s", out)
+	}
+}
+
+// syncWriter serializes the writes of the bridge's goroutines to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
