@@ -32,8 +32,9 @@ var ErrSessionLost = errors.New("client: session lost")
 // than 404 or 409 (for example 400 cursor_ahead, or 405 when the server
 // does not resume streams) or with a 409 whose error.data.lostRequests did
 // not list the call, the POST broke after it was sent but before an
-// answer arrived, or resuming failed for longer than
-// Transport.ResumeTimeout. The call may or may not have taken effect. Test
+// answer arrived, resuming failed for longer than Transport.ResumeTimeout,
+// or the stream held an event over Transport.MaxEventSize
+// (EventTooLargeError). The call may or may not have taken effect. Test
 // with errors.Is.
 var ErrStreamLost = errors.New("client: stream lost")
 
@@ -41,6 +42,20 @@ var ErrStreamLost = errors.New("client: stream lost")
 // within Transport.HeaderTimeout: the server accepted the connection (and
 // perhaps the call) but did not answer. Test with errors.Is.
 var ErrNoAnswer = errors.New("client: no answer from the server")
+
+// EventTooLargeError is the Cause of a call whose answer stream held an
+// SSE event of more than Max bytes (Transport.MaxEventSize): the call was
+// sent and may have run, but its answer cannot be read, and a resume would
+// get the same event again, so the call fails at once with ErrStreamLost.
+// Test with errors.As.
+type EventTooLargeError struct {
+	// Max is the bound that the event exceeded, in bytes.
+	Max int
+}
+
+func (e *EventTooLargeError) Error() string {
+	return "client: an SSE event of more than " + strconv.Itoa(e.Max) + " bytes (Transport.MaxEventSize), so the call's answer cannot be read; a resume would get the same event again"
+}
 
 // CallError is the error a call returns when the transport gives it up. It
 // wraps ErrSessionLost or ErrStreamLost (Err) and, when a network failure

@@ -124,6 +124,12 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 				return
 			}
 			st.lastErr = err
+			var large *EventTooLargeError
+			if errors.As(err, &large) && st.call != nil {
+				c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: st.sess.id, Cursor: st.lastID, Err: ErrStreamLost, Cause: err})
+				c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: err})
+				return
+			}
 			if st.lastID == "" && st.call != nil {
 				cause := errNoCursor
 				if err != nil {
@@ -154,6 +160,9 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
+			}
+			if errors.Is(err, sse.ErrEventTooLarge) {
+				return &EventTooLargeError{Max: c.opts.MaxEventSize}
 			}
 			return err
 		}

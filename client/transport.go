@@ -122,8 +122,9 @@ type Transport struct {
 	// reaches past it). It also bounds retries of a POST that could not
 	// connect and of a re-initialization. Default 30 seconds.
 	ResumeTimeout time.Duration
-	// MaxEventSize bounds one SSE event, in bytes; a larger event breaks
-	// the stream. Default 16 MiB.
+	// MaxEventSize bounds one SSE event, in bytes; a larger event on a
+	// call's stream fails the call at once (ErrStreamLost, Cause an
+	// *EventTooLargeError), never resumed. Default 16 MiB.
 	MaxEventSize int
 	// SeenIDs is how many processed event IDs each stream remembers to drop
 	// repeats (oldest forgotten first). Default 65536 (events).

@@ -101,6 +101,10 @@ type Options struct {
 	// waits between resumes (client.Transport). Zero: DefaultInitialBackoff,
 	// DefaultMaxBackoff.
 	InitialBackoff, MaxBackoff time.Duration
+	// MaxEventSize bounds one SSE event of the server's, in bytes
+	// (client.Transport.MaxEventSize): a call whose answer holds a larger
+	// one fails. Zero: client.DefaultMaxEventSize.
+	MaxEventSize int
 	// Logger receives the bridge's and the transport's log lines. Nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -189,6 +193,7 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 		InitialBackoff: o.InitialBackoff,
 		MaxBackoff:     o.MaxBackoff,
 		ResumeTimeout:  o.ResumeTimeout,
+		MaxEventSize:   o.MaxEventSize,
 		StartTimeout:   o.StartTimeout,
 		HeaderTimeout:  o.ResumeTimeout,
 		OnEvent:        b.onEvent,
@@ -526,6 +531,7 @@ func (b *bridge) hostError(err error) *jsonrpc.Error {
 	)
 	var ce *client.CallError
 	var se *client.StatusError
+	var large *client.EventTooLargeError
 	sent := errors.As(err, &ce) && !ce.NotSent
 	switch {
 	case dialError(err) != nil && !sent:
@@ -540,6 +546,8 @@ func (b *bridge) hostError(err error) *jsonrpc.Error {
 	case errors.As(err, &ce) && errors.Is(ce, client.ErrSessionLost):
 		reason, status, sreason = replay.ReasonRequestLost, ce.Status, ce.Reason
 		msg = "the MCP server lost this call with its session (HTTP " + strconv.Itoa(ce.Status) + ") before answering it; it may or may not have run. tidemark connect has opened a new session: send the call again if running it twice is safe"
+	case errors.As(err, &large):
+		msg = "the MCP server's answer to this call holds an SSE event of more than " + strconv.Itoa(large.Max) + " bytes, more than tidemark connect reads in one event; the call was sent and may have run, but its answer cannot be read: ask the server for less (a narrower request, a smaller page)"
 	case errors.As(err, &ce):
 		status, sreason = ce.Status, ce.Reason
 		msg = "the call's answer stream from the MCP server broke and could not be resumed; it may or may not have run: send it again if running it twice is safe"

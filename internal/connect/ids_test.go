@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 )
@@ -316,5 +318,45 @@ func TestCancelledHostID(t *testing.T) {
 	defer mu.Unlock()
 	if len(cancelIDs) != 1 || cancelIDs[0] != callIDs[0] {
 		t.Errorf("the server got notifications/cancelled for %v, its countdown call had id %v; want one, that id", cancelIDs, callIDs)
+	}
+}
+
+// TestEventTooLarge: a tool's answer of more than Options.MaxEventSize
+// (64 KiB here; tidemark connect's is client.DefaultMaxEventSize) bytes in
+// one SSE event fails its call at once, never resumed (the same
+// event would come again): -32603, reason stream_lost, an error.message
+// and a WARN line that say the event was over the bound and what to do.
+// The bridge goes on: a later call is answered.
+func TestEventTooLarge(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "large", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "large"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		return textResult(strings.Repeat("x", 64<<10)), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, args struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return textResult(args.Text), nil, nil
+	})
+	srv := serve(t, s, nil)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, MaxEventSize: 64 << 10}, logger)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"large","method":"tools/call","params":{"name":"large","arguments":{}}}`)
+	_, got := host.answers(`"large"`)
+	r := got[`"large"`][0]
+	const say = "the MCP server's answer to this call holds an SSE event of more than 65536 bytes, more than tidemark connect reads in one event; the call was sent and may have run, but its answer cannot be read: ask the server for less (a narrower request, a smaller page)"
+	if r.Error == nil || r.Error.Code != -32603 || string(r.Error.Data) != `{"reason":"stream_lost"}` || r.Error.Message != say {
+		t.Errorf("answer to the large call: %.300s, want -32603 stream_lost: %s", r.text, say)
+	}
+	host.send(echoLine(`"after"`))
+	if _, got := host.answers(`"after"`); got[`"after"`][0].Error != nil {
+		t.Errorf("the call after: %s", got[`"after"`][0].text)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "an SSE event of more than 65536 bytes") || strings.Contains(out, "before the server sent an event ID") {
+		t.Errorf("the log does not say the event was over 65536 bytes, or says the stream had no event ID:\n%s", out)
 	}
 }
