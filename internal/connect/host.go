@@ -52,6 +52,12 @@ const MaxHostLine = 16 << 20
 // one naming no call in flight is dropped (a cancellation of an unknown
 // request is ignored, MCP 2025-11-25, "Cancellation"), and an answer
 // that comes after the host cancelled its call is dropped too.
+//
+// A line that is a JSON array is a batch (JSON-RPC 2.0, section 6), which
+// a receiver of MCP 2025-03-26 must accept: its messages are read in
+// order, and its answer is one array written once its last call is
+// answered or cancelled. After a host's initialize that asks for
+// 2025-06-18 or later, which have no batches, a batch is refused whole.
 type HostTransport struct {
 	Reader io.ReadCloser
 	Writer io.WriteCloser
@@ -62,7 +68,7 @@ type HostTransport struct {
 // Connect implements mcp.Transport; it starts reading Reader.
 func (t *HostTransport) Connect(context.Context) (mcp.Connection, error) {
 	c := &hostConn{r: t.Reader, w: t.Writer, logger: t.Logger, lines: make(chan hostLine), closed: make(chan struct{}),
-		byHost: make(map[string]int64), byBridge: make(map[int64]json.RawMessage)}
+		byHost: make(map[string]int64), byBridge: make(map[int64]json.RawMessage), inBatch: make(map[int64]*hostBatch)}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
@@ -91,6 +97,10 @@ type hostConn struct {
 	// hostKey; byBridge the host's id bytes, by bridge id.
 	byHost   map[string]int64
 	byBridge map[int64]json.RawMessage
+	// inBatch holds the batch of each call in flight that came in one.
+	inBatch map[int64]*hostBatch
+	// version is the protocol revision of the host's first initialize.
+	version string
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -103,7 +113,7 @@ func (c *hostConn) read() {
 	for {
 		line, long, err := readLine(br, MaxHostLine)
 		if len(bytes.TrimSpace(line)) > 0 || long {
-			if msg, ok := c.decode(line, long); ok {
+			for _, msg := range c.decode(line, long) {
 				select {
 				case c.lines <- hostLine{msg: msg}:
 				case <-c.closed:
@@ -141,49 +151,140 @@ func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
 	}
 }
 
-// decode returns the message of line, or answers the host with the
-// error of a line that is none.
-func (c *hostConn) decode(line []byte, long bool) (jsonrpc.Message, bool) {
+// decode returns the messages of line, one message or a batch of them,
+// after answering the host with the error of a line, or of a message of a
+// batch, that is none.
+func (c *hostConn) decode(line []byte, long bool) []jsonrpc.Message {
+	if !long && bytes.HasPrefix(bytes.TrimSpace(line), []byte("[")) && json.Valid(line) {
+		return c.batch(line)
+	}
+	msg, id, werr := c.message(line, long)
+	if werr != nil {
+		c.refuse(id, werr)
+		return nil
+	}
+	if msg == nil {
+		return nil
+	}
+	return []jsonrpc.Message{msg}
+}
+
+// message returns the message of data, or the error answer it gets,
+// under its id as written (nil: null), or neither (a notification
+// dropped).
+func (c *hostConn) message(data []byte, long bool) (jsonrpc.Message, json.RawMessage, *jsonrpc.Error) {
 	if !long {
-		msg, err := jsonrpc.DecodeMessage(line)
+		msg, err := jsonrpc.DecodeMessage(data)
 		if err == nil {
-			return c.fromHost(line, msg)
+			return c.fromHost(data, msg)
 		}
 	}
 	werr := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: not a JSON-RPC 2.0 request, notification or response"}
 	switch {
 	case long:
 		werr = &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: fmt.Sprintf("parse error: a message longer than %d bytes", MaxHostLine)}
-	case !json.Valid(line):
+	case !json.Valid(data):
 		werr = &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "parse error: the line is not JSON"}
 	}
 	var id json.RawMessage
 	if !long {
-		id = rawID(line) // an invalid id answers with id null
+		id = rawID(data) // an invalid id answers with id null
 	}
-	c.logger.Warn("connect: a line from the host is not a JSON-RPC message; answered with an error", "code", werr.Code, "bytes", len(line))
-	c.refuse(id, werr)
-	return nil, false
+	c.logger.Warn("connect: a line from the host is not a JSON-RPC message; answered with an error", "code", werr.Code, "bytes", len(data))
+	return nil, id, werr
+}
+
+// hostBatch is a JSON-RPC batch of the host's (JSON-RPC 2.0, section 6)
+// whose calls are in flight: its answer, one JSON array, is written once
+// the last is answered or cancelled.
+type hostBatch struct {
+	answers [][]byte // in the order they came
+	pending int      // calls not yet answered nor cancelled
+}
+
+// batch returns the messages of the batch line, in order, each call with
+// a bridge id of its batch; a message that is none gets its error answer
+// in the batch's answer. A batch under a protocol revision that has none
+// (2025-06-18 and later, which the host's initialize asked for), and an
+// empty batch, get one error answer.
+func (c *hostConn) batch(line []byte) []jsonrpc.Message {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(line, &elems); err != nil || len(elems) == 0 {
+		c.logger.Warn("connect: an empty batch from the host; answered with an error")
+		c.refuse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: an empty batch (JSON-RPC 2.0, section 6)"})
+		return nil
+	}
+	c.idmu.Lock()
+	version := c.version
+	c.idmu.Unlock()
+	if version >= batchlessVersion {
+		c.logger.Warn("connect: a batch from the host under a protocol revision without batches; answered with an error", "protocol", version, "messages", len(elems))
+		c.refuse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: protocol " + version + " has no JSON-RPC batches (MCP 2025-06-18 removed them): write each message on a line of its own"})
+		return nil
+	}
+	b := &hostBatch{}
+	var msgs []jsonrpc.Message
+	for _, e := range elems {
+		msg, id, werr := c.message(e, false)
+		if werr != nil {
+			if a, err := encodeAnswer(id, nil, werr); err == nil {
+				b.answers = append(b.answers, a)
+			}
+			continue
+		}
+		if msg == nil {
+			continue
+		}
+		if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
+			bid, _ := r.ID.Raw().(int64)
+			c.idmu.Lock()
+			c.inBatch[bid] = b
+			b.pending++
+			c.idmu.Unlock()
+		}
+		msgs = append(msgs, msg)
+	}
+	c.idmu.Lock()
+	c.writeBatch(b)
+	c.idmu.Unlock()
+	return msgs
+}
+
+// batchlessVersion is the first protocol revision without JSON-RPC
+// batches (MCP 2025-06-18, "Changelog").
+const batchlessVersion = "2025-06-18"
+
+// writeBatch writes b's answer once none of its calls is pending, if it
+// has one (a batch of notifications and answers gets none, JSON-RPC 2.0,
+// section 6). c.idmu is held.
+func (c *hostConn) writeBatch(b *hostBatch) {
+	if b.pending > 0 || len(b.answers) == 0 {
+		return
+	}
+	data := append([]byte("["), bytes.Join(b.answers, []byte(","))...)
+	b.answers = nil
+	if err := c.writeLine(append(data, ']')); err != nil {
+		c.logger.Debug("connect: message not delivered to the host", "error", err)
+	}
 }
 
 // fromHost gives the host's call msg, read from line, a bridge id, or
 // refuses it; it gives the host's notifications/cancelled the bridge id
 // of the call it names, or drops it.
-func (c *hostConn) fromHost(line []byte, msg jsonrpc.Message) (jsonrpc.Message, bool) {
+func (c *hostConn) fromHost(line []byte, msg jsonrpc.Message) (jsonrpc.Message, json.RawMessage, *jsonrpc.Error) {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok {
-		return msg, true
+		return msg, nil, nil
 	}
 	if !req.IsCall() {
 		if req.Method == "notifications/cancelled" {
-			return c.cancelled(req)
+			return c.cancelled(req), nil, nil
 		}
 		if id := rawID(line); id == nil && hasID(line) {
 			c.logger.Warn("connect: a call from the host with id null; answered with an error", "method", req.Method)
-			c.refuse(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the id of a request must be a string or a number, not null (MCP 2025-11-25, \"Base Protocol\")"})
-			return nil, false
+			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the id of a request must be a string or a number, not null (MCP 2025-11-25, \"Base Protocol\")"}
 		}
-		return msg, true
+		return msg, nil, nil
 	}
 	id := rawID(line)
 	key := hostKey(id)
@@ -192,28 +293,34 @@ func (c *hostConn) fromHost(line []byte, msg jsonrpc.Message) (jsonrpc.Message, 
 		c.idmu.Unlock()
 		c.logger.Warn("connect: a call from the host reuses the id of a call in flight; answered with an error", "method", req.Method, "host_id", string(id), "reason", replay.ReasonDuplicateRequestID)
 		data, _ := json.Marshal(map[string]string{"reason": replay.ReasonDuplicateRequestID.String()}) // a string always encodes
-		c.refuse(id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Data: data,
-			Message: "invalid request: a call with id " + string(id) + " is in flight, and this one was not sent; ids are unique per sender (JSON-RPC 2.0, section 4): send it again with another id, or once the first is answered"})
-		return nil, false
+		return nil, id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Data: data,
+			Message: "invalid request: a call with id " + string(id) + " is in flight, and this one was not sent; ids are unique per sender (JSON-RPC 2.0, section 4): send it again with another id, or once the first is answered"}
 	}
 	c.last++
 	bid := c.last
 	c.byHost[key] = bid
 	c.byBridge[bid] = id
+	if req.Method == "initialize" && c.version == "" {
+		var p struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		json.Unmarshal(req.Params, &p) // bad params: the server answers them
+		c.version = p.ProtocolVersion
+	}
 	c.idmu.Unlock()
 	req.ID = bridgeID(bid)
-	return req, true
+	return req, nil, nil
 }
 
 // cancelled returns the host's notifications/cancelled req naming the
 // bridge id of the call it cancels, which is forgotten: its id is free
 // again, and an answer that still comes is dropped. A cancellation that
 // names no call in flight is dropped (false).
-func (c *hostConn) cancelled(req *jsonrpc.Request) (jsonrpc.Message, bool) {
+func (c *hostConn) cancelled(req *jsonrpc.Request) jsonrpc.Message {
 	var params map[string]json.RawMessage
 	if json.Unmarshal(req.Params, &params) != nil || params["requestId"] == nil {
 		c.logger.Debug("connect: notifications/cancelled without a requestId; dropped")
-		return nil, false
+		return nil
 	}
 	key := hostKey(params["requestId"])
 	c.idmu.Lock()
@@ -221,18 +328,23 @@ func (c *hostConn) cancelled(req *jsonrpc.Request) (jsonrpc.Message, bool) {
 	if ok {
 		delete(c.byHost, key)
 		delete(c.byBridge, bid)
+		if b := c.inBatch[bid]; b != nil {
+			delete(c.inBatch, bid)
+			b.pending--
+			c.writeBatch(b)
+		}
 	}
 	c.idmu.Unlock()
 	if !ok {
 		c.logger.Debug("connect: notifications/cancelled names no call in flight; dropped", "host_id", string(params["requestId"]))
-		return nil, false
+		return nil
 	}
 	params["requestId"] = json.RawMessage(strconv.FormatInt(bid, 10))
 	raw, err := json.Marshal(params)
 	if err != nil {
-		return nil, false
+		return nil
 	}
-	return &jsonrpc.Request{Method: req.Method, Params: raw}, true
+	return &jsonrpc.Request{Method: req.Method, Params: raw}
 }
 
 // bridgeID is the jsonrpc.ID of bridge id n.
@@ -286,11 +398,21 @@ func (c *hostConn) refuse(id json.RawMessage, werr *jsonrpc.Error) {
 	}
 }
 
-// writeAnswer writes the answer under the host's id bytes id (nil: null,
-// JSON-RPC 2.0, section 5: the id of a request that could not be read) of
-// result, or of werr when it is not nil. The SDK's encoder knows no id but
-// its own, so the answer is framed here.
+// writeAnswer writes the answer under the host's id bytes id (nil: null)
+// of result, or of werr when it is not nil (encodeAnswer).
 func (c *hostConn) writeAnswer(id, result json.RawMessage, werr *jsonrpc.Error) error {
+	data, err := encodeAnswer(id, result, werr)
+	if err != nil {
+		return err
+	}
+	return c.writeLine(data)
+}
+
+// encodeAnswer returns the answer under the host's id bytes id (nil:
+// null, JSON-RPC 2.0, section 5: the id of a request that could not be
+// read) of result, or of werr when it is not nil. The SDK's encoder knows
+// no id but its own, so the answer is framed here.
+func encodeAnswer(id, result json.RawMessage, werr *jsonrpc.Error) ([]byte, error) {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
@@ -303,11 +425,7 @@ func (c *hostConn) writeAnswer(id, result json.RawMessage, werr *jsonrpc.Error) 
 	if werr == nil && result == nil {
 		answer.Result = json.RawMessage("{}")
 	}
-	data, err := json.Marshal(answer)
-	if err != nil {
-		return err
-	}
-	return c.writeLine(data)
+	return json.Marshal(answer)
 }
 
 func (c *hostConn) Read(ctx context.Context) (jsonrpc.Message, error) {
@@ -341,14 +459,19 @@ func (c *hostConn) answer(r *jsonrpc.Response) error {
 	bid, _ := r.ID.Raw().(int64)
 	c.idmu.Lock()
 	id, ok := c.byBridge[bid]
+	b := c.inBatch[bid]
 	if ok {
 		delete(c.byBridge, bid)
 		delete(c.byHost, hostKey(id))
+		delete(c.inBatch, bid)
 	}
 	c.idmu.Unlock()
 	if !ok {
 		c.logger.Debug("connect: an answer to a call the host cancelled or has had answered; dropped", "id", r.ID.Raw())
 		return nil
+	}
+	if b != nil {
+		return c.batchAnswer(b, id, r)
 	}
 	werr, isWire := r.Error.(*jsonrpc.Error)
 	if r.Error == nil || isWire {
@@ -368,6 +491,29 @@ func (c *hostConn) answer(r *jsonrpc.Response) error {
 		return err
 	}
 	return c.writeAnswer(id, wire.Result, wire.Error)
+}
+
+// batchAnswer adds r, the answer to a call of b whose host id is id, to
+// b's answer, and writes that once it is whole.
+func (c *hostConn) batchAnswer(b *hostBatch, id json.RawMessage, r *jsonrpc.Response) error {
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: r.ID, Result: r.Result, Error: r.Error})
+	if err == nil {
+		var wire struct {
+			Result json.RawMessage `json:"result"`
+			Error  *jsonrpc.Error  `json:"error"`
+		}
+		if err = json.Unmarshal(data, &wire); err == nil {
+			data, err = encodeAnswer(id, wire.Result, wire.Error)
+		}
+	}
+	c.idmu.Lock()
+	defer c.idmu.Unlock()
+	if err == nil {
+		b.answers = append(b.answers, data)
+	}
+	b.pending--
+	c.writeBatch(b)
+	return err
 }
 
 func (c *hostConn) writeLine(data []byte) error {

@@ -62,7 +62,10 @@ func TestMalformedHostLines(t *testing.T) {
 	}
 	for _, c := range []struct{ in, want string }{
 		{`garbage`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: the line is not JSON"}}`},
-		{`[1,2,3]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
+		{`[1,2]`, `[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}},{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}]`},
+		{` [ ]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: an empty batch (JSON-RPC 2.0, section 6)"}}`},
+		{`{"jsonrpc":"2.0","id":null,"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: the id of a request must be a string or a number, not null (MCP 2025-11-25, \"Base Protocol\")"}}`},
+		{`{"jsonrpc":"1.0","id":2.5,"method":"ping"}`, `{"jsonrpc":"2.0","id":2.5,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
 		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
 		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}`},
 		{`{"jsonrpc":"2.0","id":"x","method":` + strings.Repeat(" ", connect.MaxHostLine) + `"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message longer than 16777216 bytes"}}`},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -358,5 +359,64 @@ func TestEventTooLarge(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "an SSE event of more than 65536 bytes") || strings.Contains(out, "before the server sent an event ID") {
 		t.Errorf("the log does not say the event was over 65536 bytes, or says the stream had no event ID:\n%s", out)
+	}
+}
+
+// TestHostBatch: a host that negotiated MCP 2025-03-26 may send a
+// JSON-RPC batch, which a receiver of that revision must accept: its
+// notifications and calls go on in order, and its answer is one JSON array
+// written once every call is answered, each answer under its call's id as
+// written, with the error answer of a message of it that is none (JSON-RPC
+// 2.0, section 6). A batch of notifications only gets no answer. Under a
+// revision without batches (2025-06-18 and later) a batch is refused whole.
+func TestHostBatch(t *testing.T) {
+	srv := serve(t, demo.NewServer(), nil)
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	host.send(`{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	host.answers("6")
+	host.send(`[{"jsonrpc":"2.0","method":"notifications/initialized"}]`,
+		`[`+`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"countdown","arguments":{"n":2,"delay_ms":100}}},`+
+			echoLine(`2.5`)+`,{"jsonrpc":"2.0","id":"p","method":"ping"},{"jsonrpc":"1.0","id":9}]`,
+		echoLine(`"after"`))
+	var batch string
+	for batch == "" {
+		select {
+		case l := <-host.lines:
+			if strings.HasPrefix(l, "[") {
+				batch = l
+			}
+		case <-time.After(hostTimeout):
+			t.Fatal("no batch answer within 10s")
+		}
+	}
+	var answers []rawLine
+	if err := json.Unmarshal([]byte(batch), &answers); err != nil {
+		t.Fatalf("batch answer %s: %v", batch, err)
+	}
+	got := make(map[string]string)
+	for _, a := range answers {
+		switch {
+		case a.Error != nil:
+			got[string(a.ID)] = a.Error.Message
+		default:
+			got[string(a.ID)] = string(a.Result)
+		}
+	}
+	want := map[string]string{
+		"2":   `{"content":[{"type":"text","text":"countdown of 2 finished"}]}`,
+		"2.5": `{"content":[{"type":"text","text":"2.5"}]}`,
+		`"p"`: `{}`,
+		"9":   "invalid request: not a JSON-RPC 2.0 request, notification or response",
+	}
+	if len(answers) != len(want) || !maps.Equal(got, want) {
+		t.Errorf("batch answer %s\nwant one answer each: %v", batch, want)
+	}
+
+	h2 := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	h2.send(rawInitialize)
+	h2.answers("6")
+	h2.send(`[` + echoLine(`1`) + `]`)
+	if m := h2.next(); string(m.ID) != "null" || m.Error == nil || m.Error.Message != "invalid request: protocol 2025-11-25 has no JSON-RPC batches (MCP 2025-06-18 removed them): write each message on a line of its own" {
+		t.Errorf("a batch under 2025-11-25: %s, want -32600 protocol 2025-11-25 has no JSON-RPC batches", m.text)
 	}
 }
