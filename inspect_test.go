@@ -158,6 +158,20 @@ func TestTaskInspector(t *testing.T) {
 	if strings.Contains(shown+body, id) {
 		t.Errorf("the inspector shows the whole task ID: %s %s", shown, body)
 	}
+	// A prefix longer than the one shown is refused alike whether it is
+	// right or wrong: the lookup confirms no character of the ID beyond
+	// those /debug/tasks shows, so the ID cannot be guessed one character
+	// at a time.
+	wrong := id[:8] + "A"
+	if id[8] == 'A' {
+		wrong = id[:8] + "B"
+	}
+	rightCode, rightBody := getJSON(t, adminSrv.URL+"/debug/tasks/"+id[:9])
+	wrongCode, wrongBody := getJSON(t, adminSrv.URL+"/debug/tasks/"+wrong)
+	wantLonger := "{\n  \"error\": \"a task ID prefix is 8 characters at most, as GET /debug/tasks shows it\"\n}\n"
+	if rightCode != http.StatusBadRequest || rightBody != wantLonger || wrongCode != rightCode || wrongBody != rightBody {
+		t.Errorf("/debug/tasks/ with 9 characters: right %d %s, wrong %d %s; want both 400 %s", rightCode, rightBody, wrongCode, wrongBody, wantLonger)
+	}
 	wantMissing := "{\n  \"error\": \"no task this process runs, or ran and settled, has an ID starting with \\\"ZZZZ\\\"; GET /debug/tasks lists them (a task of another replica, or one whose record expired, is not looked up: not every store can be searched by ID prefix)\"\n}\n"
 	if code, body := getJSON(t, adminSrv.URL+"/debug/tasks/ZZZZ"); code != 404 || body != wantMissing {
 		t.Errorf("/debug/tasks/ZZZZ: %d %s, want 404 %s", code, body, wantMissing)
@@ -322,5 +336,43 @@ func TestInspectorShowsHibernated(t *testing.T) {
 `
 	if code, body := getJSON(t, ops.URL+"/debug/sessions"); code != http.StatusOK || !strings.HasPrefix(body, want) || strings.Contains(body, `"hibernated",`) {
 		t.Errorf("/debug/sessions after the wake: %d\n%s\nwant 2 live sessions", code, body)
+	}
+}
+
+// TestSessionLookupRevealsOnlyThePrefix: /debug/sessions/{prefix} answers
+// a prefix of the 8 characters /debug/sessions shows, and refuses a
+// longer one with the same 400 whether it continues the token rightly or
+// not, so the token cannot be guessed one character at a time.
+func TestSessionLookupRevealsOnlyThePrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := tidemark.NewHandler(demo.NewServer(), nil)
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
+	defer func() {
+		ops.Close()
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+		http.DefaultClient.CloseIdleConnections()
+	}()
+	s, err := (&mcptest.Client{URL: srv.URL, HTTP: hc}).Initialize(ctx, "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.Token
+	if code, body := getJSON(t, ops.URL+"/debug/sessions/"+tok[:8]); code != http.StatusOK || strings.Contains(body, tok) {
+		t.Errorf("/debug/sessions/%s: %d %s, want 200 without the whole token", tok[:8], code, body)
+	}
+	wrong := tok[:8] + "A"
+	if tok[8] == 'A' {
+		wrong = tok[:8] + "B"
+	}
+	want := "{\n  \"error\": \"a session token prefix is 8 characters at most, as GET /debug/sessions shows it\"\n}\n"
+	for _, p := range []string{tok[:9], wrong, tok} {
+		if code, body := getJSON(t, ops.URL+"/debug/sessions/"+p); code != http.StatusBadRequest || body != want {
+			t.Errorf("/debug/sessions/ with %d characters: %d %s, want 400 %s", len(p), code, body, want)
+		}
 	}
 }

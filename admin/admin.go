@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -169,9 +170,14 @@ func serveSessions(w http.ResponseWriter, r *http.Request, in Inspector) {
 }
 
 // serveSession answers the details of the sessions whose token starts
-// with the path's prefix: 404 when none does.
+// with the path's prefix: 404 when none does, 400 for a prefix longer
+// than the redact.Shown characters /debug/sessions shows (see
+// longerThanShown).
 func serveSession(w http.ResponseWriter, r *http.Request, in Inspector) {
 	prefix := r.PathValue("prefix")
+	if longerThanShown(w, prefix, "a session token prefix", "/debug/sessions") {
+		return
+	}
 	found, err := in.Lookup(r.Context(), prefix)
 	switch {
 	case err != nil:
@@ -195,9 +201,14 @@ func serveTasks(w http.ResponseWriter, in TaskInspector) {
 }
 
 // serveTask answers the stored state of the tasks this process runs whose
-// ID starts with the path's prefix: 404 when none does.
+// ID starts with the path's prefix: 404 when none does, 400 for a prefix
+// longer than the redact.Shown characters /debug/tasks shows (see
+// longerThanShown).
 func serveTask(w http.ResponseWriter, r *http.Request, in TaskInspector) {
 	prefix := r.PathValue("prefix")
+	if longerThanShown(w, prefix, "a task ID prefix", "/debug/tasks") {
+		return
+	}
 	found, err := in.LookupTasks(r.Context(), prefix)
 	switch {
 	case err != nil:
@@ -210,6 +221,23 @@ func serveTask(w http.ResponseWriter, r *http.Request, in TaskInspector) {
 	default:
 		writeJSON(w, http.StatusOK, TaskDetails{Tasks: found})
 	}
+}
+
+// longerThanShown answers 400 and reports true when prefix is longer than
+// the redact.Shown characters the listing (list, what it shows) gives. A
+// lookup that answered a longer prefix would confirm or deny each further
+// character, so anyone who can reach the listener could recover a whole
+// session token or task ID, bearer secrets, one character at a time; the
+// answer is the same whatever the extra characters are, and never echoes
+// them.
+func longerThanShown(w http.ResponseWriter, prefix, what, list string) bool {
+	if len(prefix) <= redact.Shown {
+		return false
+	}
+	writeJSON(w, http.StatusBadRequest, map[string]any{
+		"error": what + " is " + strconv.Itoa(redact.Shown) + " characters at most, as GET " + list + " shows it",
+	})
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

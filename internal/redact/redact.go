@@ -7,14 +7,18 @@ import (
 	"strings"
 )
 
+// Shown is how many leading bytes of a session token or a task ID logs,
+// errors and the operator's inspector show: the rest stays secret.
+const Shown = 8
+
 // Token returns the form in which a session token appears in logs and
 // errors: its first 8 bytes followed by "…" (a token of 8 bytes or fewer
 // as it is). The token is a bearer secret: anyone who holds it can act in
 // the session (MCP 2025-11-25, basic/transports, "Session Management"), so
 // no log line or error carries it whole.
 func Token(token string) string {
-	if len(token) > 8 {
-		return token[:8] + "…"
+	if len(token) > Shown {
+		return token[:Shown] + "…"
 	}
 	return token
 }
