@@ -231,9 +231,16 @@ func (o *operator) close(logger *slog.Logger) {
 // reachable store answers "not found".
 const readinessToken = "tidemark-readiness-probe"
 
+// checker is a store that can say whether it would refuse new data while
+// its reads still answer (durable.Store: its data directory removed, or
+// its file system below the free space it keeps).
+type checker interface {
+	Check(ctx context.Context) error
+}
+
 // readiness returns /readyz's checks: the store answers (when it is not
-// the process's memory), and in a fleet this replica is in the directory
-// at advertised.
+// the process's memory) and, when it can tell (checker), would take new
+// data; and in a fleet this replica is in the directory at advertised.
 func readiness(st store.Store, fleet *redis.Store, replicaID, advertised string) []func(context.Context) error {
 	var checks []func(context.Context) error
 	if st != nil {
@@ -244,6 +251,14 @@ func readiness(st store.Store, fleet *redis.Store, replicaID, advertised string)
 			}
 			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store cannot be reached: %w", err)}
 		})
+		if c, ok := st.(checker); ok {
+			checks = append(checks, func(ctx context.Context) error {
+				if err := c.Check(ctx); err != nil {
+					return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store refuses new data: %w", err)}
+				}
+				return nil
+			})
+		}
 	}
 	if fleet != nil {
 		checks = append(checks, func(ctx context.Context) error {

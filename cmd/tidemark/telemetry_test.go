@@ -392,6 +392,23 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
 }
 
+// TestReadyzFollowsDataDir: a durable store's /readyz answers 200 while
+// its data directory is there, and 503 unavailable, naming the directory,
+// once it is removed under the running server: every write would be
+// refused, so a load balancer must stop sending clients.
+func TestReadyzFollowsDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, _, metricsAddr := startObserved(t, nil, "--data-dir", dir)
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, metricsAddr, http.StatusServiceUnavailable, "unavailable", 5*time.Second)
+	if _, body := get(t, "http://"+metricsAddr+"/readyz"); !strings.Contains(body, dir) {
+		t.Errorf("/readyz %s, want the error to name %s", body, dir)
+	}
+}
+
 func get(t *testing.T, u string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(u)

@@ -1,7 +1,9 @@
 package durable
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -272,6 +274,23 @@ func (c *committer) answer(r commitReq, p *pipelined, err error) {
 	if err != nil {
 		p.lose(r.app, err)
 	}
+}
+
+// Check reports whether the store can take new data, as a readiness
+// probe asks: an error wrapping store.ErrUnavailable when the data
+// directory is gone or is no longer a directory (every write would fail),
+// and also ErrNoSpace when its file system has less than MinFreeBytes
+// free (every write that adds data is refused, see Options.MinFreeBytes);
+// nil otherwise. It reads the file system only, never the engine.
+func (s *Store) Check(ctx context.Context) error {
+	fi, err := os.Stat(s.dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("durable store: data directory %s: %w: %v: restore it, or restart with another --data-dir", s.dir, store.ErrUnavailable, err)
+	case !fi.IsDir():
+		return fmt.Errorf("durable store: data directory %s: %w: no longer a directory: restore it, or restart with another --data-dir", s.dir, store.ErrUnavailable)
+	}
+	return s.checkSpace()
 }
 
 // checkSpace returns an error wrapping store.ErrUnavailable and ErrNoSpace

@@ -436,6 +436,10 @@ func TestDiskFull(t *testing.T) {
 	if _, err := s.Append(ctx, "tok", 2, events(1, time.Now())); !errors.Is(err, durable.ErrNoSpace) || errors.Is(err, store.ErrLost) {
 		t.Fatalf("Append to generation 2 on a full disk = %v, want ErrNoSpace at once, not a loss", err)
 	}
+	// Check, what /readyz asks, says the store refuses new data.
+	if err := s.Check(ctx); !errors.Is(err, durable.ErrNoSpace) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Check on a full disk = %v, want ErrNoSpace and ErrUnavailable", err)
+	}
 	if _, err := durable.Open(filepath.Join(mnt, "other"), durable.Options{MinFreeBytes: minFree, Logger: quiet()}); !errors.Is(err, durable.ErrNoSpace) || !strings.Contains(err.Error(), "free space on its file system") {
 		t.Fatalf("Open on a full file system = %v, want ErrNoSpace with advice", err)
 	}
@@ -462,6 +466,9 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	os.Remove(filler)
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check once space is back = %v, want nil", err)
+	}
 	st, err := sess.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "back"}, nil))
 	if err != nil {
 		t.Fatalf("POST once space is back: %v", err)
