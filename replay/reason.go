@@ -302,7 +302,9 @@ const (
 
 // Why a stream's connection ended (log lines).
 const (
-	// ReasonClientGone: writing to the connection failed.
+	// ReasonClientGone: writing to the connection failed, or the client
+	// closed it before its request was handed over (no answer is written
+	// nor counted as a refusal).
 	ReasonClientGone Reason = "client_gone"
 )
 

@@ -84,10 +84,11 @@ func New(reg *session.Registry, opts Options) *Handler {
 
 // ServeHTTP implements http.Handler: it routes the request and writes the
 // refusal it earns, if any. This is the one place a refusal is written and
-// counted (Options.Metrics).
+// counted (Options.Metrics); one for a client that went away (gone) is
+// neither.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeUntilBodyRead(w, r)
-	if ref := h.route(w, r); ref != nil {
+	if ref := h.route(w, r); ref != nil && !ref.gone {
 		h.opts.Metrics.Refused(ref.reason)
 		ref.write(w, h.logger, h.warns)
 	}

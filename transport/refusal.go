@@ -61,6 +61,10 @@ type refusal struct {
 	// logged says the caller logged the refusal already, with more than
 	// write knows (the session and the cursor): write does not log it again.
 	logged bool
+	// gone says the client went away before its request was handled:
+	// nobody reads the answer, so ServeHTTP neither writes nor counts it
+	// (the failure is the client's leaving, not the server's).
+	gone bool
 	// cause is the error behind the refusal, for the log line only: layer
 	// errors name the session by its token prefix, which a refusal body
 	// never carries (the request may not hold that token).
@@ -203,10 +207,15 @@ func notFound(err error) *refusal {
 // deliveryRefusal returns the refusal for a failure to hand a message to
 // live's session, or to store what answering it needs (an opening event, a
 // state change, the bounds a resume is decided on), and logs the failure
-// with the session's attributes and the error.
+// with the session's attributes and the error; a failure because the
+// client went away is clientGone's.
 func deliveryRefusal(live *session.Live, err error) *refusal {
 	var ref *refusal
 	switch {
+	case errors.Is(err, context.Canceled):
+		// Every caller passes its request's context: it ended because the
+		// client's connection closed (net/http).
+		return clientGone(live, err)
 	case errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound):
 		ref = notFound(err)
 	case errors.Is(err, store.ErrFenced):
@@ -218,6 +227,20 @@ func deliveryRefusal(live *session.Live, err error) *refusal {
 		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry the request")
 	}
 	live.Logger().Warn("delivery failed", "reason", ref.reason, "error", err)
+	return ref
+}
+
+// clientGone returns the refusal for a delivery that failed with err
+// because the client's connection closed while its request was being
+// handed over (its request's context ended, net/http): no answer can
+// reach it, so the refusal is marked gone and the failure is logged at
+// DEBUG with reason client_gone, not as a server's failure. A request
+// whose client left is routine (a timeout, a closed tab) and cheap to
+// cause in bulk.
+func clientGone(live *session.Live, err error) *refusal {
+	ref := refuse(replay.ReasonUnavailable, "the client closed the connection before its request was handed over")
+	ref.gone = true
+	live.Logger().Debug("delivery abandoned: the client went away", "reason", replay.ReasonClientGone, "error", err)
 	return ref
 }
 
