@@ -36,23 +36,60 @@ type peer struct {
 	sessions []*session // every session opened, ended by cleanup
 }
 
-// cleanup ends every session the probe opened (DELETE, best-effort,
-// within 5 seconds), so that a probe leaves nothing behind on the server.
+// cleanupWorkers bounds the DELETEs cleanup has in flight at once: a storm
+// leaves thousands of sessions, and as many DELETEs at once would meet a
+// server still busy with the storm's cut streams.
+const cleanupWorkers = 16
+
+// cleanupTime bounds the whole cleanup, also when a check failed or timed
+// out: the probe never hangs on a server that stopped answering.
+const cleanupTime = 60 * time.Second
+
+// cleanupRetry is the pause before a session's DELETE is sent again.
+const cleanupRetry = 100 * time.Millisecond
+
+// cleanup ends every session the probe opened (DELETE, at most
+// cleanupWorkers at once, within cleanupTime), whatever the checks' outcome,
+// so that a probe leaves nothing behind on the server (docs/probe.md).
 func (p *peer) cleanup() {
 	p.mu.Lock()
 	ss := p.sessions
 	p.sessions = nil
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTime)
 	defer cancel()
+	queue := make(chan *session)
 	var wg sync.WaitGroup
-	for _, s := range ss {
-		if s.id == "" {
-			continue
-		}
-		wg.Go(func() { s.delete(ctx) })
+	for range cleanupWorkers {
+		wg.Go(func() {
+			for s := range queue {
+				s.end(ctx)
+			}
+		})
 	}
+	for _, s := range ss {
+		if s.id != "" {
+			queue <- s
+		}
+	}
+	close(queue)
 	wg.Wait()
+}
+
+// end sends DELETE for s until the server settles it, or ctx ends: any
+// answer but a 5xx or 429 settles it (2xx ended, 404 already gone, 405 the
+// server does not let clients end sessions); a failed connection, a 5xx or
+// a 429 is tried again after cleanupRetry.
+func (s *session) end(ctx context.Context) {
+	for {
+		status, err := s.delete(ctx)
+		if err == nil && status < 500 && status != http.StatusTooManyRequests {
+			return
+		}
+		if !sleep(ctx, cleanupRetry) {
+			return
+		}
+	}
 }
 
 func (p *peer) nextID() jsonrpc.ID {
