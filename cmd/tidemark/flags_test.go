@@ -176,6 +176,25 @@ func TestURLPasswordNeverInErrors(t *testing.T) {
 	}
 }
 
+// TestRefusedAtStart: values each flag's own parser accepts but serve,
+// probe or inspect cannot use are refused at start, exit 2, in one line
+// saying what the flag wants.
+func TestRefusedAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// A query or fragment is never part of a request's path: the
+		// endpoint would answer nothing.
+		{[]string{"serve", "--addr=127.0.0.1:0", "--path=/a?b"}, "tidemark serve: --path \"/a?b\": want a URL path starting with / (no spaces, braces, ? or #), e.g. /mcp\n"},
+		{[]string{"serve", "--addr=127.0.0.1:0", "--path=/a#b"}, "tidemark serve: --path \"/a#b\": want a URL path starting with / (no spaces, braces, ? or #), e.g. /mcp\n"},
+	} {
+		if code, stderr := runBinary(t, nil, tc.args...); code != 2 || stderr != tc.want {
+			t.Errorf("tidemark %s: exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
 // TestLeastIntervals: --keepalive and --retry below their least positive
 // values are refused in one line (--keepalive 1ns made the first SSE
 // stream panic the process; --retry 1ns was sent as "retry: 0").

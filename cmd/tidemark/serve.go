@@ -72,7 +72,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs := flag.NewFlagSet("tidemark serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "TCP address to listen on (host:port)")
-	fs.StringVar(&c.path, "path", "/mcp", "URL path of the MCP endpoint")
+	fs.StringVar(&c.path, "path", "/mcp", "URL path of the MCP endpoint (starts with /; no spaces, braces, ? or #)")
 	fs.BoolVar(&c.jsonResponse, "json-response", false, "answer POSTs with one application/json body instead of an SSE stream")
 	fs.IntVar(&c.retentionEvents, "retention-events", eventlog.DefaultMaxEvents, "most events retained per session (events; -1: no limit)")
 	fs.Int64Var(&c.retentionBytes, "retention-bytes", eventlog.DefaultMaxBytes, "most bytes retained per session (bytes; -1: no limit)")
@@ -149,8 +149,10 @@ func (c *serveConfig) check() error {
 	if err := checkHostPort("addr", c.addr); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(c.path, "/") || strings.ContainsAny(c.path, " \t{}") {
-		return fmt.Errorf("--path %q: want a URL path starting with / (no spaces or braces), e.g. /mcp", c.path)
+	// A query or fragment is never part of the path a request is matched
+	// on (RFC 3986, section 3): such an endpoint would answer nothing.
+	if !strings.HasPrefix(c.path, "/") || strings.ContainsAny(c.path, " \t{}?#") {
+		return fmt.Errorf("--path %q: want a URL path starting with / (no spaces, braces, ? or #), e.g. /mcp", c.path)
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
