@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	tmprobe "github.com/tidemark-mcp/tidemark/internal/probe"
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // probeConfig holds the flags of `tidemark probe`. Each flag's help text
@@ -61,6 +63,10 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "tidemark probe: want one URL argument, got %d%s\n", fs.NArg(), hint)
 		fs.Usage()
+		return 2
+	}
+	if u, err := url.Parse(fs.Arg(0)); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(stderr, "tidemark probe: URL %q: want an http:// or https:// URL of an MCP endpoint, e.g. http://127.0.0.1:8080/mcp\n", redact.URL(fs.Arg(0)))
 		return 2
 	}
 	if strings.TrimSpace(c.tool) == "" {

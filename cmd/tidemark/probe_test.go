@@ -165,6 +165,9 @@ func TestProbeUsage(t *testing.T) {
 		{[]string{"--storm", "-1", "http://127.0.0.1:1/mcp"}, 2, "must be 0 or more"},
 		{[]string{"--args", "[1]", closedURL(t)}, 2, `--args "[1]": want a JSON object`},
 		{[]string{"--args", "null", closedURL(t)}, 2, `--args "null": want a JSON object`},
+		{[]string{"ftp://x/mcp"}, 2, `URL "ftp://x/mcp": want an http:// or https:// URL of an MCP endpoint, e.g. http://127.0.0.1:8080/mcp`},
+		{[]string{"127.0.0.1:8080/mcp"}, 2, `URL "127.0.0.1:8080/mcp": want an http:// or https:// URL`},
+		{[]string{"http:///mcp"}, 2, `URL "http:///mcp": want an http:// or https:// URL`},
 		{[]string{closedURL(t)}, 1, "the baseline call failed"},
 	} {
 		code, _, errOut := runProbe(t, tc.args...)
