@@ -253,6 +253,21 @@ func TestBadDirectory(t *testing.T) {
 	}
 }
 
+// TestUnusableDirectory: a directory no file can be created in, such as
+// one of /proc, is refused as not writable, never as damage: restoring it
+// from a backup would not help.
+func TestUnusableDirectory(t *testing.T) {
+	const dir = "/proc/self"
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("%s: %v (the test needs Linux's /proc)", dir, err)
+	}
+	_, err := durable.Open(dir, durable.Options{MinFreeBytes: -1, SweepInterval: -1, Logger: quiet()})
+	const advice = "no file can be created in it: give --data-dir a directory on a writable file system"
+	if !errors.Is(err, durable.ErrNotWritable) || errors.Is(err, durable.ErrCorrupt) || !strings.Contains(err.Error(), advice) {
+		t.Fatalf("Open(%s) = %v\nwant ErrNotWritable saying %q", dir, err, advice)
+	}
+}
+
 // TestTruncatedManifestRecovers: a manifest cut in the middle of a write is
 // what a crash leaves; Pebble recovers the last complete state from it and
 // the write-ahead log, and nothing committed is lost.

@@ -237,6 +237,10 @@ func openErr(dir, step string, err error) error {
 		return fmt.Errorf("durable store: data directory %s: %w: %s: %v: free space on its file system, or choose another --data-dir", dir, ErrNoSpace, step, err)
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("durable store: data directory %s: %w: %s: %v: it (or a parent) is a file, not a directory: give --data-dir a directory path", dir, ErrNotWritable, step, err)
+	case step == "lock" && errors.Is(err, fs.ErrNotExist):
+		// The directory exists (Open made it), yet its lock file cannot be
+		// created in it: a file system such as /proc or /sys, not damage.
+		return fmt.Errorf("durable store: data directory %s: %w: %s: %v: no file can be created in it: give --data-dir a directory on a writable file system", dir, ErrNotWritable, step, err)
 	case pebble.IsCorruptionError(err), errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("durable store: data directory %s: %w: %s: %v: restore it from a backup, or move it away to start with no sessions", dir, ErrCorrupt, step, err)
 	default:
