@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,12 +192,18 @@ func TestRefusedAtStart(t *testing.T) {
 		{[]string{"serve", "--addr=127.0.0.1:0", "--data-dir=/proc/self"}, "tidemark serve: --data-dir: durable store: data directory /proc/self: data directory is not writable: lock: open /proc/self/LOCK: no such file or directory: no file can be created in it: give --data-dir a directory on a writable file system\n", 1},
 		// A query or fragment is never part of a request's path: the
 		// endpoint would answer nothing.
+		// go-redis's own log line (a failed dial) never comes before it.
+		{[]string{"inspect", "--fleet", "--redis=127.0.0.1:1"}, "tidemark inspect: --redis redis://127.0.0.1:1/0: redis store: connect 127.0.0.1:1: store unavailable: dial tcp 127.0.0.1:1: connect: connection refused (is it the Redis of tidemark serve --redis?)\n", 1},
 		{[]string{"serve", "--addr=127.0.0.1:0", "--path=/a?b"}, "tidemark serve: --path \"/a?b\": want a URL path starting with / (no spaces, braces, ? or #), e.g. /mcp\n", 2},
 		{[]string{"serve", "--addr=127.0.0.1:0", "--path=/a#b"}, "tidemark serve: --path \"/a#b\": want a URL path starting with / (no spaces, braces, ? or #), e.g. /mcp\n", 2},
 	} {
-		// The error is the last line (INFO lines of the start may come
-		// before it).
-		if code, stderr := runBinary(t, nil, tc.args...); code != tc.code || (stderr != tc.want && !strings.HasSuffix(stderr, "\n"+tc.want)) {
+		// The error is the last line; only log lines of the start
+		// (time=...) may come before it.
+		code, stderr := runBinary(t, nil, tc.args...)
+		lines := strings.SplitAfter(stderr, "\n")
+		before := lines[:max(len(lines)-2, 0)]
+		logged := !slices.ContainsFunc(before, func(l string) bool { return !strings.HasPrefix(l, "time=") })
+		if code != tc.code || !strings.HasSuffix(stderr, tc.want) || !logged || strings.Count(tc.want, "\n") != 1 {
 			t.Errorf("tidemark %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
 		}
 	}

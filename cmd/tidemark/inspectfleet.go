@@ -11,12 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
@@ -59,6 +62,9 @@ func (c *inspectConfig) checkFleet() error {
 func inspectFleet(c *inspectConfig, prefix string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	// go-redis reports each failed dial on its own logger (stderr), before
+	// this command's one-line error that says the same.
+	goredis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
 	st, err := redis.New(ctx, redis.Options{URL: c.redisURL})
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark inspect: --redis %s: %s (is it the Redis of tidemark serve --redis?)\n", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))
