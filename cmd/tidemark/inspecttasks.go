@@ -38,7 +38,11 @@ func printTaskAnswer(stdout, stderr io.Writer, u string, body []byte, detail boo
 // printTaskList prints /debug/tasks as a table, times in UTC: the tasks
 // the process runs, then the settled ones with their final status.
 func printTaskList(w io.Writer, l admin.TaskList) {
-	fmt.Fprintf(w, "%d tasks run in this process", l.Count)
+	if l.Count == 1 {
+		fmt.Fprint(w, "1 task runs in this process")
+	} else {
+		fmt.Fprintf(w, "%d tasks run in this process", l.Count)
+	}
 	if l.Settled > 0 {
 		fmt.Fprintf(w, ", %d ran here and settled", l.Settled)
 	}

@@ -113,7 +113,7 @@ func TestInspectTasksServe(t *testing.T) {
 		t.Fatalf("inspect --tasks: exit %d, stderr %q", code, stderr.String())
 	}
 	row := regexp.MustCompile(`(?m)^` + id[:8] + ` +countdown +1 +working +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +none$`)
-	if !strings.HasPrefix(stdout.String(), "1 tasks run in this process:\nTASK ") || !row.MatchString(stdout.String()) || strings.Contains(stdout.String(), id) {
+	if !strings.HasPrefix(stdout.String(), "1 task runs in this process:\nTASK ") || !row.MatchString(stdout.String()) || strings.Contains(stdout.String(), id) {
 		t.Errorf("inspect --tasks printed\n%s\nwant one countdown row for %s, never the whole ID", stdout.String(), id[:8])
 	}
 	stdout.Reset()
