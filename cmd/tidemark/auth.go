@@ -46,7 +46,7 @@ func authFlags(fs *flag.FlagSet, c *authConfig) {
 	fs.StringVar(&c.clientID, "auth-introspection-client-id", "", "with --auth-introspection: the client ID this server authenticates to it with (HTTP Basic); its secret is in --auth-introspection-client-secret-file (empty: no authentication)")
 	fs.StringVar(&c.secretFile, "auth-introspection-client-secret-file", "", "with --auth-introspection-client-id: file whose first line is the client secret; $"+secretEnv+" may hold the secret itself (path; empty: $"+secretEnv+")")
 	fs.DurationVar(&c.introCache, "auth-introspection-cache", 0, "with --auth-introspection: how long an active introspection answer is trusted before the issuer is asked again, bounded by the token's exp; a token revoked at the issuer is refused here at most this late (duration; 0: every request asks)")
-	fs.Func("auth-tool-scope", "with --auth-issuer: TOOL=SCOPE, a tools/call of TOOL needs SCOPE, else 403 insufficient_scope names it (repeatable)", func(kv string) error {
+	fs.Func("auth-tool-scope", "with --auth-issuer: TOOL=SCOPE, a tools/call of TOOL needs SCOPE, else 403 insufficient_scope names it (repeatable; the demo server refuses a TOOL it does not have at start, a gateway's tools are not checked)", func(kv string) error {
 		tool, scope, ok := strings.Cut(kv, "=")
 		if !ok || tool == "" || scope == "" || strings.ContainsAny(scope, " \"\\") {
 			return fmt.Errorf("want TOOL=SCOPE, a scope without spaces or quotes, not %q", kv)

@@ -209,6 +209,19 @@ func TestRefusedAtStart(t *testing.T) {
 	}
 }
 
+// TestAuthToolScopeOfAnUnknownTool: an --auth-tool-scope naming a tool
+// the demo server does not have is refused at start, exit 2, in one line
+// that lists its tools: the scope would guard nothing (it was accepted
+// silently, a typo leaving the tool meant unguarded).
+func TestAuthToolScopeOfAnUnknownTool(t *testing.T) {
+	is := startJWTIssuer(t)
+	code, stderr := runBinary(t, nil, "serve", "--addr=127.0.0.1:0", "--auth-issuer="+is.url, "--auth-tool-scope=nosuchtool=x")
+	const want = `tidemark serve: --auth-tool-scope nosuchtool=x: the demo server has no tool "nosuchtool": want one of confirm, countdown, echo, notify` + "\n"
+	if code != 2 || !strings.HasSuffix(stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 and last line %q", code, stderr, want)
+	}
+}
+
 // TestLeastIntervals: --keepalive and --retry below their least positive
 // values are refused in one line (--keepalive 1ns made the first SSE
 // stream panic the process; --retry 1ns was sent as "retry: 0").

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -201,6 +202,12 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 		}
 		return h, func() { closeGateway(); closeBus() }, nil
 	}
+	if opts.Auth != nil {
+		if err := knownTools(opts.Auth.ToolScopes, demo.ToolNames()); err != nil {
+			closeBus()
+			return nil, nil, err
+		}
+	}
 	// The demo's handlers keep nothing per session: its sessions wake
 	// from hibernation at the same generation.
 	opts.Restorable = true
@@ -214,6 +221,21 @@ func (c *serveConfig) servedAttrs(fs *flag.FlagSet) []any {
 		return []any{"stdio", fs.Arg(0)}
 	case c.upstream.url != "":
 		return []any{"upstream", redact.URL(c.upstream.url)}
+	}
+	return nil
+}
+
+// knownTools refuses an --auth-tool-scope whose tool is not among tools,
+// the demo server's, known at start: its scope would guard nothing, and
+// the tool a typo meant would go unguarded. A gateway's tools are known
+// only from its server, at a session's tools/list, so a gateway's names
+// are not checked.
+func knownTools(scopes map[string]string, tools []string) error {
+	names := slices.Sorted(maps.Keys(scopes))
+	for _, name := range names {
+		if !slices.Contains(tools, name) {
+			return fmt.Errorf("--auth-tool-scope %s=%s: the demo server has no tool %q: want one of %s", name, scopes[name], name, strings.Join(tools, ", "))
+		}
 	}
 	return nil
 }

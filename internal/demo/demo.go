@@ -52,6 +52,10 @@ type Options struct {
 // NewServer returns the demo server with its zero Options.
 func NewServer() *mcp.Server { return New(Options{}) }
 
+// ToolNames returns the names of the tools New's server has, sorted: what
+// tidemark serve checks its --auth-tool-scope names against.
+func ToolNames() []string { return []string{"confirm", "countdown", "echo", "notify"} }
+
 // New returns the demo server with four tools and one resource:
 //   - countdown: n steps, each after delay_ms milliseconds, each reported
 //     as notifications/progress (progress = step, total = n) when the call

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -494,5 +495,34 @@ func TestConfirmAnswersWithoutState(t *testing.T) {
 	var wire *jsonrpc.Error
 	if !errors.As(err, &wire) || wire.Code != jsonrpc.CodeInvalidParams || wire.Message != "inputResponses were sent without the requestState they answer" {
 		t.Fatalf("answers without a state: %v, want JSON-RPC error -32602 %q", err, "inputResponses were sent without the requestState they answer")
+	}
+}
+
+// TestToolNames: ToolNames names exactly the tools tools/list answers.
+func TestToolNames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := demo.NewServer().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tool := range res.Tools {
+		got = append(got, tool.Name)
+	}
+	slices.Sort(got)
+	if want := demo.ToolNames(); !slices.Equal(got, want) {
+		t.Errorf("tools/list names %v, ToolNames %v", got, want)
 	}
 }
