@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
@@ -69,10 +70,11 @@ const hibernateBatch = 256
 // cutoff (Options.HibernateAfter ago), with no call in flight and no
 // connection attached. Each leaves the registry in the same step under mu
 // as it is chosen, and its token is marked as starting, so a request that
-// arrives meanwhile waits and then wakes it from the record.
-func (r *Registry) hibernateIdle(ctx context.Context) {
+// arrives meanwhile waits and then wakes it from the record. It returns
+// the number of sessions whose hibernation the store kept.
+func (r *Registry) hibernateIdle(ctx context.Context) int {
 	if !r.hibernates() {
-		return
+		return 0
 	}
 	now := r.opts.Now()
 	cutoff := now.Add(-r.opts.HibernateAfter)
@@ -84,6 +86,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 		}
 	}
 	r.mu.RUnlock()
+	var stored atomic.Int64
 	for len(idle) > 0 {
 		n := min(len(idle), hibernateBatch)
 		batch := idle[:n]
@@ -92,7 +95,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
-			return
+			return int(stored.Load())
 		}
 		for _, l := range batch {
 			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now, false) {
@@ -112,7 +115,9 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				r.hibernate(ctx, l)
+				if r.hibernate(ctx, l) {
+					stored.Add(1)
+				}
 			})
 		}
 		wg.Wait()
@@ -120,6 +125,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) {
 	r.mu.Lock()
 	r.compactLocked()
 	r.mu.Unlock()
+	return int(stored.Load())
 }
 
 // compactLocked makes live and the eviction order anew at their size
@@ -212,8 +218,8 @@ func (l *Live) unhold() {
 // kill -9 after it loses nothing a wake at the same generation would
 // need. When the store refuses, the generation ends here as any
 // generation whose write failed does: the next request claims
-// generation+1.
-func (r *Registry) hibernate(ctx context.Context, l *Live) {
+// generation+1. It reports whether the store kept the hibernation.
+func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 	exact := r.hib == engine.HibernateExact
 	err := r.log.Sync(ctx, l.token)
 	if err != nil {
@@ -264,6 +270,7 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) {
 		r.opts.Metrics.SessionHibernated()
 	}
 	r.closeInBackground(l, replay.ReasonHibernated)
+	return err == nil
 }
 
 // endIdleHibernated ends the hibernated sessions this process indexes

@@ -666,3 +666,28 @@ func TestHibernateGivesBackTheMap(t *testing.T) {
 		t.Fatalf("after 90 of 100 hibernated: %d live, map room %d; want 10, and 10 to 24", f.reg.Len(), n)
 	}
 }
+
+// TestSweptCountsHibernated: Options.Swept is called once per Sweep with
+// the number of sessions that sweep hibernated: 300 initialized sessions
+// idle past HibernateAfter (more than one batch of them), and not the one
+// with a connection attached nor the one never initialized; the next
+// sweep, with nothing left to hibernate, reports 0.
+func TestSweptCountsHibernated(t *testing.T) {
+	ctx := context.Background()
+	var calls []int
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: -1,
+		Swept: func(n int) { calls = append(calls, n) }})
+	for range 300 {
+		initialize(t, f, mustCreate(t, f.reg))
+	}
+	attached := mustCreate(t, f.reg)
+	initialize(t, f, attached)
+	defer attached.Attach()()
+	mustCreate(t, f.reg) // no initialize
+	f.clk.Advance(2 * time.Minute)
+	f.reg.Sweep(ctx)
+	f.reg.Sweep(ctx)
+	if want := []int{300, 0}; fmt.Sprint(calls) != fmt.Sprint(want) || f.reg.Hibernated() != 300 {
+		t.Fatalf("Swept calls %v, %d hibernated; want %v and 300", calls, f.reg.Hibernated(), want)
+	}
+}

@@ -105,6 +105,14 @@ type Options struct {
 	// Tracer starts a server span per request, ended with its response
 	// (package tracing). Default: none.
 	Tracer *tracing.Tracer
+	// Swept, when set, is called once at the end of every Sweep, on the
+	// sweeping goroutine, with the number of sessions that sweep
+	// hibernated (0 when none): their engine sessions and live state
+	// became garbage, which a process may give back to the operating
+	// system (tidemark serve does, runtime/debug.FreeOSMemory). Sessions
+	// hibernated to make room (MaxSessions) are not counted. Default:
+	// none.
+	Swept func(hibernated int)
 }
 
 // Errors of Registry methods; test with errors.Is.

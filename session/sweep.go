@@ -16,7 +16,7 @@ import (
 // included, hibernates those idle for longer than HibernateAfter
 // (hibernate.go), lets go of the sessions whose engine session died
 // (their next request re-creates them), and applies the event log's age
-// limit. Run calls it periodically.
+// limit. Run calls it periodically. It ends with Options.Swept.
 func (r *Registry) Sweep(ctx context.Context) {
 	r.removeDead()
 	if r.opts.IdleTTL > 0 {
@@ -34,8 +34,11 @@ func (r *Registry) Sweep(ctx context.Context) {
 			r.End(ctx, tok, store.EndIdle)
 		}
 	}
-	r.hibernateIdle(ctx)
+	n := r.hibernateIdle(ctx)
 	r.log.Sweep(ctx)
+	if r.opts.Swept != nil {
+		r.opts.Swept(n)
+	}
 }
 
 // removeDead removes the sessions whose engine session died on its own
