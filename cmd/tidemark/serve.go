@@ -394,7 +394,7 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 		Retention: eventlog.Options{MaxEvents: c.retentionEvents, MaxBytes: c.retentionBytes, MaxAge: c.retentionAge, Budget: c.budget},
 		Sessions: session.Options{
 			IdleTTL: c.idleTTL, HibernateAfter: c.hibernateAfter, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls,
-			Logger: logger,
+			Logger: logger, Swept: newReleaser(logger).swept,
 		},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
