@@ -1,9 +1,13 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -17,7 +21,7 @@ func TestEventsMatchesSlice(t *testing.T) {
 	var model []store.Event
 	seq := uint64(0)
 	for step := range 20000 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(11); {
 		case op < 6: // push 1 to 600 events
 			n := 1 + rng.IntN(600)
 			if rng.IntN(4) > 0 {
@@ -26,7 +30,11 @@ func TestEventsMatchesSlice(t *testing.T) {
 			evs := make([]store.Event, n)
 			for i := range evs {
 				seq++
-				evs[i] = store.Event{Seq: seq, Data: make([]byte, int(seq%7))}
+				evs[i] = store.Event{Seq: seq, Generation: seq / 100, Stream: seq % 3, Kind: store.Kind(seq % 3), End: seq%2 == 0,
+					Retry: time.Duration(seq) * time.Millisecond, Time: time.Unix(0, int64(seq)*1e6).UTC(), Data: bytes.Repeat([]byte{byte(seq)}, int(seq%7))}
+				if seq%5 == 0 {
+					evs[i].Data, evs[i].Time = nil, time.Time{}
+				}
 			}
 			q.push(evs)
 			model = append(model, evs...)
@@ -43,6 +51,8 @@ func TestEventsMatchesSlice(t *testing.T) {
 				t.Fatalf("step %d: trim(%d) released %d bytes, want %d", step, k, got, want)
 			}
 			model = model[k:]
+		case op == 9: // the session hibernates
+			q.freeze()
 		default: // read from a random index
 			if len(model) == 0 {
 				continue
@@ -54,8 +64,8 @@ func TestEventsMatchesSlice(t *testing.T) {
 				t.Fatalf("step %d: appendTo(%d, %d) = %d events, want %d", step, i, max, len(got), len(want))
 			}
 			for j := range got {
-				if got[j].Seq != want[j].Seq {
-					t.Fatalf("step %d: appendTo(%d, %d)[%d].Seq = %d, want %d", step, i, max, j, got[j].Seq, want[j].Seq)
+				if !reflect.DeepEqual(got[j], want[j]) {
+					t.Fatalf("step %d: appendTo(%d, %d)[%d] = %+v, want %+v", step, i, max, j, got[j], want[j])
 				}
 			}
 		}
@@ -112,5 +122,38 @@ func TestReadFarAfter(t *testing.T) {
 		if err != nil || len(got) != 0 || b.HWM != 2 || b.Floor != 1 {
 			t.Fatalf("Read after %d = %d events, bounds %+v, %v; want none, HWM 2, floor 1", after, len(got), b, err)
 		}
+	}
+}
+
+// TestFreezeKeepsEvents: a hibernating session's events, encoded
+// (freeze) and decoded on the next read, come back with every field as
+// appended, Time in UTC or time.Local as it was, Data nil or empty as it
+// was and with no room to grow into the next one's; the log then grows
+// as before.
+func TestFreezeKeepsEvents(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 5, time.UTC)
+	evs := []store.Event{
+		{Seq: 7, Generation: 2, Stream: 7, Kind: store.KindMessage, Data: []byte("ab")},
+		{Seq: 8, Generation: 2, Stream: 8, Kind: store.KindPriming, Retry: 2 * time.Second, Time: at, Data: []byte{}},
+		{Seq: 9, Generation: 2, Stream: 8, Kind: store.KindMessage, End: true, Time: at.Local(), Data: []byte("cde")},
+		{Seq: 10, Generation: 2, Stream: 0, Kind: store.KindClose, Time: at},
+	}
+	var q events
+	q.push(slices.Clone(evs))
+	q.trim(1)
+	q.freeze()
+	if q.frozen == nil || q.chunks != nil || q.n != 3 {
+		t.Fatalf("after freeze: frozen %v, %d chunks, %d events; want frozen, none, 3", q.frozen != nil, len(q.chunks), q.n)
+	}
+	got := q.appendTo(nil, 0, 10)
+	if !reflect.DeepEqual(got, evs[1:]) {
+		t.Fatalf("thawed:\n%+v\nwant\n%+v", got, evs[1:])
+	}
+	if grown := append(got[1].Data, 'x'); string(grown) != "cdex" || got[2].Data != nil {
+		t.Fatalf("thawed data: %q grown to %q, then %q", got[1].Data, grown, got[2].Data)
+	}
+	q.push([]store.Event{{Seq: 11, Data: []byte("f")}})
+	if got := q.appendTo(nil, 0, 10); len(got) != 4 || got[0].Seq != 8 || string(got[1].Data) != "cde" || string(got[3].Data) != "f" {
+		t.Fatalf("after a push: %+v", got)
 	}
 }

@@ -152,6 +152,7 @@ func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, 
 		}
 		ss.Rec.State = image.Clone(state)
 		ss.Rec.Owner, ss.Rec.LeaseUntil = "", time.Time{}
+		ss.events.freeze()
 		return nil
 	})
 }

@@ -22,6 +22,10 @@ func testHibernate(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	settle(t, s, "tok-h")
+	before, _, err := s.Read(ctx, "tok-h", 0, 10)
+	if err != nil || len(before) != 2 {
+		t.Fatalf("Read before Hibernate = %+v, %v; want 2 events", before, err)
+	}
 	var fe *store.FencedError
 	if err := s.Hibernate(ctx, "tok-h", "p9", 1, []byte(`{"v":2}`)); !errors.As(err, &fe) || fe.Op != "hibernate" {
 		t.Fatalf("Hibernate by a non-owner = %v, want FencedError op hibernate", err)
@@ -79,6 +83,10 @@ func testHibernate(t *testing.T, s store.Store) {
 	if err != nil || b.Generation != 1 || b.Floor != 1 || b.HWM != 2 || b.Events != 2 {
 		t.Fatalf("Bounds after Wake = %+v, %v; want gen 1, floor 1, HWM 2, 2 events (the log stays)", b, err)
 	}
+	woken, _, err := s.Read(ctx, "tok-h", 0, 10)
+	if err != nil || len(woken) != 2 || !sameEvent(woken[0], before[0]) || !sameEvent(woken[1], before[1]) {
+		t.Fatalf("Read after Wake = %+v, %v; want the events as read before Hibernate, %+v", woken, err, before)
+	}
 	evs := msgs("c")
 	if _, err := s.Append(ctx, "tok-h", 1, evs); err != nil || evs[0].Seq != 3 {
 		t.Fatalf("Append after Wake: seq %d, %v; want 3", evs[0].Seq, err)
@@ -111,4 +119,11 @@ func testHibernate(t *testing.T, s store.Store) {
 	if err := s.Hibernate(ctx, "tok-h", "p3", 2, nil); !errors.Is(err, store.ErrEnded) {
 		t.Fatalf("Hibernate of an ended session = %v, want ErrEnded", err)
 	}
+}
+
+// sameEvent reports whether a and b are the same stored event: every
+// field equal, Time the same instant.
+func sameEvent(a, b store.Event) bool {
+	return a.Seq == b.Seq && a.Generation == b.Generation && a.Stream == b.Stream && a.Kind == b.Kind &&
+		a.End == b.End && a.Retry == b.Retry && a.Time.Equal(b.Time) && string(a.Data) == string(b.Data)
 }
