@@ -21,22 +21,34 @@ import (
 // releaseLeast is the fewest sessions hibernated since the last release
 // that make the next one: each frees 9 to 11 KiB of heap (BENCHMARKS.md,
 // (d): heap per session awake minus hibernated, on every store), so 1,000
-// free about 10 MiB, for a collection that marks the live heap once
-// (about 0.2 s of one core with 100,000 hibernated sessions in the memory
-// store, the largest live heap of the three).
+// free about 10 MiB.
 const releaseLeast = 1000
 
+// sessionFreed is the heap one hibernation frees, as counted against the
+// live heap (bytes; the lower figure of releaseLeast's).
+const sessionFreed = 9 << 10
+
+// releaseShare is the least part of the live heap the sessions hibernated
+// since the last release must have freed (sessionFreed each), as its
+// divisor: the release's collection marks the whole live heap, one cycle
+// more than the runtime would run, which 100,000 hibernated sessions of
+// the memory store (124 MB live) made 1.3 s long and 2.7 s of CPU on a
+// loaded 2-core machine (bench (d), GODEBUG=gctrace=1). Worth it after a
+// mass hibernation, where RSS falls by hundreds of MiB, not for a few
+// MiB among a heap of hibernated sessions.
+const releaseShare = 4
+
 // releaseEvery is the least time between two releases, so that the
-// collections they force cost at most a few per mille of a core however
-// sessions come and go; the sessions hibernated meanwhile wait for the
-// first sweep after it.
+// collections they force stay rare however sessions come and go; the
+// sessions hibernated meanwhile wait for the first sweep after it.
 const releaseEvery = time.Minute
 
 // shouldRelease reports whether a sweep gives memory back: pending
 // sessions hibernated since the last release, which was since ago (the
-// process's start when none).
-func shouldRelease(pending int, since time.Duration) bool {
-	return pending >= releaseLeast && since >= releaseEvery
+// process's start when none), in a process whose last collection left
+// live bytes of heap.
+func shouldRelease(pending int, since time.Duration, live uint64) bool {
+	return pending >= releaseLeast && since >= releaseEvery && uint64(pending)*sessionFreed >= live/releaseShare
 }
 
 // releaser gives freed memory back after the sweeps that hibernated
@@ -44,14 +56,15 @@ func shouldRelease(pending int, since time.Duration) bool {
 type releaser struct {
 	logger  *slog.Logger
 	now     func() time.Time
-	free    func() // debug.FreeOSMemory
-	pending int    // sessions hibernated since the last release
+	free    func()        // debug.FreeOSMemory
+	live    func() uint64 // the live heap of the last collection (bytes)
+	pending int           // sessions hibernated since the last release
 	last    time.Time
 }
 
 // newReleaser returns a releaser of this process's memory.
 func newReleaser(logger *slog.Logger) *releaser {
-	return &releaser{logger: logger, now: time.Now, free: debug.FreeOSMemory}
+	return &releaser{logger: logger, now: time.Now, free: debug.FreeOSMemory, live: func() uint64 { return readMemory().live }}
 }
 
 // swept counts the n sessions a sweep hibernated and, when shouldRelease
@@ -61,7 +74,7 @@ func newReleaser(logger *slog.Logger) *releaser {
 func (r *releaser) swept(n int) {
 	r.pending += n
 	start := r.now()
-	if !shouldRelease(r.pending, start.Sub(r.last)) {
+	if r.pending < releaseLeast || !shouldRelease(r.pending, start.Sub(r.last), r.live()) {
 		return
 	}
 	before := readMemory()

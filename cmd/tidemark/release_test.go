@@ -15,7 +15,10 @@ import (
 // sessions it hibernated and when it ends (an offset from the process's
 // start), against a releaser whose clock and release are fakes. Command:
 //
-//	swept n=N at=DUR   a sweep that hibernated N sessions
+//	start [live=MB]           a new releaser; the live heap of the last
+//	                          collection is MB MiB (default 100)
+//	swept n=N at=DUR [live=MB]  a sweep that hibernated N sessions, the
+//	                          live heap then MB MiB (default: as before)
 //
 // It prints "kept" when the sweep gives nothing back, else "released" and
 // the sessions the log line counts; a release is logged exactly once.
@@ -24,6 +27,7 @@ func TestRelease(t *testing.T) {
 	var r *releaser
 	var log bytes.Buffer
 	var now time.Time
+	var live uint64
 	freed := 0
 	datadriven.RunTest(t, "testdata/release", func(t *testing.T, d *datadriven.TestData) string {
 		switch d.Cmd {
@@ -31,7 +35,14 @@ func TestRelease(t *testing.T) {
 			log.Reset()
 			freed = 0
 			now = start
-			r = &releaser{logger: slog.New(slog.NewTextHandler(&log, nil)), now: func() time.Time { return now }, free: func() { freed++ }}
+			live = 100 << 20
+			if d.HasArg("live") {
+				var mb uint64
+				d.ScanArgs(t, "live", &mb)
+				live = mb << 20
+			}
+			r = &releaser{logger: slog.New(slog.NewTextHandler(&log, nil)), now: func() time.Time { return now }, free: func() { freed++ },
+				live: func() uint64 { return live }}
 			return ""
 		case "swept":
 			var n int
@@ -43,6 +54,11 @@ func TestRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			now = start.Add(off)
+			if d.HasArg("live") {
+				var mb uint64
+				d.ScanArgs(t, "live", &mb)
+				live = mb << 20
+			}
 			log.Reset()
 			before := freed
 			r.swept(n)
