@@ -153,11 +153,12 @@ func TestWorkingIndex(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := open(t, srv, redis.Options{})
 	c := client(t, srv)
-	created := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	// The records are created now: their TTL runs from the real clock,
+	// which Redis expires them by.
+	created := time.Now().UTC().Truncate(time.Millisecond)
 	recs := map[string]tasks.Record{}
 	for _, id := range []string{"w1", "w2", "input", "done", "deleted"} {
 		rec := taskRecord(t, id, created)
-		rec.TTL = time.Until(created) + time.Hour
 		if err := s.CreateTask(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
