@@ -126,9 +126,6 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 		delete(r.starting, token)
 		close(done)
 		r.mu.Unlock()
-		if err == nil {
-			l.holdFor(ctx) // just started: nothing hibernates it yet
-		}
 		return l, err
 	}
 }

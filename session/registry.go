@@ -291,7 +291,8 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 }
 
 // start starts the live state of rec's generation and registers it, in the
-// room reserve took (given back if the start fails).
+// room reserve took (given back if the start fails), held for the request
+// ctx belongs to (holdFor).
 func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
 	l := newLive(r, rec, st, prior)
 	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, (*outbox)(l))
@@ -301,6 +302,10 @@ func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State
 	}
 	l.eng = es
 	l.markUsed(r.clock.Add(1))
+	// The request that starts the session holds it before any sweep or
+	// reserve can see it: from then on nothing hibernates it under that
+	// request (holdFor), which would find its engine session closed.
+	l.holdFor(ctx)
 	r.mu.Lock()
 	r.reserved--
 	if r.closed {
