@@ -2,7 +2,6 @@ package connect_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 // TestMalformedHostLines: each line from the host that is not a JSON-RPC
@@ -140,8 +140,8 @@ func TestNotificationBeforeInitialize(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	})
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, logger)
 	host.send(`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
@@ -164,16 +164,4 @@ func TestNotificationBeforeInitialize(t *testing.T) {
 	if strings.Contains(out, "not delivered") {
 		t.Errorf("the log tells of a message not delivered:\n%s", out)
 	}
-}
-
-// syncWriter serializes the writes of the bridge's goroutines to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

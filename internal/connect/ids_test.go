@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
 // rawHost is a host writing and reading the bridge's stdio as lines, so
@@ -339,8 +340,8 @@ func TestEventTooLarge(t *testing.T) {
 		return textResult(args.Text), nil, nil
 	})
 	srv := serve(t, s, nil)
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, MaxEventSize: 64 << 10}, logger)
 	host.send(rawInitialize)
 	host.answers("6")
