@@ -75,16 +75,7 @@ func startRawHost(t *testing.T, url string, o connect.Options, logger *slog.Logg
 		}
 	}()
 	t.Cleanup(func() {
-		hostOut.Close()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v, want nil when the host closes its end", err)
-			}
-		case <-time.After(hostTimeout):
-			t.Error("Run still runs 10s after the host closed its end")
-		}
-		bridgeOut.Close()
+		stopRun(t, hostOut, bridgeOut, done)
 		for range h.lines {
 		}
 	})

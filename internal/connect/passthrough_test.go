@@ -37,6 +37,23 @@ type hostSide struct {
 	seen []jsonrpc.Message // every message read so far, in order
 }
 
+// stopRun closes the host's end of a bridge and requires Run (done) to
+// return nil within hostTimeout, then closes the bridge's end so that the
+// reader of its output ends.
+func stopRun(t *testing.T, hostOut, bridgeOut io.Closer, done <-chan error) {
+	t.Helper()
+	hostOut.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v, want nil when the host closes its end", err)
+		}
+	case <-time.After(hostTimeout):
+		t.Error("Run still runs 10s after the host closed its end")
+	}
+	bridgeOut.Close()
+}
+
 // startBridge runs the bridge toward url with o (URL and Logger set here)
 // and returns its host side. The test's cleanup closes the host's end and
 // requires Run to return nil.
@@ -66,16 +83,7 @@ func startBridge(t *testing.T, url string, o connect.Options) *hostSide {
 		}
 	}()
 	t.Cleanup(func() {
-		hostOut.Close()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v, want nil when the host closes its end", err)
-			}
-		case <-time.After(hostTimeout):
-			t.Error("Run still runs 10s after the host closed its end")
-		}
-		bridgeOut.Close()
+		stopRun(t, hostOut, bridgeOut, done)
 		for range h.in {
 		}
 	})
