@@ -38,7 +38,7 @@ func inspectFlags(stderr io.Writer) (*flag.FlagSet, *inspectConfig) {
 	fs.IntVar(&c.recent, "recent", admin.DefaultRecent, "without a token prefix: how many of the most recently used sessions to list (sessions)")
 	fs.BoolVar(&c.json, "json", false, "print the inspector's JSON answer as it is")
 	fs.BoolVar(&c.tasks, "tasks", false, "list the tasks the server runs (/debug/tasks), or with a task ID prefix show their stored state, instead of sessions")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server, or on reading Redis with --fleet (duration)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request to the server, or on reading Redis with --fleet (duration, more than 0)")
 	fs.BoolVar(&c.fleet, "fleet", false, "list the sessions of every replica of a fleet, with their owner, generation and lease, read from the fleet's Redis (--redis) instead of one server's listener")
 	fs.StringVar(&c.redisURL, "redis", "", "with --fleet: the fleet's Redis, as tidemark serve --redis names it, or host:port for redis://HOST:PORT/0 (URL or host:port)")
 	fs.StringVar(&c.redisPassFile, "redis-password-file", "", "with --fleet: file whose first line is the Redis password, as for tidemark serve; $TIDEMARK_REDIS_PASSWORD may hold the password itself (path; empty: the URL's password, if any)")
@@ -62,6 +62,9 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	switch {
+	case c.timeout <= 0:
+		fmt.Fprintf(stderr, "tidemark inspect: --timeout %v: want a positive duration\n", c.timeout)
+		return 2
 	case c.fleet && c.tasks:
 		fmt.Fprintln(stderr, "tidemark inspect: --tasks reads one server's listener (--metrics-addr), not a fleet's Redis: drop --fleet")
 		return 2

@@ -40,6 +40,24 @@ func TestInspectAddressForms(t *testing.T) {
 	}
 }
 
+// TestInspectTimeoutMustBePositive: --timeout 0 or below is a one-line
+// usage error (exit 2), with and without --fleet, as for tidemark ready
+// (regression: 0 meant no bound on the listener's request, and an
+// already expired context for --fleet).
+func TestInspectTimeoutMustBePositive(t *testing.T) {
+	for _, args := range [][]string{
+		{"inspect", "--metrics-addr", "127.0.0.1:9", "--timeout", "0s"},
+		{"inspect", "--fleet", "--redis", "127.0.0.1:9", "--timeout", "0s"},
+		{"inspect", "--metrics-addr", "127.0.0.1:9", "--timeout", "-1s"},
+	} {
+		want := "tidemark inspect: --timeout " + args[len(args)-1] + ": want a positive duration\n"
+		var stdout, stderr strings.Builder
+		if code := run(args, &stdout, &stderr); code != 2 || stderr.String() != want || stdout.String() != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 2 and %q", strings.Join(args, " "), code, stdout.String(), stderr.String(), want)
+		}
+	}
+}
+
 // TestInspectPointedAtMCP: `tidemark inspect` pointed at the MCP listener
 // instead of the operator's says, in one line, that it reached an MCP
 // listener and which flag to point where; with --path / (the MCP endpoint
