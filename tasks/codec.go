@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 )
 
 // stored is a Record as JSON. Field names are short and stable: records
@@ -135,12 +137,12 @@ func raw(m json.RawMessage) []byte {
 	return []byte(m)
 }
 
-// Prefix returns the first 8 characters of a task ID, the form in which
-// IDs appear in logs and errors: an ID is a bearer handle (DESIGN.md,
-// "Tasks: the executor rule").
+// Prefix returns the first redact.Shown (8) characters of a task ID, the
+// form in which IDs appear in logs and errors: an ID is a bearer handle
+// (DESIGN.md, "Tasks: the executor rule").
 func Prefix(id string) string {
-	if len(id) > 8 {
-		return id[:8]
+	if len(id) > redact.Shown {
+		return id[:redact.Shown]
 	}
 	return id
 }

@@ -16,6 +16,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -257,11 +258,12 @@ func (s Span) End(err error) {
 	s.span.End()
 }
 
-// Prefix returns the first 8 characters of a session token, the form in
-// which spans record it (never the whole token), as logs do.
+// Prefix returns the first redact.Shown (8) characters of a session
+// token, the form in which spans record it (never the whole token), as
+// logs do.
 func Prefix(token string) string {
-	if len(token) > 8 {
-		return token[:8]
+	if len(token) > redact.Shown {
+		return token[:redact.Shown]
 	}
 	return token
 }
