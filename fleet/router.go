@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -59,6 +60,15 @@ type RouterOptions struct {
 	// request carries ForwardedByHeader with this replica's ID
 	// (Leases.Owner). Nil: single-process mode.
 	Directory Directory
+	// Self is the URL at which this replica announces itself in
+	// Directory. An owner Directory places at Self is an earlier process
+	// at this replica's address (restarted in place under another replica
+	// ID), which cannot be running while this one listens there: it is
+	// treated as unreachable, so the request waits for its lease to lapse
+	// and takes the session over, instead of being forwarded to this
+	// replica itself and refused as owner_moved. Empty: no owner is
+	// recognised so.
+	Self string
 	// KeepAlive is how often an owner writes at least a comment on an idle
 	// SSE stream (transport.Options.KeepAlive): a forwarded stream that
 	// brings nothing for twice it ends, and the client resumes. Zero or
@@ -177,6 +187,10 @@ func (rt *Router) Route(w http.ResponseWriter, r *http.Request, body []byte, loo
 				return false, err
 			}
 			why = err
+			if err == nil && rt.opts.Self != "" && target == rt.opts.Self {
+				err = fmt.Errorf("owner %q is announced at this replica's own URL %s: it is an earlier process at this address, which is not running", re.Owner, quote(target))
+				why = err
+			}
 			if err == nil {
 				switch out, err := rt.forward(w, r, re, target, body); out {
 				case answered:

@@ -69,7 +69,7 @@ func New(reg *session.Registry, opts Options) *Handler {
 		reg: reg, opts: opts, logger: opts.Logger, warns: newWarnGate(time.Now),
 		conns: newConnections(),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
-			Directory: opts.Directory, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
+			Directory: opts.Directory, Self: opts.Advertised, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
 			Records: func(ctx context.Context, token string) (store.Record, error) {
 				_, rec, err := reg.Status(ctx, token)
 				return rec, err

@@ -102,6 +102,13 @@ type Options struct {
 	// remote owner, the request waits for that owner's lease to lapse and
 	// is then served here.
 	Directory fleet.Directory
+	// Advertised is the URL at which this replica announces itself in
+	// Directory. A session whose owner Directory places at the same URL is
+	// held by an earlier process at this address, which cannot be running
+	// while this one listens there: its requests wait for that lease to
+	// lapse rather than being forwarded here again (fleet.RouterOptions.Self).
+	// Empty: every owner's URL is forwarded to.
+	Advertised string
 	// Metrics records refusals, resumes, streams, replays and
 	// notifications (package metrics). Default: metrics.Discard.
 	Metrics metrics.Transport

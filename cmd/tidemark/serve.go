@@ -295,6 +295,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	op.configure(opts)
 	if b.fleet != nil {
 		opts.Transport.Directory = b.fleet
+		opts.Transport.Advertised = c.fleet.advertise(ln, c.path)
 		if err := c.fleet.announceFirst(b.fleet, c.fleet.advertise(ln, c.path), logger); err != nil {
 			ln.Close()
 			b.close()

@@ -107,7 +107,14 @@ func newFleetOn(t *testing.T, url string, n int, extra ...string) *fleet {
 // start starts the replica id and waits until it serves.
 func (f *fleet) start(id string) *replica {
 	f.t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--redis", f.url, "--replica-id", id,
+	return f.startAt(id, "127.0.0.1:0")
+}
+
+// startAt starts the replica id listening on addr and waits until it
+// serves.
+func (f *fleet) startAt(id, addr string) *replica {
+	f.t.Helper()
+	args := append([]string{"serve", "--addr", addr, "--redis", f.url, "--replica-id", id,
 		"--lease-ttl", leaseTTL.String(), "--lease-renew", leaseRenew.String(), "--log-level", "DEBUG"}, f.extra...)
 	p := testenv.StartProcess(f.t, f.bin, args...)
 	endpoint := testenv.ServeURL(f.t, p)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -171,6 +172,50 @@ func ownerKilled(t *testing.T, f *fleet) {
 	}
 	// r1 forwards to the new owner; the session works there too.
 	echo(t, ctx, l, f.on(1, token), 4, "through r1", 2)
+}
+
+// TestRestartedInPlace: a replica killed with kill -9 mid-call and
+// started again on the same address under another replica ID (the
+// default ID is random) finds the session owned by its earlier process,
+// which the directory places at its own URL. The resume waits for that
+// lease to lapse and answers 409 generation_mismatch at generation 2 with
+// the lost call's id, as from any other replica (regression: it forwarded
+// the request to itself and answered 503 owner_moved until the lease
+// lapsed).
+func TestRestartedInPlace(t *testing.T) {
+	testenv.NeedRedis(t)
+	ctx := testCtx(t, 60*time.Second)
+	f := newFleet(t, 0, redistest.Options{}, "--lease-ttl", "6s", "--lease-renew", "1s")
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	f.r = append(f.r, f.startAt("before", addr))
+	l := newLedger(t)
+
+	token := f.initialize(ctx, 0, 0)
+	st, err := f.on(0, token).Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 400, "delay_ms": 50}, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := readAsync(l, st)
+	sr.waitSteps(t, 3, 10*time.Second)
+	kill9(t, f.r[0])
+	evs, _, _ := sr.end(t, 10*time.Second)
+	old := lastID(evs)
+
+	f.r = append(f.r, f.startAt("after", addr))
+	if rec := f.record(token); rec.Owner != "before" || !rec.LeaseUntil.After(time.Now()) {
+		t.Fatalf("record before the resume: owner %q, lease until %v; want the killed replica's lease, not lapsed", rec.Owner, rec.LeaseUntil)
+	}
+	_, err = f.on(1, token).Resume(ctx, old)
+	se := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+	if g, cg := se.Body.Data["generation"], se.Body.Data["cursorGeneration"]; g != json.Number("2") || cg != json.Number("1") {
+		t.Fatalf("409 names generation %v and cursor generation %v, want 2 and 1", g, cg)
+	}
+	if lost := fmt.Sprint(se.Body.Data["lostRequests"]); lost != "[2]" {
+		t.Fatalf("409 lostRequests %s, want [2]: %s", lost, se.RawBody)
+	}
+	if rec := f.record(token); rec.Owner != "after" || rec.Generation != 2 {
+		t.Fatalf("record after the resume: owner %q generation %d, want after at 2", rec.Owner, rec.Generation)
+	}
 }
 
 // TestZombieFenced: the owner is paused (SIGSTOP) past its lease while its
