@@ -100,6 +100,9 @@ func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
 	case err != nil:
 		logger.Warn("cannot read Redis's persistence settings; make sure a restart of Redis either keeps every write (appendonly yes, appendfsync always) or none",
 			"reason", replay.ReasonPersistenceUnknown, "error", err)
+	case !p.Safe() && p.Snapshot && !p.AppendOnly && p.Snapshots == "":
+		logger.Warn("Redis has no save schedule but wrote or loaded an RDB snapshot since it started (SAVE, BGSAVE, a replica's sync): its next start loads the snapshot and brings back an older state, under which sequences are assigned twice; delete the snapshot from Redis's directory, or use appendonly yes with appendfsync always",
+			"reason", replay.ReasonUnsafePersistence, "persistence", p.String())
 	case !p.Safe():
 		// Warned, not refused: the risk is Redis restarting after a crash,
 		// and an operator may accept it knowingly; see docs/fleet.md, "Fleet

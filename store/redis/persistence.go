@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -19,6 +21,13 @@ type Persistence struct {
 	Fsync string
 	// Snapshots is the `save` schedule ("" when RDB snapshots are off).
 	Snapshots string
+	// Snapshot reports that Redis wrote an RDB snapshot since it started
+	// (SAVE, BGSAVE, a replica's full sync to disk) or loaded one with
+	// keys at its start (INFO persistence: rdb_saves,
+	// rdb_last_load_keys_loaded). Without append-only persistence, Redis
+	// loads the snapshot in its directory at its next start whatever the
+	// `save` schedule says, bringing back the older state it holds.
+	Snapshot bool
 }
 
 // Safe reports whether a Redis restart can only keep every acknowledged
@@ -29,7 +38,7 @@ func (p Persistence) Safe() bool {
 	if p.AppendOnly {
 		return p.Fsync == "always"
 	}
-	return p.Snapshots == ""
+	return p.Snapshots == "" && !p.Snapshot
 }
 
 // String describes p for a log line, e.g. "appendonly yes, appendfsync
@@ -39,7 +48,11 @@ func (p Persistence) String() string {
 	if p.AppendOnly {
 		ao = "yes"
 	}
-	return fmt.Sprintf("appendonly %s, appendfsync %s, save %q", ao, p.Fsync, p.Snapshots)
+	s := fmt.Sprintf("appendonly %s, appendfsync %s, save %q", ao, p.Fsync, p.Snapshots)
+	if p.Snapshot && !p.AppendOnly {
+		s += ", an RDB snapshot written or loaded since Redis started"
+	}
+	return s
 }
 
 // Persistence reads the server's persistence settings, so that a fleet
@@ -67,5 +80,27 @@ func (s *Store) Persistence(ctx context.Context) (Persistence, error) {
 		AppendOnly: cmds[0].Val()["appendonly"] == "yes",
 		Fsync:      cmds[1].Val()["appendfsync"],
 		Snapshots:  cmds[2].Val()["save"],
+		Snapshot:   s.snapshotTaken(ctx),
 	}, nil
+}
+
+// snapshotTaken reports whether INFO persistence counts an RDB snapshot
+// written since Redis started, or one with keys loaded at its start
+// (Persistence.Snapshot). A server that does not answer INFO, or lacks
+// the fields (before Redis 7), reports none.
+func (s *Store) snapshotTaken(ctx context.Context) bool {
+	info, err := s.rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(info) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "rdb_saves" && name != "rdb_last_load_keys_loaded") {
+			continue
+		}
+		if n, err := strconv.ParseInt(value, 10, 64); err == nil && n > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -313,9 +313,31 @@ func TestPersistence(t *testing.T) {
 			t.Fatalf("Persistence (AppendOnly %v) = %+v (safe %v), %v; want %+v, safe", tc.aof, got, got.Safe(), err, tc.want)
 		}
 	}
-	for _, p := range []redis.Persistence{{AppendOnly: true, Fsync: "everysec"}, {Snapshots: "3600 1"}} {
+	for _, p := range []redis.Persistence{{AppendOnly: true, Fsync: "everysec"}, {Snapshots: "3600 1"}, {Fsync: "everysec", Snapshot: true}} {
 		if p.Safe() {
 			t.Fatalf("%v reported safe", p)
+		}
+	}
+
+	// A snapshot taken by hand under "no persistence" is loaded at Redis's
+	// next start: unsafe (regression: reported safe, and a restart brought
+	// back an older state with no warning). Append-only persistence ignores
+	// snapshots at load.
+	for _, aof := range []bool{false, true} {
+		srv := redistest.Start(t, redistest.Options{AppendOnly: aof})
+		s := open(t, srv, redis.Options{})
+		if err := client(t, srv).Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Persistence(ctx)
+		want := redis.Persistence{AppendOnly: aof, Fsync: "everysec", Snapshot: true}
+		wantText := `appendonly no, appendfsync everysec, save "", an RDB snapshot written or loaded since Redis started`
+		if aof {
+			want.Fsync = "always"
+			wantText = `appendonly yes, appendfsync always, save ""`
+		}
+		if err != nil || got != want || got.Safe() != aof || got.String() != wantText {
+			t.Fatalf("after SAVE (AppendOnly %v): Persistence = %+v (safe %v, %q), %v; want %+v, safe %v, %q", aof, got, got.Safe(), got.String(), err, want, aof, wantText)
 		}
 	}
 }
