@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 )
 
@@ -144,4 +145,72 @@ func TestLostRequestsCompacted(t *testing.T) {
 	wantLost(t, err, "cursor_compacted", `[7]`)
 	_, err = sess.Resume(ctx, end)
 	wantLost(t, err, "cursor_compacted", `[]`)
+}
+
+// TestLostRequestsTrimmedOpening: a call still running when retention
+// has removed its stream's opening event (the only event holding the
+// stream's request ids) is still named in error.data.lostRequests after
+// `tidemark serve` is killed with SIGKILL and started again, on the
+// durable store and on Redis: retention keeps the ids in the session's
+// record while the stream has not ended.
+func TestLostRequestsTrimmedOpening(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) func() (*testenv.Process, string)
+	}{
+		{"durable", func(t *testing.T) func() (*testenv.Process, string) {
+			dir := filepath.Join(t.TempDir(), "data")
+			return func() (*testenv.Process, string) {
+				p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--retention-events", "20")
+				return p, testenv.ServeURL(t, p)
+			}
+		}},
+		{"redis", func(t *testing.T) func() (*testenv.Process, string) {
+			rs := redistest.Start(t, redistest.Options{})
+			return func() (*testenv.Process, string) {
+				p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0", "--redis", rs.URL(),
+					"--replica-id", "r1", "--lease-ttl", "2s", "--lease-renew", "500ms", "--retention-events", "20")
+				return p, testenv.ServeURL(t, p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := tc.start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			p1, url1 := start()
+			sess, err := (&mcptest.Client{URL: url1}).Initialize(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Call 7 runs for about 4 s; the client reads its opening
+			// event only, then is cut.
+			st, err := sess.Call(ctx, mcptest.ToolCall(7, "countdown", map[string]any{"n": 200, "delay_ms": 20}, "cd"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut := firstCursor(t, st)
+			st.Close()
+			// Call 8 adds 30 events: with call 7's own, the floor passes
+			// call 7's opening event while call 7 still runs.
+			if _, err := (func() ([]mcptest.Event, error) {
+				st, err := sess.Call(ctx, mcptest.ToolCall(8, "countdown", map[string]any{"n": 30, "delay_ms": 1}, "cd8"))
+				if err != nil {
+					return nil, err
+				}
+				return st.Collect()
+			})(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = sess.Resume(ctx, cut)
+			wantLost(t, err, "cursor_compacted", `[7]`)
+
+			kill9(t, p1)
+			_, url2 := start()
+			sess.Client = &mcptest.Client{URL: url2}
+			_, err = sess.Resume(ctx, cut)
+			wantLost(t, err, "generation_mismatch", `[7]`)
+		})
+	}
 }
