@@ -69,13 +69,26 @@ type recordJSON struct {
 	State      []byte    `json:"state,omitempty"`
 	Created    time.Time `json:"created"`
 	LastSeen   time.Time `json:"last_seen"`
+	// Openings is store.Record.Openings; a record without any (every
+	// record of a build that does not keep them) has no member.
+	Openings []openingJSON `json:"openings,omitempty"`
+}
+
+// openingJSON is the stored form of a store.Opening.
+type openingJSON struct {
+	Stream uint64 `json:"stream"`
+	Data   []byte `json:"data"`
 }
 
 func encodeRecord(r store.Record) []byte {
-	b, _ := json.Marshal(recordJSON{
+	j := recordJSON{
 		Generation: r.Generation, Owner: r.Owner, LeaseUntil: r.LeaseUntil, UserID: r.UserID,
 		State: r.State, Created: r.Created, LastSeen: r.LastSeen,
-	})
+	}
+	for _, o := range r.Openings {
+		j.Openings = append(j.Openings, openingJSON(o))
+	}
+	b, _ := json.Marshal(j)
 	return b
 }
 
@@ -87,10 +100,14 @@ func decodeRecord(token string, b []byte) (store.Record, error) {
 	if j.Generation == 0 {
 		return store.Record{}, fmt.Errorf("record of session %s: generation 0", store.Prefix(token))
 	}
-	return store.Record{
+	rec := store.Record{
 		Token: token, Generation: j.Generation, Owner: j.Owner, LeaseUntil: j.LeaseUntil, UserID: j.UserID,
 		State: j.State, Created: j.Created, LastSeen: j.LastSeen,
-	}, nil
+	}
+	for _, o := range j.Openings {
+		rec.Openings = append(rec.Openings, store.Opening(o))
+	}
+	return rec, nil
 }
 
 // meta is the stored bounds of a session's log in its current generation:

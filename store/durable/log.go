@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -308,6 +309,7 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 	token := ss.token
 	ss.Lock()
 	m := ss.metaLocked()
+	openings := ss.Rec.Openings
 	ss.Unlock()
 	if m.hwm < m.floor {
 		ss.Lock()
@@ -321,6 +323,11 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 	var removed int64
 	n := m
 	n.floor, n.oldest = m.hwm+1, time.Time{}
+	// The record keeps the request ids of the streams whose opening
+	// event goes while they have not ended (store.Openings), written in
+	// the batch that deletes the events. The caller holds ss.wmu, which
+	// every record write holds: ss.Rec is the last record written.
+	reopened := false
 	for it.First(); it.Valid(); it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -332,6 +339,13 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 			n.floor, n.oldest = seq, eventTime(v)
 			break
 		}
+		if len(v) < eventHeaderLen {
+			it.Close()
+			return store.Bounds{}, fmt.Errorf("durable store: trim session %s: %w: event %d: %v", store.Prefix(token), ErrCorrupt, seq, errShortEvent)
+		}
+		var changed bool
+		openings, changed = openings.Trimmed(seq, binary.BigEndian.Uint64(v[8:]), store.Kind(v[16]), v[17]&flagEnd != 0, v[eventHeaderLen:])
+		reopened = reopened || changed
 		removed += eventSize(v)
 		if seq == m.hwm {
 			break // as readRange: not a step past the session's events
@@ -350,6 +364,11 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 	ss.Lock()
 	ss.Floor = n.floor
 	ss.Bytes -= removed
+	var rec store.Record
+	if reopened {
+		ss.Rec.Openings = openings
+		rec = ss.Rec
+	}
 	oldestUnknown := false
 	switch {
 	case n.floor <= m.hwm:
@@ -379,6 +398,9 @@ func (s *Store) cut(ss *sess, more func(seq uint64, v []byte) bool) (store.Bound
 
 	b := s.db.NewBatch()
 	b.DeleteRange(eventKey(token, m.floor), eventKey(token, n.floor), nil)
+	if reopened {
+		b.Set(tokenKey(kindRecord, token), encodeRecord(rec), nil)
+	}
 	// Pipelined as appends are: the caller (retention, after an append)
 	// does not wait for the fsync. The committer writes the log meta from
 	// the image with the group, so that it holds the events of a group

@@ -77,7 +77,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 		}
 		return fmt.Errorf("durable store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
-	rec.State = image.Clone(rec.State)
+	rec.State, rec.Openings = image.Clone(rec.State), nil
 	ss := newSess(rec, 1)
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
@@ -210,6 +210,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		rec.Generation = from + 1
 		rec.Owner = owner
 		rec.LeaseUntil = leaseUntil
+		rec.Openings = nil
 		ss.Lock()
 		hwm, oldBytes := ss.HWM, ss.Bytes
 		ss.Unlock()

@@ -93,7 +93,7 @@ func (s *Store) Create(ctx context.Context, rec store.Record) error {
 	if _, ok := s.tombs[rec.Token]; ok {
 		return fmt.Errorf("memory store: create %s: %w (tombstoned)", store.Prefix(rec.Token), store.ErrExists)
 	}
-	rec.State = image.Clone(rec.State)
+	rec.State, rec.Openings = image.Clone(rec.State), nil
 	s.sessions[rec.Token] = &session{Image: image.Image{Rec: rec, Floor: 1}}
 	return nil
 }
@@ -119,7 +119,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		return store.Record{}, err
 	}
 	rec := ss.Rec
-	rec.Generation, rec.Owner, rec.LeaseUntil = from+1, owner, leaseUntil
+	rec.Generation, rec.Owner, rec.LeaseUntil, rec.Openings = from+1, owner, leaseUntil, nil
 	ss.ClaimLocked(rec)
 	ss.events = events{}
 	return ss.RecordLocked()
@@ -328,7 +328,13 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 	if floor <= ss.Floor {
 		return ss.BoundsLocked(), nil
 	}
-	ss.Bytes -= ss.events.trim(int(floor - ss.Floor))
+	k := int(floor - ss.Floor)
+	ss.events.thaw()
+	for i := range k {
+		e := ss.events.at(i)
+		ss.Rec.Openings, _ = ss.Rec.Openings.Trimmed(e.Seq, e.Stream, e.Kind, e.End, e.Data)
+	}
+	ss.Bytes -= ss.events.trim(k)
 	ss.Floor = floor
 	ss.Oldest = time.Time{}
 	if e := ss.events.oldest(); e != nil {

@@ -38,6 +38,9 @@ package redis
 //	base     cum up to and including the event just below the floor, so the
 //	         retained bytes are cum - base without reading the log
 //	oldest   Time of the event at the floor, Unix nanoseconds; "" if none
+//	open     the openings of streams whose opening entry Trim removed before
+//	         their end (store.Record.Openings): a JSON array of
+//	         [STREAM, DATA] string pairs; absent when there are none
 //
 // Each log entry has the ID "SEQ-0", so the stream's IDs are the sequences:
 // XRANGE from "N" reads from sequence N, XTRIM MINID N raises the floor to

@@ -161,10 +161,12 @@ func checkRetained(token string, after uint64, b store.Bounds, msgs []goredis.XM
 }
 
 // Trim implements store.Log: XTRIM MINID floor, with the floor, the byte
-// count and the oldest time moved in the same script.
+// count, the oldest time and the record's openings (store.Openings)
+// moved in the same script.
 func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64) (store.Bounds, error) {
 	rest, err := s.run(ctx, s.scripts.trim, "trim", token, gen,
-		strconv.FormatUint(gen, 10), strconv.FormatUint(floor, 10))
+		strconv.FormatUint(gen, 10), strconv.FormatUint(floor, 10),
+		strconv.Itoa(store.MaxOpenings), strconv.Itoa(store.MaxOpeningBytes))
 	if err != nil {
 		return store.Bounds{}, err
 	}

@@ -65,6 +65,7 @@ if h[1] ~= ARGV[1] then return {'fenced', h[1]} end
 redis.call('HINCRBY', rec, 'gen', 1)
 redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
   'floor', int(tonumber(h[2]) + 1), 'vis', h[2], 'base', h[3], 'oldest', '')
+redis.call('HDEL', rec, 'open')
 redis.call('DEL', log)
 poke('claim')
 local r = redis.call('HGETALL', rec)
@@ -195,9 +196,15 @@ if ARGV[4] == '1' then redis.call('HSET', rec, 'vis', int(hwm)) end
 return bounds()
 `
 
-// trimLua: ARGV gen floor. Raises the floor to min(floor, HWM+1) and
-// removes the entries below it; base becomes the cum of the last removed
-// entry, and oldest the time of the new first one.
+// trimLua: ARGV gen floor maxOpenings maxOpeningBytes. Raises the floor
+// to min(floor, HWM+1) and removes the entries below it; base becomes the
+// cum of the last removed entry, and oldest the time of the new first
+// one. The rec's open field keeps the openings of the streams whose
+// opening entry goes before their end, as store.Openings.Trimmed says
+// (the Go function is the rule; this is its transcription), with
+// ARGV[3] and ARGV[4] its MaxOpenings and MaxOpeningBytes: a JSON array
+// of [STREAM, DATA] pairs, both strings, by ascending stream; no field
+// when there are none.
 const trimLua = prelude + `
 local h = redis.call('HMGET', rec, 'gen', 'hwm', 'floor', 'cum')
 if not h[1] then return gone() end
@@ -206,6 +213,46 @@ local hwm, cur = tonumber(redis.call('HGET', rec, 'vis') or h[2]), tonumber(h[3]
 local nf = tonumber(ARGV[2])
 if nf > hwm + 1 then nf = hwm + 1 end
 if nf <= cur then return bounds() end
+local maxOpen, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[4])
+local stored = redis.call('HGET', rec, 'open')
+local open, changed = {}, false
+if stored then open = cjson.decode(stored) end
+local function find(stream)
+  for i = 1, #open do
+    if open[i][1] == stream then return i end
+  end
+  return nil
+end
+local from = int(cur)
+while true do
+  local evs = redis.call('XRANGE', log, from, int(nf - 1), 'COUNT', 256)
+  for _, e in ipairs(evs) do
+    local seq = string.match(e[1], '^(%d+)')
+    local stream, ended, data = field(e[2], 'stream'), field(e[2], 'end') == '1', field(e[2], 'data')
+    if field(e[2], 'kind') == '1' and stream == seq and stream ~= '0' and not ended and #data > 0 then
+      if #data <= maxBytes and not find(stream) then
+        table.insert(open, {stream, data})
+        if #open > maxOpen then table.remove(open, 1) end
+        changed = true
+      end
+    elseif ended then
+      local i = find(stream)
+      if i then
+        table.remove(open, i)
+        changed = true
+      end
+    end
+  end
+  if #evs < 256 then break end
+  from = '(' .. evs[#evs][1]
+end
+if changed then
+  if #open == 0 then
+    redis.call('HDEL', rec, 'open')
+  else
+    redis.call('HSET', rec, 'open', cjson.encode(open))
+  end
+end
 local last = redis.call('XRANGE', log, int(nf - 1), int(nf - 1))
 local base = h[4]
 if #last > 0 then base = field(last[1][2], 'cum') end

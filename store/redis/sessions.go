@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -139,5 +140,30 @@ func decRecord(token string, m map[string]string) store.Record {
 		State:      bytesOrNil(m["state"]),
 		Created:    decTime(m["created"]),
 		LastSeen:   decTime(m["seen"]),
+		Openings:   decOpenings(m["open"]),
 	}
+}
+
+// decOpenings decodes the rec's open field (trimLua): a JSON array of
+// [STREAM, DATA] string pairs; nil when empty. The field is written only
+// by trimLua, from entries Append wrote: one that does not decode is
+// taken as none (the refused resumes of those streams then say nothing
+// of their lost requests).
+func decOpenings(v string) store.Openings {
+	if v == "" {
+		return nil
+	}
+	var pairs [][2]string
+	if json.Unmarshal([]byte(v), &pairs) != nil {
+		return nil
+	}
+	out := make(store.Openings, 0, len(pairs))
+	for _, p := range pairs {
+		n, err := strconv.ParseUint(p[0], 10, 64)
+		if err != nil {
+			return nil
+		}
+		out = append(out, store.Opening{Stream: n, Data: []byte(p[1])})
+	}
+	return out
 }

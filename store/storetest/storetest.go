@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Fencing", testFencing},
 		{"Claim", testClaim},
 		{"Trim", testTrim},
+		{"Openings", testOpenings},
 		{"Wait", testWait},
 		{"ConcurrentAppends", testConcurrentAppends},
 		{"Sync", testSync},
@@ -509,4 +510,120 @@ func testSync(t *testing.T, s store.Store) {
 	if err := s.Sync(ctx, "tok-s"); !errors.Is(err, store.ErrEnded) {
 		t.Fatalf("Sync after End = %v, want ErrEnded", err)
 	}
+}
+
+// wantOpenings checks that token's record keeps want, written STREAM DATA
+// for each opening, in order.
+func wantOpenings(t *testing.T, s store.Store, token, when string, want ...string) {
+	t.Helper()
+	rec, err := s.Get(context.Background(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(rec.Openings))
+	for i, o := range rec.Openings {
+		got[i] = fmt.Sprintf("%d %s", o.Stream, o.Data)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: Openings %q, want %q", when, got, want)
+	}
+}
+
+// testOpenings: a Trim that removes the opening event of a stream whose
+// end it does not remove keeps the event's Data in the record
+// (store.Record.Openings); the Trim that removes the stream's end drops
+// it; other writes keep them, and Claim empties them.
+func testOpenings(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	rec := create(t, s, "tok-o")
+	rec.Token, rec.Openings = "tok-o2", store.Openings{{Stream: 9, Data: []byte("[9]")}}
+	if err := s.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o2", "Create given openings")
+
+	open := func(ids string) store.Event {
+		return store.Event{Stream: store.NewStream, Kind: store.KindPriming, Data: []byte(ids), Time: epoch}
+	}
+	msg := func(stream uint64, end bool) store.Event {
+		return store.Event{Stream: stream, Kind: store.KindMessage, End: end, Data: []byte(`{"jsonrpc":"2.0"}`), Time: epoch}
+	}
+	// Seq 1 opens stream 1 (request 7), seq 2 stream 2 (request "b"),
+	// seq 3 the standalone stream's priming event; stream 2 ends at 5,
+	// stream 1 at 7.
+	for _, e := range []store.Event{open(`[7]`), open(`["b"]`),
+		{Stream: 0, Kind: store.KindPriming, Time: epoch},
+		msg(1, false), msg(2, true), msg(1, false), msg(1, true)} {
+		if _, err := s.Append(ctx, "tok-o", 1, []store.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, s, "tok-o")
+	wantOpenings(t, s, "tok-o", "before any Trim")
+
+	trim := func(floor uint64) {
+		t.Helper()
+		if _, err := s.Trim(ctx, "tok-o", 1, floor); err != nil {
+			t.Fatalf("Trim(%d): %v", floor, err)
+		}
+	}
+	trim(2)
+	wantOpenings(t, s, "tok-o", "Trim(2)", "1 [7]")
+	if _, err := s.Trim(ctx, "tok-o", 2, 5); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("Trim with a stale generation = %v, want ErrFenced", err)
+	}
+	trim(4)
+	wantOpenings(t, s, "tok-o", "Trim(4)", `1 [7]`, `2 ["b"]`)
+	if err := s.SaveState(ctx, "tok-o", 1, []byte(`{"v":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Touch(ctx, "tok-o", epoch.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Renew(ctx, "tok-o", "p1", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o", "SaveState, Touch, Renew", `1 [7]`, `2 ["b"]`)
+	trim(6)
+	wantOpenings(t, s, "tok-o", "Trim(6): stream 2's end", "1 [7]")
+	if err := s.Hibernate(ctx, "tok-o", "p1", 1, []byte(`{"v":4}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wake(ctx, "tok-o", "p2", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o", "Hibernate, Wake", "1 [7]")
+	claimed, err := s.Claim(ctx, "tok-o", "p3", 1, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed.Openings) != 0 {
+		t.Fatalf("Claim returned Openings %v, want none", claimed.Openings)
+	}
+	wantOpenings(t, s, "tok-o", "Claim")
+
+	// The end removes the opening kept by an earlier Trim.
+	for _, e := range []store.Event{open(`[1,2]`), msg(0, false), msg(0, false)} {
+		if _, err := s.Append(ctx, "tok-o", 2, []store.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, s, "tok-o")
+	b, err := s.Bounds(ctx, "tok-o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := b.Floor
+	if _, err := s.Append(ctx, "tok-o", 2, []store.Event{msg(first, true)}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s, "tok-o")
+	if _, err := s.Trim(ctx, "tok-o", 2, first+1); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o", "Trim past the new generation's opening", fmt.Sprintf("%d [1,2]", first))
+	if _, err := s.Trim(ctx, "tok-o", 2, first+4); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o", "Trim past its end")
 }

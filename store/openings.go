@@ -1,0 +1,93 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// Which requests a stream carried must outlive the stream's opening event
+// (DESIGN.md, "The replay decision"): that event's Data is the only place
+// the ids of the stream's requests are stored, and retention (Trim, or a
+// backend's own bound) removes it like any other event, while the stream's
+// calls may still run. A session whose owner then dies would not know
+// which of its calls were lost. So a store that removes the opening event
+// of a stream whose end it has not removed too keeps that event's Data in
+// the record (Record.Openings), in the same atomic step as the removal.
+
+// MaxOpenings is the most streams a record keeps in Record.Openings: an
+// unfinished stream has at least one call in flight, so a session rarely
+// has more. Past it the oldest stream goes first; a refused resume of
+// that stream after a takeover then says nothing of its lost requests.
+const MaxOpenings = 64
+
+// MaxOpeningBytes is the longest opening event Data a record keeps (the
+// JSON array of one stream's request ids, a few bytes per id); a longer
+// one is not kept, with the same outcome as past MaxOpenings.
+const MaxOpeningBytes = 1024
+
+// Opening is what a record keeps of one stream whose opening event
+// retention removed before the stream's end was removed: the stream's
+// number and the Data of its opening event.
+type Opening struct {
+	// Stream is the stream's number (its opening event's Seq).
+	Stream uint64
+	// Data is the opening event's Data (the stream's request ids as a
+	// JSON array).
+	Data []byte
+}
+
+// Openings are the openings a record keeps, by ascending Stream, at most
+// MaxOpenings, with no Data longer than MaxOpeningBytes. The stores keep
+// them as Trimmed says, Claim empties them (they belong to the
+// generation it ends) and every other write leaves them.
+type Openings []Opening
+
+// IsOpening reports whether an event with these fields opens a POST
+// stream whose request ids its Data holds: a priming event that is its
+// stream's first (Stream == Seq), carries data and does not end the
+// stream at once.
+func IsOpening(seq, stream uint64, kind Kind, end bool, data []byte) bool {
+	return kind == KindPriming && stream == seq && stream != replay.StandaloneStream && !end && len(data) > 0
+}
+
+// Trimmed returns o after retention removed one event, whose fields are
+// given; a store calls it for each event it removes, in sequence order.
+// An opening event (IsOpening) of at most MaxOpeningBytes is added (its
+// data copied), the oldest opening going once there are MaxOpenings; an
+// event that ends a stream (End) removes that stream's opening, which no
+// longer tells anything (its stream's whole life is gone). It never
+// modifies o: it returns o itself and changed false when the event
+// changes nothing, else a new slice and changed true.
+func (o Openings) Trimmed(seq, stream uint64, kind Kind, end bool, data []byte) (out Openings, changed bool) {
+	switch {
+	case IsOpening(seq, stream, kind, end, data):
+		if len(data) > MaxOpeningBytes || o.index(stream) >= 0 {
+			return o, false
+		}
+		out = append(slices.Clone(o), Opening{Stream: stream, Data: bytes.Clone(data)})
+		slices.SortFunc(out, func(a, b Opening) int { return cmp.Compare(a.Stream, b.Stream) })
+		if len(out) > MaxOpenings {
+			out = out[len(out)-MaxOpenings:]
+		}
+		return out, true
+	case end:
+		i := o.index(stream)
+		if i < 0 {
+			return o, false
+		}
+		return slices.Delete(slices.Clone(o), i, i+1), true
+	}
+	return o, false
+}
+
+func (o Openings) index(stream uint64) int {
+	for i := range o {
+		if o[i].Stream == stream {
+			return i
+		}
+	}
+	return -1
+}
