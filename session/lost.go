@@ -5,6 +5,7 @@ package session
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,7 +33,10 @@ import (
 // the claim reads them back into a ledger of that generation
 // (summarizeLog) and saves it with the session's state in the record
 // (record.go), so that it holds across a restart on a durable store and
-// across a takeover in a fleet.
+// across a takeover in a fleet. Retention may remove a stream's opening
+// event while its calls still run; the store then keeps that event's
+// data in the record (store.Record.Openings), in the same write, until
+// it removes the stream's end too, and summarizeLog reads it there.
 
 // ledgerFinished is the most finished streams (every call answered, or
 // released) a ledger keeps, the newest; streams with a call unanswered
@@ -280,25 +284,50 @@ func encodeIDs(calls []*jsonrpc.Request) (RequestIDs, []byte) {
 }
 
 // summarizeLog reads the events of token's current generation, gen, back
-// into a ledger, before a claim discards them. Streams whose opening event
-// retention removed are left out (their 409 cannot tell).
-func (r *Registry) summarizeLog(ctx context.Context, token string, gen uint64) (ledger, error) {
+// into a ledger, before a claim discards them. The streams whose opening
+// event retention removed are known from the record's openings
+// (store.Record.Openings): those of rec, the record the claim starts
+// from, and those a trim by the generation's owner added while the log
+// was read, which the record read after the log holds. A stream whose
+// opening the record does not keep either (past store.MaxOpenings) is
+// left out (its 409 cannot tell).
+func (r *Registry) summarizeLog(ctx context.Context, rec store.Record, gen uint64) (ledger, error) {
 	g := ledger{Generation: gen}
+	g.seed(rec.Openings)
 	after := uint64(0)
 	for {
-		evs, b, err := r.st.Read(ctx, token, after, 512)
+		evs, b, err := r.st.Read(ctx, rec.Token, after, 512)
 		if err != nil {
 			return g, err
 		}
 		if len(evs) == 0 {
 			g.HWM = max(g.HWM, b.HWM)
-			return g, nil
+			break
 		}
 		for i := range evs {
 			g.note(&evs[i])
 		}
 		after = evs[len(evs)-1].Seq
 		g.HWM = after
+	}
+	if now, err := r.st.Get(ctx, rec.Token); err == nil && now.Generation == gen {
+		g.seed(now.Openings)
+	}
+	return g, nil
+}
+
+// seed adds the streams of openings that g does not know yet, with none of
+// their calls answered: their responses, if retention removed them too,
+// count as lost (a client that has them has no call of that id waiting,
+// so naming it fails nothing).
+func (g *ledger) seed(openings store.Openings) {
+	for _, o := range openings {
+		var ids RequestIDs
+		if g.find(o.Stream) != nil || json.Unmarshal(o.Data, &ids) != nil {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(g.Streams, o.Stream, func(s streamCalls, n uint64) int { return cmp.Compare(s.Stream, n) })
+		g.Streams = slices.Insert(g.Streams, i, streamCalls{Stream: o.Stream, IDs: ids, Answered: make([]uint64, len(ids))})
 	}
 }
 

@@ -224,3 +224,61 @@ func TestRequestIDsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestLostRequestsTrimmedOpening: once retention has removed the opening
+// event of a stream whose call still runs (the event that holds the
+// stream's request ids), the next generation still names that call, from
+// the ids the store kept in the record; a stream whose end retention
+// removed too is no longer known.
+func TestLostRequestsTrimmedOpening(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+
+	done := echoCall(t, "done")
+	s1, err := l.OpenStream(ctx, []*jsonrpc.Request{done}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, done, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	streamEvents(t, l, s1)
+	slow := request(t, "slow", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Sync(ctx, l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.st.Bounds(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention keeps the newest event; it removes both streams'
+	// opening events and stream s1's end.
+	if b.HWM <= s2 {
+		if _, err := f.st.Append(ctx, l.Token(), 1, []store.Event{{Stream: replay.StandaloneStream, Kind: store.KindPriming}}); err != nil {
+			t.Fatal(err)
+		}
+		b.HWM++
+	}
+	if _, err := f.st.Trim(ctx, l.Token(), 1, b.HWM); err != nil {
+		t.Fatal(err)
+	}
+
+	l2, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := func(stream uint64) replay.Cursor {
+		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: stream, Sequence: stream}
+	}
+	wantLost(t, l2, cur(s2), `["slow"]`)
+	wantLost(t, l2, cur(s1), "unknown")
+}

@@ -192,7 +192,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		from, prevOwner := rec.Generation, rec.Owner
 		// The claim discards generation from's events: read which requests
 		// its streams carried first.
-		sum, sumErr := r.summarizeLog(ctx, token, from)
+		sum, sumErr := r.summarizeLog(ctx, rec, from)
 		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.lease.Grant(now))
 		if err != nil {
 			r.unreserve()
