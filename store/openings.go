@@ -41,7 +41,11 @@ type Opening struct {
 
 // Openings are the openings a record keeps, by ascending Stream, at most
 // MaxOpenings, with no Data longer than MaxOpeningBytes. The stores keep
-// them as Trimmed says, Claim empties them (they belong to the
+// them as Trimmed says, with one latitude: a store may drop a stream's
+// opening at any trim once the stream's end is stored, before a trim
+// removes that end (store/redis does: it then needs to read only the
+// entries that open streams, not every entry it removes), since the end
+// in the log tells as much. Claim empties them (they belong to the
 // generation it ends) and every other write leaves them.
 type Openings []Opening
 

@@ -9,6 +9,9 @@ package redis
 //	tidemark:{TOKEN}:wake  stream  one entry per Claim, Trim and End (MAXLEN 1)
 //	tidemark:{TOKEN}:end   string  the tombstone, with a TTL: REASON or REASON USER
 //	                               (decTomb)
+//	tidemark:{TOKEN}:open  zset    the POST streams of the current generation
+//	                               opened and not ended: member and score the
+//	                               stream's number (trimLua)
 //
 // Besides the sessions, the replica directory (fleet.go) has one key per
 // replica, tidemark:replica:ID, a string holding the replica's URL, with
@@ -39,7 +42,7 @@ package redis
 //	         retained bytes are cum - base without reading the log
 //	oldest   Time of the event at the floor, Unix nanoseconds; "" if none
 //	open     the openings of streams whose opening entry Trim removed before
-//	         their end (store.Record.Openings): a JSON array of
+//	         their end (store.Record.Openings, trimLua): a JSON array of
 //	         [STREAM, DATA] string pairs; absent when there are none
 //
 // Each log entry has the ID "SEQ-0", so the stream's IDs are the sequences:
@@ -55,16 +58,16 @@ package redis
 // per stream node; an entry with all eight in a node whose first entry
 // has five (or the other way round) stores its names itself.
 type keys struct {
-	rec, log, wake, tomb string
+	rec, log, wake, tomb, opens string
 }
 
 func (s *Store) keys(token string) keys {
 	base := s.prefix + "{" + token + "}:"
-	return keys{rec: base + "rec", log: base + "log", wake: base + "wake", tomb: base + "end"}
+	return keys{rec: base + "rec", log: base + "log", wake: base + "wake", tomb: base + "end", opens: base + "open"}
 }
 
-// all returns the keys in the order every script declares them (KEYS[1..4]).
-func (k keys) all() []string { return []string{k.rec, k.log, k.wake, k.tomb} }
+// all returns the keys in the order every script declares them (KEYS[1..5]).
+func (k keys) all() []string { return []string{k.rec, k.log, k.wake, k.tomb, k.opens} }
 
 // taskKey returns the key of task id's hash.
 func (s *Store) taskKey(id string) string { return s.prefix + "{t:" + id + "}:task" }

@@ -11,10 +11,10 @@ import "github.com/redis/go-redis/v9"
 // and re-sent in full after a Redis restart emptied the script cache
 // (go-redis Script.Run does this on NOSCRIPT).
 //
-// Every session script declares the same four keys (keys.all): KEYS[1]
-// rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb. Replies are arrays whose
-// first element is a status: "ok", "notfound", "ended" TOMBSTONE, "fenced"
-// GEN, "exists" WHY. A task script declares one key, the task's hash
+// Every session script declares the same five keys (keys.all): KEYS[1]
+// rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb, KEYS[5] opens. Replies
+// are arrays whose first element is a status: "ok", "notfound", "ended"
+// TOMBSTONE, "fenced" GEN, "exists" WHY. A task script declares one key, the task's hash
 // (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
 // revision) or "exists". Numbers travel as decimal strings: Lua numbers
 // are doubles, exact for sequences, generations, revisions and byte
@@ -23,7 +23,7 @@ import "github.com/redis/go-redis/v9"
 
 // prelude is shared by every session script.
 const prelude = `
-local rec, log, wake, tomb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local rec, log, wake, tomb, opens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local function gone()
   local r = redis.call('GET', tomb)
   if r then return {'ended', r} end
@@ -49,7 +49,7 @@ end
 const createLua = prelude + `
 if redis.call('EXISTS', rec) == 1 then return {'exists', 'live'} end
 if redis.call('EXISTS', tomb) == 1 then return {'exists', 'tombstoned'} end
-redis.call('DEL', log, wake)
+redis.call('DEL', log, wake, opens)
 redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
   'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
   'floor', '1', 'hwm', '0', 'vis', '0', 'cum', '0', 'base', '0', 'oldest', '')
@@ -66,7 +66,7 @@ redis.call('HINCRBY', rec, 'gen', 1)
 redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
   'floor', int(tonumber(h[2]) + 1), 'vis', h[2], 'base', h[3], 'oldest', '')
 redis.call('HDEL', rec, 'open')
-redis.call('DEL', log)
+redis.call('DEL', log, opens)
 poke('claim')
 local r = redis.call('HGETALL', rec)
 table.insert(r, 1, 'ok')
@@ -147,7 +147,7 @@ if redis.call('EXISTS', rec) == 0 then
 end
 local t, user = ARGV[1], redis.call('HGET', rec, 'user')
 if user and user ~= '' then t = t .. ' ' .. user end
-redis.call('DEL', rec, log)
+redis.call('DEL', rec, log, opens)
 if tonumber(ARGV[2]) > 0 then redis.call('SET', tomb, t, 'PX', ARGV[2]) end
 poke('end')
 redis.call('PEXPIRE', wake, ARGV[3])
@@ -189,6 +189,11 @@ for i = 0, n - 1 do
   else
     redis.call('XADD', log, seq .. '-0', 'gen', h[1], 'stream', stream, 'kind', ARGV[b + 1],
       'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
+    if ARGV[b + 2] == '1' then
+      redis.call('ZREM', opens, stream)
+    elseif ARGV[b + 1] == '1' and stream == seq and #ARGV[b + 5] > 0 then
+      redis.call('ZADD', opens, hwm, seq)
+    end
   end
 end
 redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
@@ -199,12 +204,16 @@ return bounds()
 // trimLua: ARGV gen floor maxOpenings maxOpeningBytes. Raises the floor
 // to min(floor, HWM+1) and removes the entries below it; base becomes the
 // cum of the last removed entry, and oldest the time of the new first
-// one. The rec's open field keeps the openings of the streams whose
-// opening entry goes before their end, as store.Openings.Trimmed says
-// (the Go function is the rule; this is its transcription), with
-// ARGV[3] and ARGV[4] its MaxOpenings and MaxOpeningBytes: a JSON array
-// of [STREAM, DATA] pairs, both strings, by ascending stream; no field
-// when there are none.
+// one. In the same step it keeps the record's openings
+// (store.Record.Openings) in the rec's open field, a JSON array of
+// [STREAM, DATA] string pairs by ascending stream (no field when there
+// are none): the openings of the streams in opens (appendLua: opened,
+// end not appended) whose opening entry this trim removes are added, at
+// most ARGV[3] of them, the oldest going first, and none with data
+// longer than ARGV[4] bytes (store.MaxOpenings, store.MaxOpeningBytes);
+// those whose stream is no longer in opens (its end is stored) go. So
+// a trim reads the few entries that open streams, never every entry it
+// removes.
 const trimLua = prelude + `
 local h = redis.call('HMGET', rec, 'gen', 'hwm', 'floor', 'cum')
 if not h[1] then return gone() end
@@ -216,35 +225,25 @@ if nf <= cur then return bounds() end
 local maxOpen, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[4])
 local stored = redis.call('HGET', rec, 'open')
 local open, changed = {}, false
-if stored then open = cjson.decode(stored) end
-local function find(stream)
-  for i = 1, #open do
-    if open[i][1] == stream then return i end
-  end
-  return nil
-end
-local from = int(cur)
-while true do
-  local evs = redis.call('XRANGE', log, from, int(nf - 1), 'COUNT', 256)
-  for _, e in ipairs(evs) do
-    local seq = string.match(e[1], '^(%d+)')
-    local stream, ended, data = field(e[2], 'stream'), field(e[2], 'end') == '1', field(e[2], 'data')
-    if field(e[2], 'kind') == '1' and stream == seq and stream ~= '0' and not ended and #data > 0 then
-      if #data <= maxBytes and not find(stream) then
-        table.insert(open, {stream, data})
-        if #open > maxOpen then table.remove(open, 1) end
-        changed = true
-      end
-    elseif ended then
-      local i = find(stream)
-      if i then
-        table.remove(open, i)
-        changed = true
-      end
+if stored then
+  for _, o in ipairs(cjson.decode(stored)) do
+    if redis.call('ZSCORE', opens, o[1]) then
+      table.insert(open, o)
+    else
+      changed = true
     end
   end
-  if #evs < 256 then break end
-  from = '(' .. evs[#evs][1]
+end
+for _, st in ipairs(redis.call('ZRANGEBYSCORE', opens, int(cur), int(nf - 1))) do
+  local e = redis.call('XRANGE', log, st, st)
+  if #e > 0 then
+    local data = field(e[1][2], 'data')
+    if #data <= maxBytes then
+      table.insert(open, {st, data})
+      if #open > maxOpen then table.remove(open, 1) end
+      changed = true
+    end
+  end
 end
 if changed then
   if #open == 0 then
