@@ -351,13 +351,17 @@ func (s *sessionless) start(req *jsonrpc.Request) {
 
 // send sends the host's call req through cs, whose methods frame it as a
 // sessionless request (params._meta: protocol version, client info,
-// capabilities). logging/setLevel is answered here: the era has no
-// session to set a level on.
+// capabilities). ping and logging/setLevel are answered here, with an
+// empty result: the era removed both (MCP 2026-07-28, changelog, "Major
+// changes", item 5), so a server of it has neither, and the host's ping
+// asks whether its own counterpart, the bridge, answers (MCP 2025-11-25,
+// "Ping"). Sent on, a ping would carry no _meta (the SDK's
+// ClientSession.Ping adds none), and the server would take it for a
+// request of an earlier revision, which needs a session: Tidemark answers
+// that 400 session_required.
 func (s *sessionless) send(ctx context.Context, cs *mcp.ClientSession, req *jsonrpc.Request) (any, error) {
 	switch req.Method {
-	case "ping":
-		return struct{}{}, cs.Ping(ctx, nil)
-	case "logging/setLevel":
+	case "ping", "logging/setLevel":
 		return struct{}{}, nil
 	case "tools/list":
 		return call(ctx, req, cs.ListTools)

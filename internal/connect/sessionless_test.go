@@ -96,3 +96,43 @@ func TestSessionlessRun(t *testing.T) {
 	for range in {
 	}
 }
+
+// TestSessionlessPing: toward a server of the sessionless era the host's
+// ping is answered by the bridge, an empty result under the host's id,
+// and never sent: MCP 2026-07-28 removed ping, and sent as the SDK
+// frames it (no _meta) Tidemark's handler takes it for a request of an
+// earlier revision and answers 400 session_required. The server sees
+// server/discover, then the host's tools/list only, and the call after
+// the ping is answered.
+func TestSessionlessPing(t *testing.T) {
+	rc := &recording{}
+	h := newHandler()
+	rc.h.Store(h)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolSessionless}, nil)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","id":"p","method":"ping"}`, `{"jsonrpc":"2.0","id":7,"method":"ping","params":{}}`)
+	got := map[string]string{}
+	for range 2 {
+		m := host.next()
+		got[string(m.ID)] = m.text
+	}
+	for id, want := range map[string]string{`"p"`: `{"jsonrpc":"2.0","id":"p","result":{}}`, "7": `{"jsonrpc":"2.0","id":7,"result":{}}`} {
+		if got[id] != want {
+			t.Errorf("answer to the ping %s: %q, want %s", id, got[id], want)
+		}
+	}
+	host.send(`{"jsonrpc":"2.0","id":8,"method":"tools/list"}`)
+	if _, got := host.answers("8"); got["8"][0].Error != nil || !strings.Contains(got["8"][0].text, `"name":"echo"`) {
+		t.Errorf("tools/list after the pings: %.300s, want the demo's tools", got["8"][0].text)
+	}
+	if got, want := strings.Join(rc.reset(), " "), "server/discover tools/list"; got != want {
+		t.Errorf("methods the server got: %s, want %s", got, want)
+	}
+}
