@@ -20,6 +20,11 @@ import (
 // before the server's answer came (the sessionless era resumes nothing).
 var errAnswerLost = errors.New("the answer stream broke before the server's answer")
 
+// errRejected is the go-sdk's "rejected by transport" error (code
+// -32005, jsonrpc2.ErrRejected, which it compares by code): a Write error
+// that wraps it fails its message only.
+var errRejected = &jsonrpc.Error{Code: -32005, Message: "rejected by transport"}
+
 // perRequest is an mcp.Transport whose connection sends every message on a
 // new connection of t. In go-sdk v1.8.0 a JSON answer cut mid-body, an
 // undecodable event or a refused resume fails the whole connection, and
@@ -79,7 +84,10 @@ func (c *perRequestConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	if err := inner.Write(ctx, msg); err != nil {
 		inner.Close()
-		return err
+		// Marked rejected, the failure is the call's alone: the SDK's
+		// jsonrpc2 connection returns it to the caller and stays usable,
+		// where any other Write error breaks it for every later call.
+		return fmt.Errorf("%w: %w", err, errRejected)
 	}
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok || !req.IsCall() {

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +136,37 @@ func TestSessionlessPing(t *testing.T) {
 	}
 	if got, want := strings.Join(rc.reset(), " "), "server/discover tools/list"; got != want {
 		t.Errorf("methods the server got: %s, want %s", got, want)
+	}
+}
+
+// TestSessionlessRefusalStaysWithItsCall: toward a sessionless server, an
+// HTTP refusal of one call (here 400 with a plain-text body, which holds
+// no JSON-RPC error) fails that call only: the host's next call is sent
+// and answered, never failed with the first one's connection.
+func TestSessionlessRefusalStaysWithItsCall(t *testing.T) {
+	h := newHandler()
+	var refused atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && callMethod(r) == "tools/call" && refused.CompareAndSwap(false, true) {
+			http.Error(w, "refused", http.StatusBadRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolSessionless}, nil)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(echoLine(`"refused"`))
+	if _, got := host.answers(`"refused"`); got[`"refused"`][0].Error == nil || got[`"refused"`][0].Error.Code != -32603 || string(got[`"refused"`][0].Error.Data) != `{"reason":"stream_lost"}` {
+		t.Errorf("the refused call: %s, want -32603 {\"reason\":\"stream_lost\"}", got[`"refused"`][0].text)
+	}
+	host.send(echoLine(`"after"`))
+	if _, got := host.answers(`"after"`); got[`"after"`][0].Error != nil || !strings.Contains(got[`"after"`][0].text, `"content":[{"type":"text","text":"\"after\""}]`) {
+		t.Errorf("the call after the refused one: %.400s, want its echo", got[`"after"`][0].text)
 	}
 }
