@@ -498,3 +498,48 @@ func TestDuplicateCallIDRefused(t *testing.T) {
 		t.Fatalf("tools/call POSTs: %d, want 1 (%q)", n, s.seen)
 	}
 }
+
+// TestPostRetryAfter429: a tools/call POST answered 429 too_many_calls
+// with Retry-After 1 (the server did not take it: its session has the
+// most calls in flight it allows) is sent again no sooner than a second
+// later (RFC 6585, section 4; RFC 9110, section 10.2.3), and its answer
+// completes the call.
+func TestPostRetryAfter429(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		posts []time.Time
+	)
+	s := &scripted{t: t}
+	s.call = func(w http.ResponseWriter, _ *http.Request, req *jsonrpc.Request) {
+		mu.Lock()
+		posts = append(posts, time.Now())
+		n := len(posts)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"session: too many calls in flight","data":{"reason":"too_many_calls"}}}`)
+			return
+		}
+		write(w, s.result("p1", "done"))
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cs := connect(t, srv.URL, newRecorder(), nil)
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatalf("CallTool: %v", err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; text != "done" {
+		t.Errorf("result = %q, want done", text)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(posts) != 2 {
+		t.Fatalf("%d tools/call POSTs, want 2", len(posts))
+	}
+	if d := posts[1].Sub(posts[0]); d < time.Second {
+		t.Errorf("second POST %v after the 429 with Retry-After 1, want at least 1s", d)
+	}
+}

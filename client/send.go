@@ -130,9 +130,9 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		}
 	}
 	// retryingSince is when the POST first failed to connect or was
-	// answered 503 with Retry-After: both retries share one window.
+	// answered 503 with Retry-After or 429: both retries share one window.
 	var retryingSince time.Time
-	unavailable := 0 // POSTs answered 503 with Retry-After
+	unavailable := 0 // POSTs answered 503 with Retry-After, or 429
 	renewed := false
 	for attempt := 0; ; attempt++ {
 		s, err := c.sessionFor(ctx, req.Method)
@@ -159,11 +159,14 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 			}
 			return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err, NotSent: notSent(err)})
 		}
-		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" ||
+			resp.StatusCode == http.StatusTooManyRequests {
 			// The server did not take the request and says when to come
-			// back (RFC 9110, sections 15.6.4 and 10.2.3): send it again
-			// then, within ResumeTimeout of the first failure, as the
-			// resume rule waits (resume.Next).
+			// back (RFC 9110, sections 15.6.4 and 10.2.3; a 429, RFC 6585,
+			// section 4, with or without Retry-After: the session has the
+			// most calls in flight it may have): send it again then,
+			// within ResumeTimeout of the first failure, as the resume
+			// rule waits (resume.Next; without Retry-After, the backoff).
 			if retryingSince.IsZero() {
 				retryingSince = time.Now()
 			}

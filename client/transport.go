@@ -35,8 +35,8 @@
 // ErrStreamLost, within R of the break (each resume GET must also get its
 // answer's headers within what is left of R). A resume answered 404 or 409
 // fails the call at once with ErrSessionLost. A POST that cannot connect,
-// or that the server answers 503 with Retry-After (it did not take the
-// request), is retried for at most R in all, and a call that waits for a
+// or that the server answers 503 with Retry-After or 429 (it did not take
+// the request), is retried for at most R in all, and a call that waits for a
 // re-initialization waits at most R for it. So, whatever the network and
 // the server do, a call never waits longer than 3R without progress (R
 // retrying its POST's connection or through 503s, R for a
