@@ -31,6 +31,8 @@ type connectConfig struct {
 	header        http.Header
 	logFile       string
 	logLevel      slog.Level
+	maxCalls      int
+	maxQueued     int
 	protocol      string
 	resumeTimeout time.Duration
 	startTimeout  time.Duration
@@ -51,6 +53,8 @@ func connectFlags(stderr io.Writer) (*flag.FlagSet, *connectConfig) {
 	})
 	fs.StringVar(&c.logFile, "log-file", "", "also append the log lines to this file, created with mode 0600 (path; empty: stderr only)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
+	fs.IntVar(&c.maxCalls, "max-calls", connect.DefaultMaxCalls, "most of the host's calls in flight to the server at once; more wait in the bridge's queue, in the order they came, so that a burst never meets the server's per-session bound (calls)")
+	fs.IntVar(&c.maxQueued, "max-queued-calls", connect.DefaultMaxQueued, "most of the host's calls waiting beyond --max-calls; past it a call is answered at once with -32603, error.data.reason too_many_calls, and not sent (calls)")
 	fs.StringVar(&c.protocol, "protocol", connect.ProtocolAuto, "the era spoken to the server: auto (2025-11-25 when the server serves it, whose streams resume; 2026-07-28 when its server/discover lists nothing older), 2025-11-25 or 2026-07-28 (sessionless: tool calls run as tasks when the server offers the Tasks extension)")
 	fs.DurationVar(&c.resumeTimeout, "resume-timeout", connect.DefaultResumeTimeout, "how long a call waits on a cut stream, an unreachable server, 503s or a new session before it fails toward the host (duration)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", connect.DefaultStartTimeout, "how long the host's first initialize retries a server it cannot connect to before tidemark connect exits 1 (duration; 0s: no retry)")
@@ -118,6 +122,10 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tidemark connect: --resume-timeout must be positive, --start-timeout 0 or more")
 		return 2
 	}
+	if c.maxCalls <= 0 || c.maxQueued <= 0 {
+		fmt.Fprintf(stderr, "tidemark connect: --max-calls %d, --max-queued-calls %d: want a positive number of calls for each\n", c.maxCalls, c.maxQueued)
+		return 2
+	}
 	switch c.protocol {
 	case connect.ProtocolAuto, connect.ProtocolStateful, connect.ProtocolSessionless:
 	default:
@@ -168,6 +176,8 @@ func runConnect(args []string, stdout, stderr io.Writer) int {
 		HTTPClient:    httpClient,
 		ResumeTimeout: c.resumeTimeout,
 		StartTimeout:  startTimeout,
+		MaxCalls:      c.maxCalls,
+		MaxQueued:     c.maxQueued,
 		Logger:        logger,
 		Protocol:      c.protocol,
 		// The probe of --protocol auto never starts an authorization.

@@ -53,6 +53,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 		"ready": {"metrics-addr": "9464", "timeout": "5"},
 		"connect": {
 			"header": "x", "log-file": dir, "log-level": "LOUD", "resume-timeout": "5", "start-timeout": "5", "version": "maybe",
+			"max-calls": "x", "max-queued-calls": "x",
 			"oauth-browser": "chrome", "oauth-callback-port": "70000", "oauth-client-id": "${TIDEMARK_TEST_UNSET}",
 			"oauth-client-metadata-url": "http://example.com/client.json", "oauth-client-secret": "s3cret", "protocol": "2027",
 		},

@@ -21,8 +21,14 @@
 //     set again on it (the session-state rule, engine.State), and the host
 //     gets notifications/tools/list_changed (and prompts, resources, where
 //     the server has them) so that it reads its lists again.
-//   - 503 with Retry-After: the POST is sent again no sooner than asked,
-//     within Options.ResumeTimeout, then the call fails (server_refused).
+//   - 503 with Retry-After, and 429: the POST is sent again no sooner than
+//     asked, within Options.ResumeTimeout, then the call fails
+//     (server_refused).
+//   - A burst of the host's: at most Options.MaxCalls calls are in flight
+//     toward the server, the others wait in the bridge (at most
+//     Options.MaxQueued; beyond, a call is answered too_many_calls and
+//     never sent), so that the burst does not meet the server's
+//     per-session bound (admit.go).
 //   - An unreachable server: the call fails (server_unreachable) once no
 //     connection could be made within Options.ResumeTimeout; at start, the
 //     host's first initialize fails within Options.StartTimeout and Run
@@ -101,6 +107,13 @@ type Options struct {
 	// waits between resumes (client.Transport). Zero: DefaultInitialBackoff,
 	// DefaultMaxBackoff.
 	InitialBackoff, MaxBackoff time.Duration
+	// MaxCalls bounds the host's calls in flight toward the server (from
+	// their sending to their answer reaching the host, or the host's
+	// cancellation); MaxQueued bounds those waiting beyond it, in the
+	// order they came. A call past both is answered at once with -32603,
+	// error.data.reason too_many_calls, and never sent. Zero:
+	// DefaultMaxCalls, DefaultMaxQueued.
+	MaxCalls, MaxQueued int
 	// MaxEventSize bounds one SSE event of the server's, in bytes
 	// (client.Transport.MaxEventSize): a call whose answer holds a larger
 	// one fails. Zero: client.DefaultMaxEventSize.
@@ -126,6 +139,7 @@ type bridge struct {
 	logger *slog.Logger
 	ctx    context.Context // ends when Run returns
 	wg     sync.WaitGroup  // the goroutines of calls and of notices to the host
+	gate   *gate           // the host's calls in flight and queued
 
 	mu sync.Mutex
 	// state is what the host set on the session (engine.State.Fold of its
@@ -169,6 +183,12 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxCalls <= 0 {
+		o.MaxCalls = DefaultMaxCalls
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
 	switch o.Protocol {
 	case ProtocolSessionless:
 		return runSessionless(ctx, host, o)
@@ -185,7 +205,8 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, pending: make(map[jsonrpc.ID]*jsonrpc.Request), sending: make(map[jsonrpc.ID]bool)}
+	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, gate: newGate(o.MaxCalls, o.MaxQueued),
+		pending: make(map[jsonrpc.ID]*jsonrpc.Request), sending: make(map[jsonrpc.ID]bool)}
 	t := &client.Transport{
 		Endpoint:       o.URL,
 		HTTPClient:     o.HTTPClient,
@@ -215,11 +236,23 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	go func() {
 		defer close(toServer)
 		for m := range oneWay {
-			if req, ok := m.(*jsonrpc.Request); ok && req.IsCall() {
-				b.wg.Go(func() { b.call(req) })
+			req, ok := m.(*jsonrpc.Request)
+			if ok && req.IsCall() {
+				b.admit(req)
+				continue
+			}
+			if ok && b.unqueued(req) {
 				continue
 			}
 			b.sendOneWay(m)
+			if !ok {
+				continue
+			}
+			if id, cancelled := cancelledID(req); cancelled {
+				// The host expects no answer to a call it cancelled
+				// (MCP 2025-11-25, "Cancellation").
+				b.gate.done(id)
+			}
 		}
 	}()
 	err = b.fromHost(oneWay)
@@ -298,6 +331,62 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 	}
 }
 
+// admit starts the host's call req, queues it, or answers it with
+// busyError (gate, Admit). The sending of the host's messages goes on
+// meanwhile: a queued call waits for an answer, which may need the host's
+// answer to a request of the server's.
+func (b *bridge) admit(req *jsonrpc.Request) {
+	a, inFlight, queued := b.gate.admit(req.ID, func() {
+		b.wg.Go(func() {
+			if b.ctx.Err() == nil {
+				b.call(req)
+			}
+		})
+	})
+	switch a {
+	case AdmitQueue:
+		if queued == 0 {
+			b.logger.Info("connect: calls queued: the host has the most calls in flight --max-calls allows", "in_flight", inFlight, "max_calls", b.o.MaxCalls)
+		}
+	case AdmitRefuse:
+		b.untrack(req.ID)
+		b.mu.Lock()
+		delete(b.sending, req.ID)
+		b.mu.Unlock()
+		b.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, "id", req.ID.Raw(), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
+		b.toHost(&jsonrpc.Response{ID: req.ID, Error: busyError(b.o.MaxCalls, b.o.MaxQueued)})
+	}
+}
+
+// unqueued reports whether the host's notification req cancels a call
+// still queued (gate.drop): that call is never sent, and neither is the
+// notification, which names a call the server never got.
+func (b *bridge) unqueued(req *jsonrpc.Request) bool {
+	id, ok := cancelledID(req)
+	if !ok || !b.gate.drop(id) {
+		return false
+	}
+	b.untrack(id)
+	b.mu.Lock()
+	delete(b.sending, id)
+	b.mu.Unlock()
+	return true
+}
+
+// cancelledID returns the id of the call the host's notifications/
+// cancelled req names.
+func cancelledID(req *jsonrpc.Request) (jsonrpc.ID, bool) {
+	if req.Method != "notifications/cancelled" {
+		return jsonrpc.ID{}, false
+	}
+	var p mcp.CancelledParams
+	if json.Unmarshal(req.Params, &p) != nil {
+		return jsonrpc.ID{}, false
+	}
+	id, err := jsonrpc.MakeID(p.RequestID)
+	return id, err == nil
+}
+
 // call sends the host's call req to the server. When the transport refuses
 // it, the host gets the error answer (the transport will not answer it),
 // unless the host cancelled the call meanwhile: the transport then stops
@@ -313,6 +402,7 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	if err == nil || b.ctx.Err() != nil {
 		return nil
 	}
+	defer b.gate.done(req.ID)
 	b.untrack(req.ID)
 	if cancelled {
 		b.logger.Debug("connect: call cancelled by the host before the server took it; no answer", "method", req.Method, "id", req.ID.Raw(), "error", err)
@@ -359,15 +449,8 @@ func (b *bridge) dropEarly(msg jsonrpc.Message) {
 // cancelling marks the call that the host's notifications/cancelled req
 // names, if its POST is still being sent.
 func (b *bridge) cancelling(req *jsonrpc.Request) {
-	if req.Method != "notifications/cancelled" {
-		return
-	}
-	var p mcp.CancelledParams
-	if json.Unmarshal(req.Params, &p) != nil {
-		return
-	}
-	id, err := jsonrpc.MakeID(p.RequestID)
-	if err != nil {
+	id, ok := cancelledID(req)
+	if !ok {
 		return
 	}
 	b.mu.Lock()
@@ -409,6 +492,9 @@ func (b *bridge) fromServer() {
 			}
 		}
 		b.toHost(msg)
+		if r, ok := msg.(*jsonrpc.Response); ok {
+			b.gate.done(r.ID) // the host has the answer
+		}
 	}
 }
 

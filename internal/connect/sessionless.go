@@ -41,6 +41,7 @@ type sessionless struct {
 	logger *slog.Logger
 	ctx    context.Context
 	wg     sync.WaitGroup // the host's calls in flight
+	gate   *gate          // the host's calls in flight and queued
 	seq    atomic.Int64   // numbers the bridge's requests to the host
 
 	mu sync.Mutex
@@ -62,7 +63,7 @@ type hostCall struct {
 func runSessionless(ctx context.Context, host mcp.Connection, o Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &sessionless{o: o, host: host, logger: o.Logger, ctx: ctx,
+	s := &sessionless{o: o, host: host, logger: o.Logger, ctx: ctx, gate: newGate(o.MaxCalls, o.MaxQueued),
 		calls: make(map[jsonrpc.ID]*hostCall), asks: make(map[jsonrpc.ID]chan *jsonrpc.Response)}
 	err := s.fromHost()
 	cancel()
@@ -115,7 +116,7 @@ func (s *sessionless) fromHost() error {
 			case !started:
 				s.toHost(&jsonrpc.Response{ID: m.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "send initialize first (MCP 2025-11-25, \"Lifecycle\")"}})
 			default:
-				s.start(m)
+				s.admit(m)
 			}
 		}
 	}
@@ -137,6 +138,9 @@ func (s *sessionless) notification(req *jsonrpc.Request) {
 	id, err := jsonrpc.MakeID(p.RequestID)
 	if err != nil {
 		return
+	}
+	if s.gate.drop(id) {
+		return // queued: never sent, and no answer
 	}
 	s.mu.Lock()
 	hc := s.calls[id]
@@ -309,7 +313,23 @@ func (w withHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.base.RoundTrip(r)
 }
 
-// start runs the host's call req in a goroutine of its own.
+// admit starts the host's call req, queues it, or answers it with
+// busyError (gate, Admit).
+func (s *sessionless) admit(req *jsonrpc.Request) {
+	a, inFlight, queued := s.gate.admit(req.ID, func() { s.start(req) })
+	switch a {
+	case AdmitQueue:
+		if queued == 0 {
+			s.logger.Info("connect: calls queued: the host has the most calls in flight --max-calls allows", "in_flight", inFlight, "max_calls", s.o.MaxCalls)
+		}
+	case AdmitRefuse:
+		s.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, "id", req.ID.Raw(), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
+		s.toHost(&jsonrpc.Response{ID: req.ID, Error: busyError(s.o.MaxCalls, s.o.MaxQueued)})
+	}
+}
+
+// start runs the host's call req in a goroutine of its own, which frees
+// its slot of the gate when it ends.
 func (s *sessionless) start(req *jsonrpc.Request) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	hc := &hostCall{cancel: cancel}
@@ -318,6 +338,7 @@ func (s *sessionless) start(req *jsonrpc.Request) {
 	cs := s.cs
 	s.mu.Unlock()
 	s.wg.Go(func() {
+		defer s.gate.done(req.ID)
 		defer cancel()
 		result, err := s.send(ctx, cs, req)
 		s.mu.Lock()
