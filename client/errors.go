@@ -48,12 +48,33 @@ var ErrNoAnswer = errors.New("client: no answer from the server")
 // sent and may have run, but its answer cannot be read, and a resume would
 // get the same event again, so the call fails at once with ErrStreamLost.
 // Test with errors.As.
+//
+// On the standalone GET stream (Standalone) the same event is the Err of
+// an EventStreamLost: the transport opens a new standalone stream, without
+// Last-Event-ID, past the event and what the server sent with it; when
+// that new stream again starts with an event over the bound, the
+// standalone stream is not opened again for the session (its calls go on,
+// each on its own stream).
 type EventTooLargeError struct {
 	// Max is the bound that the event exceeded, in bytes.
 	Max int
+	// Standalone reports that the event came on the standalone GET
+	// stream, not on a call's stream.
+	Standalone bool
+	// Closed reports that the standalone stream is not opened again for
+	// the session: the new one opened past such an event began with
+	// another.
+	Closed bool
 }
 
 func (e *EventTooLargeError) Error() string {
+	if e.Standalone {
+		s := "client: an SSE event of more than " + strconv.Itoa(e.Max) + " bytes (Transport.MaxEventSize) on the standalone stream, so the server's message in it cannot be read; a resume would get the same event again"
+		if e.Closed {
+			s += "; the new standalone stream began with another, so it is not opened again for this session"
+		}
+		return s
+	}
 	return "client: an SSE event of more than " + strconv.Itoa(e.Max) + " bytes (Transport.MaxEventSize), so the call's answer cannot be read; a resume would get the same event again"
 }
 

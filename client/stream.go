@@ -36,6 +36,10 @@ type stream struct {
 	done   bool   // the call's response was delivered
 
 	fresh bool // the standalone stream's first connection is still to be made
+	// oversized reports that the standalone stream was opened anew past
+	// an event over MaxEventSize and has read no message since (a priming
+	// event does not count: a server may send one on every stream).
+	oversized bool
 	// ready, when non-nil, is closed once the first connection attempt
 	// has its answer (or the stream is over).
 	ready     chan struct{}
@@ -130,6 +134,9 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 				c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: err})
 				return
 			}
+			if large != nil && !c.pastOversized(st, large) {
+				return
+			}
 			if st.lastID == "" && st.call != nil {
 				cause := errNoCursor
 				if err != nil {
@@ -145,6 +152,26 @@ func (c *conn) runStream(ctx context.Context, st *stream, resp *http.Response) {
 			return
 		}
 	}
+}
+
+// pastOversized handles an event over MaxEventSize on the standalone
+// stream st: a resume from st's cursor would get the same event again, and
+// again, so the stream is opened anew without Last-Event-ID, past the event
+// and whatever the server sent between (EventStreamLost says so). A stream
+// so opened that meets such an event before any message is not opened
+// again (false): the server would send it to every new stream.
+func (c *conn) pastOversized(st *stream, large *EventTooLargeError) bool {
+	large.Standalone = true
+	if st.oversized {
+		large.Closed = true
+		c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: large})
+		return false
+	}
+	c.emit(Event{Kind: EventStreamLost, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Err: large})
+	st.oversized = true
+	st.lastID = ""
+	st.fresh = true
+	return true
 }
 
 // readStream processes the events of one connection of st. It returns nil
@@ -191,6 +218,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch
 			continue
 		}
 		msg, derr := jsonrpc.DecodeMessage(ev.Data)
+		st.oversized = false
 		if newID {
 			st.seen.add(ev.ID)
 			st.lastID = ev.ID
