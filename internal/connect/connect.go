@@ -584,6 +584,11 @@ func (b *bridge) restore() []*jsonrpc.Request {
 // is told that the lists it read may have changed, so that it reads them
 // again; it must not block, so the notices go from a goroutine.
 func (b *bridge) onEvent(e client.Event) {
+	var large *client.EventTooLargeError
+	if e.Kind == client.EventStreamLost && errors.As(e.Err, &large) && large.Standalone {
+		b.oversized(e, large)
+		return
+	}
 	if e.Kind != client.EventReinitialized {
 		return
 	}
@@ -596,6 +601,44 @@ func (b *bridge) onEvent(e client.Event) {
 			b.toHost(&jsonrpc.Request{Method: m, Params: json.RawMessage("{}")})
 		}
 	})
+}
+
+// oversized tells of an SSE event over Options.MaxEventSize on the server's
+// standalone stream (event e, the transport's EventStreamLost): the
+// message in it, a notification or a request of the server's that belongs
+// to no call, is lost, and the transport has opened a new standalone
+// stream past it, or none when the new one began with such an event too.
+// A WARN line says so, and the host gets it as a notifications/message of
+// level warning when it set a log level that shows warnings (MCP
+// 2025-11-25, "Logging"); the host's calls go on.
+func (b *bridge) oversized(e client.Event, large *client.EventTooLargeError) {
+	msg := "the MCP server sent, on its standalone stream, an SSE event of more than " + strconv.Itoa(large.Max) +
+		" bytes, more than tidemark connect reads in one event; the notification or request in it is lost: read your lists again if one may have changed"
+	if large.Closed {
+		msg += "; the server sent such an event again at once, so tidemark connect gets no more notifications from the server for this session (calls go on)"
+	} else {
+		msg += "; tidemark connect has opened a new standalone stream past it"
+	}
+	b.logger.Warn("connect: "+msg, "session", prefix(e.Session), "stream", e.Stream, "cursor", e.Cursor, "reason", replay.ReasonStreamLost)
+	b.mu.Lock()
+	level := b.state.LogLevel
+	b.mu.Unlock()
+	if !showsWarnings(level) {
+		return
+	}
+	params, _ := json.Marshal(map[string]any{"level": "warning", "logger": "tidemark connect", "data": msg}) // strings always encode
+	b.wg.Go(func() { b.toHost(&jsonrpc.Request{Method: "notifications/message", Params: params}) })
+}
+
+// showsWarnings reports whether a log level the host set with
+// logging/setLevel shows messages of level warning (MCP 2025-11-25,
+// "Logging": the levels of RFC 5424, debug the lowest).
+func showsWarnings(level string) bool {
+	switch level {
+	case "debug", "info", "notice", "warning":
+		return true
+	}
+	return false
 }
 
 // hostError returns the JSON-RPC error the host gets for err, a call's
