@@ -102,6 +102,24 @@ func (l *Log) Forget(token string) {
 	l.ageMu.Unlock()
 }
 
+// Drop lets go of every event token's log retains in generation gen, and
+// of its accounting (Forget), for a generation whose events no cursor can
+// replay: one that hibernates to wake at generation+1, whose claim raises
+// the floor past them (DESIGN.md, "Hibernation"). The floor becomes HWM+1
+// and the high-water mark stays, so the bounds are those the claim would
+// leave. Errors are the store's (store.Log.Bounds and Trim: a
+// *store.FencedError when gen is not current, store.ErrNotFound,
+// store.ErrEnded, store.ErrUnavailable); the accounting goes in any case.
+func (l *Log) Drop(ctx context.Context, token string, gen uint64) error {
+	defer l.Forget(token)
+	b, err := l.st.Bounds(ctx, token)
+	if err != nil || b.Events == 0 {
+		return err
+	}
+	_, err = l.st.Trim(ctx, token, gen, b.HWM+1)
+	return err
+}
+
 // recheck forgets token again if its session ended: an Append that saw a
 // Forget run meanwhile may have accounted, after it, for a session that
 // ended between its store write and its accounting.

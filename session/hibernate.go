@@ -236,13 +236,20 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 	if err == nil {
 		b, err = encodeHibernated(&st, l.prior, exact)
 	}
+	if err == nil && !exact {
+		// Its wake claims generation+1, whose floor is past every event
+		// it retains: no cursor can replay them, so they go now rather
+		// than stay for as long as it hibernates. A failure keeps them
+		// until that claim.
+		r.log.Drop(ctx, l.token, l.gen)
+	}
 	if err == nil {
 		// The store's LastSeen decides idle eviction of the record from
 		// now on (recreate, the durable store's sweep).
 		r.st.Touch(ctx, l.token, seen)
 		err = r.st.Hibernate(ctx, l.token, r.opts.Owner, l.gen, b)
 	}
-	if err == nil && !r.log.Budgeted() {
+	if err == nil && exact && !r.log.Budgeted() {
 		// Without a process budget the log's accounting of the session
 		// serves only the age limit, which its next append applies.
 		r.log.Forget(l.token)

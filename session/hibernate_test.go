@@ -171,6 +171,46 @@ func TestHibernateLossyWakesAtNextGeneration(t *testing.T) {
 	}
 }
 
+// TestHibernateKeepsOnlyReplayableEvents: while a session hibernates, its
+// log keeps the events a cursor can still replay and nothing else. Under
+// an exact engine the wake keeps the generation, so every event stays,
+// counted in the process budget; under a lossy one the wake claims
+// generation+1, whose floor is past them all, so they go at the
+// hibernation, with their accounting: the bounds are those the claim
+// leaves (floor HWM+1, the high-water mark kept), at the old generation.
+func TestHibernateKeepsOnlyReplayableEvents(t *testing.T) {
+	ctx := context.Background()
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			f, _ := hibernating(t, exact, session.Options{HibernateAfter: time.Minute})
+			l := mustCreate(t, f.reg)
+			initialize(t, f, l)
+			roundTrip(t, f, l, echo(t, 2, "before"))
+			waitFor(t, func() bool { return session.Idle(l) })
+			b, _ := f.st.Bounds(ctx, l.Token())
+			if b.Events != 4 || f.log.Usage() != b.Bytes {
+				t.Fatalf("before the hibernation: bounds %+v, budget usage %d; want 4 events (an initialize and a call answered), usage %d", b, f.log.Usage(), b.Bytes)
+			}
+			f.clk.Advance(2 * time.Minute)
+			waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
+			got, err := f.st.Bounds(ctx, l.Token())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, usage := b, b.Bytes
+			if !exact {
+				want, usage = store.Bounds{Generation: 1, Floor: b.HWM + 1, HWM: b.HWM}, 0
+			}
+			if got != want || f.log.Usage() != usage {
+				t.Fatalf("hibernated: bounds %+v, budget usage %d; want %+v, %d", got, f.log.Usage(), want, usage)
+			}
+			if evs, _, err := f.st.Read(ctx, l.Token(), 0, 100); err != nil || len(evs) != want.Events {
+				t.Fatalf("hibernated: read %d events, %v; want %d", len(evs), err, want.Events)
+			}
+		})
+	}
+}
+
 // TestHibernateSkipsBusySessions: a session with a call in flight, an
 // attached connection or a request being served does not hibernate,
 // however long it has been idle by the clock; a session that never
