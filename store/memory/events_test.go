@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -155,5 +156,55 @@ func TestFreezeKeepsEvents(t *testing.T) {
 	q.push([]store.Event{{Seq: 11, Data: []byte("f")}})
 	if got := q.appendTo(nil, 0, 10); len(got) != 4 || got[0].Seq != 8 || string(got[1].Data) != "cde" || string(got[3].Data) != "f" {
 		t.Fatalf("after a push: %+v", got)
+	}
+}
+
+// TestSessionSize: a session whose log retains no event is one 256-byte
+// struct and holds nothing else for its log: the hibernated sessions of
+// an engine that wakes them at generation+1 are many, and each has its
+// log emptied (to HWM+1) when it hibernates. Its events, once appended,
+// are frozen by Hibernate and let go of by a trim to HWM+1 and by Claim.
+func TestSessionSize(t *testing.T) {
+	if got := unsafe.Sizeof(session{}); got != 256 {
+		t.Fatalf("session is %d bytes, want 256 (a larger struct takes the next size class, 288 or 320)", got)
+	}
+	ctx := context.Background()
+	s := New(Options{})
+	tok := "tok-size"
+	if err := s.Create(ctx, store.Record{Token: tok, Generation: 1, Owner: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ss := s.sessions[tok]
+	if ss.events != nil {
+		t.Fatalf("new session: events %+v, want none", ss.events)
+	}
+	evs := []store.Event{{Stream: store.NewStream, Kind: store.KindPriming}, {Stream: 1, Data: []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`), End: true}}
+	if _, err := s.Append(ctx, tok, 1, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hibernate(ctx, tok, "a", 1, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if ss.events == nil || ss.events.frozen == nil || ss.events.chunks != nil || ss.events.n != 2 {
+		t.Fatalf("hibernated: events %+v, want the 2 events frozen", ss.events)
+	}
+	b, err := s.Trim(ctx, tok, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (store.Bounds{Generation: 1, Floor: 3, HWM: 2}); b != want || ss.events != nil {
+		t.Fatalf("trimmed to HWM+1: bounds %+v, events %+v; want %+v and none", b, ss.events, want)
+	}
+	if _, err := s.Append(ctx, tok, 1, nil); err != nil || ss.events != nil {
+		t.Fatalf("empty append: %v, events %+v; want none", err, ss.events)
+	}
+	if _, err := s.Claim(ctx, tok, "b", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, tok, 2, evs[:1]); err != nil || ss.held() != 1 {
+		t.Fatalf("append at generation 2: %v, %d events held; want 1", err, ss.held())
+	}
+	if _, err := s.Claim(ctx, tok, "c", 2, time.Time{}); err != nil || ss.events != nil {
+		t.Fatalf("claimed: %v, events %+v; want none", err, ss.events)
 	}
 }

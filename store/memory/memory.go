@@ -42,10 +42,22 @@ type tomb struct {
 }
 
 // session is a live session: its image, and the events its log retains,
-// Seq contiguous from the image's Floor.
+// Seq contiguous from the image's Floor. The events are nil while the log
+// retains none, as after a claim or a trim to HWM+1 (a session that
+// hibernates to wake at generation+1 has its log emptied so), and the
+// struct is then 256 bytes, a size class of its own, with nothing else
+// allocated for the log (TestSessionSize).
 type session struct {
 	image.Image
-	events events
+	events *events
+}
+
+// held returns the number of events the log retains.
+func (ss *session) held() int {
+	if ss.events == nil {
+		return 0
+	}
+	return ss.events.n
 }
 
 // New returns an empty Store.
@@ -121,7 +133,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 	rec := ss.Rec
 	rec.Generation, rec.Owner, rec.LeaseUntil, rec.Openings = from+1, owner, leaseUntil, nil
 	ss.ClaimLocked(rec)
-	ss.events = events{}
+	ss.events = nil
 	return ss.RecordLocked()
 }
 
@@ -152,7 +164,9 @@ func (s *Store) Hibernate(ctx context.Context, token, owner string, gen uint64, 
 		}
 		ss.Rec.State = image.Clone(state)
 		ss.Rec.Owner, ss.Rec.LeaseUntil = "", time.Time{}
-		ss.events.freeze()
+		if ss.events != nil {
+			ss.events.freeze()
+		}
 		return nil
 	})
 }
@@ -237,7 +251,7 @@ func (s *Store) End(ctx context.Context, token string, reason store.EndReason, u
 
 	ss.Lock()
 	ss.EndLocked(reason)
-	ss.events = events{}
+	ss.events = nil
 	ss.Unlock()
 	return nil
 }
@@ -253,7 +267,7 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 	if err := ss.CheckLocked("append", gen); err != nil {
 		return store.Bounds{}, err
 	}
-	if len(evs) > 0 && ss.events.n == 0 {
+	if len(evs) > 0 && ss.held() == 0 {
 		ss.Oldest = evs[0].Time
 	}
 	for i := range evs {
@@ -266,7 +280,12 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 		evs[i].Linger = false // stored at once: nothing to hold back
 		ss.Bytes += evs[i].Size()
 	}
-	ss.events.push(evs)
+	if len(evs) > 0 {
+		if ss.events == nil {
+			ss.events = new(events)
+		}
+		ss.events.push(evs)
+	}
 	ss.WakeLocked()
 	return ss.BoundsLocked(), nil
 }
@@ -291,15 +310,16 @@ func (s *Store) ReadAppend(ctx context.Context, token string, after uint64, max 
 		return dst, store.Bounds{}, ss.Ended
 	}
 	b := ss.BoundsLocked()
+	n := ss.held()
 	start := 0
 	if after >= ss.Floor {
-		start = int(min(after-ss.Floor+1, uint64(ss.events.n)))
+		start = int(min(after-ss.Floor+1, uint64(n)))
 	}
-	if start >= ss.events.n || max <= 0 {
+	if start >= n || max <= 0 {
 		return dst, b, nil
 	}
 	if dst == nil {
-		dst = make([]store.Event, 0, min(ss.events.n-start, max))
+		dst = make([]store.Event, 0, min(n-start, max))
 	}
 	return ss.events.appendTo(dst, start, max), b, nil
 }
@@ -328,18 +348,22 @@ func (s *Store) Trim(ctx context.Context, token string, gen uint64, floor uint64
 	if floor <= ss.Floor {
 		return ss.BoundsLocked(), nil
 	}
-	k := int(floor - ss.Floor)
-	ss.events.thaw()
-	for i := range k {
-		e := ss.events.at(i)
-		ss.Rec.Openings, _ = ss.Rec.Openings.Trimmed(e.Seq, e.Stream, e.Kind, e.End, e.Data)
-	}
-	ss.Bytes -= ss.events.trim(k)
-	ss.Floor = floor
 	ss.Oldest = time.Time{}
-	if e := ss.events.oldest(); e != nil {
-		ss.Oldest = e.Time
+	if ss.events != nil {
+		k := int(floor - ss.Floor)
+		ss.events.thaw()
+		for i := range k {
+			e := ss.events.at(i)
+			ss.Rec.Openings, _ = ss.Rec.Openings.Trimmed(e.Seq, e.Stream, e.Kind, e.End, e.Data)
+		}
+		ss.Bytes -= ss.events.trim(k)
+		if e := ss.events.oldest(); e != nil {
+			ss.Oldest = e.Time
+		} else {
+			ss.events = nil
+		}
 	}
+	ss.Floor = floor
 	ss.WakeLocked()
 	return ss.BoundsLocked(), nil
 }
