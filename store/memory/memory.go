@@ -45,7 +45,7 @@ type tomb struct {
 // Seq contiguous from the image's Floor. The events are nil while the log
 // retains none, as after a claim or a trim to HWM+1 (a session that
 // hibernates to wake at generation+1 has its log emptied so), and the
-// struct is then 256 bytes, a size class of its own, with nothing else
+// struct is then 280 bytes (the 288-byte size class), with nothing else
 // allocated for the log (TestSessionSize).
 type session struct {
 	image.Image
