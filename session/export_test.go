@@ -14,9 +14,17 @@ import (
 func OutboxOf(l *Live) engine.Outbox { return (*outbox)(l) }
 
 // MayHibernate is mayHibernate, for the cases of testdata/hibernate.
-func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room bool) bool {
-	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room})
+func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room bool, failures int, sinceFailure time.Duration) bool {
+	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room, failures: failures, sinceFailure: sinceFailure})
 }
+
+// HibernateRetry is hibernateRetry, for the cases of testdata/hibernate.
+func HibernateRetry(failures int, after time.Duration) time.Duration {
+	return hibernateRetry(failures, after)
+}
+
+// KeepsAwake is keepsAwake, for the cases of testdata/hibernate.
+func KeepsAwake(err error) bool { return keepsAwake(err) }
 
 // WakesAtSameGeneration is wakesAtSameGeneration, for the cases of
 // testdata/hibernate.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
@@ -115,7 +117,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) int {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if r.hibernate(ctx, l) {
+				if r.hibernateOrKeep(ctx, l, true) {
 					stored.Add(1)
 				}
 			})
@@ -162,12 +164,14 @@ func (l *Live) beginHibernate(now time.Time, room bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.hibernating || !mayHibernate(idleness{
-		initialized: !l.initFailed && len(l.state.InitializeParams) > 0,
-		busy:        len(l.calls) + l.storing + l.attached + l.holds,
-		idle:        now.Sub(l.lastSeen),
-		after:       l.reg.opts.HibernateAfter,
-		engine:      l.reg.hib,
-		room:        room,
+		initialized:  !l.initFailed && len(l.state.InitializeParams) > 0,
+		busy:         len(l.calls) + l.storing + l.attached + l.holds,
+		idle:         now.Sub(l.lastSeen),
+		after:        l.reg.opts.HibernateAfter,
+		engine:       l.reg.hib,
+		room:         room,
+		failures:     l.hibFailures,
+		sinceFailure: now.Sub(l.hibFailed),
 	}) {
 		return false
 	}
@@ -212,28 +216,41 @@ func (l *Live) unhold() {
 
 // hibernate stores l's session state, with what its engine session keeps
 // outside the process (engine.Suspender), and lets go of its generation
-// (store.Sessions.Hibernate), then closes its engine session. The record
-// says the hibernation is exact when the engine restores state exactly
-// and every event l appended is stored (the log is synced first), so a
-// kill -9 after it loses nothing a wake at the same generation would
-// need. When the store refuses, the generation ends here as any
-// generation whose write failed does: the next request claims
+// (store.Sessions.Hibernate), then closes its engine session. When the
+// store refuses, the generation ends here: the next request claims
 // generation+1. It reports whether the store kept the hibernation.
+// Making room hibernates with it: the room is then taken.
 func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
-	exact := r.hib == engine.HibernateExact
-	err := r.log.Sync(ctx, l.token)
-	if err != nil {
-		exact = false
+	return r.hibernateOrKeep(ctx, l, false)
+}
+
+// hibernateOrKeep is hibernate; with keep (the sweep), a hibernation the
+// store refused while unavailable (keepsAwake) puts l back in the
+// registry, awake at its generation, and the sweep tries again after
+// hibernateRetry. The record says the hibernation is exact when the engine
+// restores state exactly and every event l appended is stored (the log
+// is synced first), so a kill -9 after it loses nothing a wake at the
+// same generation would need (DESIGN.md, "Hibernation").
+func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool {
+	err := r.settle(ctx, l)
+	if errors.Is(err, errLeaseLost) {
+		// Not this process's generation any more: settle dropped it.
+		r.doneStarting(l.token)
+		return false
 	}
+	attempted, exact := false, r.hib == engine.HibernateExact
 	l.mu.Lock()
 	st, seen := l.state, l.lastSeen
 	l.mu.Unlock()
 	sp, keeps := l.eng.(engine.Suspender)
-	if keeps {
-		st.Suspended = sp.Suspension()
+	if err == nil {
+		err = r.log.Sync(ctx, l.token)
 	}
 	var b []byte
 	if err == nil {
+		if keeps {
+			st.Suspended = sp.Suspension()
+		}
 		b, err = encodeHibernated(&st, l.prior, exact)
 	}
 	if err == nil && !exact {
@@ -247,6 +264,7 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 		// The store's LastSeen decides idle eviction of the record from
 		// now on (recreate, the durable store's sweep).
 		r.st.Touch(ctx, l.token, seen)
+		attempted = true
 		err = r.st.Hibernate(ctx, l.token, r.opts.Owner, l.gen, b)
 	}
 	if err == nil && exact && !r.log.Budgeted() {
@@ -257,6 +275,14 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 	if err == nil && keeps && st.Suspended != nil {
 		sp.Keep() // stored: the Close below lets go of it without ending it
 	}
+	if err != nil && keep && keepsAwake(err) && r.keepAwake(l, attempted) {
+		l.mu.Lock()
+		n := l.hibFailures
+		l.mu.Unlock()
+		l.logger.Warn("hibernation failed; the session stays awake at its generation, and the sweep tries again later",
+			"reason", storeReason(err), "failures", n, "retry_in", hibernateRetry(n, r.opts.HibernateAfter), "error", err)
+		return false
+	}
 	r.mu.Lock()
 	if err == nil && !r.closed {
 		h := hibernation{seen: seen.UnixNano()}
@@ -265,9 +291,7 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 		}
 		r.hibernated[l.token] = h
 	}
-	done := r.starting[l.token]
-	delete(r.starting, l.token)
-	close(done)
+	r.doneStartingLocked(l.token)
 	r.mu.Unlock()
 	if err != nil {
 		l.logger.Warn("hibernation failed: this generation ends here; the next request re-creates the session at generation+1",
@@ -278,6 +302,97 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
 	}
 	r.closeInBackground(l, replay.ReasonHibernated)
 	return err == nil
+}
+
+// keepAwake puts l, whose hibernation the store refused, back in the
+// registry as it was before the sweep chose it, and records the failure
+// (the sweep's backoff); attempted says the refused write reached the
+// store, whose record may then have no owner (settle). It reports false,
+// changing nothing, when the registry has closed meanwhile.
+func (r *Registry) keepAwake(l *Live, attempted bool) bool {
+	now := r.opts.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	l.mu.Lock()
+	l.hibernating = false
+	l.hibFailures++
+	l.hibFailed = now
+	l.unsettled = l.unsettled || attempted
+	l.mu.Unlock()
+	r.live[l.token] = l
+	r.liveMax = max(r.liveMax, len(r.live))
+	r.lru.add(l)
+	r.doneStartingLocked(l.token)
+	return true
+}
+
+// doneStarting ends the mark of token as starting, which requests for it
+// wait on.
+func (r *Registry) doneStarting(token string) {
+	r.mu.Lock()
+	r.doneStartingLocked(token)
+	r.mu.Unlock()
+}
+
+// doneStartingLocked is doneStarting with r.mu held.
+func (r *Registry) doneStartingLocked(token string) {
+	if done, ok := r.starting[token]; ok {
+		delete(r.starting, token)
+		close(done)
+	}
+}
+
+// isUnsettled reports l.unsettled (settle).
+func (l *Live) isUnsettled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unsettled
+}
+
+// settle confirms that l, after a hibernation the store refused although
+// its write may have happened (l.unsettled), still holds its generation
+// in the store, before l serves again or hibernates: a record left with
+// no owner at l's generation is taken again (store.Sessions.Wake), so
+// no other process wakes it while l serves; a record that l's owner still
+// holds at l's generation is as it was. Either way nothing a client holds
+// changed: the generation, its floor and its events are l's. A record
+// another owner holds, or a session ended, is not l's: l is dropped and
+// the error wraps errLeaseLost. A store that fails leaves l unsettled and
+// returns its error (store.ErrUnavailable: the request answers 503).
+func (r *Registry) settle(ctx context.Context, l *Live) error {
+	if !l.isUnsettled() {
+		return nil
+	}
+	until := r.lease.Grant(r.opts.Now())
+	_, err := r.st.Wake(ctx, l.token, r.opts.Owner, l.gen, until)
+	woke := err == nil
+	if errors.Is(err, store.ErrFenced) {
+		// Held: by this process if the refused write never happened.
+		rec, gerr := r.st.Get(ctx, l.token)
+		switch {
+		case gerr != nil:
+			err = gerr
+		case rec.Generation == l.gen && rec.Owner == r.opts.Owner:
+			err = nil
+		}
+	}
+	if reason := fleet.LostReason(err); reason != "" {
+		r.drop(l, reason, err)
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
+	}
+	if err != nil {
+		return fmt.Errorf("session %s gen %d: confirm the record after a failed hibernation: %w", store.Prefix(l.token), l.gen, err)
+	}
+	if woke {
+		l.setLease(until)
+	}
+	l.mu.Lock()
+	l.unsettled = false
+	l.mu.Unlock()
+	return nil
 }
 
 // endIdleHibernated ends the hibernated sessions this process indexes

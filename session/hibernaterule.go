@@ -6,9 +6,11 @@
 package session
 
 import (
+	"errors"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // idleness is what the sweep knows of a session when it decides whether
@@ -22,18 +24,60 @@ type idleness struct {
 	// room: another session needs its room (Options.MaxSessions are
 	// live), so how long it has been idle does not matter.
 	room bool
+	// failures counts its hibernations in a row that the store refused
+	// while it stayed awake (keepsAwake), and sinceFailure is the time
+	// since the latest of them.
+	failures     int
+	sinceFailure time.Duration
 }
 
 // mayHibernate reports whether a session may hibernate now: the engine
 // lets it, hibernation is on (HibernateAfter > 0), its initialize
 // succeeded, nothing of it is busy, and it has been idle for longer than
-// HibernateAfter or its room is needed. A session hibernated to make room
+// HibernateAfter or its room is needed. The sweep waits
+// hibernateRetry(failures, after) after a hibernation the store refused
+// before it tries that session again; making room does not wait. A
+// session hibernated to make room
 // keeps its token, its generation (under an exact engine) and every
 // cursor, where an eviction would end it: MaxSessions bounds the live
 // sessions, and the idle TTL the hibernated ones.
 func mayHibernate(s idleness) bool {
+	backingOff := !s.room && s.failures > 0 && s.sinceFailure < hibernateRetry(s.failures, s.after)
 	return s.engine != engine.HibernateNever && s.after > 0 &&
-		s.initialized && s.busy == 0 && (s.room || s.idle > s.after)
+		s.initialized && s.busy == 0 && (s.room || s.idle > s.after) && !backingOff
+}
+
+// hibernateRetryMax bounds the wait of hibernateRetry: a session whose
+// hibernations keep failing through a long outage is tried again at
+// least this often (a minute), so it hibernates within a minute of the
+// store's return.
+const hibernateRetryMax = time.Minute
+
+// hibernateRetry is how long the sweep waits, after the failures-th
+// hibernation in a row that the store refused, before it tries the
+// session again: after (Options.HibernateAfter) doubled for each failure
+// but the first, at most hibernateRetryMax.
+func hibernateRetry(failures int, after time.Duration) time.Duration {
+	d := max(after, 0)
+	for i := 1; i < failures && d < hibernateRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, hibernateRetryMax)
+}
+
+// keepsAwake reports whether a session whose hibernation failed with err
+// stays awake at its generation, to hibernate at a later sweep: when the
+// store was unavailable (store.ErrUnavailable). Hibernation is an
+// optimisation: such a session has lost nothing, its state and its
+// events being what they were, so a store outage must not end its
+// generation (DESIGN.md, "Hibernation"). Its generation ends when its
+// events could not all be stored (store.ErrLost: its log has a hole), and
+// it is not this process's to keep when the store says another owner
+// holds it or it ended (store.ErrFenced, store.ErrEnded,
+// store.ErrNotFound).
+func keepsAwake(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrLost) &&
+		!errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrEnded) && !errors.Is(err, store.ErrNotFound)
 }
 
 // wakesAtSameGeneration reports whether a session whose record has owner

@@ -9,14 +9,23 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // TestHibernateRules runs testdata/hibernate: the rules of hibernation,
 // pure (session/hibernaterule.go). Commands:
 //
-//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room]
+//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room] [failures=N since=DUR]
 //	    whether the sweep (or, with room, the making of room for another
-//	    session) hibernates such a session: "hibernate" or "keep"
+//	    session) hibernates such a session, whose last N hibernations the
+//	    store refused, the latest DUR ago: "hibernate" or "keep"
+//	retry engine=E failures=N after=DUR
+//	    how long the sweep waits after the N-th refused hibernation in a
+//	    row
+//	failed engine=E err=ERR
+//	    what becomes of a session whose hibernation failed with ERR
+//	    (unavailable, lost, fenced, ended or not_found): "stays awake" or
+//	    "generation ends"
 //	wake engine=E owner=O [exact]
 //	    at which generation a session whose record has owner O (none: "")
 //	    and the exact mark or not wakes: "same generation" or "generation+1"
@@ -38,10 +47,39 @@ func TestHibernateRules(t *testing.T) {
 			d.ScanArgs(t, "busy", &busy)
 			d.ScanArgs(t, "idle", &idle)
 			d.ScanArgs(t, "after", &after)
-			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room")) {
+			failures, since := 0, "0s"
+			if d.HasArg("failures") {
+				d.ScanArgs(t, "failures", &failures)
+				d.ScanArgs(t, "since", &since)
+			}
+			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room"), failures, duration(t, d, since)) {
 				return "hibernate\n"
 			}
 			return "keep\n"
+		case "retry":
+			var failures int
+			var after string
+			d.ScanArgs(t, "failures", &failures)
+			d.ScanArgs(t, "after", &after)
+			return session.HibernateRetry(failures, duration(t, d, after)).String() + "\n"
+		case "failed":
+			var name string
+			d.ScanArgs(t, "err", &name)
+			errs := map[string]error{
+				"unavailable": fmt.Errorf("redis store: bounds session X: %w", store.ErrUnavailable),
+				"lost":        &store.LostError{Token: "X", Generation: 1, Seq: 3, Err: store.ErrUnavailable},
+				"fenced":      &store.FencedError{Token: "X", Op: "hibernate", Have: 1, Want: 2},
+				"ended":       &store.EndedError{Token: "X", Reason: store.EndDeleted},
+				"not_found":   store.ErrNotFound,
+			}
+			err, ok := errs[name]
+			if !ok {
+				d.Fatalf(t, "err %q: want unavailable, lost, fenced, ended or not_found", name)
+			}
+			if session.KeepsAwake(err) {
+				return "stays awake\n"
+			}
+			return "generation ends\n"
 		case "wake":
 			var owner string
 			d.ScanArgs(t, "owner", &owner)

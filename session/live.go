@@ -63,6 +63,15 @@ type Live struct {
 	// it serves no further request.
 	hibernating bool
 	holds       int // requests being served that looked l up (holdFor)
+	// hibFailures counts the hibernations in a row that the store
+	// refused while l stayed awake (keepsAwake), the latest at hibFailed.
+	hibFailures int
+	hibFailed   time.Time
+	// unsettled: such a refused hibernation reached the store's write,
+	// which may have happened although it failed (a reply lost with its
+	// connection), leaving the record with no owner; settle confirms the
+	// record before l serves again.
+	unsettled bool
 
 	// Guarded by reg.mu.
 	dropped  bool   // drop has run (see Registry.drop)

@@ -88,6 +88,12 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 			continue
 		}
 		if reason := fleet.LostReason(err); reason != "" {
+			if l.isUnsettled() {
+				// Fenced, maybe, by its own refused hibernation:
+				// settle decides, and drops it if it is not ours.
+				r.settle(ctx, l)
+				continue
+			}
 			r.drop(l, reason, err)
 			continue
 		}

@@ -73,6 +73,12 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 			if l.userID != userID {
 				return nil, fmt.Errorf("%w: session %s", ErrForbidden, store.Prefix(token))
 			}
+			if err := r.settle(ctx, l); err != nil {
+				if errors.Is(err, errLeaseLost) {
+					continue // look the session up again
+				}
+				return nil, err
+			}
 			if err := r.checkLease(ctx, l); err != nil {
 				if errors.Is(err, errLeaseLost) {
 					continue // look the session up again

@@ -1,0 +1,97 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/memory"
+)
+
+// replyLost is a store whose Hibernate, while lose is set, stores the
+// hibernation and then reports store.ErrUnavailable, as a Redis store
+// does when the connection dies after Redis ran the script and before
+// its reply arrived. Nothing real produces that moment on demand.
+type replyLost struct {
+	store.Store
+	lose atomic.Bool
+}
+
+func (s *replyLost) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	err := s.Store.Hibernate(ctx, token, owner, gen, state)
+	if s.lose.Load() {
+		return fmt.Errorf("redis store: hibernate session %s: %w: connection reset", store.Prefix(token), store.ErrUnavailable)
+	}
+	return err
+}
+
+// TestHibernateReplyLostKeepsGeneration: a hibernation the store reports
+// as failed although it stored it leaves the session awake at generation
+// 1, with its record let go (no owner); the next request takes the record
+// back at generation 1 (the same live session serves it, and the record's
+// owner is this registry again) rather than claim generation 2, and a
+// sweep after the backoff (HibernateAfter, one minute) hibernates it.
+func TestHibernateReplyLostKeepsGeneration(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	st := &replyLost{Store: memory.New(memory.Options{Now: clk.Now})}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	l, err := reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize(t, f, l)
+	st.lose.Store(true)
+	waitFor(t, func() bool {
+		clk.Advance(2 * time.Minute)
+		reg.Sweep(ctx)
+		return strings.Contains(logs.String(), "hibernation failed")
+	})
+	wantLog(t, logs, `msg="hibernation failed; the session stays awake at its generation.*reason=unavailable`)
+	if reg.Len() != 1 || reg.Hibernated() != 0 {
+		t.Fatalf("after the failed hibernation: %d live, %d hibernated; want 1 and 0", reg.Len(), reg.Hibernated())
+	}
+	if rec, err := st.Store.Get(ctx, l.Token()); err != nil || rec.Generation != 1 || rec.Owner != "" {
+		t.Fatalf("record after the lost reply = %+v, %v; want generation 1, no owner", rec, err)
+	}
+	st.lose.Store(false)
+
+	got, err := reg.Get(ctx, l.Token(), "alice")
+	if err != nil || got != l || got.Generation() != 1 {
+		t.Fatalf("Get after the lost reply = generation %d (same live: %v), %v; want the same live session at generation 1", got.Generation(), got == l, err)
+	}
+	if rec, err := st.Store.Get(ctx, l.Token()); err != nil || rec.Generation != 1 || rec.Owner != "p1" {
+		t.Fatalf("record after the request = %+v, %v; want generation 1, owner p1", rec, err)
+	}
+	if out := roundTrip(t, f, got, echo(t, 2, "awake")); len(out) != 1 || !strings.Contains(out[0], "awake") {
+		t.Fatalf("call after the lost reply answered %v", out)
+	}
+	if strings.Contains(logs.String(), "generation ends") || strings.Contains(logs.String(), "re-created") {
+		t.Fatalf("a generation ended; log:\n%s", logs)
+	}
+	waitFor(t, func() bool {
+		clk.Advance(2 * time.Minute)
+		reg.Sweep(ctx)
+		return reg.Hibernated() == 1
+	})
+	woken, err := reg.Get(ctx, l.Token(), "alice")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("wake after the later hibernation = %v; want generation 1", err)
+	}
+}
