@@ -1,0 +1,175 @@
+package durable_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/transport"
+)
+
+// outageServer serves the demo server over real HTTP on loopback from s,
+// logging the registry's lines to logs.
+func outageServer(t *testing.T, s *durable.Store, logs *testenv.LogBuffer) *mcptest.Client {
+	t.Helper()
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Store:     nopClose{s},
+		Retention: eventlog.Options{Budget: -1},
+		Sessions:  session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		Transport: transport.Options{Logger: quiet()},
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	t.Cleanup(func() {
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	})
+	return &mcptest.Client{URL: srv.URL, HTTP: hc}
+}
+
+// loseCall starts a countdown (request id 2) on sess, reads its stream
+// until two progress events arrived, runs outage, and reads the stream to
+// its end (the generation is lost: it closes after the last stored
+// event). It returns the id of the last event read.
+func loseCall(t *testing.T, ctx context.Context, sess *mcptest.Session, outage func()) string {
+	t.Helper()
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "countdown", map[string]any{"n": 100, "delay_ms": 30}, "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var last string
+	progress := 0
+	if _, err := st.Until(func(ev mcptest.Event) bool {
+		if ev.HasID && ev.ID != "" {
+			last = ev.ID
+		}
+		if strings.Contains(string(ev.Data), "notifications/progress") {
+			progress++
+		}
+		return progress == 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	outage()
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			break
+		}
+		if ev.IsResponseTo(mcptest.ID(2)) {
+			t.Fatalf("the countdown finished through the outage: %s", ev.Data)
+		}
+		if ev.HasID && ev.ID != "" {
+			last = ev.ID
+		}
+	}
+	return last
+}
+
+// TestClaimRefusedOnFullDisk: on a file system under the free-space
+// guard, a request to a session whose generation was lost (a countdown in
+// flight when the disk filled) answers 503 unavailable and claims no
+// generation: the record stays at generation 1 and nothing is re-created.
+// Once space is back, a resume with the countdown's last cursor answers
+// 409 generation_mismatch naming the lost request (lostRequests [2]), and
+// the session goes on at generation 2.
+func TestClaimRefusedOnFullDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mnt := tmpfs(t, 48<<20)
+	const minFree = 8 << 20
+	s, err := durable.Open(filepath.Join(mnt, "data"), durable.Options{MinFreeBytes: minFree, SweepInterval: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logs := &testenv.LogBuffer{}
+	c := outageServer(t, s, logs)
+	sess, err := c.Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var filler string
+	cursor := loseCall(t, ctx, sess, func() { filler = fill(t, mnt, minFree-1<<20) })
+
+	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "full"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
+		t.Fatalf("POST to the lost generation on a full disk = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
+	}
+	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 {
+		t.Fatalf("record after the POST on a full disk: generation %d, %v; want 1 (no claim)", rec.Generation, err)
+	}
+	if strings.Contains(logs.String(), "session re-created") {
+		t.Fatalf("a generation was claimed on a full disk; log:\n%s", logs)
+	}
+
+	os.Remove(filler)
+	_, err = sess.Resume(ctx, cursor)
+	se, ok := mcptest.AsStatusError(err)
+	if !ok || se.Status != http.StatusConflict || se.Reason() != "generation_mismatch" {
+		t.Fatalf("resume from %s once space is back = %v, want 409 generation_mismatch", cursor, err)
+	}
+	if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != "[2]" {
+		t.Fatalf("409 lostRequests = %s, want [2] (body %s)", lost, se.RawBody)
+	}
+	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 2 {
+		t.Fatalf("record once space is back: generation %d, %v; want 2", rec.Generation, err)
+	}
+}
+
+// TestClaimRefusedWithoutDataDirectory: once the data directory is
+// removed, a request to a session whose generation was lost answers 503
+// unavailable and claims no generation (the record stays at 1).
+func TestClaimRefusedWithoutDataDirectory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := durable.Open(dir, durable.Options{MinFreeBytes: 1 << 20, SweepInterval: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logs := &testenv.LogBuffer{}
+	c := outageServer(t, s, logs)
+	sess, err := c.Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loseCall(t, ctx, sess, func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "gone"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
+		t.Fatalf("POST to the lost generation without the data directory = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
+	}
+	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 {
+		t.Fatalf("record after the POST without the data directory: generation %d, %v; want 1 (no claim)", rec.Generation, err)
+	}
+	if strings.Contains(logs.String(), "session re-created") {
+		t.Fatalf("a generation was claimed without the data directory; log:\n%s", logs)
+	}
+}
