@@ -184,7 +184,9 @@ type Options struct {
 	// store.ErrUnavailable and ErrNoSpace while less is free, so the engine
 	// never meets a full disk (Pebble cannot recover from a failed log
 	// write without a restart) and compactions have room. Writes that only
-	// remove data (Trim, End, Claim) still go through. Default 128 MiB;
+	// remove data (Trim, End) still go through; Claim is refused too, as
+	// the new generation could store nothing, so the session keeps its
+	// generation until space is back. Default 128 MiB;
 	// negative: no check.
 	MinFreeBytes int64
 	// IdleTTL ends, as store.EndIdle, the sessions inherited from a previous

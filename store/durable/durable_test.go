@@ -376,8 +376,9 @@ func fill(t *testing.T, dir string, left uint64) string {
 // never stored nor visible: the generation is lost (store.ErrLost, its
 // cause wrapping store.ErrUnavailable and ErrNoSpace), its later appends
 // fail, its Waits return, the LossNotifier hears of it once, and nothing
-// committed is lost; Claim starts the next generation on the full disk;
-// the transport answers 503 unavailable; once space is back, appends work
+// committed is lost; Claim is refused on the full disk (the record keeps
+// its generation) and starts the next one once space is back; the
+// transport answers 503 unavailable; once space is back, appends work
 // again. Opening on a full file system is refused.
 func TestDiskFull(t *testing.T) {
 	mnt := tmpfs(t, 48<<20)
@@ -403,6 +404,12 @@ func TestDiskFull(t *testing.T) {
 	}
 	if err := s.Sync(ctx, "tok"); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Create(ctx, rec("two", "p", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "two", 1, events(1, time.Now())); err != nil || s.Sync(ctx, "two") != nil {
+		t.Fatalf("Append to two: %v", err)
 	}
 	filler := fill(t, mnt, minFree-1<<20)
 
@@ -438,18 +445,22 @@ func TestDiskFull(t *testing.T) {
 	if len(heard) != 1 || heard[0] != "tok gen 1: true" {
 		t.Fatalf("LossNotifier heard %q, want one loss of tok gen 1", heard)
 	}
-	// Removing data still works when the disk is full, and Claim leaves
-	// the lost generation.
+	// Removing data still works when the disk is full; a Claim, which
+	// would start a generation that could store nothing, is refused and
+	// leaves the record at generation 1.
 	if _, err := s.Trim(ctx, "tok", 1, 11); err != nil {
 		t.Fatalf("Trim on a full disk: %v", err)
 	}
-	if _, err := s.Claim(ctx, "tok", "p", 1, time.Time{}); err != nil {
-		t.Fatalf("Claim on a full disk: %v", err)
+	if _, err := s.Claim(ctx, "tok", "p", 1, time.Time{}); !errors.Is(err, durable.ErrNoSpace) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Claim on a full disk = %v, want ErrNoSpace and ErrUnavailable", err)
+	}
+	if r, err := s.Get(ctx, "tok"); err != nil || r.Generation != 1 {
+		t.Fatalf("record after the refused Claim: generation %d, %v; want 1", r.Generation, err)
 	}
 	// Once a group found the disk full, an append fails at once and
-	// loses nothing: generation 2 goes on at 101 once space is back.
-	if _, err := s.Append(ctx, "tok", 2, events(1, time.Now())); !errors.Is(err, durable.ErrNoSpace) || errors.Is(err, store.ErrLost) {
-		t.Fatalf("Append to generation 2 on a full disk = %v, want ErrNoSpace at once, not a loss", err)
+	// loses nothing: the other session goes on at 2 once space is back.
+	if _, err := s.Append(ctx, "two", 1, events(1, time.Now())); !errors.Is(err, durable.ErrNoSpace) || errors.Is(err, store.ErrLost) {
+		t.Fatalf("Append to another session on a full disk = %v, want ErrNoSpace at once, not a loss", err)
 	}
 	// Check, what /readyz asks, says the store refuses new data.
 	if err := s.Check(ctx); !errors.Is(err, durable.ErrNoSpace) || !errors.Is(err, store.ErrUnavailable) {
@@ -491,9 +502,16 @@ func TestDiskFull(t *testing.T) {
 	if evs, err := st.Collect(); err != nil || len(evs) != 2 || !evs[1].IsResponseTo(mcptest.ID(3)) {
 		t.Fatalf("echo once space is back: %v, %v", evs, err)
 	}
+	if _, err := s.Claim(ctx, "tok", "p", 1, time.Time{}); err != nil {
+		t.Fatalf("Claim once space is back: %v", err)
+	}
 	more := events(1, time.Now())
 	if _, err := s.Append(ctx, "tok", 2, more); err != nil || more[0].Seq != 101 || s.Sync(ctx, "tok") != nil {
 		t.Fatalf("Append to generation 2 once space is back: seq %d, %v; want 101, stored", more[0].Seq, err)
+	}
+	more = events(1, time.Now())
+	if _, err := s.Append(ctx, "two", 1, more); err != nil || more[0].Seq != 2 || s.Sync(ctx, "two") != nil {
+		t.Fatalf("Append to two once space is back: seq %d, %v; want 2, stored", more[0].Seq, err)
 	}
 }
 

@@ -22,11 +22,11 @@ import (
 // TestDiskFullMidFlood: the file system (a real tmpfs) fills up
 // while a tool floods progress notifications. The client receives only
 // stored events, every one of them (its last cursor is the stored
-// high-water mark), none twice and none skipped; the stream ends; resuming
-// it answers 409 generation_mismatch (the session continues at
-// generation+1, which Claim writes without growing the directory); a new
-// call answers 503 unavailable while the disk is full, and works once
-// space is back.
+// high-water mark), none twice and none skipped; the stream ends; while
+// the disk is full, resuming it and a new call answer 503 unavailable (no
+// generation is claimed: the session keeps its generation); once space is
+// back, the resume answers 409 generation_mismatch (the session continues
+// at generation+1) and a new call works.
 func TestDiskFullMidFlood(t *testing.T) {
 	mnt := tmpfs(t, 48<<20)
 	const minFree = 8 << 20
@@ -59,8 +59,8 @@ func TestDiskFullMidFlood(t *testing.T) {
 
 	_, err = sess.Resume(ctx, last.String())
 	var se *mcptest.StatusError
-	if !errors.As(err, &se) || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
-		t.Fatalf("resume of the lost generation's stream = %v, want 409 generation_mismatch", err)
+	if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Reason() != string(replay.ReasonUnavailable) {
+		t.Fatalf("resume of the lost generation's stream on the full disk = %v, want 503 unavailable", err)
 	}
 	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
 	if err != nil {
@@ -69,7 +69,14 @@ func TestDiskFullMidFlood(t *testing.T) {
 	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != string(replay.ReasonUnavailable) {
 		t.Fatalf("a call on the full disk = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
 	}
+	if b, err := s.Bounds(ctx, sess.Token); err != nil || b.Generation != 1 {
+		t.Fatalf("bounds after the requests on the full disk: generation %d, %v; want 1", b.Generation, err)
+	}
 	os.Remove(filler)
+	_, err = sess.Resume(ctx, last.String())
+	if !errors.As(err, &se) || se.Status != http.StatusConflict || se.Reason() != string(replay.ReasonGenerationMismatch) {
+		t.Fatalf("resume of the lost generation's stream once space is back = %v, want 409 generation_mismatch", err)
+	}
 	st, err := sess.Call(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "back"}, nil))
 	if err != nil {
 		t.Fatalf("a call once space is back: %v", err)

@@ -200,6 +200,13 @@ func (s *Store) putRecord(ss *sess, rec store.Record, grows bool) error {
 
 // Claim implements store.Sessions. The new record, the emptied log and the
 // deletion of the older generations' events are one atomic, durable write.
+// It goes through the free-space guard as a write that adds data does
+// (Options.MinFreeBytes): a claim is a request's first write of its
+// generation, whose next writes (the state, the events) the guard would
+// refuse, so during an outage the store knows of it fails with
+// store.ErrUnavailable and the session keeps its generation, and the
+// events it would delete stay for the claim after the outage to read the
+// lost requests from (DESIGN.md, "Generations").
 func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, leaseUntil time.Time) (store.Record, error) {
 	var out store.Record
 	err := s.fenced("claim", token, from, func(ss *sess) error {
@@ -219,7 +226,7 @@ func (s *Store) Claim(ctx context.Context, token, owner string, from uint64, lea
 		b.Set(tokenKey(kindRecord, token), encodeRecord(rec), nil)
 		b.Set(tokenKey(kindMeta, token), encodeMeta(m), nil)
 		b.DeleteRange(eventKey(token, 0), eventKey(token, hwm+1), nil)
-		if err := s.commit(b, false); err != nil {
+		if err := s.commit(b, true); err != nil {
 			return fmt.Errorf("durable store: claim %s gen %d: %w", store.Prefix(token), from, err)
 		}
 		ss.Lock()
