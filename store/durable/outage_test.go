@@ -173,3 +173,82 @@ func TestClaimRefusedWithoutDataDirectory(t *testing.T) {
 		t.Fatalf("a generation was claimed without the data directory; log:\n%s", logs)
 	}
 }
+
+// TestHibernationRefusedOnFullDisk: an idle session whose hibernation
+// sweeps run while the file system is under the free-space guard stays
+// awake at generation 1; once space is back, a resume with the cursor
+// its client held answers 200 with exactly the answer after it, and a
+// later sweep hibernates it.
+func TestHibernationRefusedOnFullDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mnt := tmpfs(t, 48<<20)
+	const minFree = 8 << 20
+	s, err := durable.Open(filepath.Join(mnt, "data"), durable.Options{MinFreeBytes: minFree, SweepInterval: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logs := &testenv.LogBuffer{}
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Store:         nopClose{s},
+		Restorable:    true,
+		Retention:     eventlog.Options{Budget: -1},
+		Sessions:      session.Options{HibernateAfter: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		SweepInterval: 20 * time.Millisecond,
+		Transport:     transport.Options{Logger: quiet()},
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	t.Cleanup(func() {
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	})
+	sess, err := (&mcptest.Client{URL: srv.URL, HTTP: hc}).Initialize(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sess.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "before"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[0].IsPriming() || !evs[1].IsResponseTo(mcptest.ID(2)) {
+		t.Fatalf("call stream: %v, %v; want the priming event and the answer", evs, err)
+	}
+	cursor, answer := evs[0].ID, evs[1]
+	filler := fill(t, mnt, minFree-1<<20)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "hibernation failed"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no hibernation failed within 10 s of the disk filling; log:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, hib := h.Registry().Len(), h.Registry().Hibernated(); n != 1 || hib != 0 {
+		t.Fatalf("on the full disk %d sessions live, %d hibernated; want the session awake (1, 0)", n, hib)
+	}
+	os.Remove(filler)
+
+	st, err = sess.Resume(ctx, cursor)
+	if err != nil {
+		t.Fatalf("resume with %s once space is back: %v; log:\n%s", cursor, err, logs)
+	}
+	evs, err = st.Collect()
+	st.Close()
+	if err != nil || len(evs) != 2 || !evs[0].ResumesFrom(cursor) || evs[1].ID != answer.ID || string(evs[1].Data) != string(answer.Data) {
+		t.Fatalf("resumed stream: %v, %v; want a priming event resuming from %s, then the answer %s", evs, err, cursor, answer.ID)
+	}
+	if strings.Contains(logs.String(), "generation ends here") || strings.Contains(logs.String(), "session re-created") {
+		t.Fatalf("the full disk ended a generation; log:\n%s", logs)
+	}
+	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not hibernated within 10 s of space coming back; log:\n%s", logs)
+		}
+	}
+	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 || rec.Owner != "" {
+		t.Fatalf("record after the later hibernation: generation %d owner %q, %v; want 1, none", rec.Generation, rec.Owner, err)
+	}
+}
