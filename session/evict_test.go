@@ -6,7 +6,9 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,5 +142,117 @@ func TestEvictionSkipsBusySessions(t *testing.T) {
 		if _, err := f.reg.Get(ctx, l.Token(), ""); err != nil {
 			t.Fatalf("session %s after the Create: %v, want held", store.Prefix(l.Token()), err)
 		}
+	}
+}
+
+// TestRoomNeverTakesABusySession: when sessions can hibernate, making room
+// hibernates the least recently used idle session, never one with a
+// connection attached (an open stream) or a request being served: such a
+// session can neither hibernate nor be ended for another client's
+// benefit, so the request needing room fails with engine.ErrCapacity and
+// the busy session stays, at its generation. Once it is idle, it
+// hibernates for the room, and wakes at its generation; no session ends.
+func TestRoomNeverTakesABusySession(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: time.Hour, MaxSessions: 1, IdleTTL: -1})
+	a := mustCreate(t, f.reg)
+	initialize(t, f, a)
+	waitFor(t, func() bool { return session.Idle(a) })
+
+	detach := a.Attach() // a's standalone stream is open
+	if _, err := f.reg.Create(ctx, ""); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("Create with a's stream open: %v, want engine.ErrCapacity", err)
+	}
+	detach()
+	b := mustCreate(t, f.reg)
+	initialize(t, f, b)
+	waitFor(t, func() bool { return session.Idle(b) })
+	if f.reg.Len() != 1 || f.reg.Hibernated() != 1 {
+		t.Fatalf("after b's creation: %d live, %d hibernated; want 1 and 1 (a hibernated)", f.reg.Len(), f.reg.Hibernated())
+	}
+
+	// A request is being served on b (its context has not ended): a's
+	// wake finds no room.
+	served, done := context.WithCancel(ctx)
+	if _, err := f.reg.Get(served, b.Token(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reg.Get(ctx, a.Token(), ""); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("waking a while b serves a request: %v, want engine.ErrCapacity", err)
+	}
+	if l, err := f.reg.Get(ctx, b.Token(), ""); err != nil || l != b {
+		t.Fatalf("b after a's refused wake: %v, want it held as it was", err)
+	}
+	done()
+	waitFor(t, func() bool { return session.Idle(b) })
+	for _, tok := range []string{a.Token(), b.Token()} {
+		l, err := f.reg.Get(ctx, tok, "")
+		if err != nil || l.Generation() != 1 {
+			t.Fatalf("session %s once the room is free: %v; want it woken at generation 1", store.Prefix(tok), err)
+		}
+		waitFor(t, func() bool { return session.Idle(l) })
+	}
+	if strings.Contains(logs.String(), "session ended") {
+		t.Fatalf("a session ended to make room:\n%s", logs)
+	}
+	if n := strings.Count(logs.String(), "session woke"); n != 2 {
+		t.Fatalf("%d wakes, want 2 (a, then b):\n%s", n, logs)
+	}
+}
+
+// TestRoomConcurrentWakes: wakes that arrive together at a full registry
+// each hibernate an idle session, never one another nor a session that a
+// request is being served on, and never end one; those that find every
+// session busy fail with engine.ErrCapacity. Each request holds the
+// session it is served by until it ends, as an HTTP request does.
+func TestRoomConcurrentWakes(t *testing.T) {
+	const capacity, sessions, rounds = 4, 8, 20
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: time.Hour, MaxSessions: capacity, IdleTTL: -1})
+	var toks []string
+	for range sessions {
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		waitFor(t, func() bool { return session.Idle(l) })
+		toks = append(toks, l.Token())
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	for i, tok := range toks {
+		wg.Go(func() {
+			for n := range rounds {
+				served, done := context.WithCancel(ctx)
+				l, err := f.reg.Get(served, tok, "")
+				outcome := "served"
+				switch {
+				case errors.Is(err, engine.ErrCapacity):
+					outcome = "capacity"
+				case err != nil:
+					outcome = err.Error()
+				case l.Generation() != 1:
+					outcome = fmt.Sprintf("generation %d", l.Generation())
+				default:
+					text := fmt.Sprintf("s%d-r%d", i, n)
+					if out := roundTrip(t, f, l, echo(t, 100+n, text)); len(out) != 1 || !strings.Contains(out[0], text) {
+						outcome = fmt.Sprintf("answered %v", out)
+					}
+				}
+				done()
+				mu.Lock()
+				outcomes[outcome]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(outcomes) > 2 || outcomes["served"] == 0 || outcomes["served"]+outcomes["capacity"] != sessions*rounds {
+		t.Fatalf("outcomes %v, want each of %d requests served or refused for capacity", outcomes, sessions*rounds)
+	}
+	if strings.Contains(logs.String(), "session ended") {
+		t.Fatalf("a session ended to make room:\n%s", logs)
+	}
+	if n := f.reg.Len() + f.reg.Hibernated(); n != sessions {
+		t.Fatalf("%d sessions live or hibernated, want %d", n, sessions)
 	}
 }
