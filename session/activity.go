@@ -37,8 +37,9 @@ func (l *Live) Touch() {
 }
 
 // Attach records that a connection serves one of the session's streams; a
-// session with an attached connection is not idle. Call the returned
-// function when the connection ends.
+// session with an attached connection is not idle, and does not give its
+// room to another while it can hibernate (busyForRoomLocked). Call the
+// returned function when the connection ends.
 func (l *Live) Attach() (detach func()) {
 	l.mu.Lock()
 	l.attached++
@@ -49,7 +50,11 @@ func (l *Live) Attach() (detach func()) {
 			l.mu.Lock()
 			l.attached--
 			l.lastSeen = l.reg.opts.Now()
+			unpark := l.unparkLocked()
 			l.mu.Unlock()
+			if unpark {
+				l.reg.unpark(l)
+			}
 		})
 	}
 }

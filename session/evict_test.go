@@ -100,13 +100,14 @@ func TestEvictionConcurrentCreators(t *testing.T) {
 	}
 }
 
-// TestEvictionSkipsBusySessions: a session with a call in flight is never
-// evicted; when all are busy, Create fails with engine.ErrCapacity, and a
-// session whose last call ended is a candidate again. An open standalone
-// stream alone does not protect a session.
+// TestEvictionSkipsBusySessions: when sessions do not hibernate, a session
+// with a call in flight is never evicted; when all are busy, Create fails
+// with engine.ErrCapacity, and a session whose last call ended is a
+// candidate again. An open standalone stream alone does not protect a
+// session (with hibernation it does: TestRoomNeverTakesABusySession).
 func TestEvictionSkipsBusySessions(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t, session.Options{MaxSessions: 2})
+	f := newFixture(t, session.Options{MaxSessions: 2, HibernateAfter: -1})
 	a := mustCreate(t, f.reg)
 	initialize(t, f, a)
 	b := mustCreate(t, f.reg)

@@ -163,6 +163,11 @@ const hibernateParallel = 16
 func (l *Live) beginHibernate(now time.Time, room bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.beginHibernateLocked(now, room)
+}
+
+// beginHibernateLocked is beginHibernate with l.mu held.
+func (l *Live) beginHibernateLocked(now time.Time, room bool) bool {
 	if l.hibernating || !mayHibernate(idleness{
 		initialized:  !l.initFailed && len(l.state.InitializeParams) > 0,
 		busy:         len(l.calls) + l.storing + l.attached + l.holds,
@@ -203,7 +208,8 @@ func (l *Live) holdFor(ctx context.Context) bool {
 	return true
 }
 
-// unhold ends a hold of holdFor; the session's idle time starts then.
+// unhold ends a hold of holdFor; the session's idle time starts then,
+// and it may give its room to another session again (unparkLocked).
 func (l *Live) unhold() {
 	now := l.reg.opts.Now()
 	l.mu.Lock()
@@ -211,7 +217,11 @@ func (l *Live) unhold() {
 	if now.After(l.lastSeen) {
 		l.lastSeen = now
 	}
+	unpark := l.unparkLocked()
 	l.mu.Unlock()
+	if unpark {
+		l.reg.unpark(l)
+	}
 }
 
 // hibernate stores l's session state, with what its engine session keeps

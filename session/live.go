@@ -55,9 +55,9 @@ type Live struct {
 	// made only when someone waits before that, is closed then.
 	initAnswered bool
 	initWait     chan struct{}
-	// parked: the registry took l out of its eviction order because a
-	// call was in flight (recency.victim); the end of its last call hands
-	// it back (Registry.unpark).
+	// parked: the registry took l out of its eviction order because it
+	// was busy (busyForRoomLocked, recency.victim); the end of what kept
+	// it busy hands it back (unparkLocked, Registry.unpark).
 	parked bool
 	// hibernating: the registry chose l to hibernate (beginHibernate);
 	// it serves no further request.

@@ -36,7 +36,9 @@ func (o *outbox) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.
 // shutdown that waits for no call in flight finds the answer in the log,
 // and its operation and span end at that point too (Live.answered); the
 // session is a candidate for eviction again (Registry.unpark) as soon
-// as its last call is answered, before the client can see the answer.
+// as its last call is answered, before the client can see the answer,
+// or, when it would hibernate for the room, once the answer is stored
+// (settle; busyForRoomLocked).
 func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
@@ -149,7 +151,8 @@ func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // settle ends the call id on stream once the append of its response
 // returned: it is no longer counted in flight, and the session's idle
-// time (eviction, hibernation) starts now, as after a request; the ledger
+// time (eviction, hibernation) starts now, as after a request, and it may
+// give its room to another session again (unparkLocked); the ledger
 // records where the response went (ev, if it was stored, else nowhere);
 // LostRequests calls that wait for it wake.
 func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool) {
@@ -167,7 +170,11 @@ func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool
 	if l.settled != nil {
 		l.settled.Broadcast()
 	}
+	unpark := l.unparkLocked()
 	l.mu.Unlock()
+	if unpark {
+		l.reg.unpark(l)
+	}
 }
 
 // abandonIfUnavailable ends this generation in this process after an

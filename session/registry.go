@@ -79,9 +79,13 @@ type Options struct {
 	// DefaultHibernateAfter, 10 minutes; negative: never.
 	HibernateAfter time.Duration
 	// MaxSessions is the most sessions whose live state this process holds;
-	// creating one more evicts the least recently used session that has no
-	// call in flight (its open streams end); when every session has a call
-	// in flight, Create fails with engine.ErrCapacity. Default 10,000.
+	// creating or waking one more hibernates the least recently used
+	// session that is not busy, or evicts it (its open streams end) when
+	// sessions do not hibernate. Busy is a call in flight, and, when
+	// sessions hibernate, also an answer being stored, an open stream or a
+	// request being served: a busy session is never taken. When every
+	// session is busy, Create (and the wake) fails with
+	// engine.ErrCapacity. Default 10,000.
 	MaxSessions int
 	// MaxCallsPerSession is the most requests (calls with an id) one
 	// session may have in flight at once; Live.OpenStream refuses more with

@@ -1,6 +1,7 @@
 // room.go holds the room for sessions (Options.MaxSessions): reserving it
 // for a session about to start, and the recency order in which sessions
-// are evicted to make it.
+// give it up: hibernated when they can, evicted when they cannot, never
+// taken while busy.
 
 package session
 
@@ -8,6 +9,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -16,14 +18,21 @@ import (
 
 // reserve takes room for one more session, whose start follows (start
 // gives the room back if it fails): when MaxSessions sessions are held or
-// being started, it makes room first. A session whose engine session died
-// leaves without ending (its next request re-creates it); otherwise the
-// least recently used session with no call in flight is evicted (ended,
-// store.EndCapacity). Ending a busy one would cut a client mid-call for
-// another client's benefit: when every session is busy, reserve fails
-// with engine.ErrCapacity. The victim leaves the registry, and its room
-// passes to the caller, in one step under mu, so concurrent callers each
-// evict a session of their own and the cap is never exceeded.
+// being started, it makes room first, from the least recently used
+// session that is not busy (busyForRoomLocked). A session whose engine
+// session died leaves without ending (its next request re-creates it); a
+// session that can hibernate hibernates, keeping its token, generation
+// and cursors (DESIGN.md, "Hibernation"); only one that cannot is ended
+// (store.EndCapacity). A busy session is never taken: ending it, or
+// closing its engine session under a request being served, would cut a
+// client mid-use for another client's benefit. When every session is
+// busy, reserve fails with engine.ErrCapacity, and the request that needs
+// the room is refused (503 capacity) while nothing else changes. The
+// victim leaves the registry, and its room passes to the caller, in one
+// step under mu, so concurrent callers each take a session of their own
+// and the cap is never exceeded; a session being started or woken is not
+// in the registry until its request holds it (start), so no caller takes
+// a session another has just woken.
 func (r *Registry) reserve(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
@@ -35,14 +44,14 @@ func (r *Registry) reserve(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	victim, dead := r.lru.victim()
-	if victim == nil {
+	victim, how := r.lru.victim(r.opts.Now())
+	switch how {
+	case noVictim:
 		held, starting := len(r.live), r.reserved
 		r.mu.Unlock()
-		return fmt.Errorf("session: %w: all %d sessions have calls in flight, %d starting",
+		return fmt.Errorf("session: %w: all %d sessions are busy (a call in flight, a stream open or a request being served), %d starting",
 			engine.ErrCapacity, held, starting)
-	}
-	if !dead && r.hibernates() && victim.beginHibernate(r.opts.Now(), true) {
+	case victimHibernates:
 		// Hibernated rather than ended: its client loses nothing.
 		r.removeLocked(victim)
 		r.reserved++
@@ -53,12 +62,12 @@ func (r *Registry) reserve(ctx context.Context) error {
 	}
 	r.removeLocked(victim)
 	r.reserved++
-	if !dead {
+	if how == victimEnds {
 		// From now until its record ends, the victim answers as ended.
 		r.ending[victim.token] = &store.EndedError{Token: victim.token, Reason: store.EndCapacity, UserID: victim.userID}
 	}
 	r.mu.Unlock()
-	if dead {
+	if how == victimDead {
 		victim.releaseSpans(replay.ReasonEngineEnded)
 	} else {
 		defer r.endDone(victim.token)
@@ -104,21 +113,62 @@ func (r *Registry) unpark(l *Live) {
 	r.mu.Unlock()
 }
 
-// park reports whether a call is in flight on l: such a session is not
-// evicted to make room for another. If so it marks l parked: when its last
-// call ends, it becomes a candidate for eviction again (see recency). An
-// open stream alone does not make a session busy: clients keep their
-// standalone GET stream open for the session's whole life, and counting
-// it would lock new sessions out for good once MaxSessions clients hold
-// one.
-func (l *Live) park() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.calls) == 0 {
+// busyForRoomLocked reports whether l must keep its room: a call is in
+// flight on it, or, when the registry hibernates sessions, anything else
+// keeps it from hibernating (an answer being stored, a connection
+// attached, a request being served: beginHibernate). Making room
+// hibernates a session when it can, so one that cannot hibernate now
+// would be ended instead, cutting its client mid-use; it waits until it
+// is idle (unparkLocked). Without hibernation an open stream alone does
+// not keep the room: clients keep their standalone GET stream open for
+// the session's whole life, and counting it would lock new sessions out
+// for good once MaxSessions clients hold one; the eviction ends that
+// stream. With hibernation such a client's session holds its room while
+// the stream is open, and a new session is refused (503 capacity) when
+// every session is busy. l.mu must be held.
+func (l *Live) busyForRoomLocked() bool {
+	return len(l.calls) > 0 || l.reg.hibernates() && l.storing+l.attached+l.holds > 0
+}
+
+// unparkLocked reports whether l was parked (recency.victim) and is no
+// longer busy (busyForRoomLocked), and marks it not parked: the caller
+// then calls reg.unpark(l), with l.mu released, so that l is a candidate
+// for the room again. l.mu must be held.
+func (l *Live) unparkLocked() bool {
+	if !l.parked || l.busyForRoomLocked() {
 		return false
 	}
-	l.parked = true
+	l.parked = false
 	return true
+}
+
+// roomBy says how a session chosen by recency.victim gives its room.
+type roomBy int
+
+const (
+	noVictim         roomBy = iota // every session is busy
+	victimDead                     // its engine session died: it leaves without ending
+	victimHibernates               // it hibernates (marked by beginHibernate)
+	victimEnds                     // it cannot hibernate: it ends (store.EndCapacity)
+)
+
+// giveRoom decides, under l.mu, how l gives its room to another session
+// at now: not at all when it is busy (then it is marked parked, and
+// unparkLocked hands it back), by hibernating when it may
+// (beginHibernateLocked marks it hibernating in the same step, so no
+// request holds it in between), else by ending: the registry does not
+// hibernate, or l's initialize has not succeeded.
+func (l *Live) giveRoom(now time.Time) roomBy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busyForRoomLocked() {
+		l.parked = true
+		return noVictim
+	}
+	if l.reg.hibernates() && l.beginHibernateLocked(now, true) {
+		return victimHibernates
+	}
+	return victimEnds
 }
 
 // recency is the order in which sessions are evicted for room
@@ -134,10 +184,10 @@ func (l *Live) park() bool {
 // eviction, so finding the least recently used session costs O(log n)
 // per use, never a scan of every session.
 //
-// A session with a call in flight is not evicted: victim takes it out of
-// the heap (Live.parked), and it comes back when its last call ends
-// (Registry.unpark), so a full registry whose sessions are all busy fails
-// fast instead of looking at each of them on every creation.
+// A busy session (Live.busyForRoomLocked) is not taken: victim takes it
+// out of the heap (Live.parked), and it comes back when it is busy no
+// more (Registry.unpark), so a full registry whose sessions are all busy
+// fails fast instead of looking at each of them on every creation.
 //
 // recency is guarded by Registry.mu.
 type recency []*Live
@@ -184,16 +234,16 @@ func (h *recency) remove(l *Live) {
 	}
 }
 
-// victim returns the least recently used session that is dead (then dead
-// is true) or has no call in flight, taken out of the heap, or nil when
-// there is none. Busy sessions it meets leave the heap until their calls
-// end (Live.park).
-func (h *recency) victim() (l *Live, dead bool) {
+// victim returns the least recently used session that is dead or not
+// busy, taken out of the heap, and how it gives its room at now
+// (Live.giveRoom), or noVictim when there is none. Busy sessions it meets
+// leave the heap until they are busy no more (Live.parked).
+func (h *recency) victim(now time.Time) (*Live, roomBy) {
 	for len(*h) > 0 {
 		l := (*h)[0]
 		if l.dead() {
 			heap.Pop(h)
-			return l, true
+			return l, victimDead
 		}
 		if cur := l.used.Load(); cur != l.lruKey {
 			l.lruKey = cur
@@ -201,9 +251,9 @@ func (h *recency) victim() (l *Live, dead bool) {
 			continue
 		}
 		heap.Pop(h)
-		if !l.park() {
-			return l, false
+		if how := l.giveRoom(now); how != noVictim {
+			return l, how
 		}
 	}
-	return nil, false
+	return nil, noVictim
 }

@@ -197,9 +197,9 @@ func (l *Live) ReleaseCalls(ctx context.Context, stream uint64, calls []*jsonrpc
 }
 
 // releaseMapsLocked lets go of the tables of calls and streams in flight
-// once both are empty. It reports whether l was parked and has no call in
-// flight any more: the caller then calls reg.unpark(l), with l.mu
-// released.
+// once both are empty. It reports whether l was parked and may give its
+// room to another session again (unparkLocked): the caller then calls
+// reg.unpark(l), with l.mu released.
 func (l *Live) releaseMapsLocked() (unpark bool) {
 	if len(l.calls) > 0 {
 		return false
@@ -207,8 +207,7 @@ func (l *Live) releaseMapsLocked() (unpark bool) {
 	if len(l.streams) == 0 {
 		l.calls, l.streams = nil, nil
 	}
-	unpark, l.parked = l.parked, false
-	return unpark
+	return l.unparkLocked()
 }
 
 // callsInFlight returns the number of l's calls whose response is not
