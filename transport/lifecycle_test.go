@@ -187,11 +187,13 @@ func TestIdleEviction(t *testing.T) {
 	countdown(t, ctx, busy, 2, 1, "b")
 }
 
-// TestCapacityEviction: with room for two sessions, a third initialize
-// evicts the least recently used one.
+// TestCapacityEviction: with room for two sessions that cannot hibernate,
+// a third initialize evicts the least recently used one, although its
+// standalone stream is open. (Sessions that hibernate keep a session with
+// an open stream: cmd/tidemark's TestCapacityRefusesWhenAllBusy.)
 func TestCapacityEviction(t *testing.T) {
 	ctx := testContext(t)
-	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{MaxSessions: 2}}, nil)
+	st := newStack(t, nil, &tidemark.Options{Sessions: session.Options{MaxSessions: 2, HibernateAfter: -1}}, nil)
 	a := st.initialize(t, ctx, "")
 	b := st.initialize(t, ctx, "")
 	evsB := countdown(t, ctx, b, 2, 1, "b")
