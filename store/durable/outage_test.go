@@ -108,19 +108,7 @@ func TestClaimRefusedOnFullDisk(t *testing.T) {
 	var filler string
 	cursor := loseCall(t, ctx, sess, func() { filler = fill(t, mnt, minFree-1<<20) })
 
-	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "full"}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
-		t.Fatalf("POST to the lost generation on a full disk = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
-	}
-	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 {
-		t.Fatalf("record after the POST on a full disk: generation %d, %v; want 1 (no claim)", rec.Generation, err)
-	}
-	if strings.Contains(logs.String(), "session re-created") {
-		t.Fatalf("a generation was claimed on a full disk; log:\n%s", logs)
-	}
+	refusedNoClaim(t, ctx, s, sess, logs, "on a full disk")
 
 	os.Remove(filler)
 	_, err = sess.Resume(ctx, cursor)
@@ -159,19 +147,7 @@ func TestClaimRefusedWithoutDataDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "gone"}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
-		t.Fatalf("POST to the lost generation without the data directory = %d %q (%s), want 503 unavailable", se.Status, se.Reason(), se.RawBody)
-	}
-	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 {
-		t.Fatalf("record after the POST without the data directory: generation %d, %v; want 1 (no claim)", rec.Generation, err)
-	}
-	if strings.Contains(logs.String(), "session re-created") {
-		t.Fatalf("a generation was claimed without the data directory; log:\n%s", logs)
-	}
+	refusedNoClaim(t, ctx, s, sess, logs, "without the data directory")
 }
 
 // TestHibernationRefusedOnFullDisk: an idle session whose hibernation
@@ -250,5 +226,25 @@ func TestHibernationRefusedOnFullDisk(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 || rec.Owner != "" {
 		t.Fatalf("record after the later hibernation: generation %d owner %q, %v; want 1, none", rec.Generation, rec.Owner, err)
+	}
+}
+
+// refusedNoClaim POSTs a call to sess, whose generation was lost during an
+// outage (what says which), and wants 503 unavailable with the record
+// still at generation 1 and no claim logged.
+func refusedNoClaim(t *testing.T, ctx context.Context, s *durable.Store, sess *mcptest.Session, logs *testenv.LogBuffer, what string) {
+	t.Helper()
+	resp, err := sess.Post(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": what}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
+		t.Fatalf("POST to the lost generation %s = %d %q (%s), want 503 unavailable", what, se.Status, se.Reason(), se.RawBody)
+	}
+	if rec, err := s.Get(ctx, sess.Token); err != nil || rec.Generation != 1 {
+		t.Fatalf("record after the POST %s: generation %d, %v; want 1 (no claim)", what, rec.Generation, err)
+	}
+	if strings.Contains(logs.String(), "session re-created") {
+		t.Fatalf("a generation was claimed %s; log:\n%s", what, logs)
 	}
 }
