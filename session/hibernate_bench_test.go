@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -30,8 +31,10 @@ import (
 // in this process per session (heap-B/session: HeapInuse after minus
 // before, after a GC, spans' free room included; live-B/session:
 // HeapAlloc, the objects alone; the store's own share included, which is
-// all of the record and the events for the memory store), then wakes them from
-// 16 goroutines at once and reports the wake latency (Registry.Get of a
+// all of the record and the events for the memory store; scan-B/session:
+// the bytes of those the collector scans for pointers, runtime/metrics
+// /gc/scan/heap:bytes; objects/session: /gc/heap/objects:objects), then
+// wakes them from 16 goroutines at once and reports the wake latency (Registry.Get of a
 // hibernated session: the store's record read and Wake, and the engine
 // session's start and restore) at the 50th and 99th percentiles. Run it
 // with -benchtime=10000x for the figures of (DESIGN.md, "Hibernation").
@@ -74,13 +77,15 @@ func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
 	})
 	defer reg.Close()
 	f := &fixture{clk: clk}
-	heap := func() (inuse, alloc int64) {
+	heap := func() (inuse, alloc, scan, objects int64) {
 		var ms runtime.MemStats
 		for range 3 {
 			runtime.GC()
 		}
 		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapInuse), int64(ms.HeapAlloc)
+		m := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}, {Name: "/gc/heap/objects:objects"}}
+		metrics.Read(m)
+		return int64(ms.HeapInuse), int64(ms.HeapAlloc), int64(m[0].Value.Uint64()), int64(m[1].Value.Uint64())
 	}
 	// The runtime keeps the descriptor of every goroutine that ended, for
 	// reuse (about 450 bytes each): the goroutines the live sessions ran
@@ -88,7 +93,7 @@ func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
 	// figures count what the hibernated sessions keep, whichever store's
 	// run comes first.
 	goroutines(b.N * perLive(b, reg, f))
-	inuse0, alloc0 := heap()
+	inuse0, alloc0, scan0, objects0 := heap()
 	toks := make([]string, b.N)
 	for i := range b.N {
 		l, err := reg.Create(ctx, "")
@@ -110,7 +115,7 @@ func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
 	for n := -1; n != runtime.NumGoroutine(); time.Sleep(50 * time.Millisecond) {
 		n = runtime.NumGoroutine()
 	}
-	inuse1, alloc1 := heap()
+	inuse1, alloc1, scan1, objects1 := heap()
 
 	b.ResetTimer()
 	const wakers = 16
@@ -135,6 +140,8 @@ func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
 	// After ResetTimer, which drops reported metrics.
 	b.ReportMetric(float64(inuse1-inuse0)/float64(b.N), "heap-B/session")
 	b.ReportMetric(float64(alloc1-alloc0)/float64(b.N), "live-B/session")
+	b.ReportMetric(float64(scan1-scan0)/float64(b.N), "scan-B/session")
+	b.ReportMetric(float64(objects1-objects0)/float64(b.N), "objects/session")
 	b.ReportMetric(float64(lat[b.N/2].Microseconds())/1000, "wake-p50-ms")
 	b.ReportMetric(float64(lat[b.N*99/100].Microseconds())/1000, "wake-p99-ms")
 }
