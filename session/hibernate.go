@@ -299,7 +299,7 @@ func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool
 		if exact {
 			h.gen = l.gen
 		}
-		r.hibernated[l.token] = h
+		r.hibernated.set(l.token, h)
 	}
 	r.doneStartingLocked(l.token)
 	r.mu.Unlock()
@@ -412,11 +412,15 @@ func (r *Registry) endIdleHibernated(ctx context.Context, cutoff time.Time) {
 	c := cutoff.UnixNano()
 	var idle []string
 	r.mu.RLock()
-	for tok, h := range r.hibernated {
+	r.hibernated.each(func(k tokenKey, long string, h hibernation) bool {
 		if h.seen < c {
-			idle = append(idle, tok)
+			if long == "" {
+				long = k.String()
+			}
+			idle = append(idle, long)
 		}
-	}
+		return true
+	})
 	r.mu.RUnlock()
 	for _, tok := range idle {
 		r.endIdleRecord(ctx, tok, cutoff)
@@ -463,15 +467,15 @@ func (r *Registry) endIdleRecord(ctx context.Context, token string, cutoff time.
 func (r *Registry) unindex(token string, seen int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h, ok := r.hibernated[token]
+	h, ok := r.hibernated.get(token)
 	if !ok {
 		return
 	}
 	if seen == 0 {
-		delete(r.hibernated, token)
+		r.hibernated.del(token)
 	} else {
 		h.seen = seen
-		r.hibernated[token] = h
+		r.hibernated.set(token, h)
 	}
 }
 
@@ -480,7 +484,7 @@ func (r *Registry) unindex(token string, seen int64) {
 func (r *Registry) Hibernated() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return len(r.hibernated)
+	return r.hibernated.len()
 }
 
 // hibernation is the registry's index entry of a session it hibernated.
@@ -541,7 +545,7 @@ func (r *Registry) letGo(ctx context.Context, woken store.Record) {
 // (recreate).
 func (r *Registry) wakeIndexed(ctx context.Context, token, userID string) (l *Live, done bool, err error) {
 	r.mu.RLock()
-	h := r.hibernated[token]
+	h, _ := r.hibernated.get(token)
 	r.mu.RUnlock()
 	if h.gen == 0 || r.hib != engine.HibernateExact {
 		return nil, false, nil

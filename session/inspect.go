@@ -94,13 +94,19 @@ type HibernatedSession struct {
 func (r *Registry) HibernatedSessions(prefix string) []HibernatedSession {
 	now := r.opts.Now()
 	r.mu.RLock()
-	out := make([]HibernatedSession, 0, len(r.hibernated))
-	for tok, h := range r.hibernated {
-		if strings.HasPrefix(tok, prefix) {
-			at := time.Unix(0, h.seen)
-			out = append(out, HibernatedSession{Token: tok, LastSeen: at, Idle: max(now.Sub(at), 0)})
+	out := make([]HibernatedSession, 0, r.hibernated.len())
+	r.hibernated.each(func(k tokenKey, long string, h hibernation) bool {
+		tok := long
+		switch {
+		case tok == "" && k.hasPrefix(prefix):
+			tok = k.String()
+		case tok == "" || !strings.HasPrefix(tok, prefix):
+			return true
 		}
-	}
+		at := time.Unix(0, h.seen)
+		out = append(out, HibernatedSession{Token: tok, LastSeen: at, Idle: max(now.Sub(at), 0)})
+		return true
+	})
 	r.mu.RUnlock()
 	slices.SortFunc(out, func(a, b HibernatedSession) int {
 		if c := b.LastSeen.Compare(a.LastSeen); c != 0 {

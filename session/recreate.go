@@ -127,7 +127,7 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 		l, err := r.recreate(ctx, token, userID, engineEnded)
 		r.mu.Lock()
 		if err == nil {
-			delete(r.hibernated, token)
+			r.hibernated.del(token)
 		}
 		delete(r.starting, token)
 		close(done)

@@ -163,7 +163,7 @@ type Registry struct {
 	// hibernated indexes the sessions this process hibernated, so Sweep
 	// ends those idle for IdleTTL and a request wakes them with one store
 	// operation: nothing else of them is held here (hibernate.go).
-	hibernated map[string]hibernation
+	hibernated hibIndex
 	reserved   int     // room taken by sessions being started (see reserve)
 	lru        recency // eviction order of the sessions in live not known to be busy (room.go)
 	closed     bool
@@ -216,7 +216,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		live:       make(map[string]*Live),
 		starting:   make(map[string]chan struct{}),
 		ending:     make(map[string]*store.EndedError),
-		hibernated: make(map[string]hibernation),
+		hibernated: newHibIndex(),
 		hib:        engine.HibernationOf(eng),
 	}
 	log.SetEvict(r.evictOverBudget)
@@ -399,7 +399,7 @@ func (r *Registry) endLocked(ctx context.Context, token string, reason store.End
 		r.removeLocked(l)
 		userID = l.userID
 	}
-	delete(r.hibernated, token)
+	r.hibernated.del(token)
 	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)
