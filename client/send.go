@@ -287,6 +287,15 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 			}
 		}
 	}
+	if method == "notifications/initialized" {
+		// The SDK has ended its handshake: from now on a lost session is
+		// renewed, even when this notification's own POST is what meets
+		// the 404 (a server restarted between initialize and it), else
+		// every later message would go to the dead session.
+		c.mu.Lock()
+		c.initialized = true
+		c.mu.Unlock()
+	}
 	var unreachableSince time.Time
 	renewed := false
 	for attempt := 0; ; attempt++ {
@@ -326,9 +335,6 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 		}
 		wire.Drain(resp)
 		if method == "notifications/initialized" {
-			c.mu.Lock()
-			c.initialized = true
-			c.mu.Unlock()
 			ready := c.startStandalone(s)
 			t := time.NewTimer(standaloneWait)
 			defer t.Stop()
