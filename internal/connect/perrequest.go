@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 )
 
 // errAnswerLost is the error answer a call gets when its connection broke
@@ -33,18 +36,34 @@ var errRejected = &jsonrpc.Error{Code: -32005, Message: "rejected by transport"}
 // errAnswerLost. A sessionless request carries its protocol version in
 // params._meta, from which the SDK's transport sets MCP-Protocol-Version,
 // so a fresh connection frames it as the shared one would.
+//
+// A call that cannot connect (the server is down or restarting) was not
+// sent, so sending it again cannot run it twice: it is sent again after
+// the resume backoff (Policy) within RetryFor of its first failure, as the
+// stateful era's transport does (the fault table of docs/connect.md: a new
+// call's POST is retried for up to --resume-timeout). server/discover is
+// not: the first one's retries are bounded by --start-timeout (sessionless.
+// connect).
 type perRequest struct {
 	t *mcp.StreamableClientTransport
+	// RetryFor bounds the retries of a call that cannot connect; zero:
+	// none.
+	RetryFor time.Duration
+	// Policy gives the waits between those retries.
+	Policy resume.Policy
 }
 
 // Connect implements mcp.Transport.
 func (p perRequest) Connect(ctx context.Context) (mcp.Connection, error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &perRequestConn{t: p.t, ctx: cctx, cancel: cancel, in: make(chan jsonrpc.Message), done: make(chan struct{})}, nil
+	return &perRequestConn{t: p.t, retryFor: p.RetryFor, policy: p.Policy, ctx: cctx, cancel: cancel, in: make(chan jsonrpc.Message), done: make(chan struct{})}, nil
 }
 
 type perRequestConn struct {
-	t      *mcp.StreamableClientTransport
+	t        *mcp.StreamableClientTransport
+	retryFor time.Duration
+	policy   resume.Policy
+
 	ctx    context.Context // ends with Close: ends the pumps
 	cancel context.CancelFunc
 	in     chan jsonrpc.Message
@@ -78,18 +97,36 @@ func (c *perRequestConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		return mcp.ErrConnectionClosed
 	default:
 	}
-	inner, err := c.t.Connect(c.ctx)
-	if err != nil {
-		return err
-	}
-	if err := inner.Write(ctx, msg); err != nil {
+	req, ok := msg.(*jsonrpc.Request)
+	retry := ok && req.IsCall() && req.Method != "server/discover" && c.retryFor > 0
+	var (
+		inner mcp.Connection
+		since time.Time // the first failure to connect
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		inner, err = c.t.Connect(c.ctx)
+		if err != nil {
+			return err
+		}
+		err = inner.Write(ctx, msg)
+		if err == nil {
+			break
+		}
 		inner.Close()
+		if retry && dialError(err) != nil && ctx.Err() == nil {
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if left := c.retryFor - time.Since(since); left > 0 && c.sleep(ctx, min(resume.Backoff(c.policy, attempt, 0), left)) {
+				continue
+			}
+		}
 		// Marked rejected, the failure is the call's alone: the SDK's
 		// jsonrpc2 connection returns it to the caller and stays usable,
 		// where any other Write error breaks it for every later call.
 		return fmt.Errorf("%w: %w", err, errRejected)
 	}
-	req, ok := msg.(*jsonrpc.Request)
 	if !ok || !req.IsCall() {
 		inner.Close()
 		return nil
@@ -115,6 +152,20 @@ func (c *perRequestConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 	})
 	return nil
+}
+
+// sleep waits d, and reports false when ctx ended or c closed first.
+func (c *perRequestConn) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.done:
+		return false
+	}
 }
 
 func (c *perRequestConn) push(m jsonrpc.Message) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/client"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
+	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -266,7 +267,8 @@ func (s *sessionless) connect(p *mcp.InitializeParams) (*mcp.ClientSession, erro
 		hc = &http.Client{Transport: withHeader{base: base, header: s.o.Header}, Jar: hc.Jar, CheckRedirect: hc.CheckRedirect}
 	}
 	tt := &client.TaskTransport{
-		Transport:      perRequest{t: &mcp.StreamableClientTransport{Endpoint: s.o.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}},
+		Transport: perRequest{t: &mcp.StreamableClientTransport{Endpoint: s.o.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true},
+			RetryFor: s.o.ResumeTimeout, Policy: resume.Policy{Base: s.o.InitialBackoff, Cap: s.o.MaxBackoff}},
 		Endpoint:       s.o.URL,
 		HTTPClient:     s.o.HTTPClient,
 		Header:         s.o.Header,
