@@ -412,3 +412,40 @@ func TestHostBatch(t *testing.T) {
 		t.Errorf("a batch under 2025-11-25: %s, want -32600 protocol 2025-11-25 has no JSON-RPC batches", m.text)
 	}
 }
+
+// TestHostBatchOrder: a batch's answer lists its answers in the order of
+// its messages, whatever order its calls finish in (docs/connect.md; JSON-
+// RPC 2.0, section 6, allows any order, and a host that reads answers by
+// position gets the right one): the countdown that finishes last comes
+// first, the error answer of a message that is none at its place.
+func TestHostBatchOrder(t *testing.T) {
+	srv := serve(t, demo.NewServer(), nil)
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	host.send(`{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"countdown","arguments":{"n":1,"delay_ms":300}}},`+
+			`{"jsonrpc":"2.0","id":"b","method":"ping"},`+
+			`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"echo","arguments":{"text":"c"}}},`+
+			`"junk",`+
+			`{"jsonrpc":"2.0","id":"d","method":"tools/call","params":{"name":"echo","arguments":{"text":"d"}}}]`)
+	var batch string
+	for batch == "" {
+		select {
+		case l := <-host.lines:
+			if strings.HasPrefix(l, "[") {
+				batch = l
+			}
+		case <-time.After(hostTimeout):
+			t.Fatal("no batch answer within 10s")
+		}
+	}
+	want := `[{"jsonrpc":"2.0","id":"a","result":{"content":[{"type":"text","text":"countdown of 1 finished"}]}},` +
+		`{"jsonrpc":"2.0","id":"b","result":{}},` +
+		`{"jsonrpc":"2.0","id":"c","result":{"content":[{"type":"text","text":"c"}]}},` +
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}},` +
+		`{"jsonrpc":"2.0","id":"d","result":{"content":[{"type":"text","text":"d"}]}}]`
+	if batch != want {
+		t.Errorf("batch answer\n%s\nwant\n%s", batch, want)
+	}
+}
