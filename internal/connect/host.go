@@ -68,7 +68,7 @@ type HostTransport struct {
 // Connect implements mcp.Transport; it starts reading Reader.
 func (t *HostTransport) Connect(context.Context) (mcp.Connection, error) {
 	c := &hostConn{r: t.Reader, w: t.Writer, logger: t.Logger, lines: make(chan hostLine), closed: make(chan struct{}),
-		byHost: make(map[string]int64), byBridge: make(map[int64]json.RawMessage), inBatch: make(map[int64]*hostBatch)}
+		byHost: make(map[string]int64), byBridge: make(map[int64]json.RawMessage), inBatch: make(map[int64]batchSlot)}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
@@ -97,8 +97,9 @@ type hostConn struct {
 	// hostKey; byBridge the host's id bytes, by bridge id.
 	byHost   map[string]int64
 	byBridge map[int64]json.RawMessage
-	// inBatch holds the batch of each call in flight that came in one.
-	inBatch map[int64]*hostBatch
+	// inBatch holds the batch, and the place in its answer, of each call
+	// in flight that came in one.
+	inBatch map[int64]batchSlot
 	// version is the protocol revision of the host's first initialize.
 	version string
 
@@ -198,8 +199,19 @@ func (c *hostConn) message(data []byte, long bool) (jsonrpc.Message, json.RawMes
 // whose calls are in flight: its answer, one JSON array, is written once
 // the last is answered or cancelled.
 type hostBatch struct {
-	answers [][]byte // in the order they came
-	pending int      // calls not yet answered nor cancelled
+	// answers has a place for each call of the batch and each message of
+	// it that is none, in the order of the batch's messages, so that the
+	// answer lists them in that order whatever order the calls end in
+	// (JSON-RPC 2.0, section 6, allows any; docs/connect.md promises this
+	// one). A call not yet answered, or cancelled, has nil.
+	answers [][]byte
+	pending int // calls not yet answered nor cancelled
+}
+
+// batchSlot is the place of a call's answer in its batch's answer.
+type batchSlot struct {
+	b *hostBatch
+	i int // index in b.answers
 }
 
 // batch returns the messages of the batch line, in order, each call with
@@ -228,7 +240,9 @@ func (c *hostConn) batch(line []byte) []jsonrpc.Message {
 		msg, id, werr := c.message(e, false)
 		if werr != nil {
 			if a, err := encodeAnswer(id, nil, werr); err == nil {
+				c.idmu.Lock()
 				b.answers = append(b.answers, a)
+				c.idmu.Unlock()
 			}
 			continue
 		}
@@ -238,7 +252,8 @@ func (c *hostConn) batch(line []byte) []jsonrpc.Message {
 		if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
 			bid, _ := r.ID.Raw().(int64)
 			c.idmu.Lock()
-			c.inBatch[bid] = b
+			c.inBatch[bid] = batchSlot{b: b, i: len(b.answers)}
+			b.answers = append(b.answers, nil)
 			b.pending++
 			c.idmu.Unlock()
 		}
@@ -258,11 +273,20 @@ const batchlessVersion = "2025-06-18"
 // has one (a batch of notifications and answers gets none, JSON-RPC 2.0,
 // section 6). c.idmu is held.
 func (c *hostConn) writeBatch(b *hostBatch) {
-	if b.pending > 0 || len(b.answers) == 0 {
+	if b.pending > 0 {
 		return
 	}
-	data := append([]byte("["), bytes.Join(b.answers, []byte(","))...)
+	var answers [][]byte
+	for _, a := range b.answers {
+		if a != nil {
+			answers = append(answers, a)
+		}
+	}
 	b.answers = nil
+	if len(answers) == 0 {
+		return
+	}
+	data := append([]byte("["), bytes.Join(answers, []byte(","))...)
 	if err := c.writeLine(append(data, ']')); err != nil {
 		c.logger.Debug("connect: message not delivered to the host", "error", err)
 	}
@@ -328,10 +352,10 @@ func (c *hostConn) cancelled(req *jsonrpc.Request) jsonrpc.Message {
 	if ok {
 		delete(c.byHost, key)
 		delete(c.byBridge, bid)
-		if b := c.inBatch[bid]; b != nil {
+		if slot, ok := c.inBatch[bid]; ok {
 			delete(c.inBatch, bid)
-			b.pending--
-			c.writeBatch(b)
+			slot.b.pending--
+			c.writeBatch(slot.b)
 		}
 	}
 	c.idmu.Unlock()
@@ -459,7 +483,7 @@ func (c *hostConn) answer(r *jsonrpc.Response) error {
 	bid, _ := r.ID.Raw().(int64)
 	c.idmu.Lock()
 	id, ok := c.byBridge[bid]
-	b := c.inBatch[bid]
+	slot, inBatch := c.inBatch[bid]
 	if ok {
 		delete(c.byBridge, bid)
 		delete(c.byHost, hostKey(id))
@@ -470,8 +494,8 @@ func (c *hostConn) answer(r *jsonrpc.Response) error {
 		c.logger.Debug("connect: an answer to a call the host cancelled or has had answered; dropped", "id", r.ID.Raw())
 		return nil
 	}
-	if b != nil {
-		return c.batchAnswer(b, id, r)
+	if ok && inBatch {
+		return c.batchAnswer(slot, id, r)
 	}
 	werr, isWire := r.Error.(*jsonrpc.Error)
 	if r.Error == nil || isWire {
@@ -493,9 +517,11 @@ func (c *hostConn) answer(r *jsonrpc.Response) error {
 	return c.writeAnswer(id, wire.Result, wire.Error)
 }
 
-// batchAnswer adds r, the answer to a call of b whose host id is id, to
-// b's answer, and writes that once it is whole.
-func (c *hostConn) batchAnswer(b *hostBatch, id json.RawMessage, r *jsonrpc.Response) error {
+// batchAnswer puts r, the answer to the call of the batch's place slot
+// whose host id is id, in the batch's answer, and writes that once it is
+// whole.
+func (c *hostConn) batchAnswer(slot batchSlot, id json.RawMessage, r *jsonrpc.Response) error {
+	b := slot.b
 	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: r.ID, Result: r.Result, Error: r.Error})
 	if err == nil {
 		var wire struct {
@@ -509,7 +535,7 @@ func (c *hostConn) batchAnswer(b *hostBatch, id json.RawMessage, r *jsonrpc.Resp
 	c.idmu.Lock()
 	defer c.idmu.Unlock()
 	if err == nil {
-		b.answers = append(b.answers, data)
+		b.answers[slot.i] = data
 	}
 	b.pending--
 	c.writeBatch(b)
