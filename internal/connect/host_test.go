@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -163,5 +164,65 @@ func TestNotificationBeforeInitialize(t *testing.T) {
 	}
 	if strings.Contains(out, "not delivered") {
 		t.Errorf("the log tells of a message not delivered:\n%s", out)
+	}
+}
+
+// TestPingBeforeInitialize: a host's ping before its initialize is
+// answered by the bridge with an empty result under the host's id, and
+// never sent (there is no session yet; MCP 2025-11-25, "Ping": either
+// side may ping at any time); the initialize after it is sent and
+// answered.
+func TestPingBeforeInitialize(t *testing.T) {
+	rc := &recording{}
+	h := newHandler()
+	rc.h.Store(h)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	host.send(`{"jsonrpc":"2.0","id":"early","method":"ping"}`)
+	if m := host.next(); m.text != `{"jsonrpc":"2.0","id":"early","result":{}}` {
+		t.Errorf("answer to a ping before initialize: %s, want {\"jsonrpc\":\"2.0\",\"id\":\"early\",\"result\":{}}", m.text)
+	}
+	host.send(rawInitialize)
+	if _, got := host.answers("6"); got["6"][0].Error != nil {
+		t.Errorf("initialize after the ping: %s", got["6"][0].text)
+	}
+	if got, want := strings.Join(rc.reset(), " "), "initialize"; got != want {
+		t.Errorf("POSTs the server got: %s, want %s", got, want)
+	}
+}
+
+// TestMessageWithOnlyID: a line that holds an id and neither method nor
+// result nor error is no JSON-RPC 2.0 message (section 4 and 5): it gets
+// -32600 under its id, and nothing reaches the server; the call after it
+// is answered.
+func TestMessageWithOnlyID(t *testing.T) {
+	rc := &recording{}
+	h := newHandler()
+	rc.h.Store(h)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	host.send(`{"jsonrpc":"2.0","id":77}`)
+	if m := host.next(); m.text != `{"jsonrpc":"2.0","id":77,"error":{"code":-32600,"message":"invalid request: not a JSON-RPC 2.0 request, notification or response"}}` {
+		t.Errorf("answer to {\"jsonrpc\":\"2.0\",\"id\":77}: %s, want -32600 under id 77", m.text)
+	}
+	host.send(echoLine(`"after"`))
+	if _, got := host.answers(`"after"`); got[`"after"`][0].Error != nil {
+		t.Errorf("the call after: %s", got[`"after"`][0].text)
+	}
+	if got, want := strings.Join(rc.reset(), " "), "initialize notifications/initialized tools/call"; got != want {
+		t.Errorf("POSTs the server got: %s, want %s", got, want)
 	}
 }
