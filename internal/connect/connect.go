@@ -303,7 +303,7 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 			continue
 		}
 		b.mu.Lock()
-		early := !b.started && req.Method != "initialize" && req.Method != "ping"
+		early := !b.started && req.Method != "initialize"
 		b.mu.Unlock()
 		if early {
 			b.beforeInitialize(req)
@@ -424,12 +424,20 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 
 // beforeInitialize answers the host's call req, which came before its
 // initialize: such a call has no session to go to, and only ping may
-// precede initialize (MCP 2025-11-25, "Lifecycle").
+// precede initialize (MCP 2025-11-25, "Lifecycle"). A ping is answered
+// with an empty result: either side may ping at any time (MCP 2025-11-25,
+// "Ping"), and with no session yet the bridge is the counterpart that
+// answers; sent, it would be refused 400 session_required.
 func (b *bridge) beforeInitialize(req *jsonrpc.Request) {
+	if req.Method == "ping" {
+		b.logger.Debug("connect: ping before the host's initialize; answered by tidemark connect", "id", req.ID.Raw())
+		b.toHost(&jsonrpc.Response{ID: req.ID, Result: json.RawMessage("{}")})
+		return
+	}
 	b.logger.Warn("connect: call before the host's initialize; answered with an error", "method", req.Method, "id", req.ID.Raw(), "reason", replay.ReasonSessionRequired)
 	data, _ := json.Marshal(map[string]string{"reason": replay.ReasonSessionRequired.String()}) // a string always encodes
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
-		Message: "send initialize first: tidemark connect sends no call but ping to the MCP server before the host's initialize (MCP 2025-11-25, \"Lifecycle\")", Data: data}})
+		Message: "send initialize first: tidemark connect sends no call to the MCP server before the host's initialize, and answers ping itself (MCP 2025-11-25, \"Lifecycle\")", Data: data}})
 }
 
 // dropEarly drops the host's notification or answer msg, which came

@@ -167,32 +167,36 @@ func TestNotificationBeforeInitialize(t *testing.T) {
 	}
 }
 
-// TestPingBeforeInitialize: a host's ping before its initialize is
-// answered by the bridge with an empty result under the host's id, and
-// never sent (there is no session yet; MCP 2025-11-25, "Ping": either
-// side may ping at any time); the initialize after it is sent and
+// TestPingBeforeInitialize: in both eras, a host's ping before its
+// initialize is answered by the bridge with an empty result under the
+// host's id, and never sent (there is no session yet; MCP 2025-11-25,
+// "Ping": either side may ping at any time); the initialize after it is
 // answered.
 func TestPingBeforeInitialize(t *testing.T) {
-	rc := &recording{}
-	h := newHandler()
-	rc.h.Store(h)
-	srv := httptest.NewServer(rc)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		h.Close()
-	})
-	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
-	host.send(`{"jsonrpc":"2.0","id":"early","method":"ping"}`)
-	if m := host.next(); m.text != `{"jsonrpc":"2.0","id":"early","result":{}}` {
-		t.Errorf("answer to a ping before initialize: %s, want {\"jsonrpc\":\"2.0\",\"id\":\"early\",\"result\":{}}", m.text)
-	}
-	host.send(rawInitialize)
-	if _, got := host.answers("6"); got["6"][0].Error != nil {
-		t.Errorf("initialize after the ping: %s", got["6"][0].text)
-	}
-	if got, want := strings.Join(rc.reset(), " "), "initialize"; got != want {
-		t.Errorf("POSTs the server got: %s, want %s", got, want)
+	for protocol, posts := range map[string]string{connect.ProtocolStateful: "initialize", connect.ProtocolSessionless: "server/discover"} {
+		t.Run(protocol, func(t *testing.T) {
+			rc := &recording{}
+			h := newHandler()
+			rc.h.Store(h)
+			srv := httptest.NewServer(rc)
+			t.Cleanup(func() {
+				srv.CloseClientConnections()
+				srv.Close()
+				h.Close()
+			})
+			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
+			host.send(`{"jsonrpc":"2.0","id":"early","method":"ping"}`)
+			if m := host.next(); m.text != `{"jsonrpc":"2.0","id":"early","result":{}}` {
+				t.Errorf("answer to a ping before initialize: %s, want {\"jsonrpc\":\"2.0\",\"id\":\"early\",\"result\":{}}", m.text)
+			}
+			host.send(rawInitialize)
+			if _, got := host.answers("6"); got["6"][0].Error != nil {
+				t.Errorf("initialize after the ping: %s", got["6"][0].text)
+			}
+			if got := strings.Join(rc.reset(), " "); got != posts {
+				t.Errorf("POSTs the server got: %s, want %s", got, posts)
+			}
+		})
 	}
 }
 

@@ -114,6 +114,10 @@ func (s *sessionless) fromHost() error {
 				// The host speaks its own revision: it falls back to
 				// initialize (MCP 2026-07-28, basic/lifecycle).
 				s.toHost(&jsonrpc.Response{ID: m.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tidemark connect speaks the host's stateful revision: send initialize"}})
+			case !started && m.Method == "ping":
+				// Either side may ping at any time (MCP 2025-11-25,
+				// "Ping"); the era has no ping to send on (send).
+				s.toHost(&jsonrpc.Response{ID: m.ID, Result: json.RawMessage("{}")})
 			case !started:
 				s.toHost(&jsonrpc.Response{ID: m.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "send initialize first (MCP 2025-11-25, \"Lifecycle\")"}})
 			default:
