@@ -298,6 +298,12 @@ func (c *hostConn) writeBatch(b *hostBatch) {
 func (c *hostConn) fromHost(line []byte, msg jsonrpc.Message) (jsonrpc.Message, json.RawMessage, *jsonrpc.Error) {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok {
+		if !isResponse(line) {
+			// The SDK's decoder takes any object without a method for a
+			// response; sent on, it would answer nothing of the server's.
+			c.logger.Warn("connect: a line from the host is not a JSON-RPC message; answered with an error", "code", jsonrpc.CodeInvalidRequest, "bytes", len(line))
+			return nil, rawID(line), &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: not a JSON-RPC 2.0 request, notification or response"}
+		}
 		return msg, nil, nil
 	}
 	if !req.IsCall() {
@@ -392,6 +398,19 @@ func rawID(line []byte) json.RawMessage {
 		return m.ID
 	}
 	return nil
+}
+
+// isResponse reports whether the message line, which has no method, is a
+// response: it has exactly one of result and error (JSON-RPC 2.0, section
+// 5).
+func isResponse(line []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil {
+		return false
+	}
+	_, result := m["result"]
+	_, failed := m["error"]
+	return result != failed
 }
 
 // hasID reports whether the message line has an "id" member, null or not.
