@@ -152,6 +152,15 @@ type TaskTransport struct {
 	// Logger receives one line per task created, settled, or lost from
 	// sight, with its taskId prefix. Default slog.Default().
 	Logger *slog.Logger
+	// CancelOnClose makes Close send tasks/cancel for every task of a
+	// call still pending (working, or awaiting the SDK's input answers),
+	// all at once, best-effort, each within 5 seconds, and wait for them:
+	// a client that goes away leaves no task of its own running (a bridge
+	// whose host closed its end). A call whose CreateTaskResult has not
+	// come names no task yet and is not cancelled. Default false: Close
+	// stops the polls and the tasks run on, on the server, where another
+	// client may read them.
+	CancelOnClose bool
 }
 
 // Connect implements mcp.Transport: it connects Transport and watches
@@ -455,21 +464,72 @@ func (c *taskConn) cancelled(req *jsonrpc.Request) bool {
 }
 
 // Close implements mcp.Connection: it stops the polls (the tasks run on,
-// on the server), waits for the tasks/cancel under way, and closes the
-// wrapped connection.
+// on the server, unless CancelOnClose), waits for the tasks/cancel under
+// way, and closes the wrapped connection.
 func (c *taskConn) Close() error {
 	var err error
 	c.once.Do(func() {
 		c.mu.Lock()
 		c.closed = true
+		var open []*taskCall
+		if c.opts.CancelOnClose {
+			seen := make(map[string]bool)
+			for _, tc := range c.calls {
+				if tc.task != "" && !seen[tc.task] {
+					seen[tc.task] = true
+					open = append(open, tc)
+				}
+			}
+			for _, tc := range c.parked {
+				if !seen[tc.task] {
+					seen[tc.task] = true
+					open = append(open, tc)
+				}
+			}
+		}
 		clear(c.parked)
 		c.mu.Unlock()
+		c.cancelOpen(open)
 		close(c.done)
 		err = c.inner.Close()
 		c.cancel()
 		c.wg.Wait()
 	})
 	return err
+}
+
+// cancelOpen sends tasks/cancel for each task of open, the tasks of calls
+// still pending when Close began (CancelOnClose), at once, each within
+// cancelTimeout, and returns when all are answered or given up. Each
+// outcome is logged: a task whose tasks/cancel failed may still run.
+func (c *taskConn) cancelOpen(open []*taskCall) {
+	if len(open) == 0 {
+		return
+	}
+	c.opts.Logger.Info("client: closing: tasks/cancel for the tasks still working", "tasks", len(open))
+	var wg sync.WaitGroup
+	for _, tc := range open {
+		c.mu.Lock()
+		stop := tc.stop
+		c.mu.Unlock()
+		if stop != nil {
+			stop() // no more polls
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), cancelTimeout)
+			defer cancel()
+			r, err := c.request(ctx, tc, "tasks/cancel", map[string]any{"taskId": tc.task}, cancelTimeout)
+			if err == nil && r.Error != nil {
+				err = r.Error
+			}
+			if err != nil {
+				c.opts.Logger.Warn("client: closing: tasks/cancel failed; the task may still run on the server", "task", tasks.Prefix(tc.task), "error", err)
+				return
+			}
+			c.opts.Logger.Info("client: closing: task cancelled", "task", tasks.Prefix(tc.task))
+		})
+	}
+	wg.Wait()
 }
 
 // spawn runs f in a goroutine Close waits for; once Close has begun it

@@ -73,7 +73,7 @@ func runSessionless(ctx context.Context, host mcp.Connection, o Options) error {
 	cs := s.cs
 	s.mu.Unlock()
 	if cs != nil {
-		cs.Close() // stops the polls; tasks run on, on the server
+		cs.Close() // stops the polls and cancels the tasks still working (CancelOnClose)
 	}
 	return err
 }
@@ -280,6 +280,9 @@ func (s *sessionless) connect(p *mcp.InitializeParams) (*mcp.ClientSession, erro
 		MaxBackoff:     s.o.MaxBackoff,
 		ResumeTimeout:  s.o.ResumeTimeout,
 		Logger:         s.logger,
+		// The host that closed its end will never read a task's result:
+		// its tasks are cancelled, as the stateful era ends its session.
+		CancelOnClose: true,
 	}
 	c := mcp.NewClient(impl, opts)
 	start := time.Now()
