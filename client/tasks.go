@@ -157,7 +157,11 @@ type TaskTransport struct {
 	// all at once, best-effort, each within 5 seconds, and wait for them:
 	// a client that goes away leaves no task of its own running (a bridge
 	// whose host closed its end). A call whose CreateTaskResult has not
-	// come names no task yet and is not cancelled. Default false: Close
+	// come names no task yet and is not cancelled. mcp.ClientSession.Close
+	// waits for the calls in flight, so end their contexts first: the
+	// SDK's own notifications/cancelled of a call given up goes out from
+	// a goroutine of its own, which may come after Close began and then
+	// carries nothing. Default false: Close
 	// stops the polls and the tasks run on, on the server, where another
 	// client may read them.
 	CancelOnClose bool
