@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,12 +100,7 @@ func TestBurstBeyondServerBound(t *testing.T) {
 				Sessions:  session.Options{MaxCallsPerSession: bound},
 			})
 			cs := &counting{h: h}
-			srv := httptest.NewServer(cs)
-			t.Cleanup(func() {
-				srv.CloseClientConnections()
-				srv.Close()
-				h.Close()
-			})
+			srv := serveClosing(t, cs, h)
 			host := startRawHost(t, srv.URL, connect.Options{Protocol: tc.protocol, MaxCalls: tc.maxCalls, InitialBackoff: 50 * time.Millisecond}, nil)
 			host.send(rawInitialize)
 			host.answers("6")

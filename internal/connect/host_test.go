@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -178,12 +177,7 @@ func TestPingBeforeInitialize(t *testing.T) {
 			rc := &recording{}
 			h := newHandler()
 			rc.h.Store(h)
-			srv := httptest.NewServer(rc)
-			t.Cleanup(func() {
-				srv.CloseClientConnections()
-				srv.Close()
-				h.Close()
-			})
+			srv := serveClosing(t, rc, h)
 			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
 			host.send(`{"jsonrpc":"2.0","id":"early","method":"ping"}`)
 			if m := host.next(); m.text != `{"jsonrpc":"2.0","id":"early","result":{}}` {
@@ -208,12 +202,7 @@ func TestMessageWithOnlyID(t *testing.T) {
 	rc := &recording{}
 	h := newHandler()
 	rc.h.Store(h)
-	srv := httptest.NewServer(rc)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		h.Close()
-	})
+	srv := serveClosing(t, rc, h)
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, nil)
 	host.send(rawInitialize)
 	host.answers("6")

@@ -44,6 +44,19 @@ type rawLine struct {
 	text string
 }
 
+// serveClosing starts a loopback HTTP server of next and, when the test
+// ends, cuts its connections, closes it, then closes h (its handler).
+func serveClosing(t *testing.T, next http.Handler, h io.Closer) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(next)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	return srv
+}
+
 // startRawHost runs the bridge of tidemark connect (HostTransport and Run)
 // toward url with o; the test's cleanup closes the host's end and
 // requires Run to return nil.
@@ -149,12 +162,7 @@ func TestHostIDsVerbatim(t *testing.T) {
 	for _, protocol := range []string{connect.ProtocolStateful, connect.ProtocolSessionless} {
 		t.Run(protocol, func(t *testing.T) {
 			h := newHandler()
-			srv := httptest.NewServer(h)
-			t.Cleanup(func() {
-				srv.CloseClientConnections()
-				srv.Close()
-				h.Close()
-			})
+			srv := serveClosing(t, h, h)
 			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
 			host.send(rawInitialize)
 			if _, got := host.answers("6"); got["6"][0].Error != nil {
@@ -212,12 +220,7 @@ func TestDuplicateIDInFlight(t *testing.T) {
 	for _, protocol := range []string{connect.ProtocolStateful, connect.ProtocolSessionless} {
 		t.Run(protocol, func(t *testing.T) {
 			h := newHandler()
-			srv := httptest.NewServer(h)
-			t.Cleanup(func() {
-				srv.CloseClientConnections()
-				srv.Close()
-				h.Close()
-			})
+			srv := serveClosing(t, h, h)
 			host := startRawHost(t, srv.URL, connect.Options{Protocol: protocol}, nil)
 			host.send(rawInitialize)
 			host.answers("6")

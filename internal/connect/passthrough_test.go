@@ -210,13 +210,7 @@ func serve(t *testing.T, s *mcp.Server, wrap func(http.Handler) http.Handler) *h
 	if wrap != nil {
 		handler = wrap(h)
 	}
-	srv := httptest.NewServer(handler)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		h.Close()
-	})
-	return srv
+	return serveClosing(t, handler, h)
 }
 
 // asking is a server whose tools put the server-to-client requests to the

@@ -110,12 +110,7 @@ func TestSessionlessPing(t *testing.T) {
 	rc := &recording{}
 	h := newHandler()
 	rc.h.Store(h)
-	srv := httptest.NewServer(rc)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		h.Close()
-	})
+	srv := serveClosing(t, rc, h)
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolSessionless}, nil)
 	host.send(rawInitialize)
 	host.answers("6")

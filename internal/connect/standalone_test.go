@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -74,12 +73,7 @@ func TestOversizedStandaloneEvent(t *testing.T) {
 		t.Run(fmt.Sprintf("again=%v", again), func(t *testing.T) {
 			h := newHandler()
 			o := &oversizedGET{next: h, open: make(chan struct{}), again: again}
-			srv := httptest.NewServer(o)
-			t.Cleanup(func() {
-				srv.CloseClientConnections()
-				srv.Close()
-				h.Close()
-			})
+			srv := serveClosing(t, o, h)
 			var logs testenv.LogBuffer
 			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, MaxEventSize: 64 << 10,

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -80,12 +79,7 @@ func TestSessionlessCloseCancelsTasks(t *testing.T) {
 		Tasks:     &tidemark.TaskOptions{Tools: map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}}, Poll: 20 * time.Millisecond},
 	})
 	rec := &taskPosts{next: h}
-	srv := httptest.NewServer(rec)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		h.Close()
-	})
+	srv := serveClosing(t, rec, h)
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolSessionless}, nil)
 	host.send(rawInitialize)
 	host.answers("6")
