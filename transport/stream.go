@@ -210,17 +210,14 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	}
 }
 
-// nextWithin returns the stream's events that the log holds now, or else
-// waits for them until by: expired reports that none came by then (and ctx
-// is not done), the Reader staying where it was. The deadline's context is
-// made on the first wait only, and kept in *window (its cancel in *stop)
-// for the stream's later waits before by: an answer already in the log
-// costs no context and no timer.
+// nextWithin returns the stream's next events, waiting for them until by:
+// expired reports that none came by then (and ctx is not done), the Reader
+// staying where it was. The deadline's context is made once per stream and
+// kept in *window (its cancel in *stop) for the stream's later reads before
+// by. Each read is one store read, a round trip with Redis or a Pebble
+// read with --data-dir, so nothing reads the log before it: the read
+// that waits returns at once what the log already holds.
 func nextWithin(ctx context.Context, rd *eventlog.Reader, window *context.Context, stop *context.CancelFunc, by time.Time) (evs []store.Event, expired bool, err error) {
-	// Up to the position examined already: a read that never waits.
-	if evs, err = rd.NextUpTo(ctx, rd.Position()); err != nil || len(evs) > 0 {
-		return evs, false, err
-	}
 	if *window == nil {
 		*window, *stop = context.WithDeadline(ctx, by)
 	}
