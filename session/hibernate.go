@@ -263,19 +263,22 @@ func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool
 		}
 		b, err = encodeHibernated(&st, l.prior, exact)
 	}
-	if err == nil && !exact {
-		// Its wake claims generation+1, whose floor is past every event
-		// it retains: no cursor can replay them, so they go now rather
-		// than stay for as long as it hibernates. A failure keeps them
-		// until that claim.
-		r.log.Drop(ctx, l.token, l.gen)
-	}
 	if err == nil {
 		// The store's LastSeen decides idle eviction of the record from
 		// now on (recreate, the durable store's sweep).
 		r.st.Touch(ctx, l.token, seen)
 		attempted = true
 		err = r.st.Hibernate(ctx, l.token, r.opts.Owner, l.gen, b)
+	}
+	if err == nil && !exact {
+		// Its wake claims generation+1, whose floor is past every event
+		// it retains: no cursor can replay them, so they go now rather
+		// than stay for as long as it hibernates. Only once the store kept
+		// the hibernation: a session the store refused stays awake at its
+		// generation, every cursor still replaying. The session is still
+		// starting here, so no request of this process claims it first; a
+		// failed trim keeps the events until that claim.
+		r.log.Drop(ctx, l.token, l.gen)
 	}
 	if err == nil && exact && !r.log.Budgeted() {
 		// Without a process budget the log's accounting of the session

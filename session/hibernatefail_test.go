@@ -95,3 +95,58 @@ func TestHibernateReplyLostKeepsGeneration(t *testing.T) {
 		t.Fatalf("wake after the later hibernation = %v; want generation 1", err)
 	}
 }
+
+// refused is a store whose Hibernate, while refuse is set, stores nothing
+// and reports store.ErrUnavailable, as during a Redis outage.
+type refused struct {
+	store.Store
+	refuse atomic.Bool
+}
+
+func (s *refused) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
+	if s.refuse.Load() {
+		return fmt.Errorf("redis store: hibernate session %s: %w: connection refused", store.Prefix(token), store.ErrUnavailable)
+	}
+	return s.Store.Hibernate(ctx, token, owner, gen, state)
+}
+
+// TestRefusedLossyHibernationKeepsEvents: a session that would wake at
+// generation+1 (its engine does not restore state) lets go of its events
+// only once the store kept its hibernation; one the store refuses stays
+// awake with its log as it was, floor and events alike, so every cursor
+// its client holds still replays (regression: the log was trimmed to
+// HWM+1 before the refused write, and the awake session's old cursors
+// answered 409 cursor_compacted).
+func TestRefusedLossyHibernationKeepsEvents(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	st := &refused{Store: memory.New(memory.Options{Now: clk.Now})}
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), gosdk.New(demo.NewServer()), session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	l, err := reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize(t, f, l)
+	roundTrip(t, f, l, echo(t, 2, "kept"))
+	before, err := st.Bounds(ctx, l.Token())
+	if err != nil || before.Events == 0 || before.Floor != 1 {
+		t.Fatalf("bounds before the sweep = %+v, %v; want events from floor 1", before, err)
+	}
+	st.refuse.Store(true)
+	waitFor(t, func() bool {
+		clk.Advance(2 * time.Minute)
+		reg.Sweep(ctx)
+		return strings.Contains(logs.String(), "hibernation failed")
+	})
+	after, err := st.Bounds(ctx, l.Token())
+	if err != nil || after.Floor != before.Floor || after.HWM != before.HWM || after.Events != before.Events || after.Generation != 1 {
+		t.Fatalf("bounds after the refused hibernation = %+v, %v; want %+v", after, err, before)
+	}
+	if reg.Len() != 1 || reg.Hibernated() != 0 {
+		t.Fatalf("after the refused hibernation: %d live, %d hibernated; want 1 and 0", reg.Len(), reg.Hibernated())
+	}
+}
