@@ -717,13 +717,21 @@ func TestSweptCountsHibernated(t *testing.T) {
 	var calls []int
 	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: -1,
 		Swept: func(n int) { calls = append(calls, n) }})
+	idle := make([]*session.Live, 0, 300)
 	for range 300 {
-		initialize(t, f, mustCreate(t, f.reg))
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		idle = append(idle, l)
 	}
 	attached := mustCreate(t, f.reg)
 	initialize(t, f, attached)
 	defer attached.Attach()()
 	mustCreate(t, f.reg) // no initialize
+	// A request's hold ends after its call returns (the request's context
+	// ends); one still held when the clock moves would be used after it.
+	for _, l := range idle {
+		waitFor(t, func() bool { return session.Idle(l) })
+	}
 	f.clk.Advance(2 * time.Minute)
 	f.reg.Sweep(ctx)
 	f.reg.Sweep(ctx)
