@@ -178,15 +178,47 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "stream ID conflicts with ongoing stream", http.StatusConflict)
 		return
 	}
-	h.ServeHTTP(w, r)
-	if id := w.Header().Get("Mcp-Session-Id"); id != "" && rec.rpc == "initialize" {
-		u.mu.Lock()
-		if u.h == h {
-			u.sessions = append(u.sessions, id)
-		}
-		u.mu.Unlock()
+	if rec.rpc == "initialize" {
+		// The session ID is recorded before the answer leaves, so a test
+		// that reads u.sessions after the gateway saw the answer finds it.
+		w = &sessionRecorder{ResponseWriter: w, record: func(id string) {
+			u.mu.Lock()
+			if u.h == h {
+				u.sessions = append(u.sessions, id)
+			}
+			u.mu.Unlock()
+		}}
 	}
+	h.ServeHTTP(w, r)
 }
+
+// sessionRecorder calls record with the Mcp-Session-Id header the handler
+// sets, once, before the status line is written.
+type sessionRecorder struct {
+	http.ResponseWriter
+	record func(id string)
+	done   bool
+}
+
+func (w *sessionRecorder) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			w.record(id)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionRecorder) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's Flush.
+func (w *sessionRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // serverSession returns the upstream's only MCP session.
 func (u *testUpstream) serverSession(t *testing.T) *mcp.ServerSession {
