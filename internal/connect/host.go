@@ -24,8 +24,9 @@ import (
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
-// MaxHostLine bounds one line (one message) from the host, in bytes; a
-// longer line is answered with a parse error and skipped.
+// MaxHostLine bounds one line (one message) from the host, in bytes,
+// without its newline; a longer line is answered with a parse error and
+// skipped to its newline, its size logged.
 const MaxHostLine = 16 << 20
 
 // HostTransport is the host's end of the bridge: messages one per line
@@ -112,9 +113,9 @@ type hostConn struct {
 func (c *hostConn) read() {
 	br := bufio.NewReader(c.r)
 	for {
-		line, long, err := readLine(br, MaxHostLine)
-		if len(bytes.TrimSpace(line)) > 0 || long {
-			for _, msg := range c.decode(line, long) {
+		line, size, err := readLine(br, MaxHostLine)
+		if len(bytes.TrimSpace(line)) > 0 || size > MaxHostLine {
+			for _, msg := range c.decode(line, size) {
 				select {
 				case c.lines <- hostLine{msg: msg}:
 				case <-c.closed:
@@ -132,34 +133,44 @@ func (c *hostConn) read() {
 	}
 }
 
-// readLine returns the next line of br without its newline, at most max
-// bytes of it (long reports that more were skipped), and io.EOF (or the
-// read error) after the last.
-func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
+// readLine returns the next line of br without its newline when it is at
+// most max bytes long (nil otherwise), its size in bytes without its
+// newline, and io.EOF (or the read error) after the last line, which may
+// end without a newline. A longer line is read to its newline and its
+// bytes dropped, so that none of them is taken for a message, and its size
+// is counted whole.
+func readLine(br *bufio.Reader, max int) (line []byte, size int, err error) {
 	for {
 		frag, err := br.ReadSlice('\n')
-		if !long {
-			if len(line)+len(frag) > max+1 {
-				long, line = true, nil
-			} else {
-				line = append(line, frag...)
-			}
+		frag = bytes.TrimSuffix(frag, []byte("\n"))
+		size += len(frag)
+		if size <= max {
+			line = append(line, frag...)
+		} else {
+			line = nil
 		}
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		return bytes.TrimSuffix(line, []byte("\n")), long, err
+		return line, size, err
 	}
 }
 
 // decode returns the messages of line, one message or a batch of them,
 // after answering the host with the error of a line, or of a message of a
-// batch, that is none.
-func (c *hostConn) decode(line []byte, long bool) []jsonrpc.Message {
-	if !long && bytes.HasPrefix(bytes.TrimSpace(line), []byte("[")) && json.Valid(line) {
+// batch, that is none. size is the line's size in bytes; over MaxHostLine,
+// line is nil and gets a parse error.
+func (c *hostConn) decode(line []byte, size int) []jsonrpc.Message {
+	if size > MaxHostLine {
+		c.logger.Warn("connect: a line from the host is longer than tidemark connect reads; answered with an error and skipped to its end: the host must send smaller messages",
+			"code", jsonrpc.CodeParseError, "bytes", size, "limit", MaxHostLine)
+		c.refuse(nil, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: fmt.Sprintf("parse error: a message longer than %d bytes", MaxHostLine)})
+		return nil
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(line), []byte("[")) && json.Valid(line) {
 		return c.batch(line)
 	}
-	msg, id, werr := c.message(line, long)
+	msg, id, werr := c.message(line)
 	if werr != nil {
 		c.refuse(id, werr)
 		return nil
@@ -173,24 +184,16 @@ func (c *hostConn) decode(line []byte, long bool) []jsonrpc.Message {
 // message returns the message of data, or the error answer it gets,
 // under its id as written (nil: null), or neither (a notification
 // dropped).
-func (c *hostConn) message(data []byte, long bool) (jsonrpc.Message, json.RawMessage, *jsonrpc.Error) {
-	if !long {
-		msg, err := jsonrpc.DecodeMessage(data)
-		if err == nil {
-			return c.fromHost(data, msg)
-		}
+func (c *hostConn) message(data []byte) (jsonrpc.Message, json.RawMessage, *jsonrpc.Error) {
+	msg, err := jsonrpc.DecodeMessage(data)
+	if err == nil {
+		return c.fromHost(data, msg)
 	}
 	werr := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: not a JSON-RPC 2.0 request, notification or response"}
-	switch {
-	case long:
-		werr = &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: fmt.Sprintf("parse error: a message longer than %d bytes", MaxHostLine)}
-	case !json.Valid(data):
+	if !json.Valid(data) {
 		werr = &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "parse error: the line is not JSON"}
 	}
-	var id json.RawMessage
-	if !long {
-		id = rawID(data) // an invalid id answers with id null
-	}
+	id := rawID(data) // an invalid id answers with id null
 	c.logger.Warn("connect: a line from the host is not a JSON-RPC message; answered with an error", "code", werr.Code, "bytes", len(data))
 	return nil, id, werr
 }
@@ -237,7 +240,7 @@ func (c *hostConn) batch(line []byte) []jsonrpc.Message {
 	b := &hostBatch{}
 	var msgs []jsonrpc.Message
 	for _, e := range elems {
-		msg, id, werr := c.message(e, false)
+		msg, id, werr := c.message(e)
 		if werr != nil {
 			if a, err := encodeAnswer(id, nil, werr); err == nil {
 				c.idmu.Lock()

@@ -219,3 +219,83 @@ func TestMessageWithOnlyID(t *testing.T) {
 		t.Errorf("POSTs the server got: %s, want %s", got, want)
 	}
 }
+
+// TestOversizedHostLine: a line from the host of 17 MiB, over
+// connect.MaxHostLine (16 MiB), is answered -32700 under "id": null and
+// never sent; its WARN line gives the line's size in bytes, counted to its
+// newline, and the limit. The bytes past the limit are skipped to the
+// line's end: the message that begins there (a ping with id "tail") is
+// not read as one. The host's next call is answered.
+func TestOversizedHostLine(t *testing.T) {
+	rc := &recording{}
+	h := newHandler()
+	rc.h.Store(h)
+	srv := serveClosing(t, rc, h)
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, logger)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	const size = 17 << 20
+	tail := `{"jsonrpc":"2.0","id":"tail","method":"ping"}`
+	host.send(strings.Repeat(" ", connect.MaxHostLine) + tail + strings.Repeat(" ", size-connect.MaxHostLine-len(tail)))
+	host.send(echoLine(`"after"`))
+	ids, got := host.answers(`"after"`)
+	if want := []string{"null", `"after"`}; !slices.Equal(ids, want) {
+		t.Errorf("answers under the ids %v, want %v", ids, want)
+	}
+	if m := got["null"][0]; m.text != `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message longer than 16777216 bytes"}}` {
+		t.Errorf("answer to the 17 MiB line: %s", m.text)
+	}
+	if m := got[`"after"`][0]; m.Error != nil {
+		t.Errorf("the call after: %s", m.text)
+	}
+	const warn = `level=WARN msg="connect: a line from the host is longer than tidemark connect reads; answered with an error and skipped to its end: the host must send smaller messages" code=-32700 bytes=17825792 limit=16777216` + "\n"
+	if out := logs.String(); !strings.Contains(out, warn) || strings.Count(out, "\n") != 1 {
+		t.Errorf("the log, want one line ending %s:\n%s", warn, out)
+	}
+	if got, want := strings.Join(rc.reset(), " "), "initialize notifications/initialized tools/call"; got != want {
+		t.Errorf("POSTs the server got: %s, want %s", got, want)
+	}
+}
+
+// TestLastHostLineOverLimit: the host's last line, ended by the end of
+// its output rather than a newline, is held to connect.MaxHostLine as
+// any other: a ping of one byte more is answered -32700, never read as a
+// message.
+func TestLastHostLineOverLimit(t *testing.T) {
+	toBridge, hostOut := io.Pipe()
+	fromBridge, bridgeOut := io.Pipe()
+	conn, err := (&connect.HostTransport{Reader: toBridge, Writer: bridgeOut, Logger: slog.New(slog.DiscardHandler)}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ping := `{"jsonrpc":"2.0","id":"last","method":"ping"}`
+	go func() {
+		io.WriteString(hostOut, strings.Repeat(" ", connect.MaxHostLine+1-len(ping))+ping)
+		hostOut.Close()
+	}()
+	answers := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(fromBridge)
+		if sc.Scan() {
+			answers <- sc.Text()
+		}
+		close(answers)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), hostTimeout)
+	defer cancel()
+	if msg, err := conn.Read(ctx); err != io.EOF {
+		t.Errorf("Read: %v, %v, want the end of the host's output (io.EOF) and no message", msg, err)
+	}
+	select {
+	case a := <-answers:
+		if want := `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message longer than 16777216 bytes"}}`; a != want {
+			t.Errorf("answer to the last line: %q, want %s", a, want)
+		}
+	case <-time.After(hostTimeout):
+		t.Errorf("no answer to the last line within %v", hostTimeout)
+	}
+}
