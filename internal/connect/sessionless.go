@@ -375,7 +375,9 @@ func (s *sessionless) start(req *jsonrpc.Request) {
 			s.toHost(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the server's answer: " + err.Error()}})
 			return
 		}
-		s.toHost(&jsonrpc.Response{ID: req.ID, Result: raw})
+		// The host speaks a revision before 2026-07-28: it gets the
+		// result in that revision's shape.
+		s.toHost(&jsonrpc.Response{ID: req.ID, Result: ResultForHost(req.Method, raw)})
 	})
 }
 
@@ -461,13 +463,14 @@ func (s *sessionless) ask(ctx context.Context, method string, params any, res an
 	}
 }
 
-// notify sends the host a notification of method with params.
+// notify sends the host a notification of method with params, in the
+// shape of the host's revision (NotificationForHost).
 func (s *sessionless) notify(method string, params any) {
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return
 	}
-	s.toHost(&jsonrpc.Request{Method: method, Params: raw})
+	s.toHost(&jsonrpc.Request{Method: method, Params: NotificationForHost(raw)})
 }
 
 func (s *sessionless) toHost(msg jsonrpc.Message) {

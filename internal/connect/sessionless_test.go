@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +18,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/taskrun"
+	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // TestSessionlessRun: in process, a host initializes through the bridge
@@ -163,5 +170,73 @@ func TestSessionlessRefusalStaysWithItsCall(t *testing.T) {
 	host.send(echoLine(`"after"`))
 	if _, got := host.answers(`"after"`); got[`"after"`][0].Error != nil || !strings.Contains(got[`"after"`][0].text, `"content":[{"type":"text","text":"\"after\""}]`) {
 		t.Errorf("the call after the refused one: %.400s, want its echo", got[`"after"`][0].text)
+	}
+}
+
+// TestSessionlessAnswersInHostRevision: a host of 2025-11-25, through
+// the bridge toward a server of 2026-07-28 (Tidemark's handler, whose
+// countdown runs as a task), gets each answer and notification in its own
+// revision's shape: no resultType (MCP 2026-07-28, schema: Result), no
+// ttlMs nor cacheScope (CacheableResult), no
+// _meta["io.modelcontextprotocol/serverInfo"] (ResultMetaObject) nor
+// _meta["io.modelcontextprotocol/subscriptionId"] (NotificationMetaObject):
+// members the 2025-11-25 schema does not have.
+func TestSessionlessAnswersInHostRevision(t *testing.T) {
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Transport: transport.Options{Logger: slog.New(slog.DiscardHandler)},
+		Tasks:     &tidemark.TaskOptions{Tools: map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}}, Poll: 20 * time.Millisecond},
+	})
+	srv := serveClosing(t, h, h)
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolSessionless}, nil)
+	host.send(rawInitialize)
+	if _, got := host.answers("6"); got["6"][0].text != `{"jsonrpc":"2.0","id":6,"result":{"capabilities":{"logging":{},"resources":{"listChanged":true,"subscribe":true},"tools":{"listChanged":true}},"protocolVersion":"2025-11-25","serverInfo":{"name":"tidemark-demo","version":"1.0.0"}}}` {
+		t.Errorf("initialize: %s", got["6"][0].text)
+	}
+	for _, c := range []struct{ call, want string }{
+		{echoLine("7"), `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"7"}]}}`},
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"countdown","arguments":{"n":2}}}`, `{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"countdown of 2 finished"}]}}`},
+		{`{"jsonrpc":"2.0","id":9,"method":"resources/list"}`, `{"jsonrpc":"2.0","id":9,"result":{"resources":[{"description":"What the demo server serves.","mimeType":"text/plain","name":"readme","uri":"demo://readme"}]}}`},
+		{`{"jsonrpc":"2.0","id":10,"method":"resources/templates/list"}`, `{"jsonrpc":"2.0","id":10,"result":{"resourceTemplates":[]}}`},
+		{`{"jsonrpc":"2.0","id":11,"method":"prompts/list"}`, `{"jsonrpc":"2.0","id":11,"result":{"prompts":[]}}`},
+		{`{"jsonrpc":"2.0","id":12,"method":"resources/subscribe","params":{"uri":"demo://readme"}}`, `{"jsonrpc":"2.0","id":12,"result":{}}`},
+	} {
+		host.send(c.call)
+		var m rawLine
+		for m = host.next(); m.Method != ""; m = host.next() {
+		}
+		if m.text != c.want {
+			t.Errorf("answer to %s:\n got %s\nwant %s", c.call, m.text, c.want)
+		}
+	}
+	// Members, where the whole answer holds the demo's prose.
+	for _, c := range []struct{ call, want string }{
+		{`{"jsonrpc":"2.0","id":13,"method":"tools/list"}`, "tools"},
+		{`{"jsonrpc":"2.0","id":14,"method":"resources/read","params":{"uri":"demo://readme"}}`, "contents"},
+	} {
+		host.send(c.call)
+		var m rawLine
+		for m = host.next(); m.Method != ""; m = host.next() {
+		}
+		var result map[string]json.RawMessage
+		json.Unmarshal(m.Result, &result)
+		if got := strings.Join(slices.Sorted(maps.Keys(result)), ","); got != c.want {
+			t.Errorf("answer to %s has the members %s, want %s: %.300s", c.call, got, c.want, m.text)
+		}
+	}
+	host.send(`{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"notify","arguments":{"method":"notifications/resources/updated","uri":"demo://readme"}}}`)
+	var note, answer string
+	for note == "" || answer == "" {
+		m := host.next()
+		if m.Method != "" {
+			note = m.text
+		} else {
+			answer = m.text
+		}
+	}
+	if want := `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"demo://readme"}}`; note != want {
+		t.Errorf("notification:\n got %s\nwant %s", note, want)
+	}
+	if want := `{"jsonrpc":"2.0","id":15,"result":{"content":[{"type":"text","text":"notified notifications/resources/updated demo://readme"}]}}`; answer != want {
+		t.Errorf("answer to notify:\n got %s\nwant %s", answer, want)
 	}
 }
