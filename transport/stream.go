@@ -116,10 +116,11 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 
 	// The watcher (watchStream: takeover, the engine's end, shutdown,
 	// keep-alives) and the context it cancels start before the first read
-	// that may wait longer than the coalescing window. A POST stream
-	// answered within its window ends before that: its reads are bounded
-	// by the window, and a takeover meanwhile is still seen by the writer
-	// (errTakenOver).
+	// that may wait for new events longer than the coalescing window. A
+	// POST stream answered within its window ends before that: the read
+	// of its opening event waits only for the store to hold that event,
+	// its later reads are bounded by the window, and a takeover meanwhile
+	// is still seen by the writer (errTakenOver).
 	var helpers sync.WaitGroup
 	defer helpers.Wait() // runs after cancel: no write after serve returns
 	reqCtx := ctx
@@ -149,26 +150,37 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 	for {
 		var evs []store.Event
 		var err error
-		if cancel == nil && (!flushBy.IsZero() || s.opening != nil) {
-			// Within the window: what the log holds now, or else a wait
-			// until the window's end.
+		switch {
+		case s.opening != nil:
+			// The opening event is in the log, appended before the
+			// stream started: the read returns once the store holds it,
+			// and nothing is written before it (so that a stream whose
+			// events were never stored is still refused). It is not
+			// bounded by the window: a pipelined store (store/redis)
+			// holds the event back for up to store.LingerMax and stores
+			// it in a round trip of its own, so the window often ends
+			// while the read is a command in flight, and a command that
+			// its context's deadline cancels costs Redis its connection
+			// (a new one, HELLO and CLIENT SETNAME) and the read a second
+			// round trip. Once it returns after the window's end, its
+			// events are written at once (flushBy is cleared below).
+			evs, err = rd.Next(ctx)
+		case cancel == nil && !flushBy.IsZero():
+			// Within the window: the next events, or else a wait until
+			// the window's end.
 			var expired bool
 			evs, expired, err = nextWithin(ctx, rd, &window, &stopWindow, flushBy)
 			if expired {
+				// Nothing more came in the window: the headers and the
+				// priming event go out now.
 				watch()
-				if s.opening == nil {
-					// Nothing more came in the window: the headers and
-					// the priming event go out now. (Before the opening
-					// event is read nothing is written, so that a stream
-					// whose events were never stored is still refused.)
-					flushBy = time.Time{}
-					if sw.writeRaw(nil) != nil {
-						return nil
-					}
+				flushBy = time.Time{}
+				if sw.writeRaw(nil) != nil {
+					return nil
 				}
 				continue
 			}
-		} else {
+		default:
 			if cancel == nil {
 				watch()
 			}
