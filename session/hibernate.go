@@ -117,7 +117,7 @@ func (r *Registry) hibernateIdle(ctx context.Context) int {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if r.hibernateOrKeep(ctx, l, true) {
+				if ok, _ := r.hibernate(ctx, l); ok {
 					stored.Add(1)
 				}
 			})
@@ -226,27 +226,23 @@ func (l *Live) unhold() {
 
 // hibernate stores l's session state, with what its engine session keeps
 // outside the process (engine.Suspender), and lets go of its generation
-// (store.Sessions.Hibernate), then closes its engine session. When the
-// store refuses, the generation ends here: the next request claims
-// generation+1. It reports whether the store kept the hibernation.
-// Making room hibernates with it: the room is then taken.
-func (r *Registry) hibernate(ctx context.Context, l *Live) bool {
-	return r.hibernateOrKeep(ctx, l, false)
-}
-
-// hibernateOrKeep is hibernate; with keep (the sweep), a hibernation the
-// store refused while unavailable (keepsAwake) puts l back in the
-// registry, awake at its generation, and the sweep tries again after
-// hibernateRetry. The record says the hibernation is exact when the engine
+// (store.Sessions.Hibernate), then closes its engine session; stored
+// reports that the store kept it. A hibernation the store refused while
+// unavailable (keepsAwake) puts l back in the registry, awake at its
+// generation, and returns the store's error (awake): the sweep tries again
+// after hibernateRetry, and making room refuses the room instead of
+// ending a session its client still uses. Any other refusal ends the
+// generation here (stored false, awake nil): the next request claims
+// generation+1. The record says the hibernation is exact when the engine
 // restores state exactly and every event l appended is stored (the log
 // is synced first), so a kill -9 after it loses nothing a wake at the
 // same generation would need (DESIGN.md, "Hibernation").
-func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool {
+func (r *Registry) hibernate(ctx context.Context, l *Live) (stored bool, awake error) {
 	err := r.settle(ctx, l)
 	if errors.Is(err, errLeaseLost) {
 		// Not this process's generation any more: settle dropped it.
 		r.doneStarting(l.token)
-		return false
+		return false, nil
 	}
 	attempted, exact := false, r.hib == engine.HibernateExact
 	l.mu.Lock()
@@ -288,13 +284,13 @@ func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool
 	if err == nil && keeps && st.Suspended != nil {
 		sp.Keep() // stored: the Close below lets go of it without ending it
 	}
-	if err != nil && keep && keepsAwake(err) && r.keepAwake(l, attempted) {
+	if err != nil && keepsAwake(err) && r.keepAwake(l, attempted) {
 		l.mu.Lock()
 		n := l.hibFailures
 		l.mu.Unlock()
 		l.logger.Warn("hibernation failed; the session stays awake at its generation, and the sweep tries again later",
 			"reason", storeReason(err), "failures", n, "retry_in", hibernateRetry(n, r.opts.HibernateAfter), "error", err)
-		return false
+		return false, err
 	}
 	r.mu.Lock()
 	if err == nil && !r.closed {
@@ -314,7 +310,7 @@ func (r *Registry) hibernateOrKeep(ctx context.Context, l *Live, keep bool) bool
 		r.opts.Metrics.SessionHibernated()
 	}
 	r.closeInBackground(l, replay.ReasonHibernated)
-	return err == nil
+	return err == nil, nil
 }
 
 // keepAwake puts l, whose hibernation the store refused, back in the

@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
@@ -148,5 +150,62 @@ func TestRefusedLossyHibernationKeepsEvents(t *testing.T) {
 	}
 	if reg.Len() != 1 || reg.Hibernated() != 0 {
 		t.Fatalf("after the refused hibernation: %d live, %d hibernated; want 1 and 0", reg.Len(), reg.Hibernated())
+	}
+}
+
+// TestRoomRefusedHibernationKeepsSession: with room for one session, a
+// second session needs the first's room, and the store refuses the
+// first's hibernation while unavailable. The second is refused with the
+// store's error (503 unavailable at the transport) and the first stays
+// awake at generation 1, serving its client as before (regression: making
+// room ended the first's generation, and its next request re-created it at
+// generation 2). Once the store answers, the second gets the room and the
+// first hibernates and wakes at generation 1.
+func TestRoomRefusedHibernationKeepsSession(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	st := &refused{Store: memory.New(memory.Options{Now: clk.Now})}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Hour, MaxSessions: 1, IdleTTL: -1, Owner: "p1", Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	a, err := reg.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize(t, f, a)
+	roundTrip(t, f, a, echo(t, 2, "before"))
+	waitFor(t, func() bool { return session.Idle(a) })
+
+	st.refuse.Store(true)
+	if _, err := reg.Create(ctx, "bob"); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("Create while the store refuses the room's hibernation = %v; want store.ErrUnavailable", err)
+	}
+	if reg.Len() != 1 || reg.Hibernated() != 0 {
+		t.Fatalf("after the refused room: %d live, %d hibernated; want 1 and 0", reg.Len(), reg.Hibernated())
+	}
+	got, err := reg.Get(ctx, a.Token(), "alice")
+	if err != nil || got != a || got.Generation() != 1 {
+		t.Fatalf("Get of the first session after the refused room = %v; want the same live session at generation 1", err)
+	}
+	if out := roundTrip(t, f, got, echo(t, 3, "after")); len(out) != 1 || !strings.Contains(out[0], "after") {
+		t.Fatalf("call after the refused room answered %v", out)
+	}
+	if strings.Contains(logs.String(), "generation ends") || strings.Contains(logs.String(), "session ended") {
+		t.Fatalf("the first session's generation ended; log:\n%s", logs)
+	}
+	wantLog(t, logs, `msg="hibernation failed; the session stays awake at its generation.*reason=unavailable`)
+
+	st.refuse.Store(false)
+	waitFor(t, func() bool { return session.Idle(a) })
+	b, err := reg.Create(ctx, "bob")
+	if err != nil {
+		t.Fatalf("Create once the store answers: %v", err)
+	}
+	if b.Token() == a.Token() || reg.Hibernated() != 1 {
+		t.Fatalf("after the room was made: %d hibernated; want the first session hibernated", reg.Hibernated())
 	}
 }

@@ -23,7 +23,9 @@ import (
 // session died leaves without ending (its next request re-creates it); a
 // session that can hibernate hibernates, keeping its token, generation
 // and cursors (DESIGN.md, "Hibernation"); only one that cannot is ended
-// (store.EndCapacity). A busy session is never taken: ending it, or
+// (store.EndCapacity); one whose hibernation the store refuses while
+// unavailable stays awake, and reserve fails with the store's error. A
+// busy session is never taken: ending it, or
 // closing its engine session under a request being served, would cut a
 // client mid-use for another client's benefit. When every session is
 // busy, reserve fails with engine.ErrCapacity, and the request that needs
@@ -57,7 +59,12 @@ func (r *Registry) reserve(ctx context.Context) error {
 		r.reserved++
 		r.starting[victim.token] = make(chan struct{})
 		r.mu.Unlock()
-		r.hibernate(context.WithoutCancel(ctx), victim)
+		if _, awake := r.hibernate(context.WithoutCancel(ctx), victim); awake != nil {
+			// The store refused while unavailable: the victim stays
+			// awake at its generation, and this request gets no room.
+			r.unreserve()
+			return fmt.Errorf("session: no room: the least recently used idle session could not hibernate: %w", awake)
+		}
 		return nil
 	}
 	r.removeLocked(victim)
