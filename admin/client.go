@@ -129,6 +129,6 @@ func Explain(status int, body []byte, flag string) string {
 	if a.Detail != "" {
 		detail = fmt.Sprintf("the body %q", a.Detail)
 	}
-	return fmt.Sprintf("answered %d %s with %s, not the session inspector's JSON: point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener\" names it)",
+	return fmt.Sprintf("answered %d %s with %s, not the JSON of tidemark serve's operator's listener: point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener\" names it)",
 		status, http.StatusText(status), detail, flag)
 }

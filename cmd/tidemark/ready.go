@@ -62,12 +62,23 @@ func ready(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark ready: %v (is tidemark serve running with --metrics-addr %s?)\n", err, c.metricsAddr)
 		return 1
 	}
+	var r struct {
+		Ready         bool
+		Reason, Error string
+	}
+	decodeErr := json.Unmarshal(body, &r)
 	if status == http.StatusOK {
+		// Only tidemark serve's own answer counts: any other server's 200
+		// at that address (a proxy's page, another program's listener)
+		// says nothing of Tidemark's readiness.
+		if decodeErr != nil || !r.Ready {
+			fmt.Fprintf(stderr, "tidemark ready: %s %s\n", u, admin.Explain(status, body, "--metrics-addr"))
+			return 1
+		}
 		fmt.Fprintln(stdout, "ready")
 		return 0
 	}
-	var r struct{ Reason, Error string }
-	if err := json.Unmarshal(body, &r); err != nil || r.Reason == "" {
+	if decodeErr != nil || r.Reason == "" {
 		fmt.Fprintf(stderr, "tidemark ready: %s %s\n", u, admin.Explain(status, body, "--metrics-addr"))
 		return 1
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -66,6 +68,27 @@ func TestReady(t *testing.T) {
 		if code != tc.code || stdout.String() != tc.stdout || !strings.Contains(stderr.String(), tc.stderrHas) || (tc.stderrNone && stderr.Len() > 0) {
 			t.Errorf("%s: tidemark ready %v: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
 				tc.name, tc.args, code, stdout.String(), stderr.String(), tc.code, tc.stdout, tc.stderrHas)
+		}
+	}
+}
+
+// TestReadyOtherServer: a 200 from a listener that is not tidemark serve's
+// operator's listener (a page, another program's readiness) is not taken
+// for readiness: exit 1, and stderr says what answered and where to point
+// --metrics-addr (regression: any 200 printed "ready").
+func TestReadyOtherServer(t *testing.T) {
+	for _, tc := range []struct{ body, stderr string }{
+		{"garbage not json", `answered 200 OK with the body "garbage not json", not the JSON of tidemark serve's operator's listener`},
+		{`{"ready":false}`, `answered 200 OK with the body "{\"ready\":false}", not the JSON of tidemark serve's operator's listener`},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, tc.body)
+		}))
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"ready", "--metrics-addr", srv.Listener.Addr().String()}, &stdout, &stderr)
+		srv.Close()
+		if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("body %q: exit %d, stdout %q, stderr %q; want exit 1, no stdout, stderr with %q", tc.body, code, stdout.String(), stderr.String(), tc.stderr)
 		}
 	}
 }
