@@ -98,7 +98,16 @@ func probe(args []string, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark probe: %v\n", err)
-		if rep == nil || len(rep.Results) == 0 {
+		if rep == nil {
+			rep = &tmprobe.Report{URL: redact.URL(fs.Arg(0)), Tool: c.tool}
+		}
+		rep.Error = err.Error()
+		if rep.Results == nil {
+			rep.Results = []tmprobe.Result{}
+		}
+		// With --json, stdout is a report even then: a script reading it
+		// gets the reason, not an empty document.
+		if len(rep.Results) == 0 && !c.jsonOut {
 			return 1
 		}
 	}

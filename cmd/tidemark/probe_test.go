@@ -187,3 +187,26 @@ func closedURL(t *testing.T) string {
 	ln.Close()
 	return "http://" + addr + "/mcp"
 }
+
+// TestProbeJSONUnreachable: with --json, a probe that cannot start (nothing
+// listens at the URL) still prints a JSON report on stdout, with no checks
+// and the reason in "error", and exits 1 (regression: stdout was empty, so
+// a script parsing it failed on an empty document).
+func TestProbeJSONUnreachable(t *testing.T) {
+	u := closedURL(t)
+	code, out, errOut := runProbe(t, "--json", u)
+	var rep struct {
+		URL    string            `json:"url"`
+		Checks []json.RawMessage `json:"checks"`
+		Pass   int               `json:"pass"`
+		Fail   int               `json:"fail"`
+		Error  string            `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v; stdout %q, stderr %q", err, out, errOut)
+	}
+	if code != 1 || rep.URL != u || rep.Checks == nil || len(rep.Checks) != 0 || rep.Pass != 0 || rep.Fail != 0 ||
+		!strings.HasPrefix(rep.Error, "probe: the baseline call failed, so nothing can be checked: ") {
+		t.Errorf("exit %d, report %+v; want exit 1, url %q, checks [], error naming the baseline call", code, rep, u)
+	}
+}

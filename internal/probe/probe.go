@@ -95,6 +95,10 @@ type Report struct {
 	Pass            int      `json:"pass"`
 	Fail            int      `json:"fail"`
 	NA              int      `json:"na"`
+	// Error says why the probe stopped before its checks ran or before
+	// all of them did (the baseline call failed, the run was
+	// interrupted); empty when every check ran.
+	Error string `json:"error,omitempty"`
 }
 
 // Failed reports whether any check failed.
