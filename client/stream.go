@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
 // errNoCursor is the cause of ErrStreamLost when a stream broke before the
@@ -230,6 +231,12 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if st.call != nil && wire.EndedByDelete(ev, msg) {
+			// The call's session was ended by DELETE: the stream ends
+			// here, and its resume's 404 loses the session, failing the
+			// call with ErrSessionLost as any end of the session does.
+			return nil
 		}
 		c.noteOrigin(msg, st.sess)
 		if !c.deliver(msg) {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -58,6 +59,11 @@ func (c *conn) readStream(resp *http.Response, last string, retry time.Duration,
 			c.logger.Warn("the upstream sent an SSE event that is not a JSON-RPC message; dropped",
 				"reason", replay.ReasonInvalidMessage, "error", err)
 			continue
+		}
+		if wire.EndedByDelete(ev, msg) {
+			// The upstream session was ended by DELETE: the stream ends
+			// here, and its resume's 404 tells the session lost.
+			return last, retry, false, io.EOF
 		}
 		if handle(msg) {
 			return last, retry, true, nil

@@ -5,6 +5,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/sse"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // ReadResponse returns the response to request id in resp's body: from
@@ -58,4 +60,27 @@ func ReadResponse(resp *http.Response, id jsonrpc.ID, max int) (*jsonrpc.Respons
 		}
 	}
 	return nil, errors.New("the answer holds no response to the request")
+}
+
+// EndedByDelete reports whether msg, the message of ev, is the answer a
+// Tidemark server ends a request's stream with when the client ended the
+// request's session with DELETE before the request was answered: a
+// JSON-RPC error response whose error.data.reason is replay.ReasonDeleted,
+// in an event with no id (it is not stored, and a resume of the stream
+// answers 404 session_not_found). A reader that resumes streams takes it
+// for the stream's end: its resume then reports the session lost, as any
+// other end of a deleted session's stream does.
+func EndedByDelete(ev sse.Event, msg jsonrpc.Message) bool {
+	r, ok := msg.(*jsonrpc.Response)
+	if !ok || ev.HasID || r.Error == nil {
+		return false
+	}
+	var we *jsonrpc.Error
+	if !errors.As(r.Error, &we) || len(we.Data) == 0 {
+		return false
+	}
+	var data struct {
+		Reason replay.Reason `json:"reason"`
+	}
+	return json.Unmarshal(we.Data, &data) == nil && data.Reason == replay.ReasonDeleted
 }

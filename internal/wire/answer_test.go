@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 )
 
@@ -39,5 +40,36 @@ func TestReadResponse(t *testing.T) {
 	_, err = wire.ReadResponse(answer("application/json", `{"jsonrpc":"2.0","id":6,"result":{}}`), id, 1<<20)
 	if err == nil || err.Error() != "the answer holds no response to the request" {
 		t.Errorf("JSON body without it: %v", err)
+	}
+}
+
+// TestEndedByDelete: only an error response with reason deleted in an
+// event without id is the end of a deleted session's stream.
+func TestEndedByDelete(t *testing.T) {
+	deleted := `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m","data":{"reason":"deleted"}}}`
+	for _, c := range []struct {
+		name  string
+		hasID bool
+		data  string
+		want  bool
+	}{
+		{"the deleted answer", false, deleted, true},
+		{"with an id: a stored answer", true, deleted, false},
+		{"another reason", false, `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m","data":{"reason":"session_not_found"}}}`, false},
+		{"no data", false, `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m"}}`, false},
+		{"a result", false, `{"jsonrpc":"2.0","id":2,"result":{"reason":"deleted"}}`, false},
+		{"a notification", false, `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":{"reason":"deleted"}}}`, false},
+	} {
+		msg, err := jsonrpc.DecodeMessage([]byte(c.data))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ev := sse.Event{HasID: c.hasID, Data: []byte(c.data)}
+		if c.hasID {
+			ev.ID = "a-1-2-3"
+		}
+		if got := wire.EndedByDelete(ev, msg); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
