@@ -253,7 +253,14 @@ const (
 
 // Why a session ended (its tombstone keeps the reason; store.EndReason).
 const (
-	// ReasonDeleted: the client sent DELETE.
+	// ReasonDeleted: the client sent DELETE. It is also error.data.reason
+	// of the JSON-RPC error (code -32001) that answers each request whose
+	// answer had not reached its client then: the last event, with no id,
+	// of each stream of such a request open at that moment, or its JSON
+	// answer (MCP 2025-11-25, basic/transports: a server may send a
+	// JSON-RPC response on the stream of the request before it ends it).
+	// The error is never stored: a resume of the stream answers 404
+	// session_not_found.
 	ReasonDeleted Reason = "deleted"
 	// ReasonIdle: no request for the idle TTL.
 	ReasonIdle Reason = "idle"

@@ -134,7 +134,9 @@ func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, strea
 // as one application/json body: an object, or an array for a batch. A JSON
 // answer cannot be resumed, so when the server shuts down, or the session
 // ends, before the calls are answered, it is refused with 503 unavailable
-// instead of a connection cut without a body.
+// instead of a connection cut without a body; when the client ended the
+// session with DELETE, the calls not answered yet get the error that says
+// so (deletedAnswers) in the body.
 func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool) *refusal {
 	rd := live.Reader(streamID, after)
 	var out []json.RawMessage
@@ -150,6 +152,13 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 				return refuse(replay.ReasonUnavailable,
 					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again")
 			case ctx.Err() == nil:
+				if answers := h.deletedAnswers(live, streamID, rd.Position(), err); len(answers) > 0 {
+					// The client ended the session: the calls not
+					// answered yet are answered with that.
+					out = append(out, answers...)
+					done = true
+					continue
+				}
 				ref := refuse(replay.ReasonUnavailable, "the session ended before answering: send the request again")
 				ref.cause = err
 				return ref

@@ -1,11 +1,16 @@
 // delete.go holds the DELETE request kind: the client ends its session
-// (MCP 2025-11-25, "Session Management"), whose token then answers 404.
+// (MCP 2025-11-25, "Session Management"), whose token then answers 404,
+// and the answers the requests still in flight then get.
 
 package transport
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -42,4 +47,48 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// deletedMessage is the error message that answers a request whose session
+// its client ended with DELETE before the request was answered.
+const deletedMessage = "the client ended the session (DELETE) before this request was answered: its answer will not come; send initialize to start a new session"
+
+// deletedAnswers returns the answers of the requests of stream, a stream
+// of live's generation whose reader stopped with err after sequence
+// after, when err says the session ended and the registry says it ended by
+// DELETE: one JSON-RPC error per request of the stream whose answer comes
+// after that sequence or never came (session.Live.LostRequests), code
+// -32001 with reason deleted (replay.ReasonDeleted), each an encoded
+// message. It returns nil for any other end, for the standalone stream,
+// which carries no request, and for a stream the session keeps no ledger
+// of. The answers are never stored: the session's log is gone, and a
+// resume of the stream answers 404 session_not_found. The client asked
+// for the end, so a request of the stream still in flight then gets its
+// answer, which the stream may carry before it ends (MCP 2025-11-25,
+// basic/transports, "Sending Messages to the Server": the stream ends
+// once every request of it is answered).
+func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64, err error) []json.RawMessage {
+	if !errors.Is(err, store.ErrEnded) && !errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
+	defer cancel()
+	if status, _, serr := h.reg.Status(ctx, live.Token()); serr != nil || status != replay.Deleted {
+		return nil
+	}
+	ids, ok := live.LostRequests(replay.Cursor{Generation: live.Generation(), Stream: stream, Sequence: after})
+	if !ok || len(ids) == 0 {
+		return nil
+	}
+	data, _ := json.Marshal(map[string]any{"reason": replay.ReasonDeleted})
+	out := make([]json.RawMessage, 0, len(ids))
+	for _, id := range ids {
+		b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{
+			Code: codeSessionNotFound, Message: deletedMessage, Data: data,
+		}})
+		if err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -562,9 +562,14 @@ func TestShutdownDeliversWhatTheLogHolds(t *testing.T) {
 }
 
 // TestDeleteWithCallInFlight: DELETE ends a session whose tool call waits
-// on its context: the call is cancelled, DELETE answers 204, and the
-// call's stream ends. (The go-sdk waits for handlers in flight when a
-// session closes; they must be cancelled first.)
+// on its context: the call is cancelled, DELETE answers 204, and each open
+// stream of a request without its answer (a POST stream, and a POST stream
+// resumed by GET after a cut) ends with a JSON-RPC error answering that
+// request, reason deleted, in an event with no id (it is not stored and
+// cannot be resumed), then ends. (The go-sdk waits for handlers in flight
+// when a session closes; they must be cancelled first.) A JSON answer
+// (Options.JSONResponse) carries the same error; a stream of a request
+// answered already, or the standalone stream, ends with nothing more.
 func TestDeleteWithCallInFlight(t *testing.T) {
 	ctx := testContext(t)
 	server := demo.NewServer()
@@ -584,10 +589,78 @@ func TestDeleteWithCallInFlight(t *testing.T) {
 	}
 	defer c.Close()
 	next(t, c)
+	// A call whose POST stream was cut, resumed by GET.
+	cut, err := s.Call(ctx, gatedCall(4, "never", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	priming := next(t, cut)
+	cut.Close()
+	r, err := s.Resume(ctx, priming.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	next(t, r)
+	g, err := s.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	next(t, g)
+
 	if err := s.Delete(ctx); err != nil {
 		t.Fatalf("DELETE with calls in flight: %v", err)
 	}
-	wantEOF(t, p)
-	wantEOF(t, c)
+	wantDeletedAnswer(t, p, 2)
+	wantDeletedAnswer(t, c, 3)
+	wantDeletedAnswer(t, r, 4)
+	wantEOF(t, g)
 	wantGone(t, ctx, s, cursorOf(s, 1, 3, 3))
+	wantGone(t, ctx, s, priming.ID)
+
+	js := newStack(t, nil, &tidemark.Options{Transport: transport.Options{JSONResponse: true}}, nil)
+	j := js.initialize(t, ctx, "")
+	answer := make(chan error, 1)
+	var body []byte
+	go func() {
+		resp, err := j.Post(ctx, mcptest.ToolCall(5, "countdown", map[string]any{"n": 5, "delay_ms": 60000}, nil))
+		if err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && (resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json") {
+				err = fmt.Errorf("HTTP %d %q, want 200 application/json", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+		}
+		answer <- err
+	}()
+	for js.h.Registry().CallsInFlight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := j.Delete(ctx); err != nil {
+		t.Fatalf("DELETE with a JSON answer in flight: %v", err)
+	}
+	if err := <-answer; err != nil {
+		t.Fatalf("JSON answer of the deleted session's call: %v", err)
+	}
+	if want := deletedAnswer(5); string(body) != want {
+		t.Fatalf("JSON answer %s, want %s", body, want)
+	}
+}
+
+// deletedAnswer is the JSON-RPC error that answers request id of a
+// session the client DELETEd before the request was answered.
+func deletedAnswer(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32001,"message":"the client ended the session (DELETE) before this request was answered: its answer will not come; send initialize to start a new session","data":{"reason":"deleted"}}}`, id)
+}
+
+// wantDeletedAnswer checks that s, a stream of request id, goes on with an
+// event without id holding deletedAnswer(id), then ends.
+func wantDeletedAnswer(t *testing.T, s *mcptest.Stream, id int) {
+	t.Helper()
+	e := next(t, s)
+	if e.HasID || e.Retry != 0 || string(e.Data) != deletedAnswer(id) {
+		t.Fatalf("after DELETE: event id %q (%v) retry %v data %s; want no id, no retry, data %s", e.ID, e.HasID, e.Retry, e.Data, deletedAnswer(id))
+	}
+	wantEOF(t, s)
 }
