@@ -194,7 +194,7 @@ func (h *Handler) SettledTasks() []admin.Task {
 	for _, t := range settled {
 		out = append(out, admin.Task{
 			Task: tasks.Prefix(t.ID), Tool: t.Tool, Generation: t.Generation, Status: t.Status.String(),
-			Started: t.Started, Settled: &t.Settled,
+			Started: t.Started, Settled: &t.Settled, CancelRequested: t.CancelRequested,
 		})
 	}
 	return out

@@ -69,7 +69,9 @@ type Task struct {
 	// lasts as long as the process).
 	LeaseExpiry *time.Time `json:"lease_expiry,omitempty"`
 	// CancelRequested reports that a tasks/cancel reached the round's
-	// call.
+	// call, or, once the task settled, that one asked it to stop before
+	// (as a cancel of a task waiting for input does, which settles it
+	// cancelled with no round running).
 	CancelRequested bool `json:"cancel_requested"`
 }
 

@@ -100,6 +100,7 @@ func (h *Handler) start(parent context.Context, rec tasks.Record, rd round, win 
 	if old := h.jobs[rec.ID]; old != nil {
 		old.abandon(replay.ReasonFenced)
 	}
+	h.waiting.take(rec.ID)
 	h.jobs[rec.ID] = j
 	h.wg.Add(1)
 	h.mu.Unlock()
@@ -164,7 +165,43 @@ func (h *Handler) keepSettled(j *job, rec tasks.Record) {
 	h.done.add(SettledTask{
 		ID: j.id, Tool: j.tool, Generation: j.gen, Started: j.started,
 		Status: rec.Status, Settled: rec.Updated, Expires: rec.Expires(),
+		CancelRequested: rec.CancelRequested,
 	}, now)
+}
+
+// keepWaiting remembers j's round when rec, the record it stored, waits
+// for input: the request that settles the task (a tasks/cancel, which
+// needs no round) lists it as settled here then (settleWaiting), since
+// its last round ran here.
+func (h *Handler) keepWaiting(j *job, rec tasks.Record) {
+	if rec.Status != tasks.InputRequired {
+		return
+	}
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.jobs[j.id] != j {
+		return // another round of the task runs here now
+	}
+	h.waiting.add(SettledTask{ID: j.id, Tool: j.tool, Generation: j.gen, Started: j.started, Expires: rec.Expires()}, now)
+}
+
+// settleWaiting lists rec's task as settled here when it waited for the
+// input its round, which ran here, asked for, and rec, the record just
+// stored, is settled.
+func (h *Handler) settleWaiting(rec tasks.Record) {
+	if !rec.Status.Terminal() {
+		return
+	}
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.waiting.take(rec.ID)
+	if !ok {
+		return
+	}
+	t.Status, t.Settled, t.Expires, t.CancelRequested = rec.Status, rec.Updated, rec.Expires(), rec.CancelRequested
+	h.done.add(t, now)
 }
 
 // execute runs one round of j and settles it. j stays in the table of
@@ -219,6 +256,7 @@ func (h *Handler) execute(ctx context.Context, j *job, rec tasks.Record, rd roun
 	switch {
 	case err == nil:
 		h.keepSettled(j, stored)
+		h.keepWaiting(j, stored)
 		return stored.Status.String(), why
 	case stored.Cause != tasks.NoCause:
 		h.keepSettled(j, stored)

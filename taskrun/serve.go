@@ -353,6 +353,7 @@ func (h *Handler) change(ctx context.Context, id, subject string, ev *tasks.Even
 			return changed{}, err
 		}
 		h.settled(ctx, rec, out.rec, verdict)
+		h.settleWaiting(out.rec)
 		if ev != nil && ev.Kind == tasks.Cancel && !settled.Status.Terminal() && !settled.CancelRequested {
 			h.opts.Metrics.TaskCancelRequested()
 			if out.rec.Status.Terminal() {

@@ -126,6 +126,7 @@ type Handler struct {
 	mu        sync.Mutex
 	jobs      map[string]*job // running tasks by ID
 	done      settledTable    // tasks whose round ran here and settled
+	waiting   settledTable    // tasks whose round ran here and that wait for input (Status unset)
 	closing   bool
 	started   bool
 	wg        sync.WaitGroup // the jobs' goroutines
@@ -257,6 +258,9 @@ type SettledTask struct {
 	// Settled is when the task settled (its lastUpdatedAt), and Expires
 	// when its record goes (createdAt + ttlMs, as stored at the settle).
 	Settled, Expires time.Time
+	// CancelRequested reports that a tasks/cancel asked the task to stop
+	// before it settled, as its record says.
+	CancelRequested bool
 }
 
 // MaxSettled is how many settled tasks a Handler remembers at most for
@@ -304,6 +308,19 @@ func (st *settledTable) add(t SettledTask, now time.Time) {
 		delete(st.byID, st.order[0])
 		st.order = st.order[1:]
 	}
+}
+
+// take removes the entry of id and returns it, if there is one.
+func (st *settledTable) take(id string) (SettledTask, bool) {
+	t, ok := st.byID[id]
+	if !ok {
+		return SettledTask{}, false
+	}
+	delete(st.byID, id)
+	if i := slices.Index(st.order, id); i >= 0 {
+		st.order = slices.Delete(st.order, i, i+1)
+	}
+	return t, true
 }
 
 // list returns the entries whose records are still kept at now.

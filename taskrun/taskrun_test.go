@@ -669,3 +669,54 @@ func TestSettledTasks(t *testing.T) {
 		}
 	}
 }
+
+// TestSettledTasksCancelRequested: a task cancelled while it waited for
+// input (input_required: no round runs) is settled cancelled by the
+// cancel itself; once the round that asked for input ran here, it is
+// listed by SettledTasks as a task cancelled on request, as one cancelled
+// while its round ran is, with the generation and start of that round.
+// A task that settled without a cancel is listed without one.
+func TestSettledTasksCancelRequested(t *testing.T) {
+	f := newFixture(t)
+	waiting := f.create("ask")
+	f.await(waiting, "input_required")
+	ack := f.post("tasks/cancel", map[string]any{"taskId": waiting}, true, nil)
+	if string(ack.raw) != `{"resultType":"complete"}` {
+		t.Fatalf("tasks/cancel answered %s %v, want {\"resultType\":\"complete\"}", ack.raw, ack.err)
+	}
+	if r := f.await(waiting, "cancelled"); r.result["statusMessage"] != "cancelled by the client while waiting for input" {
+		t.Errorf("cancelled while waiting for input: %s", r.raw)
+	}
+	working := f.create("work")
+	f.post("tasks/cancel", map[string]any{"taskId": working}, true, nil)
+	f.await(working, "cancelled")
+	failed := f.create("crash")
+	f.await(failed, "failed")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.h.RunningTasks()) > 0 || len(f.h.SettledTasks()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d running, %d settled %+v; want 0 and 3", len(f.h.RunningTasks()), len(f.h.SettledTasks()), f.h.SettledTasks())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := map[string]taskrun.SettledTask{}
+	for _, s := range f.h.SettledTasks() {
+		got[s.ID] = s
+	}
+	for _, want := range []struct {
+		id, tool string
+		status   tasks.Status
+		cancel   bool
+	}{{waiting, "ask", tasks.Cancelled, true}, {working, "work", tasks.Cancelled, true}, {failed, "crash", tasks.Failed, false}} {
+		rec, _, err := f.st.GetTask(context.Background(), want.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := got[want.id]
+		if !ok || s.Tool != want.tool || s.Status != want.status || s.CancelRequested != want.cancel || s.Generation != 1 ||
+			!s.Settled.Equal(rec.Updated) || !s.Expires.Equal(rec.Expires()) || s.Started.IsZero() || s.Started.After(s.Settled) {
+			t.Errorf("settled task %s: %+v (listed %v), want %s %s cancel requested %v at generation 1, settled %v, expiring %v",
+				tasks.Prefix(want.id), s, ok, want.tool, want.status, want.cancel, rec.Updated, rec.Expires())
+		}
+	}
+}
