@@ -167,9 +167,11 @@ func New(cfg Config) (*Verifier, error) {
 func (v *Verifier) newKeySet(url string) *keySet {
 	ks := &keySet{url: url, client: v.cfg.HTTPClient, refresh: v.cfg.KeyRefresh, maxAge: v.cfg.KeyMaxAge, now: v.cfg.Now}
 	ks.verifier = oidc.NewVerifier(v.cfg.Issuer, ks, &oidc.Config{
-		// The audience, exp and nbf are checked by claims, with the
-		// configured skew and resource comparison.
-		SkipClientIDCheck: true, SkipExpiryCheck: true,
+		// The issuer, audience, exp and nbf are checked by verifyJWT and
+		// tokenInfo, with the configured skew and resource comparison,
+		// and refusals that speak of an access token (go-oidc's speak
+		// of an ID token).
+		SkipClientIDCheck: true, SkipExpiryCheck: true, SkipIssuerCheck: true,
 		SupportedSigningAlgs: algNames(),
 	})
 	return ks
@@ -275,6 +277,7 @@ func (v *Verifier) Discover(ctx context.Context) error {
 // 9068, section 2.2; RFC 8693, section 4.2 for scope; scp as Microsoft
 // Entra ID and others send it).
 type claims struct {
+	Issuer    string       `json:"iss"`
 	Subject   string       `json:"sub"`
 	ClientID  string       `json:"client_id"`
 	Audience  stringList   `json:"aud"`
@@ -339,6 +342,9 @@ func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*au
 	if err := idt.Claims(&c); err != nil {
 		return nil, 0, invalid("the token's claims cannot be read: " + err.Error())
 	}
+	if err := v.checkIssuer(c.Issuer, true); err != nil {
+		return nil, 0, err
+	}
 	if c.Subject == "" {
 		return nil, 0, invalid("the token has no sub claim (RFC 9068, section 2.2)")
 	}
@@ -347,6 +353,24 @@ func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*au
 	}
 	info, err := v.tokenInfo(&c, c.Subject)
 	return info, epoch, err
+}
+
+// checkIssuer checks iss, the issuer a token names, against the
+// configured one, exactly (RFC 9068, section 4: iss must match the
+// authorization server's issuer identifier; RFC 8414, section 2). A
+// token without iss is refused when required is set (a JWT access token
+// must carry one: RFC 9068, section 2.2); an introspection answer may
+// leave it out (RFC 7662, section 2.2). The refusal names both issuers,
+// neither of which is a secret: the configured one is in the protected
+// resource metadata, and iss is clipped.
+func (v *Verifier) checkIssuer(iss string, required bool) error {
+	switch {
+	case iss == "" && required:
+		return invalid(fmt.Sprintf("the token has no iss claim (RFC 9068, section 2.2): this server accepts tokens of the issuer %q", v.cfg.Issuer))
+	case iss != "" && iss != v.cfg.Issuer:
+		return invalid(fmt.Sprintf("the token's issuer (iss) is %q, not %q, the issuer this server accepts tokens from", clip(iss), v.cfg.Issuer))
+	}
+	return nil
 }
 
 // tokenInfo checks c's audience, expiry and start, and returns the

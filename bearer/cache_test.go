@@ -86,8 +86,8 @@ func TestCachedJWTKeyRemoved(t *testing.T) {
 }
 
 // introspector is a loopback introspection endpoint that says every token
-// in active is active for the audience, until exp, and counts the
-// questions it is asked.
+// in active is active for the audience, until exp, issued by itself (its
+// URL), and counts the questions it is asked.
 type introspector struct {
 	srv    *httptest.Server
 	active map[string]int64 // token → exp (Unix seconds)
@@ -104,7 +104,7 @@ func newIntrospector(t *testing.T, active map[string]int64) *introspector {
 			json.NewEncoder(w).Encode(map[string]any{"active": false})
 			return
 		}
-		json.NewEncoder(w).Encode(map[string]any{"active": true, "sub": "bob", "aud": audience, "exp": exp, "scope": "mcp:tools"})
+		json.NewEncoder(w).Encode(map[string]any{"active": true, "iss": in.srv.URL, "sub": "bob", "aud": audience, "exp": exp, "scope": "mcp:tools"})
 	}))
 	t.Cleanup(in.srv.Close)
 	return in
@@ -288,5 +288,21 @@ func TestKeySetMaxAge(t *testing.T) {
 	clk.Advance(5 * time.Minute)
 	if ti, err := v.Verify(ctx, sign(t, is.keys["k2"], "k2", claims(is, func(c map[string]any) { c["sub"] = "dave" })), nil); err != nil || ti.UserID != "dave" {
 		t.Fatalf("issuer down at the age's fetch: %+v, %v; want the held key to serve", ti, err)
+	}
+}
+
+// TestIntrospectionOtherIssuer: an active introspection answer naming
+// another issuer than the configured one is an invalid token, whose
+// message names both issuers.
+func TestIntrospectionOtherIssuer(t *testing.T) {
+	in := newIntrospector(t, map[string]int64{"opaque-1": now.Add(time.Hour).Unix()})
+	v, err := bearer.New(bearer.Config{Issuer: "http://idp.example", Audience: audience, IntrospectionURL: in.srv.URL, JWKSURL: in.srv.URL + "/jwks", Now: newClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Verify(context.Background(), "opaque-1", nil)
+	want := `invalid token: the token's issuer (iss) is "` + in.srv.URL + `", not "http://idp.example", the issuer this server accepts tokens from`
+	if !errors.Is(err, auth.ErrInvalidToken) || err == nil || err.Error() != want {
+		t.Fatalf("a token of another issuer: %v, want %q", err, want)
 	}
 }

@@ -60,8 +60,8 @@ func (v *Verifier) introspect(ctx context.Context, token string) (*auth.TokenInf
 	case err != nil:
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	if ans.Issuer != "" && ans.Issuer != v.cfg.Issuer {
-		return nil, invalid(fmt.Sprintf("the token was issued by %q, not %q", clip(ans.Issuer), v.cfg.Issuer))
+	if err := v.checkIssuer(ans.Issuer, false); err != nil {
+		return nil, err
 	}
 	user := ans.Subject
 	if user == "" {

@@ -68,6 +68,10 @@ func TestServeAuthJWT(t *testing.T) {
 	for _, c := range []struct{ name, token, why string }{
 		{"another audience", token(key, func(c map[string]any) { c["aud"] = "http://127.0.0.1:1/mcp" }),
 			`the token is for the audience \"http://127.0.0.1:1/mcp\", not \"` + endpoint + `\"`},
+		{"another issuer", token(key, func(c map[string]any) { c["iss"] = "http://127.0.0.1:1" }),
+			`the token's issuer (iss) is \"http://127.0.0.1:1\", not \"` + is.URL + `\", the issuer this server accepts tokens from`},
+		{"no issuer", token(key, func(c map[string]any) { delete(c, "iss") }),
+			`the token has no iss claim (RFC 9068, section 2.2): this server accepts tokens of the issuer \"` + is.URL + `\"`},
 		{"expired", token(key, func(c map[string]any) { c["exp"] = expired }),
 			"the token expired at " + time.Unix(expired, 0).UTC().Format(time.RFC3339)},
 		{"unknown key", token(stranger, nil),
