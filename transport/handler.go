@@ -105,7 +105,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     anything reads the body;
 //  4. the era: a sessionless request goes to serveSessionless
 //     (sessionless.go), whatever its other headers say;
-//  5. MCP-Protocol-Version (400 protocol_version);
+//  5. MCP-Protocol-Version (400 protocol_version), and with
+//     Options.SessionlessOnly any request of the stateful era (400
+//     protocol_version, JSON-RPC -32022: refuseStateful);
 //  6. shutdown (503 unavailable);
 //  7. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
 //     any other answers 405 method_not_allowed.
@@ -138,6 +140,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 	}
 	if hdr.versionRef != nil {
 		return hdr.versionRef
+	}
+	if h.opts.SessionlessOnly {
+		return h.refuseStateful(r, hdr)
 	}
 	if h.shuttingDown() {
 		return refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")

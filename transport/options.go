@@ -91,6 +91,14 @@ type Options struct {
 	// _meta["io.modelcontextprotocol/protocolVersion"]). Nil: such requests
 	// get 400 protocol_version.
 	Sessionless http.Handler
+	// SessionlessOnly serves the sessionless era alone: a request of the
+	// stateful era (initialize, a session's requests, GET, DELETE, a POST
+	// with MCP-Protocol-Version 2025-11-25 or earlier, or none) gets 400
+	// protocol_version with the JSON-RPC error -32022 naming 2026-07-28 as
+	// the one version served (refuseStateful). The server behind
+	// Sessionless should list 2026-07-28 alone in server/discover
+	// (mcp.ServerOptions.SupportedProtocolVersions).
+	SessionlessOnly bool
 	// Logger receives structured lines with session token prefix,
 	// generation, stream and reason. Default slog.Default().
 	Logger *slog.Logger

@@ -29,6 +29,10 @@ const (
 	codeInvalidParams   = -32602
 	codeSessionNotFound = -32001
 	codeServerError     = -32000
+	// codeUnsupportedVersion is UnsupportedProtocolVersionError (MCP
+	// 2026-07-28, basic/versioning), as the go-sdk's servers and clients
+	// use it (mcp.CodeUnsupportedProtocolVersion).
+	codeUnsupportedVersion = -32022
 )
 
 // The Allow header of a 405 refusal in each protocol era: the stateful
@@ -65,6 +69,9 @@ type refusal struct {
 	// nobody reads the answer, so ServeHTTP neither writes nor counts it
 	// (the failure is the client's leaving, not the server's).
 	gone bool
+	// rpcCode is the JSON-RPC error code of the body when it is not the
+	// reason's (code); 0: the reason's.
+	rpcCode int
 	// cause is the error behind the refusal, for the log line only: layer
 	// errors name the session by its token prefix, which a refusal body
 	// never carries (the request may not hold that token).
@@ -79,6 +86,9 @@ func refuse(reason replay.Reason, message string) *refusal {
 
 // code returns the JSON-RPC error code of the refusal's body.
 func (ref *refusal) code() int {
+	if ref.rpcCode != 0 {
+		return ref.rpcCode
+	}
 	switch ref.reason {
 	case replay.ReasonParseError:
 		return codeParseError

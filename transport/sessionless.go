@@ -84,6 +84,42 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	return nil
 }
 
+// refuseStateful refuses r, a request of the stateful era, when
+// Options.SessionlessOnly: 400 protocol_version with the JSON-RPC error
+// -32022 (UnsupportedProtocolVersionError: a server answers a version it
+// chose not to support with the versions it supports, MCP 2026-07-28,
+// basic/versioning, "Protocol Version Negotiation"), whose error.data
+// holds, besides reason, supported (["2026-07-28"]) and requested: an
+// initialize's params.protocolVersion, else the MCP-Protocol-Version
+// header, else 2025-03-26, the version a request without that header is
+// taken for (MCP 2025-11-25, basic/transports, "Protocol Version
+// Header"). An initialize is never answered with a version of its own
+// era, which would start a session this server does not serve. The
+// error carries the request's id when the body is one request.
+func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
+	requested := hdr.version
+	if requested == "" {
+		requested = V20250326
+	}
+	var id jsonrpc.ID
+	if r.Method == http.MethodPost {
+		if call := h.sessionlessCall(r, `"id"`); call != nil {
+			id = call.ID
+			var p struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			if call.Method == "initialize" && json.Unmarshal(call.Params, &p) == nil && p.ProtocolVersion != "" {
+				requested = p.ProtocolVersion
+			}
+		}
+	}
+	ref := refuse(replay.ReasonProtocolVersion, "protocol version "+quote(requested)+" is not served here: this server serves "+VSessionless+
+		" alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version")
+	ref.id, ref.rpcCode = id, codeUnsupportedVersion
+	ref.data = map[string]any{"supported": []string{VSessionless}, "requested": requested}
+	return ref
+}
+
 // sessionlessBody reports whether a POST body's params carry the
 // sessionless era's per-request protocol version, restoring the body for the
 // next reader. A body it cannot read or parse is left to the stateful path,

@@ -7,6 +7,7 @@ package transport_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
+	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // sessionlessEcho is a tools/call of echo as a 2026-07-28 client sends it:
@@ -285,4 +287,96 @@ func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
+}
+
+// TestSessionlessOnly: with Options.SessionlessOnly every request of the
+// stateful era is refused 400 protocol_version with the JSON-RPC error
+// -32022 (UnsupportedProtocolVersionError, MCP 2026-07-28,
+// basic/versioning) naming 2026-07-28 as the one version served and the
+// version requested: an initialize's own (the error carries its id, and
+// no session is created), else the MCP-Protocol-Version header's, else
+// 2025-03-26. A 2026-07-28 request is served, and server/discover lists
+// 2026-07-28 alone.
+func TestSessionlessOnly(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.New(demo.Options{Server: &mcp.ServerOptions{SupportedProtocolVersions: []string{"2026-07-28"}}})
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{SessionlessOnly: true}}, nil)
+	message := func(v string) string {
+		return `protocol version \"` + v + `\" is not served here: this server serves 2026-07-28 alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version`
+	}
+	want := func(id, v string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32022,"message":"` + message(v) +
+			`","data":{"reason":"protocol_version","requested":"` + v + `","supported":["2026-07-28"]}}}`
+	}
+	initialize := `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, c := range []struct {
+		name, method, version, body, want string
+	}{
+		{"initialize", http.MethodPost, "", initialize, want("7", "2025-06-18")},
+		{"initialize with a header", http.MethodPost, "2025-11-25", initialize, want("7", "2025-06-18")},
+		{"a call with a header", http.MethodPost, "2025-11-25", `{"jsonrpc":"2.0","id":"a","method":"tools/list"}`, want(`"a"`, "2025-11-25")},
+		{"a notification", http.MethodPost, "", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, want("null", "2025-03-26")},
+		{"GET", http.MethodGet, "2025-11-25", "", want("null", "2025-11-25")},
+		{"DELETE", http.MethodDelete, "", "", want("null", "2025-03-26")},
+	} {
+		var body []byte
+		if c.body != "" {
+			body = []byte(c.body)
+		}
+		req, err := st.client.NewRequest(ctx, c.method, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.version != "" {
+			req.Header.Set("MCP-Protocol-Version", c.version)
+		}
+		req.Header.Set("Mcp-Session-Id", "SOMESESSION")
+		resp, err := st.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || string(b) != c.want || resp.Header.Get("Mcp-Session-Id") != "" {
+			t.Errorf("%s: %d %s (Mcp-Session-Id %q)\nwant 400 %s", c.name, resp.StatusCode, b, resp.Header.Get("Mcp-Session-Id"), c.want)
+		}
+	}
+	if n := st.h.Registry().Len(); n != 0 {
+		t.Errorf("%d sessions after the refused initializes, want 0", n)
+	}
+
+	resp, err := st.client.Do(sessionlessRequest(t, st, http.MethodPost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := mcptest.ReadAnswer(resp)
+	if r, ok := firstResponse(msgs); err != nil || !ok || r.Error != nil || toolText(t, r) != "hi" {
+		t.Fatalf("a 2026-07-28 echo: %v, %v; want its text hi", msgs, err)
+	}
+	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","id":2,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",`+
+		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "server/discover")
+	resp, err = st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = mcptest.ReadAnswer(resp)
+	r, ok := firstResponse(msgs)
+	if err != nil || !ok || r.Error != nil || !strings.Contains(string(r.Result), `"supportedVersions":["2026-07-28"]`) {
+		t.Fatalf("server/discover: %v, %v; want supportedVersions [2026-07-28]", msgs, err)
+	}
+}
+
+// firstResponse returns the first JSON-RPC response of msgs.
+func firstResponse(msgs []jsonrpc.Message) (*jsonrpc.Response, bool) {
+	for _, m := range msgs {
+		if r, ok := m.(*jsonrpc.Response); ok {
+			return r, true
+		}
+	}
+	return nil, false
 }

@@ -28,7 +28,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 	}
 	return map[string]map[string]string{
 		"serve": {
-			"addr": "8080", "path": "mcp", "json-response": "maybe",
+			"addr": "8080", "path": "mcp", "json-response": "maybe", "protocol": "2025-11-25",
 			"retention-events": "x", "retention-bytes": "x", "retention-age": "5", "retention-budget": "x",
 			"session-idle-ttl": "5", "hibernate-after": "-1s", "stdio-hibernate": "maybe", "max-sessions": "x", "max-calls-per-session": "x", "retry": "5", "keepalive": "5",
 			"max-body-bytes": "x", "max-inflight-bytes": "x", "shutdown-grace": "5",

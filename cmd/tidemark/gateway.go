@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/tidemark-mcp/tidemark"
@@ -211,7 +212,8 @@ func (c *serveConfig) engineHandler(fs *flag.FlagSet, opts *tidemark.Options, lo
 	// The demo's handlers keep nothing per session: its sessions wake
 	// from hibernation at the same generation.
 	opts.Restorable = true
-	return tidemark.NewHandler(demo.New(demo.Options{Sealer: sealer, Bus: bus}), opts), closeBus, nil
+	server := demo.New(demo.Options{Sealer: sealer, Bus: bus, Server: &mcp.ServerOptions{SupportedProtocolVersions: c.protocolVersions()}})
+	return tidemark.NewHandler(server, opts), closeBus, nil
 }
 
 // servedAttrs are the log attributes that say which MCP server is served.

@@ -29,6 +29,20 @@ import (
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
+// protocolAll is the --protocol that serves every revision, of both eras.
+const protocolAll = "all"
+
+// protocolVersions returns the revisions the server behind the
+// sessionless era lists in server/discover
+// (mcp.ServerOptions.SupportedProtocolVersions): 2026-07-28 alone with
+// --protocol 2026-07-28, else nil, the go-sdk's every revision.
+func (c *serveConfig) protocolVersions() []string {
+	if c.protocol == transport.VSessionless {
+		return []string{transport.VSessionless}
+	}
+	return nil
+}
+
 // serveConfig holds the flags of `tidemark serve`. Each flag's help text
 // states its default and unit; the flag table of docs/operating.md is
 // checked against them by TestDocsFlagTables.
@@ -36,6 +50,7 @@ type serveConfig struct {
 	addr            string
 	path            string
 	jsonResponse    bool
+	protocol        string // --protocol: protocolAll or transport.VSessionless
 	retentionEvents int
 	retentionBytes  int64
 	retentionAge    time.Duration
@@ -74,6 +89,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "TCP address to listen on (host:port)")
 	fs.StringVar(&c.path, "path", "/mcp", "URL path of the MCP endpoint (starts with /; no spaces, braces, ? or #)")
 	fs.BoolVar(&c.jsonResponse, "json-response", false, "answer POSTs with one application/json body instead of an SSE stream")
+	fs.StringVar(&c.protocol, "protocol", protocolAll, "the protocol revisions served: all (2024-11-05 to 2025-11-25, with sessions that resume, and 2026-07-28, sessionless) or 2026-07-28 (sessionless alone: server/discover lists it alone, and a request of an earlier revision, initialize included, gets 400 protocol_version with JSON-RPC error -32022 naming it)")
 	fs.IntVar(&c.retentionEvents, "retention-events", eventlog.DefaultMaxEvents, "most events retained per session (events; -1: no limit)")
 	fs.Int64Var(&c.retentionBytes, "retention-bytes", eventlog.DefaultMaxBytes, "most bytes retained per session (bytes; -1: no limit)")
 	fs.DurationVar(&c.retentionAge, "retention-age", eventlog.DefaultMaxAge, "how long events are retained, except each session's newest (duration; -1s: no limit)")
@@ -156,6 +172,9 @@ func (c *serveConfig) check() error {
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	}
+	if c.protocol != protocolAll && c.protocol != transport.VSessionless {
+		return fmt.Errorf("--protocol %q: want %s or %s (sessionless alone)", c.protocol, protocolAll, transport.VSessionless)
 	}
 	if fi, err := os.Stat(c.dataDir); c.dataDir != "" && err == nil && !fi.IsDir() {
 		return fmt.Errorf("--data-dir %q: is a file, not a directory: want a directory path (made if missing)", c.dataDir)
@@ -400,6 +419,7 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
 			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
+			SessionlessOnly: c.protocol == transport.VSessionless,
 		},
 	}
 	if b.fleet != nil {

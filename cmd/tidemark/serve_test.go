@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,5 +82,44 @@ func TestHelpNamesTheDemo(t *testing.T) {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("tidemark help does not name %s:\n%s", name, out.String())
 		}
+	}
+}
+
+// TestServeSessionlessOnly: `tidemark serve --protocol 2026-07-28` lists
+// 2026-07-28 alone in server/discover, serves a 2026-07-28 tools/call, and
+// answers an initialize 400 with the JSON-RPC error -32022 naming the
+// version it serves (docs/operating.md, "Serving 2026-07-28 alone").
+func TestServeSessionlessOnly(t *testing.T) {
+	endpoint := startTidemarkServe(t, "--protocol", "2026-07-28")
+	post := func(method, name, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if method != "" {
+			req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+			req.Header.Set("Mcp-Method", method)
+		}
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	if status, body := post("server/discover", "", `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{`+meta+`}}`); status != http.StatusOK || !strings.Contains(body, `"supportedVersions":["2026-07-28"]`) {
+		t.Errorf("server/discover: %d %s, want 200 with supportedVersions [2026-07-28]", status, body)
+	}
+	if status, body := post("tools/call", "echo", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},`+meta+`}}`); status != http.StatusOK || !strings.Contains(body, `"text":"hi"`) {
+		t.Errorf("a 2026-07-28 echo: %d %s, want 200 with the text hi", status, body)
+	}
+	want := `{"jsonrpc":"2.0","id":3,"error":{"code":-32022,"message":"protocol version \"2025-11-25\" is not served here: this server serves 2026-07-28 alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version","data":{"reason":"protocol_version","requested":"2025-11-25","supported":["2026-07-28"]}}}`
+	if status, body := post("", "", `{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); status != http.StatusBadRequest || body != want {
+		t.Errorf("initialize: %d %s\nwant 400 %s", status, body, want)
 	}
 }

@@ -38,7 +38,7 @@ func (c *serveConfig) stdioHandler(command []string, opts *tidemark.Options, sea
 	}
 	br := bridge.New(bridge.Options{
 		Dial: bridge.EngineTransport(gateway, bridgeName, logger),
-		Bus:  bus, Sealer: sealer, Logger: logger,
+		Bus:  bus, Sealer: sealer, Logger: logger, ProtocolVersions: c.protocolVersions(),
 		// The transport has already checked Host and Origin.
 		HTTP: mcp.StreamableHTTPOptions{JSONResponse: c.jsonResponse, MaxRequestBodyBytes: c.maxBody, DisableLocalhostProtection: true},
 	})

@@ -173,11 +173,12 @@ func (b *Bridge) newServer(init *mcp.InitializeResult) *mcp.Server {
 		caps = &mcp.ServerCapabilities{}
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{
-		Instructions:       init.Instructions,
-		Capabilities:       caps,
-		Logger:             sdkLogger(b.logger),
-		SubscribeHandler:   b.subscribe,
-		UnsubscribeHandler: b.unsubscribe,
+		Instructions:              init.Instructions,
+		Capabilities:              caps,
+		Logger:                    sdkLogger(b.logger),
+		SubscribeHandler:          b.subscribe,
+		UnsubscribeHandler:        b.unsubscribe,
+		SupportedProtocolVersions: b.opts.ProtocolVersions,
 	})
 	s.AddReceivingMiddleware(b.forward)
 	b.bus.Attach(s)

@@ -81,6 +81,10 @@ type Options struct {
 	HTTP mcp.StreamableHTTPOptions
 	// Logger receives the Bridge's lines. Default slog.Default().
 	Logger *slog.Logger
+	// ProtocolVersions restricts the revisions server/discover lists and
+	// the sessionless requests accept (mcp.ServerOptions.
+	// SupportedProtocolVersions). Default nil: the go-sdk's every revision.
+	ProtocolVersions []string
 }
 
 // Bridge is an http.Handler for sessionless requests whose answers come
