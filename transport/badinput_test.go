@@ -34,7 +34,8 @@ func TestBadInput(t *testing.T) {
 	s := st.initialize(t, ctx, "")
 	other := st.initialize(t, ctx, "") // another session, for its cursors
 	otherEvs := countdown(t, ctx, other, 2, 1, "o")
-	old := st.initialize(t, ctx, "2025-06-18") // batches are refused from 2025-06-18 on
+	old := st.initialize(t, ctx, "2025-06-18")   // batches are refused from 2025-06-18 on
+	v0326 := st.initialize(t, ctx, "2025-03-26") // takes batches; sends no MCP-Protocol-Version
 	evs := countdown(t, ctx, s, 2, 2, "p")
 	cursor := evs[1].ID // a valid cursor of s
 	callID := int64(100)
@@ -219,6 +220,53 @@ func TestBadInput(t *testing.T) {
 		// Nesting (the go-sdk decoder takes at most 1000 levels; encoding/json 10000)
 		{name: "params nested 1001 levels deep", req: post(nested(999)), status: 400, reason: "parse_error", code: -32700,
 			check: wantMessage("the message nests arrays and objects 1001 levels deep; at most 1000 are accepted (the MCP SDK decoder's limit)")},
+
+		// A top-level array is judged by its depth first, whatever the
+		// version says of batches.
+		{name: "array nested 1001 levels deep", req: post([]byte(strings.Repeat("[", 1001) + strings.Repeat("]", 1001))),
+			status: 400, reason: "parse_error", code: -32700,
+			check: wantMessage("the body nests arrays and objects 1001 levels deep; at most 1000 are accepted (the MCP SDK decoder's limit)")},
+		{name: "array nested 1001 levels deep under 2025-03-26", session: v0326, req: post([]byte(strings.Repeat("[", 1001) + strings.Repeat("]", 1001))),
+			status: 400, reason: "parse_error", code: -32700,
+			check: wantMessage("the body nests arrays and objects 1001 levels deep; at most 1000 are accepted (the MCP SDK decoder's limit)")},
+
+		// Messages that are not JSON-RPC 2.0 (JSON-RPC 2.0, sections 4 and
+		// 5), each told in the message's own terms.
+		{name: "response with both result and error", req: post([]byte(`{"jsonrpc":"2.0","id":39,"result":{},"error":{"code":1,"message":"x"}}`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`a response has a "result" or an "error", never both (JSON-RPC 2.0, section 5)`)},
+		{name: "initialize without an id", req: post([]byte(`{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`initialize is a request: send it with an "id" (MCP 2025-11-25, lifecycle)`)},
+		{name: "initialize without an id in a batch", session: v0326, req: post([]byte(`[{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}]`)),
+			status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`initialize is a request: send it with an "id" (MCP 2025-11-25, lifecycle)`)},
+		{name: "a string", req: post([]byte(`"hello"`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`a JSON-RPC message is a JSON object, not a string`)},
+		{name: "null", req: post([]byte(`null`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`a JSON-RPC message is a JSON object, not null`)},
+		{name: "a batch of numbers", session: v0326, req: post([]byte(`[1]`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`a JSON-RPC message is a JSON object, not a number`)},
+		{name: "no jsonrpc member", req: post([]byte(`{"id":31,"method":"tools/list"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "jsonrpc" is missing: it must be "2.0"`)},
+		{name: "jsonrpc 1.0", req: post([]byte(`{"jsonrpc":"1.0","id":32,"method":"tools/list"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "jsonrpc" must be "2.0", not "1.0"`)},
+		{name: "jsonrpc a number", req: post([]byte(`{"jsonrpc":2,"id":32,"method":"tools/list"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "jsonrpc" must be "2.0", not a number`)},
+		{name: "method a number", req: post([]byte(`{"jsonrpc":"2.0","id":33,"method":5}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "method" must be a string, not a number`)},
+		{name: "id a boolean", req: post([]byte(`{"jsonrpc":"2.0","id":true,"method":"tools/list"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "id" must be a string or an integer, not a boolean`)},
+		{name: "id an array", req: post([]byte(`{"jsonrpc":"2.0","id":[1],"method":"tools/list"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "id" must be a string or an integer, not an array`)},
+		{name: "error a string", req: post([]byte(`{"jsonrpc":"2.0","id":39,"error":"x"}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "error" must be an object with an integer "code" and a string "message"`)},
+		{name: "error code a fraction", req: post([]byte(`{"jsonrpc":"2.0","id":39,"error":{"code":1.5,"message":"x"}}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the member "error" must be an object with an integer "code" and a string "message"`)},
+		{name: "result without an id", req: post([]byte(`{"jsonrpc":"2.0","result":{}}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`a response needs the "id" of the request it answers`)},
+		{name: "neither method nor result", req: post([]byte(`{"jsonrpc":"2.0","id":34}`)), status: 400, reason: "invalid_request", code: -32600,
+			check: wantMessage(`the message has no "method" (a request or notification) and no "result" or "error" (a response)`)},
 
 		// A session ID that holds a live token is not that token, and the
 		// refusal names no part of it.

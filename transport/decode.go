@@ -46,13 +46,16 @@ func decodeMessages(body []byte, version string, maxBatch int) ([]jsonrpc.Messag
 		return nil, false, refuse(replay.ReasonParseError, "request body is empty")
 	}
 	batch := trimmed[0] == '['
-	limit := maxNesting
-	if batch {
-		limit++ // the batch's own array
-	}
-	if depth := nesting(trimmed); depth > limit {
+	// The depth is the body's, whatever its top level: a batch's own array
+	// counts, so that a body too deep is a parse error before anything
+	// judges it as a batch or a message.
+	if depth := nesting(trimmed); depth > maxNesting {
+		what := "message"
+		if batch {
+			what = "body"
+		}
 		return nil, false, refuse(replay.ReasonParseError, fmt.Sprintf(
-			"the message nests arrays and objects %d levels deep; at most %d are accepted (the MCP SDK decoder's limit)", depth-(limit-maxNesting), maxNesting))
+			"the %s nests arrays and objects %d levels deep; at most %d are accepted (the MCP SDK decoder's limit)", what, depth, maxNesting))
 	}
 	if !json.Valid(trimmed) {
 		return nil, false, refuse(replay.ReasonParseError, "request body is not valid JSON")
@@ -87,23 +90,34 @@ func decodeMessages(body []byte, version string, maxBatch int) ([]jsonrpc.Messag
 	return msgs, batch, nil
 }
 
-// decodeMessage decodes one JSON-RPC message and checks its shape and id
-// (400 invalid_request).
+// decodeMessage decodes one JSON-RPC message (jsonrpc.DecodeMessage) and
+// checks what the decoder lets through, each a 400 invalid_request: a
+// request with an empty method; initialize without an id, which is a
+// request (MCP 2025-11-25, lifecycle); a response with no id, with neither
+// a result nor an error, or with both (JSON-RPC 2.0, section 5); an id MCP
+// forbids (checkID). A message the decoder refuses is refused with what
+// invalidMessage finds wrong in it.
 func decodeMessage(raw json.RawMessage) (jsonrpc.Message, *refusal) {
 	m, err := jsonrpc.DecodeMessage(raw)
 	if err != nil {
-		return nil, refuse(replay.ReasonInvalidRequest, "not a JSON-RPC 2.0 message: "+err.Error())
+		return nil, refuse(replay.ReasonInvalidRequest, invalidMessage(raw))
 	}
 	var id jsonrpc.ID
 	switch m := m.(type) {
 	case *jsonrpc.Request:
-		if m.Method == "" {
+		switch {
+		case m.Method == "":
 			return nil, refuse(replay.ReasonInvalidRequest, "a request must have a method")
+		case m.Method == methodInitialize && !m.IsCall():
+			return nil, refuse(replay.ReasonInvalidRequest, `initialize is a request: send it with an "id" (MCP 2025-11-25, lifecycle)`)
 		}
 		id = m.ID
 	case *jsonrpc.Response:
-		if !m.ID.IsValid() || (m.Result == nil && m.Error == nil) {
-			return nil, refuse(replay.ReasonInvalidRequest, "a response must have an id and a result or an error")
+		switch {
+		case m.Result == nil && m.Error == nil:
+			return nil, refuse(replay.ReasonInvalidRequest, `the message has no "method" (a request or notification) and no "result" or "error" (a response)`)
+		case m.Result != nil && m.Error != nil:
+			return nil, refuse(replay.ReasonInvalidRequest, `a response has a "result" or an "error", never both (JSON-RPC 2.0, section 5)`)
 		}
 		id = m.ID
 	}
@@ -113,6 +127,97 @@ func decodeMessage(raw json.RawMessage) (jsonrpc.Message, *refusal) {
 		}
 	}
 	return m, nil
+}
+
+// methodInitialize is the method of the request that opens a session (MCP
+// 2025-11-25, lifecycle).
+const methodInitialize = "initialize"
+
+// invalidMessage says, in the terms of JSON-RPC 2.0 (sections 4 and 5),
+// why raw, a JSON value the go-sdk decoder refused, is not a JSON-RPC 2.0
+// message: the member that is missing or of the wrong type, with the type
+// it must have. It reads only the JSON types of the members (the decoding
+// stays the go-sdk's), so that the client reads what to change rather
+// than the decoder's Go types.
+func invalidMessage(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if kind := jsonKind(raw); kind != "an object" {
+		return "a JSON-RPC message is a JSON object, not " + kind
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return "not a JSON-RPC 2.0 message"
+	}
+	version, hasVersion := members["jsonrpc"]
+	var tag string
+	switch {
+	case !hasVersion:
+		return `the member "jsonrpc" is missing: it must be "2.0"`
+	case json.Unmarshal(version, &tag) != nil:
+		return `the member "jsonrpc" must be "2.0", not ` + jsonKind(version)
+	case tag != "2.0":
+		return `the member "jsonrpc" must be "2.0", not ` + quote(tag)
+	}
+	if id, ok := members["id"]; ok {
+		if kind := jsonKind(id); kind != "a string" && kind != "a number" && kind != "null" {
+			return `the member "id" must be a string or an integer, not ` + kind
+		}
+	}
+	if method, ok := members["method"]; ok {
+		if kind := jsonKind(method); kind != "a string" {
+			return `the member "method" must be a string, not ` + kind
+		}
+	}
+	if e, ok := members["error"]; ok && !isErrorObject(e) {
+		return `the member "error" must be an object with an integer "code" and a string "message"`
+	}
+	if _, ok := members["method"]; !ok {
+		if id, ok := members["id"]; !ok || jsonKind(id) == "null" {
+			return `a response needs the "id" of the request it answers`
+		}
+	}
+	return "not a JSON-RPC 2.0 message"
+}
+
+// isErrorObject reports whether raw is a JSON-RPC error object as far as
+// its members' types go: an object whose code, when present, is an
+// integer and whose message, when present, is a string (JSON-RPC 2.0,
+// section 5.1).
+func isErrorObject(raw json.RawMessage) bool {
+	var e map[string]json.RawMessage
+	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &e) != nil {
+		return false
+	}
+	if code, ok := e["code"]; ok && !isInteger(bytes.TrimSpace(code)) {
+		return false
+	}
+	if msg, ok := e["message"]; ok && jsonKind(msg) != "a string" {
+		return false
+	}
+	return true
+}
+
+// jsonKind names the JSON type of the valid JSON value raw as a message
+// to a client says it: "an object", "an array", "a string", "a number",
+// "a boolean" or "null".
+func jsonKind(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // nesting returns the deepest nesting of arrays and objects in b, not

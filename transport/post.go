@@ -29,7 +29,7 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 	for _, m := range msgs {
 		if req, ok := m.(*jsonrpc.Request); ok && req.IsCall() {
 			p.calls = append(p.calls, req)
-			if req.Method == "initialize" {
+			if req.Method == methodInitialize {
 				p.initialize = req
 			}
 		}
