@@ -159,7 +159,7 @@ type Handler struct {
 
 // NewHandler returns a Handler serving server. Requests of the stateful era
 // (protocol 2025-03-26 to 2025-11-25) get Tidemark's sessions and
-// resumption; requests of the sessionless era (2026-07-28 and later) are
+// resumption; requests of the sessionless era (2026-07-28) are
 // served by the go-sdk's stateless handler over the same server. It adds a
 // receiving middleware to server (see gosdk.New). Call Close when done.
 func NewHandler(server *mcp.Server, opts *Options) *Handler {

@@ -157,9 +157,13 @@ func TestBadInput(t *testing.T) {
 		{name: "body over the limit", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
 			strings.Repeat("x", badInputBodyLimit) + `"}}}`)), status: 413, reason: "body_too_large", code: -32600},
 		{name: "unsupported protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-10-07") }),
-			status: 400, reason: "protocol_version", code: -32600},
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`unsupported MCP-Protocol-Version "2024-10-07": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"2024-10-07", served...)},
 		{name: "protocol version that is not a date", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "latest") }),
-			status: 400, reason: "protocol_version", code: -32600},
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "latest" is not a protocol version (YYYY-MM-DD): this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"latest", served...)},
 		{name: "repeated protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Add("Mcp-Protocol-Version", "2025-11-25") }),
 			status: 400, reason: "protocol_version", code: -32600},
 		{name: "hostile Origin on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
@@ -268,6 +272,28 @@ func TestBadInput(t *testing.T) {
 		{name: "neither method nor result", req: post([]byte(`{"jsonrpc":"2.0","id":34}`)), status: 400, reason: "invalid_request", code: -32600,
 			check: wantMessage(`the message has no "method" (a request or notification) and no "result" or "error" (a response)`)},
 
+		// MCP-Protocol-Version: only the revisions served are routed; any
+		// other is refused with the versions served (MCP 2025-11-25,
+		// basic/transports, "Protocol Version Header"; MCP 2026-07-28,
+		// basic/versioning: UnsupportedProtocolVersionError, -32022).
+		{name: "protocol version after 2026-07-28 on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2099-01-01") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`unsupported MCP-Protocol-Version "2099-01-01": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"2099-01-01", served...)},
+		{name: "protocol version after 2026-07-28 on GET", req: with(get(), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2026-07-29") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`unsupported MCP-Protocol-Version "2026-07-29": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"2026-07-29", served...)},
+		{name: "protocol version that is no date, after 2026-07-28", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2030-13-45") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`unsupported MCP-Protocol-Version "2030-13-45": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"2030-13-45", served...)},
+		{name: "protocol version after 2026-07-28 with the era's _meta", req: with(post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}`)),
+			func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2099-01-01") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`unsupported MCP-Protocol-Version "2099-01-01": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+				"2099-01-01", served...)},
+
 		// A session ID that holds a live token is not that token, and the
 		// refusal names no part of it.
 		{name: "Mcp-Session-Id T,T", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Session-Id", s.Token+","+s.Token) }),
@@ -311,6 +337,26 @@ func wantMessage(msg string) func(*testing.T, *mcptest.StatusError) {
 		t.Helper()
 		if se.Body.Message != msg {
 			t.Fatalf("message %q, want %q", se.Body.Message, msg)
+		}
+	}
+}
+
+// served are the protocol versions a Handler of tidemark.NewHandler
+// serves, newest first.
+var served = []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// wantUnsupported returns a check that a refusal of a protocol version has
+// the message msg and names the version requested and the versions
+// supported in error.data (MCP 2026-07-28, UnsupportedProtocolVersionError).
+func wantUnsupported(msg, requested string, supported ...string) func(*testing.T, *mcptest.StatusError) {
+	return func(t *testing.T, se *mcptest.StatusError) {
+		t.Helper()
+		wantMessage(msg)(t, se)
+		if got := se.Body.Data["requested"]; got != requested {
+			t.Fatalf("error.data.requested = %v, want %q", got, requested)
+		}
+		if got := fmt.Sprint(se.Body.Data["supported"]); got != fmt.Sprint(supported) {
+			t.Fatalf("error.data.supported = %s, want %v", got, supported)
 		}
 	}
 }

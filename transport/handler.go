@@ -3,8 +3,8 @@
 // of JSON-RPC messages answered as SSE or JSON, the standalone GET stream,
 // resumption with Last-Event-ID decided by package replay, DELETE, and the
 // HTTP-level rules (protocol version, Origin, Host, media types, body
-// limit). Requests of the sessionless era (MCP-Protocol-Version 2026-07-28
-// or later) go to Options.Sessionless.
+// limit). Requests of the sessionless era (MCP-Protocol-Version 2026-07-28)
+// go to Options.Sessionless.
 //
 // A request walks forward through the package once, each file holding
 // one stage: ServeHTTP (this file) runs the checks every request shares
@@ -44,7 +44,10 @@ type Handler struct {
 	opts   Options
 	logger *slog.Logger
 	warns  *warnGate // how often 5xx refusals are logged
-	conns  *connections
+	// versions are the protocol versions served, newest first
+	// (servedVersions).
+	versions []string
+	conns    *connections
 
 	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
 	// sessionless counts the POSTs of the sessionless era being served,
@@ -67,7 +70,7 @@ func New(reg *session.Registry, opts Options) *Handler {
 	opts = opts.withDefaults()
 	h := &Handler{
 		reg: reg, opts: opts, logger: opts.Logger, warns: newWarnGate(time.Now),
-		conns: newConnections(),
+		conns: newConnections(), versions: servedVersions(&opts),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
 			Directory: opts.Directory, Self: opts.Advertised, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
 			Records: func(ctx context.Context, token string) (store.Record, error) {
@@ -105,9 +108,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     anything reads the body;
 //  4. the era: a sessionless request goes to serveSessionless
 //     (sessionless.go), whatever its other headers say;
-//  5. MCP-Protocol-Version (400 protocol_version), and with
-//     Options.SessionlessOnly any request of the stateful era (400
-//     protocol_version, JSON-RPC -32022: refuseStateful);
+//  5. with Options.SessionlessOnly, any request of the stateful era (400
+//     protocol_version, JSON-RPC -32022: refuseStateful); else
+//     MCP-Protocol-Version: repeated, or a version not served (400
+//     protocol_version; a version of neither era is refused here, and
+//     never reaches the sessionless handler);
 //  6. shutdown (503 unavailable);
 //  7. the method: POST, GET with Last-Event-ID (a resume), GET, DELETE;
 //     any other answers 405 method_not_allowed.
@@ -134,15 +139,15 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 		}
 		bodyWithTimeout(w, r, h.opts.BodyTimeout)
 	}
-	hdr := readHeaders(r)
+	hdr := readHeaders(r, h.versions)
 	if h.isSessionless(r, hdr) {
 		return h.serveSessionless(w, r, hdr)
 	}
-	if hdr.versionRef != nil {
-		return hdr.versionRef
-	}
 	if h.opts.SessionlessOnly {
 		return h.refuseStateful(r, hdr)
+	}
+	if hdr.versionRef != nil {
+		return hdr.versionRef
 	}
 	if h.shuttingDown() {
 		return refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")

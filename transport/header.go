@@ -10,15 +10,18 @@ package transport
 import (
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // Protocol versions of the stateful era that the handler serves, and the
-// first version of the sessionless era.
+// version of the sessionless era.
 const (
 	V20241105    = "2024-11-05" // negotiated by the go-sdk when a client asks for it; served as 2025-03-26
 	V20250326    = "2025-03-26"
@@ -26,6 +29,24 @@ const (
 	V20251125    = "2025-11-25"
 	VSessionless = "2026-07-28"
 )
+
+// statefulVersions are the protocol versions of the stateful era the
+// handler serves, newest first.
+var statefulVersions = []string{V20251125, V20250618, V20250326, V20241105}
+
+// servedVersions returns the protocol versions a handler with opts serves,
+// newest first: 2026-07-28 when Options.Sessionless serves the sessionless
+// era, then the stateful era's. A version is served only when it is in
+// this list: a later one is not assumed to be the sessionless era's.
+func servedVersions(opts *Options) []string {
+	switch {
+	case opts.SessionlessOnly:
+		return []string{VSessionless}
+	case opts.Sessionless == nil:
+		return statefulVersions
+	}
+	return append([]string{VSessionless}, statefulVersions...)
+}
 
 // MaxSessionIDLen is the longest Mcp-Session-Id accepted, in bytes;
 // Tidemark's own tokens are 26 bytes.
@@ -38,9 +59,10 @@ const (
 )
 
 // protocolVersion returns the MCP-Protocol-Version header ("" when absent),
-// or a refusal when it is repeated or names a version of the stateful era
-// that is not served (MCP 2025-11-25, "Protocol Version Header": 400).
-func protocolVersion(r *http.Request) (string, *refusal) {
+// or a refusal when it is repeated, or names a version that is not one of
+// served (MCP 2025-11-25, basic/transports, "Protocol Version Header": 400
+// for an invalid or unsupported version; unsupportedVersion).
+func protocolVersion(r *http.Request, served []string) (string, *refusal) {
 	vals := r.Header.Values(wire.HeaderProtocolVersion)
 	switch {
 	case len(vals) == 0:
@@ -49,15 +71,35 @@ func protocolVersion(r *http.Request) (string, *refusal) {
 		return "", refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version header is repeated")
 	}
 	v := vals[0]
-	if !isDate(v) {
-		return "", refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version "+quote(v)+" is not a YYYY-MM-DD version")
-	}
-	switch {
-	case v == V20241105 || v == V20250326 || v == V20250618 || v == V20251125 || v >= VSessionless:
+	if slices.Contains(served, v) {
 		return v, nil
 	}
-	return "", refuse(replay.ReasonProtocolVersion,
-		"unsupported MCP-Protocol-Version "+quote(v)+"; supported: 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28")
+	what := "unsupported MCP-Protocol-Version " + quote(v)
+	if !isDate(v) {
+		what = "MCP-Protocol-Version " + quote(v) + " is not a protocol version (YYYY-MM-DD)"
+	}
+	return "", unsupportedVersion(what+": this server serves "+list(served), v, served)
+}
+
+// unsupportedVersion returns the refusal of a request whose protocol
+// version is not served: 400 protocol_version whose error has the code
+// and data of the UnsupportedProtocolVersionError (MCP 2026-07-28,
+// basic/versioning, "Protocol Version Negotiation": code -32022, data
+// supported and requested), which a client of either era can act on by
+// retrying with a version of supported. message says what to send.
+func unsupportedVersion(message, requested string, supported []string) *refusal {
+	ref := refuse(replay.ReasonProtocolVersion, message)
+	ref.rpcCode = mcp.CodeUnsupportedProtocolVersion
+	ref.data = map[string]any{"supported": supported, "requested": requested}
+	return ref
+}
+
+// list writes versions as an English list: "a, b and c".
+func list(versions []string) string {
+	if len(versions) < 2 {
+		return strings.Join(versions, "")
+	}
+	return strings.Join(versions[:len(versions)-1], ", ") + " and " + versions[len(versions)-1]
 }
 
 func isDate(v string) bool {
@@ -100,6 +142,7 @@ func sessionID(r *http.Request) (string, *refusal) {
 type headers struct {
 	version    string   // MCP-Protocol-Version, "" when absent or refused
 	versionRef *refusal // repeated, malformed or not served (400 protocol_version)
+	hasVersion bool     // MCP-Protocol-Version is present, served or not
 	token      string   // Mcp-Session-Id, "" when absent or refused
 	tokenRef   *refusal // repeated, too long or not visible ASCII (400 session_id_invalid)
 	cursors    []string // the values of Last-Event-ID
@@ -110,10 +153,12 @@ type headers struct {
 }
 
 // readHeaders reads r's MCP headers once, with the refusals of their
-// rules: the ones of every request, then those of r's method.
-func readHeaders(r *http.Request) headers {
+// rules: the ones of every request, then those of r's method. served are
+// the protocol versions the handler serves (servedVersions).
+func readHeaders(r *http.Request, served []string) headers {
 	var h headers
-	h.version, h.versionRef = protocolVersion(r)
+	h.version, h.versionRef = protocolVersion(r, served)
+	h.hasVersion = len(r.Header.Values(wire.HeaderProtocolVersion)) > 0
 	h.token, h.tokenRef = sessionID(r)
 	h.cursors, h.resuming = r.Header["Last-Event-Id"]
 	switch r.Method {

@@ -87,9 +87,10 @@ type Options struct {
 	// that is not localhost or a loopback address.
 	DisableLocalhostProtection bool
 	// Sessionless serves requests of the sessionless era (MCP-Protocol-Version
-	// 2026-07-28 or later, or a POST whose params carry
+	// 2026-07-28, or a POST without the header whose params carry
 	// _meta["io.modelcontextprotocol/protocolVersion"]). Nil: such requests
-	// get 400 protocol_version.
+	// get 400 protocol_version. A later version is refused either way: the
+	// handler routes only the revisions it serves.
 	Sessionless http.Handler
 	// SessionlessOnly serves the sessionless era alone: a request of the
 	// stateful era (initialize, a session's requests, GET, DELETE, a POST

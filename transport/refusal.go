@@ -29,10 +29,6 @@ const (
 	codeInvalidParams   = -32602
 	codeSessionNotFound = -32001
 	codeServerError     = -32000
-	// codeUnsupportedVersion is UnsupportedProtocolVersionError (MCP
-	// 2026-07-28, basic/versioning), as the go-sdk's servers and clients
-	// use it (mcp.CodeUnsupportedProtocolVersion).
-	codeUnsupportedVersion = -32022
 )
 
 // The Allow header of a 405 refusal in each protocol era: the stateful
@@ -69,8 +65,9 @@ type refusal struct {
 	// nobody reads the answer, so ServeHTTP neither writes nor counts it
 	// (the failure is the client's leaving, not the server's).
 	gone bool
-	// rpcCode is the JSON-RPC error code of the body when it is not the
-	// reason's (code); 0: the reason's.
+	// rpcCode is the JSON-RPC error code of the body when the reason's is
+	// not the one (0: code says): -32022 for a protocol version not served
+	// (unsupportedVersion, refuseStateful).
 	rpcCode int
 	// cause is the error behind the refusal, for the log line only: layer
 	// errors name the session by its token prefix, which a refusal body

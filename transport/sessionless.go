@@ -17,15 +17,19 @@ import (
 )
 
 // isSessionless reports whether r, with the headers hdr, belongs to the
-// sessionless era: its MCP-Protocol-Version header names 2026-07-28 or
-// later, or it is a POST whose header is absent or refused and whose
+// sessionless era: its MCP-Protocol-Version header names 2026-07-28, the
+// era's one version served, or it is a POST without the header whose
 // params carry the era's per-request version; that POST's handler judges
-// the version.
+// the version in its params. A header that names any other version, a
+// later date included, is the route's to refuse (protocolVersion): a
+// request is routed only to a revision served (MCP 2026-07-28,
+// basic/transports, "Protocol Version Header": 400 with the versions
+// supported).
 func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
-	if hdr.version >= VSessionless {
+	if hdr.version == VSessionless {
 		return true
 	}
-	return (hdr.version == "" || hdr.versionRef != nil) && r.Method == http.MethodPost && h.sessionlessBody(r)
+	return !hdr.hasVersion && r.Method == http.MethodPost && h.sessionlessBody(r)
 }
 
 // serveSessionless hands r to Options.Sessionless. Its checks run in this
@@ -98,7 +102,10 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 // error carries the request's id when the body is one request.
 func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
 	requested := hdr.version
-	if requested == "" {
+	switch {
+	case hdr.versionRef != nil:
+		requested = r.Header.Get(wire.HeaderProtocolVersion)
+	case requested == "":
 		requested = V20250326
 	}
 	var id jsonrpc.ID
@@ -113,10 +120,10 @@ func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
 			}
 		}
 	}
-	ref := refuse(replay.ReasonProtocolVersion, "protocol version "+quote(requested)+" is not served here: this server serves "+VSessionless+
-		" alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version")
-	ref.id, ref.rpcCode = id, codeUnsupportedVersion
-	ref.data = map[string]any{"supported": []string{VSessionless}, "requested": requested}
+	ref := unsupportedVersion("protocol version "+quote(requested)+" is not served here: this server serves "+VSessionless+
+		" alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version",
+		requested, []string{VSessionless})
+	ref.id = id
 	return ref
 }
 

@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,8 +21,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -379,4 +383,34 @@ func firstResponse(msgs []jsonrpc.Message) (*jsonrpc.Response, bool) {
 		}
 	}
 	return nil, false
+}
+
+// TestSessionlessNotServed: a handler without Options.Sessionless serves
+// no version of the sessionless era, and says which it serves instead: a
+// 2026-07-28 request gets 400 protocol_version with the error of an
+// unsupported version (MCP 2026-07-28, basic/versioning: -32022, data
+// supported and requested), whose supported lists the stateful era's.
+func TestSessionlessNotServed(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	h := tidemark.NewEngineHandler(gosdk.New(demo.NewServer()), &tidemark.Options{
+		Transport: transport.Options{Logger: quiet}, Sessions: session.Options{Logger: quiet}, Metrics: refusals,
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	st := &stack{srv: srv, client: &mcptest.Client{URL: srv.URL, HTTP: srv.Client()}}
+	for _, method := range []string{http.MethodPost, http.MethodGet} {
+		resp, err := st.client.HTTP.Do(sessionlessRequest(t, st, method))
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := refusalOf(t, resp, http.StatusBadRequest, "protocol_version")
+		if se.Body.Code != -32022 {
+			t.Fatalf("%s: code %d, want -32022", method, se.Body.Code)
+		}
+		wantUnsupported(`unsupported MCP-Protocol-Version "2026-07-28": this server serves 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
+			"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")(t, se)
+	}
 }
