@@ -115,9 +115,10 @@ const (
 	// ReasonSessionIDInvalid: 400, Mcp-Session-Id repeated, longer than 128
 	// bytes or not visible ASCII.
 	ReasonSessionIDInvalid Reason = "session_id_invalid"
-	// ReasonProtocolVersion: 400, MCP-Protocol-Version repeated, or not a
+	// ReasonProtocolVersion: 400, MCP-Protocol-Version repeated, not a
 	// revision this endpoint serves (a later date included: MCP 2026-07-28,
-	// basic/transports, "Protocol Version Header").
+	// basic/transports, "Protocol Version Header"), or another revision
+	// than the one the request's session negotiated.
 	ReasonProtocolVersion Reason = "protocol_version"
 	// ReasonContentType: 415, a POST body that is not application/json, or
 	// a Content-Encoding other than identity.

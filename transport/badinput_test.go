@@ -294,6 +294,30 @@ func TestBadInput(t *testing.T) {
 			check: wantUnsupported(`unsupported MCP-Protocol-Version "2099-01-01": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"2099-01-01", served...)},
 
+		// A header that contradicts the version the session negotiated
+		// (MCP 2025-11-25, basic/transports, "Protocol Version Header": the
+		// client sends the negotiated one) never changes its streams.
+		{name: "2025-03-26 header on a 2025-11-25 session's POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-03-26") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-03-26" contradicts this session, which negotiated 2025-11-25: send MCP-Protocol-Version: 2025-11-25, or initialize a new session to speak 2025-03-26`,
+				"2025-03-26", "2025-11-25")},
+		{name: "2025-06-18 header on a 2025-11-25 session's GET", req: with(get(), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-06-18") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-06-18" contradicts this session, which negotiated 2025-11-25: send MCP-Protocol-Version: 2025-11-25, or initialize a new session to speak 2025-06-18`,
+				"2025-06-18", "2025-11-25")},
+		{name: "2025-03-26 header on a 2025-11-25 session's resume", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-03-26") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-03-26" contradicts this session, which negotiated 2025-11-25: send MCP-Protocol-Version: 2025-11-25, or initialize a new session to speak 2025-03-26`,
+				"2025-03-26", "2025-11-25")},
+		{name: "2025-11-25 header on a 2025-03-26 session's POST", session: v0326, req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-11-25") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-11-25" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2025-11-25`,
+				"2025-11-25", "2025-03-26")},
+		{name: "2024-11-05 header on a 2025-03-26 session's POST", session: v0326, req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-11-05") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2024-11-05" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2024-11-05`,
+				"2024-11-05", "2025-03-26")},
+
 		// A session ID that holds a live token is not that token, and the
 		// refusal names no part of it.
 		{name: "Mcp-Session-Id T,T", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Session-Id", s.Token+","+s.Token) }),

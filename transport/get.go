@@ -16,7 +16,9 @@ import (
 // from an older one (attach.go). Its checks run in this order: the header
 // rules of a GET (getRules: 406, 400 session_id_invalid, 400
 // session_required), then the session lookup (404, 403, 503; a session
-// another replica owns is served there).
+// another replica owns is served there), then the version (sessionVersion:
+// 400 protocol_version for a header naming another version than the
+// session negotiated).
 func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	if hdr.get != nil {
 		return hdr.get
@@ -28,9 +30,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, hdr headers) 
 	case err != nil:
 		return lookupRefusal(err)
 	}
-	version := hdr.version
-	if version == "" {
-		version = live.ProtocolVersion()
+	version, ref := sessionVersion(live, hdr.version)
+	if ref != nil {
+		return ref
 	}
 	// The stream's starting point is taken in serve once this connection
 	// holds the stream, so that a connection it takes over never sees (and

@@ -51,7 +51,8 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //  4. the session: created by initialize (initialize.go: 503 capacity,
 //     unavailable), or named by Mcp-Session-Id (postSession: 400
 //     session_required, the lookup's 404, 403, 503, then 400
-//     batch_not_allowed by the version the session negotiated);
+//     batch_not_allowed by the version the session negotiated, and 400
+//     protocol_version for a header naming another version than it);
 //  5. notifications and responses alone are delivered (202, or the
 //     delivery's 404, 503); calls get their stream and an answer
 //     (answer.go: 400 duplicate_request_id, 429 too_many_calls, the
@@ -120,10 +121,11 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 }
 
 // postSession returns the live session a POST after initialize names in
-// Mcp-Session-Id, and the protocol version that applies to the request: its
-// header's, or when absent the one the session negotiated (MCP 2025-11-25,
-// "Protocol Version Header"). A session that negotiated 2025-06-18 or later
-// takes no batch, whatever older version a request's header claims. It
+// Mcp-Session-Id, and the protocol version that applies to the request:
+// the one the session negotiated (sessionVersion). A session that
+// negotiated 2025-06-18 or later takes no batch, whatever older version a
+// request's header claims (400 batch_not_allowed); a header naming another
+// version than the session's is then refused (400 protocol_version). It
 // returns no session and no refusal when the request was forwarded to the
 // session's owner, which answered it.
 func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token string, body []byte, version string, batch bool) (*session.Live, string, *refusal) {
@@ -137,13 +139,35 @@ func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token stri
 	case err != nil:
 		return nil, "", lookupRefusal(err)
 	}
-	negotiated := live.ProtocolVersion()
-	if version == "" {
-		version = negotiated
-	}
-	if batch && negotiated >= V20250618 {
+	if negotiated := live.ProtocolVersion(); batch && negotiated >= V20250618 {
 		return nil, "", refuse(replay.ReasonBatchNotAllowed,
 			"JSON-RPC batches are not allowed under protocol version "+negotiated+", which this session negotiated")
 	}
+	version, ref := sessionVersion(live, version)
+	if ref != nil {
+		return nil, "", ref
+	}
 	return live, version, nil
+}
+
+// sessionVersion returns the protocol version a request on live's session
+// is served by: the one the session negotiated (MCP 2025-11-25, lifecycle,
+// "Version Negotiation"), which shapes its streams (a priming event from
+// 2025-11-25 on) for every request. header is the request's
+// MCP-Protocol-Version ("" when absent), which the client sends as the
+// negotiated version (basic/transports, "Protocol Version Header"): one
+// naming another version contradicts the session and is refused with 400
+// protocol_version, naming the session's version as the one supported,
+// rather than served in a shape the session did not negotiate. A session
+// that recorded no version is served by the header's.
+func sessionVersion(live *session.Live, header string) (string, *refusal) {
+	negotiated := live.ProtocolVersion()
+	switch {
+	case negotiated == "":
+		return header, nil
+	case header == "" || header == negotiated:
+		return negotiated, nil
+	}
+	return "", unsupportedVersion("MCP-Protocol-Version "+quote(header)+" contradicts this session, which negotiated "+negotiated+
+		": send MCP-Protocol-Version: "+negotiated+", or initialize a new session to speak "+header, header, []string{negotiated})
 }

@@ -23,7 +23,9 @@ import (
 // the session the lookup found (404 session_not_found, 400
 // cursor_malformed, 409 generation_mismatch, 409 cursor_compacted, 400
 // cursor_ahead, 400 cursor_malformed), with the lookup's own refusals
-// (403, 503) in row 2's place. The lookup re-creates the session's live
+// (403, 503) in row 2's place; a session found first refuses a header
+// naming another version than it negotiated (sessionVersion: 400
+// protocol_version), whose resumed stream would not have its shape. The lookup re-creates the session's live
 // state at generation+1 when no live process holds it, so the decision
 // compares the cursor with the generation that serves now; a session
 // another replica owns is decided and served there. A cursor that row 3
@@ -69,6 +71,13 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, hdr header
 // the stream to serve, opening with its priming event under 2025-11-25
 // and later, or the refusal.
 func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err error) (stream, *refusal) {
+	version := hdr.version
+	if err == nil {
+		var ref *refusal
+		if version, ref = sessionVersion(live, hdr.version); ref != nil {
+			return stream{}, ref
+		}
+	}
 	in, ref := h.replayInput(r, hdr, live, err)
 	if ref != nil {
 		return stream{}, ref
@@ -90,10 +99,6 @@ func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err e
 	}
 	if at.End {
 		s.replay.to = s.after
-	}
-	version := hdr.version
-	if version == "" {
-		version = live.ProtocolVersion()
 	}
 	if version >= V20251125 {
 		s.preamble = h.resumePriming(s.cursor, live.NextResume())
