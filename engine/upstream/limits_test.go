@@ -207,3 +207,47 @@ func TestCutResumeAfterRetryAfter(t *testing.T) {
 		t.Errorf("second resume %v after a 503 with Retry-After 1, want at least 1s", d)
 	}
 }
+
+// TestUpstreamAnswerNeitherJSONNorSSE: an upstream that answers a call
+// with a 2xx whose body is neither application/json nor text/event-stream
+// (a web page, plain text, a body without Content-Type), or with 202 and a
+// body, fails the call with upstream_error and a message that says what
+// came (status, Content-Type, size) and what to check; never that no body
+// came.
+func TestUpstreamAnswerNeitherJSONNorSSE(t *testing.T) {
+	const check = ": an MCP server answers a request with application/json or text/event-stream " +
+		"(MCP 2025-11-25, basic/transports); check that --upstream names the MCP endpoint of a running server"
+	for _, tc := range []struct {
+		name   string
+		status int
+		ctype  string // "": none
+		body   string
+		want   string
+	}{
+		{"text/plain", http.StatusOK, "text/plain", "hello",
+			"the upstream MCP server answered the call with HTTP 200 with Content-Type text/plain, 5 bytes, not JSON or SSE" + check},
+		{"html page", http.StatusOK, "text/html; charset=utf-8", "<html>a page</html>",
+			"the upstream MCP server answered the call with HTTP 200 with Content-Type text/html, 19 bytes, not JSON or SSE" + check},
+		{"no Content-Type", http.StatusOK, "", "hello",
+			"the upstream MCP server answered the call with HTTP 200 with no Content-Type, 5 bytes, not JSON or SSE" + check},
+		{"202 with a body", http.StatusAccepted, "application/json", "{}",
+			"the upstream MCP server accepted the call without answering it (HTTP 202 with Content-Type application/json, 2 bytes)" + check},
+		{"200 without a body", http.StatusOK, "", "",
+			"the upstream MCP server accepted the call without answering it (HTTP 200, no body)" + check},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := scriptedUpstream(t, func(w http.ResponseWriter) {
+				w.Header()["Content-Type"] = nil // no sniffing: only what the case sets
+				if tc.ctype != "" {
+					w.Header().Set("Content-Type", tc.ctype)
+				}
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			})
+			msg, reason := failedCall(t, up)
+			if reason != string(replay.ReasonUpstreamError) || msg != tc.want {
+				t.Errorf("call failed with %q %q\nwant %q %q", reason, msg, replay.ReasonUpstreamError, tc.want)
+			}
+		})
+	}
+}
