@@ -127,9 +127,7 @@ func (c *conn) readAnswer(ctx context.Context, cl *call, resp *http.Response, wi
 	case answerError:
 		c.answerFromError(ctx, cl, readStatusError(cl.method, resp))
 	case answerAccepted:
-		wire.Drain(resp)
-		c.failCall(cl, replay.ReasonUpstreamError, fmt.Sprintf("the upstream MCP server accepted the call without "+
-			"answering it (HTTP %d, no body)", resp.StatusCode))
+		c.failCall(cl, replay.ReasonUpstreamError, "the upstream MCP server "+readNoAnswer(resp))
 	case answerJSON:
 		msgs, err := readJSON(resp)
 		if err != nil {

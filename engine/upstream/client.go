@@ -5,12 +5,14 @@
 package upstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +155,38 @@ func kindOf(resp *http.Response, withSession bool) answerKind {
 		return answerJSON
 	}
 	return answerAccepted
+}
+
+// readNoAnswer reads (at most wire.MaxRefusalBody bytes) and closes resp,
+// a 2xx answer to a call that holds no answer (answerAccepted), and says
+// what came instead of application/json or text/event-stream, the two
+// answers a server gives a request (MCP 2025-11-25, "Sending Messages to
+// the Server"): the status, the Content-Type and the body's size, e.g.
+// "answered the call with HTTP 200 with Content-Type text/html, 19
+// bytes, not JSON or SSE: ...", then what to check.
+func readNoAnswer(resp *http.Response) string {
+	n, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, wire.MaxRefusalBody+1))
+	resp.Body.Close()
+	const check = ": an MCP server answers a request with application/json or text/event-stream " +
+		"(MCP 2025-11-25, basic/transports); check that --upstream names the MCP endpoint of a running server"
+	if n == 0 {
+		return fmt.Sprintf("accepted the call without answering it (HTTP %d, no body)%s", resp.StatusCode, check)
+	}
+	ctype := "no Content-Type"
+	if raw := resp.Header.Get("Content-Type"); raw != "" {
+		ctype = "Content-Type " + cmp.Or(wire.MediaType(resp), strconv.Quote(raw))
+	}
+	size := fmt.Sprintf("%d bytes", n)
+	switch {
+	case n > wire.MaxRefusalBody:
+		size = fmt.Sprintf("over %d bytes", wire.MaxRefusalBody)
+	case n == 1:
+		size = "1 byte"
+	}
+	if resp.StatusCode == http.StatusAccepted {
+		return fmt.Sprintf("accepted the call without answering it (HTTP 202 with %s, %s)%s", ctype, size, check)
+	}
+	return fmt.Sprintf("answered the call with HTTP %d with %s, %s, not JSON or SSE%s", resp.StatusCode, ctype, size, check)
 }
 
 // statusError is an upstream HTTP error answer.
