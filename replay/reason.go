@@ -372,7 +372,8 @@ const (
 	// ReasonUpstreamUnreachable: 503 with Retry-After, the upstream cannot
 	// be reached (connection refused, DNS, connect timeout); also the error
 	// of a call whose cut stream could not be resumed because the upstream
-	// stayed unreachable.
+	// stayed unreachable, and of an initialize the upstream took and did
+	// not answer within its bound (the session does not begin).
 	ReasonUpstreamUnreachable Reason = "upstream_unreachable"
 	// ReasonUpstreamError: the upstream answered a call with an HTTP error,
 	// or with a body that holds no JSON-RPC answer to it; the call fails

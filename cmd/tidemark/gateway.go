@@ -68,7 +68,7 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 	})
 	upstreamOAuthFlags(fs, &c.oauth)
 	fs.DurationVar(&c.connectTimeout, "upstream-connect-timeout", upstream.DefaultConnectTimeout, "bound on connecting to the --upstream server (TCP and TLS); a message for which no connection could be made by then gets 503 upstream_unreachable (duration)")
-	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "bound on writing a message to the --upstream server, and on each exchange that is not a call's answer: a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
+	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "bound on writing a message to the --upstream server, and on each exchange with it but the answer to a client request other than initialize: initialize until answered (else it fails with reason upstream_unreachable and the session does not begin), a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
 	fs.DurationVar(&c.resumeTimeout, "upstream-resume-timeout", upstream.DefaultResumeTimeout, "how long a call whose --upstream answer stream was cut is resumed upstream, or its upstream session checked, before the call fails (duration)")
 }
 

@@ -61,6 +61,7 @@ func (c *conn) deliverCall(req *jsonrpc.Request, hdr http.Header) error {
 	t := target{session: c.session, version: c.version, header: hdr}
 	c.mu.Unlock()
 
+	start := time.Now()
 	w := newWritten()
 	c.wg.Go(func() {
 		defer cancel()
@@ -85,7 +86,44 @@ func (c *conn) deliverCall(req *jsonrpc.Request, hdr http.Header) error {
 		c.take(req.ID) // not handed over: the transport frees its ID
 		return err
 	}
+	if req.Method == methodInitialize {
+		c.boundInitialize(cl, c.e.opts.Timeout-time.Since(start))
+	}
 	return nil
+}
+
+// boundInitialize arms the bound of the client's initialize, cl, handed
+// over: unanswered after d (what is left of Options.Timeout since its
+// POST began), it fails (initializeUnanswered).
+func (c *conn) boundInitialize(cl *call, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls[cl.id] == cl {
+		cl.bound = time.AfterFunc(max(d, 0), func() { c.initializeUnanswered(cl) })
+	}
+}
+
+// initializeUnanswered fails the client's initialize, cl, which the
+// upstream has not answered within Options.Timeout of its POST: an
+// upstream that takes the connection, or opens the answer's stream, and
+// never sends the response would leave the session unusable without end
+// (the restore of a re-created session bounds its own initialize by the
+// same Options.Timeout). The upstream request ends (its connection
+// closes), and the error, with reason upstream_unreachable, ends the
+// session, which never began, as any failed initialize does (MCP
+// 2025-11-25, lifecycle): its token answers 404, and its Close ends an
+// upstream session the answer's headers gave with DELETE.
+func (c *conn) initializeUnanswered(cl *call) {
+	if c.take(cl.id) == nil {
+		return // answered
+	}
+	cl.stop() // after the take: the ended request must not answer it otherwise
+	c.logger.Warn("the upstream did not answer initialize in time; failing it, and the session does not begin. "+
+		"Check that --upstream names the MCP endpoint of a running server, or raise --upstream-timeout",
+		"id", cl.id.Raw(), "reason", replay.ReasonUpstreamUnreachable, "timeout", c.e.opts.Timeout)
+	c.fail([]jsonrpc.ID{cl.id}, replay.ReasonUpstreamUnreachable, fmt.Sprintf("the upstream MCP server did not answer "+
+		"initialize within %v (tidemark serve --upstream-timeout); the session did not begin: check that --upstream "+
+		"names the MCP endpoint of a running server, then initialize a new one", c.e.opts.Timeout))
 }
 
 // runCall sends a call's POST and reads its answer.

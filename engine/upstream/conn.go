@@ -81,6 +81,7 @@ type call struct {
 	method    string
 	header    http.Header        // the forwarded headers of the client request
 	stop      context.CancelFunc // ends the upstream request that carries it
+	bound     *time.Timer        // fails an initialize left unanswered (initializeUnanswered); nil for other calls
 	cancelled bool               // the client sent notifications/cancelled for it
 }
 
@@ -272,7 +273,24 @@ func (c *conn) take(id jsonrpc.ID) *call {
 	cl := c.calls[id]
 	delete(c.calls, id)
 	c.routes.Forget(id)
+	if cl != nil && cl.bound != nil {
+		cl.bound.Stop()
+	}
 	return cl
+}
+
+// clearCallsLocked forgets every call in flight, disarming their bounds,
+// and returns their IDs. c.mu must be held.
+func (c *conn) clearCallsLocked() []jsonrpc.ID {
+	ids := make([]jsonrpc.ID, 0, len(c.calls))
+	for id, cl := range c.calls {
+		if cl.bound != nil {
+			cl.bound.Stop()
+		}
+		ids = append(ids, id)
+	}
+	clear(c.calls)
+	return ids
 }
 
 // send hands msg to the outbox. An outbox that refuses it for good (a
@@ -331,11 +349,7 @@ func (c *conn) lose(cause error) {
 		return
 	}
 	c.ended, c.lost = true, true
-	pending := make([]jsonrpc.ID, 0, len(c.calls))
-	for id := range c.calls {
-		pending = append(pending, id)
-	}
-	clear(c.calls)
+	pending := c.clearCallsLocked()
 	c.mu.Unlock()
 	slices.SortFunc(pending, func(a, b jsonrpc.ID) int {
 		return cmp.Compare(fmt.Sprint(a.Raw()), fmt.Sprint(b.Raw()))
@@ -376,7 +390,7 @@ func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.ended = true
-		clear(c.calls)
+		c.clearCallsLocked()
 		session, version, hdr, lost, keep := c.session, c.version, c.header, c.lost, c.keep
 		c.mu.Unlock()
 		c.cancel()

@@ -38,6 +38,9 @@
 //   - it cannot be reached: the message is not handed over and the
 //     transport answers 503 upstream_unreachable with Retry-After
 //     (engine.ErrUnreachable);
+//   - it takes the client's initialize and does not answer it within
+//     Options.Timeout: the initialize fails (upstream_unreachable), its
+//     upstream request ends, and the session does not begin;
 //   - it gives no session ID (a stateless server), or answers a POST with
 //     one application/json body instead of an SSE stream: served as such.
 //
@@ -130,10 +133,13 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Timeout bounds writing a message to the upstream on a connection
 	// made (a call not written by then is not handed over, as above), and
-	// each upstream exchange that is not the answer to a client's call: a
-	// notification or a client's response until the upstream accepts it
-	// (202), the answers to the restore's requests and to pings, DELETE.
-	// Default DefaultTimeout, 30 seconds.
+	// each upstream exchange but the answer to a client's request other
+	// than initialize: the client's initialize from its POST until its
+	// answer (then it fails with replay.ReasonUpstreamUnreachable, and
+	// the session does not begin), a notification or a client's response
+	// until the upstream accepts it (202), the answers to the restore's
+	// requests and to pings, DELETE. The answer to any other request
+	// lasts as long as its tool does. Default DefaultTimeout, 30 seconds.
 	Timeout time.Duration
 	// ResumeTimeout bounds how long a call whose upstream answer stream
 	// was cut is resumed upstream (or, without event IDs, how long the
