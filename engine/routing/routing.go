@@ -108,6 +108,13 @@ func (r *Router) FromClient(msg jsonrpc.Message) (out jsonrpc.Message, ok bool) 
 	return msg, true
 }
 
+// InFlight reports whether client call id is in flight: delivered, and
+// not yet answered, cancelled or forgotten.
+func (r *Router) InFlight(id jsonrpc.ID) bool {
+	_, ok := r.calls[id]
+	return ok
+}
+
 // Forget ends client call id, whose delivery failed or which the client
 // cancelled or the server answered: it no longer counts as in flight.
 func (r *Router) Forget(id jsonrpc.ID) {

@@ -29,6 +29,7 @@ import (
 //	                ID", or "standalone" for none), then "unchanged" or
 //	                "as <message>"
 //	forget id=ID    the delivery of client call ID failed
+//	inflight id=ID  whether client call ID is in flight: "true" or "false"
 //	state           the calls in flight (with their progress tokens), the
 //	                call each progress token relates to, and the
 //	                server-to-client requests in flight
@@ -76,6 +77,10 @@ func TestRouter(t *testing.T) {
 			d.ScanArgs(t, "id", &id)
 			r.Forget(argID(t, id))
 			return ""
+		case "inflight":
+			var id string
+			d.ScanArgs(t, "id", &id)
+			return fmt.Sprintln(r.InFlight(argID(t, id)))
 		case "state":
 			return routerState(r)
 		case "exit":
