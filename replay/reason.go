@@ -328,7 +328,8 @@ const (
 	// ReasonInvalidMessage: a subprocess stdout line that is not a JSON-RPC
 	// message.
 	ReasonInvalidMessage Reason = "invalid_message"
-	// ReasonMessageTooLarge: a subprocess message over the size limit.
+	// ReasonMessageTooLarge: a subprocess message over the size limit: the
+	// subprocess is stopped, and the calls it left in flight fail with it.
 	ReasonMessageTooLarge Reason = "message_too_large"
 	// ReasonStderrFlood: subprocess stderr lines over the logging rate,
 	// counted instead of logged.

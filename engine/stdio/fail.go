@@ -51,6 +51,15 @@ func (s *proc) report(end ending) {
 			"status", end.status, "reason", end.failReason, "calls_failed", len(end.pending))
 		s.fail(end.pending, end.failReason, fmt.Sprintf("the MCP server process of this session did not answer initialize within %v "+
 			"and was stopped; the session did not begin: initialize a new one", s.e.opts.InitializeTimeout))
+	case end.failReason == replay.ReasonMessageTooLarge:
+		s.logger.Warn("subprocess ended; the calls it left in flight fail", "pid", s.pid,
+			"status", end.status, "reason", end.failReason, "calls_failed", len(end.pending))
+		next := fmt.Sprintf("the session's next request starts a new one at generation %d", s.gen+1)
+		if end.initPending {
+			next = "the session did not begin: initialize a new one"
+		}
+		s.fail(end.pending, end.failReason, fmt.Sprintf("the MCP server process of this session wrote a message over the "+
+			"%d-byte limit to stdout and was stopped; %s", s.e.opts.MaxMessageBytes, next))
 	case end.initPending:
 		// The session never began, and the transport ends it on this
 		// failed initialize: no later request re-creates it, so the

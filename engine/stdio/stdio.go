@@ -10,7 +10,9 @@
 // engine replays the stored initialize parameters, notifications/initialized,
 // the log level and the resource subscriptions. Requests in flight when a
 // subprocess dies fail with a JSON-RPC error on their streams whose reason
-// is replay.ReasonServerExited.
+// is replay.ReasonServerExited. A line on stdout over
+// Options.MaxMessageBytes stops the subprocess, and its calls in flight
+// fail with replay.ReasonMessageTooLarge instead.
 //
 // Outbound messages are related to inbound requests by JSON-RPC ID
 // (responses) and progressToken (notifications/progress); logging messages

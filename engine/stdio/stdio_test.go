@@ -752,3 +752,35 @@ func TestInvalidStdoutLineSkipped(t *testing.T) {
 		t.Errorf("log lacks the dropped line:\n%s", logs.String())
 	}
 }
+
+// errorOf describes m, which must be an error response, as
+// "ID → related: code data message".
+func errorOf(t *testing.T, m sent) string {
+	t.Helper()
+	r, ok := m.msg.(*jsonrpc.Response)
+	var we *jsonrpc.Error
+	if !ok || !errors.As(r.Error, &we) {
+		t.Fatalf("got %s, want an error response", encode(t, m.msg))
+	}
+	return fmt.Sprintf("%v → %s: %d %s %s", r.ID.Raw(), relatedTo(m.related), we.Code, we.Data, we.Message)
+}
+
+// TestMessageTooLarge: a line over MaxMessageBytes stops the subprocess,
+// and the call in flight fails with reason message_too_large, its message
+// naming the limit.
+func TestMessageTooLarge(t *testing.T) {
+	e := testEngine(t, nil, Options{MaxMessageBytes: 64 << 10})
+	s, out := startSession(t, e, 1, nil, nil)
+	initialize(t, s, out)
+	deliver(t, s, toolCall(t, 3, "big", map[string]any{"bytes": 1000}, nil))
+	if got := toolText(t, out.next(t).msg); len(got) != 1000 {
+		t.Fatalf("big 1000: %d bytes, want 1000", len(got))
+	}
+	deliver(t, s, toolCall(t, 4, "big", map[string]any{"bytes": 100 << 10}, nil))
+	got := errorOf(t, out.next(t))
+	want := `4 → 4: -32603 {"generation":1,"reason":"message_too_large"} the MCP server process of this session wrote a message ` +
+		`over the 65536-byte limit to stdout and was stopped; the session's next request starts a new one at generation 2`
+	if got != want {
+		t.Errorf("call 4:\ngot  %s\nwant %s", got, want)
+	}
+}

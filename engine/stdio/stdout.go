@@ -43,6 +43,11 @@ func (s *proc) readLoop(done chan<- struct{}) {
 	}
 	switch err := sc.Err(); {
 	case errors.Is(err, bufio.ErrTooLong):
+		s.mu.Lock()
+		if s.failReason == "" {
+			s.failReason = replay.ReasonMessageTooLarge
+		}
+		s.mu.Unlock()
 		s.logger.Error("subprocess wrote a message longer than the limit; ending it",
 			"reason", replay.ReasonMessageTooLarge, "limit_bytes", s.e.opts.MaxMessageBytes)
 	case err != nil && !errors.Is(err, os.ErrClosed):

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -239,6 +240,13 @@ func runTestServer(stubborn bool) int {
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
 			<-ctx.Done()
 			return nil, nil, ctx.Err()
+		})
+	type bigArgs struct {
+		Bytes int `json:"bytes"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "big", Description: "answer a text of bytes bytes"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a bigArgs) (*mcp.CallToolResult, any, error) {
+			return text(strings.Repeat("x", a.Bytes)), nil, nil
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "state", Description: "what this process saw of its session"},
 		func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, any, error) {
