@@ -66,8 +66,7 @@ func (s *proc) report(end ending) {
 		// message promises no next generation.
 		s.logger.Warn("subprocess exited before answering initialize; the session did not begin", "pid", s.pid,
 			"status", end.status, "reason", replay.ReasonServerExited, "calls_failed", len(end.pending))
-		s.fail(end.pending, replay.ReasonServerExited, fmt.Sprintf("the MCP server process of this session exited (%s) before answering "+
-			"initialize; the session did not begin: initialize a new one", end.status))
+		s.fail(end.pending, replay.ReasonServerExited, exitedBeforeInitialize(end.status))
 	default:
 		s.logger.Warn("subprocess exited; the next request re-creates the session", "pid", s.pid, "status", end.status,
 			"reason", replay.ReasonServerExited, "calls_failed", len(end.pending))
@@ -94,4 +93,14 @@ func (s *proc) fail(pending []jsonrpc.ID, reason replay.Reason, message string) 
 				"reason", replay.ReasonStoreError, "error", err)
 		}
 	}
+}
+
+// exitedBeforeInitialize is the error message of the client's initialize
+// when the subprocess exited (status says how) before answering it. The
+// session never began, and the transport ends it on this failed
+// initialize: no later request re-creates it, so the message promises no
+// next generation.
+func exitedBeforeInitialize(status string) string {
+	return fmt.Sprintf("the MCP server process of this session exited (%s) before answering "+
+		"initialize; the session did not begin: initialize a new one", status)
 }

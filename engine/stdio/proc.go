@@ -53,6 +53,7 @@ type proc struct {
 	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	initialize  jsonrpc.ID                            // the client's initialize call while unanswered
 	initTimer   *time.Timer                           // ends the subprocess if initialize stays unanswered
+	status      string                                // how the subprocess exited; set before done closes
 }
 
 var _ engine.Session = (*proc)(nil)

@@ -6,6 +6,7 @@ package stdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -28,16 +29,22 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	default:
 		return fmt.Errorf("stdio: session %s gen %d: unknown message type %T", redact.Token(s.token), s.gen, msg)
 	}
+	r, _ := msg.(*jsonrpc.Request)
+	isInit := r != nil && r.IsCall() && r.Method == "initialize"
 	s.mu.Lock()
 	if s.ended {
+		exited := isInit && s.exitedLocked()
 		s.mu.Unlock()
+		if exited {
+			return s.initializeAfterExit(ctx, r.ID)
+		}
 		return s.closedErr()
 	}
 	fwd, ok := s.routes.FromClient(msg)
 	var call jsonrpc.ID
-	if r, isReq := msg.(*jsonrpc.Request); isReq && r.IsCall() {
+	if r != nil && r.IsCall() {
 		call = r.ID
-		if r.Method == "initialize" {
+		if isInit {
 			s.initializeSentLocked(r.ID)
 		}
 	}
@@ -50,11 +57,49 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 	err := s.write(ctx, fwd)
 	if err != nil && call.IsValid() {
 		s.mu.Lock()
+		inFlight := s.routes.InFlight(call)
 		s.routes.Forget(call)
 		s.initializeUnsentLocked(call)
+		exited := isInit && s.exitedLocked()
 		s.mu.Unlock()
+		if exited && errors.Is(err, engine.ErrClosed) {
+			if !inFlight {
+				// The end of the subprocess took the initialize among the
+				// calls it left in flight, and answers it.
+				return nil
+			}
+			return s.initializeAfterExit(ctx, call)
+		}
 	}
 	return err
+}
+
+// exitedLocked reports whether the subprocess is ending on its own: it
+// exited, or its stdout ended, and neither its session closed it nor the
+// engine stopped it for a failure of its own.
+func (s *proc) exitedLocked() bool {
+	return s.ended && s.quietReason == "" && s.failReason == ""
+}
+
+// initializeAfterExit answers the client's initialize, id, which reached
+// a subprocess that had exited already (a command such as `true`, which
+// ends at once): as when it exits with the initialize in flight, with
+// reason replay.ReasonServerExited, once its exit status is known. A
+// refusal instead would ask the client to retry, and a retry meets the
+// same command.
+func (s *proc) initializeAfterExit(ctx context.Context, id jsonrpc.ID) error {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("stdio: session %s gen %d: subprocess %d ending: %w", redact.Token(s.token), s.gen, s.pid, ctx.Err())
+	}
+	s.mu.Lock()
+	status := s.status
+	s.mu.Unlock()
+	s.logger.Warn("initialize reached a subprocess that had exited; the session did not begin", "pid", s.pid,
+		"status", status, "reason", replay.ReasonServerExited)
+	s.fail([]jsonrpc.ID{id}, replay.ReasonServerExited, exitedBeforeInitialize(status))
+	return nil
 }
 
 // write queues msg for the subprocess's stdin.

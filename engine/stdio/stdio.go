@@ -10,7 +10,8 @@
 // engine replays the stored initialize parameters, notifications/initialized,
 // the log level and the resource subscriptions. Requests in flight when a
 // subprocess dies fail with a JSON-RPC error on their streams whose reason
-// is replay.ReasonServerExited. A line on stdout over
+// is replay.ReasonServerExited; an initialize that reaches a subprocess
+// that has exited already is answered the same way. A line on stdout over
 // Options.MaxMessageBytes stops the subprocess, and its calls in flight
 // fail with replay.ReasonMessageTooLarge instead.
 //

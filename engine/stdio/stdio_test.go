@@ -784,3 +784,37 @@ func TestMessageTooLarge(t *testing.T) {
 		t.Errorf("call 4:\ngot  %s\nwant %s", got, want)
 	}
 }
+
+// TestInitializeAfterExit: an initialize that reaches a subprocess that
+// has exited already (`true`) is answered with server_exited, as one the
+// subprocess left in flight, never refused: a retry would meet the same
+// command. The race between the exit and the delivery is run 30 times,
+// and its one side is forced by waiting for the exit first.
+func TestInitializeAfterExit(t *testing.T) {
+	e, err := New(Options{Command: "true", Logger: slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	want := `1 → 1: -32603 {"generation":1,"reason":"server_exited"} the MCP server process of this session exited ` +
+		`(exit status 0) before answering initialize; the session did not begin: initialize a new one`
+	for i := range 31 {
+		out := newOutbox()
+		s, err := e.Start(t.Context(), engine.Info{Token: "TESTTOKENABCDEFGHIJKLMNOPQ", Generation: 1}, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-s.Done()
+		}
+		err = s.Deliver(t.Context(), &jsonrpc.Request{ID: id(t, 1), Method: "initialize", Params: json.RawMessage(initParams)}, engine.Request{})
+		if err != nil {
+			t.Fatalf("start %d: Deliver(initialize): %v, want nil and a server_exited answer", i, err)
+		}
+		if got := errorOf(t, out.next(t)); got != want {
+			t.Fatalf("start %d: initialize:\ngot  %s\nwant %s", i, got, want)
+		}
+		out.none(t, 0)
+		s.Close()
+	}
+}

@@ -92,10 +92,11 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 		pending:     s.routes.EndAll(),
 		status:      "exit status 0",
 	}
-	s.mu.Unlock()
 	if waitErr != nil {
 		end.status = waitErr.Error()
 	}
+	s.status = end.status
+	s.mu.Unlock()
 	s.e.opts.Metrics.ProcessExited(end.reason())
 	// The generation is over before its failed calls are answered: a client
 	// that resumes as soon as it reads one of those errors must find the
