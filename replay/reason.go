@@ -381,8 +381,9 @@ const (
 	// with it (error.data.status holds the HTTP status).
 	ReasonUpstreamError Reason = "upstream_error"
 	// ReasonCancelled: the client cancelled the call (notifications/
-	// cancelled) and the upstream ended its stream without answering; this
-	// answer closes the call's stream.
+	// cancelled) and the server did not answer it: the upstream ended its
+	// stream, or let its grace pass, or the stdio subprocess let its grace
+	// pass or exited; this answer closes the call's stream.
 	ReasonCancelled Reason = "cancelled"
 )
 

@@ -24,6 +24,7 @@ type ending struct {
 	failReason  replay.Reason // error.data.reason of the failed calls; "": replay.ReasonServerExited
 	initPending bool          // the client's initialize is unanswered
 	pending     []jsonrpc.ID  // the client calls in flight, sorted
+	cancelled   []jsonrpc.ID  // the calls cancelled by the client in their grace, sorted
 	status      string        // how the process exited
 }
 
@@ -43,6 +44,10 @@ func (end ending) reason() replay.Reason {
 // report logs the end of a subprocess and fails the calls it left in
 // flight, unless its end was quiet (closed, or refused by the outbox).
 func (s *proc) report(end ending) {
+	if end.quiet == "" && len(end.cancelled) > 0 {
+		s.fail(end.cancelled, replay.ReasonCancelled, fmt.Sprintf("the call was cancelled, and the MCP server process of this "+
+			"session exited (%s) before answering it", end.status))
+	}
 	switch {
 	case end.quiet != "":
 		s.logger.Info("subprocess ended", "pid", s.pid, "status", end.status, "reason", end.quiet)

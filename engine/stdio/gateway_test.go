@@ -796,3 +796,55 @@ func TestGatewayDataDirRestart(t *testing.T) {
 		t.Errorf("the new subprocess saw %s, want %s", got, want)
 	}
 }
+
+// TestGatewayCancelledCall: behind `tidemark serve --stdio`, a call the
+// client cancels and the subprocess never answers (the hang tool) ends its
+// open stream with a -32603 error whose reason is cancelled, at the end of
+// the 5 s grace; the call's ID then takes a new call (the session no
+// longer counts the cancelled one in flight: no 400 duplicate_request_id).
+func TestGatewayCancelledCall(t *testing.T) {
+	_, u := testServerGateway(t)
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	s := initSession(t, c)
+	ctx, stop := context.WithTimeout(t.Context(), 20*time.Second) // the stream must end well before
+	defer stop()
+	st, err := s.Call(ctx, mcptest.ToolCall(3, "hang", map[string]any{}, "started"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Until(func(e mcptest.Event) bool { r, ok := e.Request(); return ok && r.Method == "notifications/progress" }); err != nil {
+		t.Fatalf("hang: no progress: %v", err)
+	}
+	resp, err := s.Post(t.Context(), mcptest.MustNotify("notifications/cancelled", map[string]any{"requestId": 3, "reason": "user"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/cancelled answered %d, want 202", resp.StatusCode)
+	}
+	start := time.Now()
+	evs, err := st.Collect()
+	if err != nil {
+		t.Fatalf("hang stream: %v", err)
+	}
+	elapsed := time.Since(start)
+	r, ok := evs[len(evs)-1].Response()
+	var we *jsonrpc.Error
+	if !ok || r.ID != mcptest.ID(3) || !errors.As(r.Error, &we) {
+		t.Fatalf("hang stream ended with %v, want an error response to call 3", evs)
+	}
+	got := fmt.Sprintf("%d %s %s", we.Code, we.Data, we.Message)
+	want := `-32603 {"generation":1,"reason":"cancelled"} the call was cancelled, and the MCP server process of this session did not answer it within 5s`
+	if got != want {
+		t.Errorf("hang's answer:\ngot  %s\nwant %s", got, want)
+	}
+	if elapsed < 4*time.Second {
+		t.Errorf("answered %v after the cancellation, want at the end of the 5s grace", elapsed)
+	}
+	who, _ := callWhoami(t, s, 3)
+	if who.Pid == 0 {
+		t.Errorf("call 3 again: whoami %+v, want the subprocess's pid", who)
+	}
+}

@@ -53,6 +53,11 @@ type proc struct {
 	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	initialize  jsonrpc.ID                            // the client's initialize call while unanswered
 	initTimer   *time.Timer                           // ends the subprocess if initialize stays unanswered
+	cancelled   map[jsonrpc.ID]*time.Timer            // calls the client cancelled, unanswered: each timer ends its grace
+	abandoned   abandonedCalls                        // subprocess IDs of calls answered as cancelled: a late answer is dropped
+	aliases     map[jsonrpc.ID]jsonrpc.ID             // client call in flight → the engine's ID the subprocess knows it by
+	unalias     map[jsonrpc.ID]jsonrpc.ID             // the inverse of aliases
+	nextAlias   uint64                                // last n used in an alias
 	status      string                                // how the subprocess exited; set before done closes
 }
 
@@ -124,15 +129,18 @@ func (e *Engine) spawn(info engine.Info, out engine.Outbox) (*proc, error) {
 		e: e, token: info.Token, gen: info.Generation, logger: logger, out: out,
 		cmd: cmd, pid: cmd.Process.Pid, started: started,
 		stdin: p.stdin, stdout: p.stdout, stderr: p.stderr,
-		lines:    make(chan []byte, 64),
-		invalid:  newInvalidLimiter(logger, e.summaryEvery),
-		stderrs:  newStderrLimiter(logger),
-		ctx:      ctx,
-		cancel:   cancel,
-		stopping: make(chan struct{}),
-		done:     make(chan struct{}),
-		routes:   routing.New(info.Generation),
-		internal: make(map[jsonrpc.ID]chan *jsonrpc.Response),
+		lines:     make(chan []byte, 64),
+		invalid:   newInvalidLimiter(logger, e.summaryEvery),
+		stderrs:   newStderrLimiter(logger),
+		ctx:       ctx,
+		cancel:    cancel,
+		stopping:  make(chan struct{}),
+		done:      make(chan struct{}),
+		routes:    routing.New(info.Generation),
+		internal:  make(map[jsonrpc.ID]chan *jsonrpc.Response),
+		cancelled: make(map[jsonrpc.ID]*time.Timer),
+		aliases:   make(map[jsonrpc.ID]jsonrpc.ID),
+		unalias:   make(map[jsonrpc.ID]jsonrpc.ID),
 	}
 	e.mu.Lock()
 	e.sessions[s] = struct{}{}

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/engine/routing"
 	"github.com/tidemark-mcp/tidemark/internal/redact"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -40,13 +41,24 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 		}
 		return s.closedErr()
 	}
+	var cancelled jsonrpc.ID // the call in flight a notifications/cancelled names
+	if r != nil && r.Method == "notifications/cancelled" {
+		if id, ok := routing.RequestID(r.Params); ok && s.routes.InFlight(id) {
+			cancelled = id
+		}
+	}
 	fwd, ok := s.routes.FromClient(msg)
 	var call jsonrpc.ID
 	if r != nil && r.IsCall() {
 		call = r.ID
+		fwd = s.aliasLocked(r)
 		if isInit {
 			s.initializeSentLocked(r.ID)
 		}
+	}
+	if cancelled.IsValid() {
+		fwd = s.cancelAliasLocked(r, cancelled)
+		s.cancelLocked(cancelled)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -59,6 +71,7 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 		s.mu.Lock()
 		inFlight := s.routes.InFlight(call)
 		s.routes.Forget(call)
+		s.forgetAliasLocked(call)
 		s.initializeUnsentLocked(call)
 		exited := isInit && s.exitedLocked()
 		s.mu.Unlock()

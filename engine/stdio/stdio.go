@@ -15,6 +15,14 @@
 // Options.MaxMessageBytes stops the subprocess, and its calls in flight
 // fail with replay.ReasonMessageTooLarge instead.
 //
+// A call the client cancels (notifications/cancelled, passed on as it is)
+// may still be answered within Options.CancelGrace; then it is answered
+// with replay.ReasonCancelled, and a late answer of the subprocess is
+// dropped (MCP 2025-11-25, utilities/cancellation: the server SHOULD NOT
+// answer it). A new call with the ID of such a call reaches the subprocess
+// under an ID of the engine's, since the subprocess may still run the old
+// one.
+//
 // Outbound messages are related to inbound requests by JSON-RPC ID
 // (responses) and progressToken (notifications/progress); logging messages
 // and server-to-client requests relate to the one request in flight when
@@ -70,6 +78,10 @@ const (
 	// DefaultInitializeTimeout bounds how long a subprocess may take to
 	// answer the client's initialize.
 	DefaultInitializeTimeout = 30 * time.Second
+	// DefaultCancelGrace is how long a call the client cancelled may still
+	// be answered by the subprocess before the engine answers it as
+	// cancelled.
+	DefaultCancelGrace = 5 * time.Second
 )
 
 // ErrClosed is wrapped by Start's error after Engine.Close.
@@ -115,6 +127,17 @@ type Options struct {
 	// replayed initialize of a re-created session is bounded by
 	// StartTimeout instead.
 	InitializeTimeout time.Duration
+	// CancelGrace is how long the subprocess may still answer a call the
+	// client cancelled (notifications/cancelled, which goes to the
+	// subprocess as it is). MCP 2025-11-25, utilities/cancellation: the
+	// receiver of a cancellation SHOULD NOT answer the cancelled request,
+	// so a call left unanswered at the end of the grace gets a JSON-RPC
+	// internal error whose error.data.reason is replay.ReasonCancelled:
+	// its stream ends, it no longer counts against its session's bounds,
+	// and its ID may be sent again. An answer within the grace reaches
+	// the client as any answer does; one after it is dropped. Default
+	// (zero) DefaultCancelGrace, 5 seconds.
+	CancelGrace time.Duration
 	// Hibernate lets an idle session hibernate (DESIGN.md, "Hibernation"):
 	// its subprocess is ended, and the next request starts a new one at
 	// generation+1 (engine.HibernateLossy), since a subprocess's memory
@@ -186,6 +209,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.CancelGrace <= 0 {
+		opts.CancelGrace = DefaultCancelGrace
 	}
 	if opts.InitializeTimeout == 0 {
 		opts.InitializeTimeout = DefaultInitializeTimeout

@@ -81,7 +81,17 @@ func (s *proc) route(msg jsonrpc.Message) bool {
 			ch <- m
 			return true
 		}
-		s.initializeAnsweredLocked(m.ID)
+		id, ok := s.answeredLocked(m.ID)
+		if !ok {
+			s.mu.Unlock()
+			s.logger.Debug("dropping the subprocess's answer to a call answered as cancelled already",
+				"id", m.ID.Raw(), "reason", replay.ReasonCancelled)
+			return true
+		}
+		if id != m.ID {
+			msg = &jsonrpc.Response{ID: id, Result: m.Result, Error: m.Error}
+		}
+		s.initializeAnsweredLocked(id)
 	}
 	msg, related := s.routes.FromServer(msg, jsonrpc.ID{})
 	s.mu.Unlock()

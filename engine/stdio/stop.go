@@ -90,6 +90,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 		failReason:  s.failReason,
 		initPending: s.initialize.IsValid(),
 		pending:     s.routes.EndAll(),
+		cancelled:   s.endCancelledLocked(),
 		status:      "exit status 0",
 	}
 	if waitErr != nil {

@@ -241,6 +241,29 @@ func runTestServer(stubborn bool) int {
 			<-ctx.Done()
 			return nil, nil, ctx.Err()
 		})
+	// started sends progress 1 for req, if it carries a token: the call's
+	// handler runs (the go-sdk answers a call cancelled before its handler
+	// starts with an error of its own).
+	started := func(ctx context.Context, req *mcp.CallToolRequest) {
+		if tok := req.Params.GetProgressToken(); tok != nil {
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1})
+		}
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "hang", Description: "send progress 1, then never answer, cancelled or not (MCP: a cancelled request gets no answer)"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+			started(ctx, req)
+			select {}
+		})
+	type lateArgs struct {
+		DelayMS int `json:"delay_ms"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "late", Description: "send progress 1, wait until cancelled, then answer \"late answer\" delay_ms later"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a lateArgs) (*mcp.CallToolResult, any, error) {
+			started(ctx, req)
+			<-ctx.Done()
+			time.Sleep(time.Duration(a.DelayMS) * time.Millisecond)
+			return text("late answer"), nil, nil
+		})
 	type bigArgs struct {
 		Bytes int `json:"bytes"`
 	}
