@@ -848,3 +848,48 @@ func TestGatewayCancelledCall(t *testing.T) {
 		t.Errorf("call 3 again: whoami %+v, want the subprocess's pid", who)
 	}
 }
+
+// TestGatewayCommandExitsAtOnce fronts `true`, which exits before it
+// reads its initialize, and sends 20 initializes: each answers 200 with
+// an Mcp-Session-Id and a stream that ends with a -32603 error whose
+// reason is server_exited (never 503: a retry meets the same command),
+// and the session it names has ended: a request with it answers 404
+// session_not_found.
+func TestGatewayCommandExitsAtOnce(t *testing.T) {
+	_, u := startGateway(t, nil, "true")
+	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
+	want := []string{`1: -32603 {"generation":1,"reason":"server_exited"} the MCP server process of this session exited ` +
+		`(exit status 0) before answering initialize; the session did not begin: initialize a new one`}
+	for i := range 20 {
+		resp, token := postInitialize(t, t.Context(), c)
+		msgs, err := mcptest.ReadAnswer(resp)
+		if err != nil {
+			t.Fatalf("initialize %d: stream: %v", i, err)
+		}
+		var got []string
+		for _, m := range msgs {
+			r, ok := m.(*jsonrpc.Response)
+			var we *jsonrpc.Error
+			if !ok || !errors.As(r.Error, &we) {
+				t.Fatalf("initialize %d: stream holds %v, want only an error response", i, m)
+			}
+			got = append(got, fmt.Sprintf("%v: %d %s %s", r.ID.Raw(), we.Code, we.Data, we.Message))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("initialize %d:\ngot  %q\nwant %q", i, got, want)
+		}
+		s := c.SessionFor(token, "2025-11-25")
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, err := s.Call(t.Context(), mcptest.MustCall(2, "ping", nil))
+			var se *mcptest.StatusError
+			if errors.As(err, &se) && se.Status == http.StatusNotFound && se.Reason() == replay.ReasonSessionNotFound.String() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("initialize %d: ping on its session: %v, want 404 session_not_found", i, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
