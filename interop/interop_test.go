@@ -117,7 +117,7 @@ func checkResumedAfterPrimingCut(t *testing.T, r *relay) {
 
 // checkAsked asserts that every initialize asked for protocol version,
 // and that no request used the sessionless era (MCP-Protocol-Version
-// 2026-07-28 or later).
+// 2026-07-28).
 func checkAsked(t *testing.T, r *relay, version string) {
 	t.Helper()
 	xs := r.recorded()

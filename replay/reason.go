@@ -161,7 +161,7 @@ const (
 	// (DNS rebinding).
 	ReasonHostForbidden Reason = "host_forbidden"
 	// ReasonMethodNotAllowed: 405, an HTTP method other than GET, POST and
-	// DELETE; under protocol 2026-07-28 and later, any method but POST (MCP
+	// DELETE; under protocol 2026-07-28, any method but POST (MCP
 	// 2026-07-28, basic/transports: GET and DELETE answer 405).
 	ReasonMethodNotAllowed Reason = "method_not_allowed"
 	// ReasonPathNotFound: 404, a path that is not the MCP endpoint.

@@ -1,5 +1,5 @@
 // This file holds the pass-through of the sessionless era: requests of
-// protocol 2026-07-28 and later go to the upstream as they are, and its
+// protocol 2026-07-28 go to the upstream as they are, and its
 // answers come back as they are.
 
 package upstream
@@ -25,7 +25,7 @@ import (
 const maxIDPeek = 64 << 10
 
 // Sessionless returns the handler of the sessionless era (requests whose
-// MCP-Protocol-Version is 2026-07-28 or later; transport.Options.Sessionless):
+// MCP-Protocol-Version is 2026-07-28; transport.Options.Sessionless):
 // each request goes to the upstream URL with its method and body, and with
 // these headers only: Content-Type, Accept, MCP-Protocol-Version and every
 // other Mcp-* header but Mcp-Session-Id (that era has no sessions), the

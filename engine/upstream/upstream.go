@@ -52,8 +52,8 @@
 // reattaches to it without a new initialize; when the upstream answers 404
 // it restores the State into a new upstream session, as after a lost one.
 //
-// Requests of the sessionless era (MCP-Protocol-Version 2026-07-28 and
-// later) do not reach the engine: Engine.Sessionless passes them to the
+// Requests of the sessionless era (MCP-Protocol-Version 2026-07-28) do
+// not reach the engine: Engine.Sessionless passes them to the
 // upstream as they are.
 package upstream
 
