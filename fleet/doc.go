@@ -18,12 +18,23 @@
 // is renewed first, and a renewal after a takeover is fenced, so the
 // owner drops its generation instead of serving it.
 //
+// A lease that lapsed while the store did not answer says nothing of its
+// owner: nobody could renew it. A replica folds the outcome of its calls
+// to the store into a Contact (Leases.Heard: a call left unanswered, or
+// more than a lease TTL between two answers of its renew loop, is a
+// break), and Leases.Remote keeps a session with its owner until one
+// lease TTL after the store answered this replica again, time for a live
+// owner to renew (its renewal finds the record still its own, and takes
+// the lease back at the same generation). An owner that died meanwhile is
+// taken over then.
+//
 // Ownership. The rules are pure functions (Leases) that package session
-// carries out: Leases.Remote decides whether a record may be claimed,
-// Leases.Grant gives the lease of a claim or renewal, Leases.MustRenew
-// whether a generation is renewed before it serves, LostReason which
-// renewal errors end a generation, Leases.Release the lease left behind
-// at shutdown. Renew renews many leases in one round trip on a store that
+// carries out: Leases.Remote decides whether a record may be claimed
+// (from what the replica saw of its store: Leases.Heard,
+// Contact.Answering), Leases.Grant gives the lease of a claim or
+// renewal, Leases.MustRenew whether a generation is renewed before it
+// serves, LostReason which renewal errors end a generation,
+// Leases.Release the lease left behind at shutdown. Renew renews many leases in one round trip on a store that
 // can (Renewer: store/redis).
 //
 // Routing (router.go, forward.go). Every request for a session is served

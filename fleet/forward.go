@@ -209,7 +209,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 func (rt *Router) await(ctx context.Context, re *RemoteError, sent time.Time, whole bool, answering <-chan struct{}, giveUp func(error)) {
 	rec := store.Record{Token: re.Token, Owner: re.Owner, Generation: re.Generation, LeaseUntil: re.LeaseUntil}
 	for {
-		decision, until := rt.leases.Await(*re, rec, sent, time.Now(), whole)
+		now := time.Now()
+		decision, until := rt.leases.Await(*re, rec, sent, now, rt.answering(now), whole)
 		switch decision {
 		case GiveUp:
 			giveUp(errGivenUp)

@@ -70,16 +70,81 @@ func (l Leases) Grant(now time.Time) time.Time {
 }
 
 // Remote returns a *RemoteError naming rec's owner if another owner holds
-// rec's live state under a lease that has not lapsed at now, else nil:
-// this replica may then claim the session. A lease lapses exactly at its
-// expiry. A record whose LeaseUntil is zero and whose owner is someone
-// else belongs to a process without leases (a previous boot on a durable
-// store): it is never remote.
-func (l Leases) Remote(rec store.Record, now time.Time) *RemoteError {
-	if rec.Owner == l.Owner || rec.LeaseUntil.IsZero() || !rec.LeaseUntil.After(now) {
+// rec's live state at now, else nil: this replica may then claim the
+// session. Another owner holds it while its lease has not lapsed, and,
+// when this replica saw its store stop answering (since, from
+// Contact.Answering, is when it answered again), until one lease TTL
+// after since as well: a lease that lapsed while nobody could renew it
+// says nothing of its owner, which renews it once its own renewals reach
+// the store again (DESIGN.md, "Fleet mode"). The RemoteError's LeaseUntil
+// is the later of the two. A lease lapses exactly at its expiry. A
+// record whose LeaseUntil is zero and whose owner is someone else belongs
+// to a process without leases (a previous boot on a durable store): it is
+// never remote.
+func (l Leases) Remote(rec store.Record, now, since time.Time) *RemoteError {
+	if rec.Owner == l.Owner || rec.LeaseUntil.IsZero() {
 		return nil
 	}
-	return &RemoteError{Token: rec.Token, Owner: rec.Owner, Generation: rec.Generation, LeaseUntil: rec.LeaseUntil}
+	until := rec.LeaseUntil
+	if !since.IsZero() && l.TTL > 0 {
+		until = latest(until, since.Add(l.TTL))
+	}
+	if !until.After(now) {
+		return nil
+	}
+	return &RemoteError{Token: rec.Token, Owner: rec.Owner, Generation: rec.Generation, LeaseUntil: until}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Contact is what a replica has seen of its store's answers, for the
+// takeover rule (Remote): Leases.Heard folds each call's outcome into
+// it, and Answering gives Remote's since. The zero Contact has seen no
+// break.
+type Contact struct {
+	// Last is when the store last answered; zero: not yet.
+	Last time.Time
+	// Since is when the store answered again after the last break this
+	// replica saw; zero: it saw none.
+	Since time.Time
+	// Down says the last call went unanswered: the break goes on.
+	Down bool
+}
+
+// Heard returns c once the store answered a call at now (answered), or
+// did not (store.ErrUnavailable, a timeout). A break is a call left
+// unanswered, or more than one lease TTL between two answers (this
+// process was paused, or its calls hung: it cannot tell what the store
+// did meanwhile); the answer that ends it starts Since. A replica calls
+// the store at least every renew interval (session.Registry.RenewLeases),
+// so that an outage longer than that is seen as a break.
+func (l Leases) Heard(c Contact, answered bool, now time.Time) Contact {
+	if !answered {
+		c.Down = true
+		return c
+	}
+	if c.Down || (!c.Last.IsZero() && l.TTL > 0 && now.Sub(c.Last) > l.TTL) {
+		c.Since = now
+	}
+	c.Down = false
+	c.Last = latest(c.Last, now)
+	return c
+}
+
+// Answering returns since for Remote at now: when the store answered
+// again after the last break this replica saw (zero: none seen); now
+// while the break goes on, since a record read now is the store's first
+// answer.
+func (c Contact) Answering(now time.Time) time.Time {
+	if c.Down {
+		return now
+	}
+	return c.Since
 }
 
 // MustRenew reports whether this replica renews the lease of a generation
@@ -151,25 +216,27 @@ func (w Waiting) String() string {
 // Await decides about a request forwarded at sent to held (the owner and
 // generation that held the session then, with the lease seen then) whose
 // answer has not begun, at now, from rec, the session's record as last
-// read. The wait lasts while the owner holds its lease, and, unless whole
+// read, and since (Remote: the owner holds the session also for a lease
+// TTL after this replica's store answered again). The wait lasts while the owner holds its lease, and, unless whole
 // (an answer that comes in one piece, application/json, whose headers come
 // with the end of the call), at most one lease TTL after sent: this
 // replica's TTL, or the lease seen when sent, whichever is longer. With
 // WaitOn it returns when to decide again: the lease's expiry, or that
 // bound, whichever comes first.
-func (l Leases) Await(held RemoteError, rec store.Record, sent, now time.Time, whole bool) (Waiting, time.Time) {
-	if l.Remote(rec, now) == nil || rec.Owner != held.Owner || rec.Generation != held.Generation {
+func (l Leases) Await(held RemoteError, rec store.Record, sent, now, since time.Time, whole bool) (Waiting, time.Time) {
+	re := l.Remote(rec, now, since)
+	if re == nil || rec.Owner != held.Owner || rec.Generation != held.Generation {
 		return GiveUp, time.Time{}
 	}
 	if whole {
-		return WaitOn, rec.LeaseUntil
+		return WaitOn, re.LeaseUntil
 	}
 	bound := sent.Add(max(l.TTL, held.LeaseUntil.Sub(sent)))
 	if !now.Before(bound) {
 		return Unanswered, time.Time{}
 	}
-	if rec.LeaseUntil.Before(bound) {
-		return WaitOn, rec.LeaseUntil
+	if re.LeaseUntil.Before(bound) {
+		return WaitOn, re.LeaseUntil
 	}
 	return WaitOn, bound
 }

@@ -21,14 +21,19 @@ import (
 // epoch (+10s), "none" is the zero time (no lease). Commands:
 //
 //	rules owner=O lease=DUR                  the replica's identity and lease
-//	lookup owner=O gen=G lease=T now=T [engine-ended]
+//	lookup owner=O gen=G lease=T now=T [since=T] [engine-ended]
 //	                                         a replica that does not hold the
-//	                                         session meets its record
+//	                                         session meets its record; its
+//	                                         store answered again at since
+//	                                         after a break (default none)
+//	contact                                  what a replica sees of its store:
+//	T answered|unanswered                    one line per call, each printed
+//	                                         with since (Contact.Answering)
 //	serve lease=T now=T                      a generation it holds serves a request
 //	renewed err=none|fenced|ended|not_found|unavailable
 //	                                         what a renewal's (or append's) error means
 //	release now=T                            the replica closes
-//	await held=O/G seen=T sent=T record=O/G lease=T now=T [json]
+//	await held=O/G seen=T sent=T record=O/G lease=T now=T [since=T] [json]
 //	                                         a request forwarded at sent to O's
 //	                                         generation G, whose lease was seen
 //	                                         lapsing at seen, waits for its answer;
@@ -52,6 +57,14 @@ func TestLeaseRules(t *testing.T) {
 		return "+" + tm.Sub(epoch).String()
 	}
 	var lr fleet.Leases
+	since := func(d *datadriven.TestData) time.Time {
+		if !d.HasArg("since") {
+			return time.Time{}
+		}
+		var s string
+		d.ScanArgs(t, "since", &s)
+		return at(s)
+	}
 	datadriven.RunTest(t, "testdata/lease", func(t *testing.T, d *datadriven.TestData) string {
 		str := func(key string) string {
 			var s string
@@ -71,7 +84,7 @@ func TestLeaseRules(t *testing.T) {
 			d.ScanArgs(t, "gen", &gen)
 			rec := store.Record{Token: "tok", Owner: str("owner"), Generation: gen, LeaseUntil: at(str("lease"))}
 			now := at(str("now"))
-			if re := lr.Remote(rec, now); re != nil {
+			if re := lr.Remote(rec, now, since(d)); re != nil {
 				return fmt.Sprintf("remote: owner %s, generation %d, lease until %s\n", re.Owner, re.Generation, show(re.LeaseUntil))
 			}
 			return fmt.Sprintf("claim generation %d, lease until %s; previous generation over: %s\n",
@@ -100,6 +113,19 @@ func TestLeaseRules(t *testing.T) {
 			default:
 				return "keep the generation, renew again next round\n"
 			}
+		case "contact":
+			var c fleet.Contact
+			var out strings.Builder
+			for line := range strings.Lines(strings.TrimSpace(d.Input)) {
+				tm, what, _ := strings.Cut(strings.TrimSpace(line), " ")
+				if what != "answered" && what != "unanswered" {
+					t.Fatalf("contact line %q: want T answered|unanswered", line)
+				}
+				now := at(tm)
+				c = lr.Heard(c, what == "answered", now)
+				fmt.Fprintf(&out, "%s %s: since %s\n", tm, what, show(c.Answering(now)))
+			}
+			return out.String()
 		case "release":
 			return "lease until " + show(lr.Release(at(str("now")))) + "\n"
 		case "await":
@@ -115,7 +141,7 @@ func TestLeaseRules(t *testing.T) {
 			held := fleet.RemoteError{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("seen"))}
 			owner, gen = ownerGen("record")
 			rec := store.Record{Token: "tok", Owner: owner, Generation: gen, LeaseUntil: at(str("lease"))}
-			w, until := lr.Await(held, rec, at(str("sent")), at(str("now")), d.HasArg("json"))
+			w, until := lr.Await(held, rec, at(str("sent")), at(str("now")), since(d), d.HasArg("json"))
 			if w == fleet.WaitOn {
 				return fmt.Sprintf("%s until %s\n", w, show(until))
 			}

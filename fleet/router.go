@@ -87,6 +87,12 @@ type RouterOptions struct {
 	// renewed, and a forwarded request that is not answered within it is
 	// given up then.
 	Records func(ctx context.Context, token string) (store.Record, error)
+	// Answering returns, for the takeover rule (Leases.Remote), when this
+	// replica's store answered again after the last break it saw (zero:
+	// none), as session.Registry.Answering does. Nil: no break is ever
+	// seen, and an owner holds its session exactly while its lease has
+	// not lapsed.
+	Answering func(now time.Time) time.Time
 	// Logger receives the router's lines, with the session's token prefix,
 	// generation and owner. Default slog.Default().
 	Logger *slog.Logger
@@ -255,6 +261,14 @@ func (rt *Router) shuttingDown() bool {
 	default:
 		return false
 	}
+}
+
+// answering returns RouterOptions.Answering's answer at now.
+func (rt *Router) answering(now time.Time) time.Time {
+	if rt.opts.Answering == nil {
+		return time.Time{}
+	}
+	return rt.opts.Answering(now)
 }
 
 // quote bounds and quotes a client-supplied value for an error message.

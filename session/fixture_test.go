@@ -119,11 +119,28 @@ func initialize(t testing.TB, f *fixture, l *session.Live) {
 type flaky struct {
 	store.Store
 	failing atomic.Bool
-	race    atomic.Pointer[func(token string, from uint64)]
+	// down fails every read and lease renewal too: the store does not
+	// answer at all.
+	down atomic.Bool
+	race atomic.Pointer[func(token string, from uint64)]
+}
+
+func (s *flaky) Get(ctx context.Context, token string) (store.Record, error) {
+	if s.down.Load() {
+		return store.Record{}, store.ErrUnavailable
+	}
+	return s.Store.Get(ctx, token)
+}
+
+func (s *flaky) Renew(ctx context.Context, token, owner string, gen uint64, leaseUntil time.Time) error {
+	if s.down.Load() {
+		return store.ErrUnavailable
+	}
+	return s.Store.Renew(ctx, token, owner, gen, leaseUntil)
 }
 
 func (s *flaky) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
-	if s.failing.Load() {
+	if s.failing.Load() || s.down.Load() {
 		return store.Bounds{}, store.ErrUnavailable
 	}
 	return s.Store.Append(ctx, token, gen, evs)

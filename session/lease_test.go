@@ -48,6 +48,8 @@ import (
 //	deliver R S gen=G          a client's notification is handed to R's generation G of S
 //	ended R S gen=G            whether R's generation G of S has ended (waits)
 //	store fail|ok              the store's appends fail as unavailable, or not
+//	store down|up              the store answers nothing (reads, renewals and
+//	                           appends fail as unavailable), or answers again
 //	race C S [lease=DUR]       at the next claim of S, C claims it first
 //
 // Each command's output ends with the log lines the replicas wrote
@@ -123,7 +125,14 @@ func (w *leaseWorld) run(t *testing.T, d *datadriven.TestData) string {
 	case "ended":
 		out = w.ended(t, d)
 	case "store":
-		w.st.failing.Store(w.arg(t, d, 0) == "fail")
+		switch w.arg(t, d, 0) {
+		case "fail", "ok":
+			w.st.failing.Store(w.arg(t, d, 0) == "fail")
+		case "down", "up":
+			w.st.down.Store(w.arg(t, d, 0) == "down")
+		default:
+			t.Fatalf("store %q: want fail, ok, down or up", w.arg(t, d, 0))
+		}
 	case "race":
 		w.race(t, d)
 	default:

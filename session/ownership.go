@@ -72,13 +72,22 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 		lives = append(lives, l)
 	}
 	r.mu.RUnlock()
-	if len(lives) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.RenewInterval/renewTimeoutShare)
 	defer cancel()
+	if len(lives) == 0 {
+		// Nothing to renew: a read keeps what this registry sees of its
+		// store up to date for the takeover rule (Answering).
+		_, err := r.st.Get(ctx, contactProbe)
+		r.heard(err)
+		return
+	}
 	until := r.lease.Grant(r.opts.Now())
 	errs := r.renewAll(ctx, lives, until)
+	answered := false
+	for _, err := range errs {
+		answered = answered || storeAnswered(err)
+	}
+	r.heard(errOr(answered))
 	failed := 0
 	var firstErr error
 	for i, l := range lives {
@@ -106,6 +115,57 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 		r.logger.Warn("lease renewal failed; retrying next round", "reason", replay.ReasonUnavailable,
 			"sessions", failed, "error", firstErr)
 	}
+}
+
+// contactProbe is the token RenewLeases reads when it holds no session
+// to renew, to learn whether the store answers; no session has it (a
+// session token is 26 characters of base32, NewToken).
+const contactProbe = "contact-probe"
+
+// storeAnswered reports whether err, a store call's outcome, is the
+// store's answer (a success, or a refusal such as store.ErrFenced or
+// store.ErrNotFound) rather than a call it did not answer
+// (store.ErrUnavailable, a timeout).
+func storeAnswered(err error) bool {
+	return !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, errUnanswered) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// errUnanswered stands for a round of calls none of which the store
+// answered.
+var errUnanswered = errors.New("session: the store answered no call")
+
+func errOr(answered bool) error {
+	if answered {
+		return nil
+	}
+	return errUnanswered
+}
+
+// heard folds the outcome of a store call into what this registry has seen
+// of its store (fleet.Leases.Heard), for the takeover rule. RenewLeases
+// reports every round's outcome, so that the gaps between answers are
+// the renew loop's, never a quiet spell of requests; other calls report
+// only the calls the store left unanswered.
+func (r *Registry) heard(err error) {
+	now := r.opts.Now()
+	r.contactMu.Lock()
+	r.contact = r.lease.Heard(r.contact, storeAnswered(err), now)
+	r.contactMu.Unlock()
+}
+
+// Answering returns, for the takeover rule (fleet.Leases.Remote), when
+// the store answered this registry again after the last break it saw (a
+// call it left unanswered, or more than a lease TTL without an answer):
+// zero when it saw none, now while the break goes on. Until one lease TTL
+// after it, a session whose owner's lease lapsed is still that owner's,
+// which renews it once the store takes its renewals again (DESIGN.md,
+// "Fleet mode"). The registry calls its store at least every
+// RenewInterval (RenewLeases) to see breaks.
+func (r *Registry) Answering(now time.Time) time.Time {
+	r.contactMu.Lock()
+	defer r.contactMu.Unlock()
+	return r.contact.Answering(now)
 }
 
 // drop ends l's hold on its session in this process, for reason (logged

@@ -55,7 +55,7 @@ func (r *Registry) Dormant(ctx context.Context, token, userID string) bool {
 	}
 	now := r.opts.Now()
 	idle := r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL
-	return rec.UserID == userID && r.lease.Remote(rec, now) == nil && !idle
+	return rec.UserID == userID && r.lease.Remote(rec, now, r.Answering(now)) == nil && !idle
 }
 
 // get is Get, whose errors may name another user's ended session.
@@ -151,6 +151,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		return l, err
 	}
 	rec, err := r.st.Get(ctx, token)
+	if !storeAnswered(err) {
+		// A break seen here counts at once; the answers that end it are
+		// the renew loop's, which calls the store at a steady pace.
+		r.heard(err)
+	}
 	if err != nil {
 		return nil, r.storeErr(token, err)
 	}
@@ -159,8 +164,10 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 	}
 	for attempt := 1; ; attempt++ {
 		now := r.opts.Now()
-		// A live owner decides about idleness itself: it sees every request.
-		if re := r.lease.Remote(rec, now); re != nil {
+		// A live owner decides about idleness itself: it sees every
+		// request. An owner whose lease lapsed while the store did not
+		// answer keeps the session until it could renew (Answering).
+		if re := r.lease.Remote(rec, now, r.Answering(now)); re != nil {
 			return nil, re
 		}
 		if r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL {

@@ -171,6 +171,11 @@ type Registry struct {
 
 	closing sync.WaitGroup // engine sessions closing after drop
 
+	// contact is what this registry has seen of its store's answers, for
+	// the takeover rule (Answering); contactMu guards it.
+	contactMu sync.Mutex
+	contact   fleet.Contact
+
 	// oneEvent holds *[1]store.Event buffers for Live.append: the slice
 	// an append hands to the store escapes (an interface call), and a
 	// pooled array saves an allocation per event.

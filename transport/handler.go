@@ -73,6 +73,7 @@ func New(reg *session.Registry, opts Options) *Handler {
 		conns: newConnections(), versions: servedVersions(&opts),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
 			Directory: opts.Directory, Self: opts.Advertised, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,
+			Answering: reg.Answering,
 			Records: func(ctx context.Context, token string) (store.Record, error) {
 				_, rec, err := reg.Status(ctx, token)
 				return rec, err

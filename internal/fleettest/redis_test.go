@@ -3,6 +3,7 @@ package fleettest_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os/exec"
@@ -251,4 +252,100 @@ func replayFrom4(t *testing.T, ctx context.Context, f *fleet, i int, a, at4 stri
 		t.Fatalf("replay of a on %s: %v, %d events, want priming + progress 5..10 + result", f.r[i].id, err, len(evs))
 	}
 	return evs
+}
+
+// TestRedisOutageLongerThanLease: Redis (appendonly yes, appendfsync
+// always) stops answering (SIGSTOP) for longer than the lease TTL under
+// three replicas, so every lease lapses in the record while nobody can
+// renew it; one owner (r2) is killed with kill -9 during the outage. Once
+// Redis answers again, a resume of an idle session whose owner r0 is alive,
+// sent to r1, replays exactly at generation 1 (regression: r1 took the
+// session over at generation 2 the moment it read the lapsed lease, and
+// answered 409 generation_mismatch); the record still names r0 at
+// generation 1. The dead owner's session is still taken over, one lease
+// TTL after Redis answered r1 again: its resume on r1 answers 409
+// generation_mismatch at generation 2 and r1 logs reason=lease_expired.
+func TestRedisOutageLongerThanLease(t *testing.T) {
+	testenv.NeedRedis(t)
+	f := newFleet(t, 3, redistest.Options{AppendOnly: true})
+	ctx := testCtx(t, 60*time.Second)
+	l := newLedger(t)
+
+	// a (owner r0, alive) and d (owner r2, killed): finished countdowns.
+	a := f.initialize(ctx, 0, 0)
+	d := f.initialize(ctx, 2, 2)
+	for _, s := range []struct {
+		token string
+		owner int
+		tag   string
+	}{{a, 0, "a"}, {d, 2, "d"}} {
+		evs, err := call(t, ctx, l, f.on(s.owner, s.token), mcptest.ToolCall(2, "countdown", map[string]any{"n": 10}, s.tag))
+		if err != nil || !isResult(evs, 2, "countdown of 10 finished") {
+			t.Fatalf("countdown on %s: %v, %d events", f.r[s.owner].id, err, len(evs))
+		}
+	}
+	at4a, at4d := idOfProgress(t, f, a, 4), idOfProgress(t, f, d, 4)
+
+	f.redis.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			f.redis.Resume()
+		}
+	}()
+	kill9(t, f.r[2])
+	time.Sleep(leaseTTL + time.Second)
+	f.redis.Resume()
+	paused = false
+	resumed := time.Now()
+
+	// The live owner's session: served exactly, once Redis answers, on r1
+	// (which forwards it to r0) and on r0. 503 unavailable until then.
+	for _, i := range []int{1, 0} {
+		for attempt := 1; ; attempt++ {
+			st, err := f.on(i, a).Resume(ctx, at4a)
+			if err == nil {
+				st.Close()
+				break
+			}
+			var se *mcptest.StatusError
+			if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" || attempt == 20 {
+				t.Fatalf("resume of a on %s after the outage, attempt %d: %v, want 200 (or 503 unavailable while Redis comes back)", f.r[i].id, attempt, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		evs := replayFrom4(t, ctx, f, i, a, at4a)
+		for k, ev := range evs[1:7] {
+			if p, _ := progressOf(t, ev); p != 5+k {
+				t.Fatalf("replay of a on %s: event %d is progress %d, want %d", f.r[i].id, k+1, p, 5+k)
+			}
+		}
+	}
+	if rec := f.record(a); rec.Owner != "r0" || rec.Generation != 1 {
+		t.Fatalf("record of a after the outage: owner %q gen %d, want r0 gen 1", rec.Owner, rec.Generation)
+	}
+	if strings.Contains(f.r[1].proc.Output(), `msg="session re-created" session=`+store.Prefix(a)) {
+		t.Fatalf("r1 re-created a, whose owner is alive:\n%s", f.r[1].proc.Output())
+	}
+
+	// The dead owner's session: taken over at generation 2 by r1.
+	for attempt := 1; ; attempt++ {
+		_, err := f.on(1, d).Resume(ctx, at4d)
+		var se *mcptest.StatusError
+		if errors.As(err, &se) && se.Status == http.StatusServiceUnavailable && attempt < 20 {
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		se = wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+		if g, cg := se.Body.Data["generation"], se.Body.Data["cursorGeneration"]; g != json.Number("2") || cg != json.Number("1") {
+			t.Fatalf("409 for d names generation %v and cursor generation %v, want 2 and 1", g, cg)
+		}
+		break
+	}
+	t.Logf("dead owner's session taken over %v after Redis answered again (lease TTL %v)", time.Since(resumed).Round(time.Millisecond), leaseTTL)
+	if rec := f.record(d); rec.Owner != "r1" || rec.Generation != 2 {
+		t.Fatalf("record of d: owner %q gen %d, want r1 gen 2", rec.Owner, rec.Generation)
+	}
+	f.r[1].proc.WaitFor(t, `msg="session re-created" session=`+regexp.QuoteMeta(store.Prefix(d))+
+		` generation=2 previous_generation=1 previous_owner=r2 reason=lease_expired`, time.Second)
 }
