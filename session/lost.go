@@ -20,9 +20,15 @@ import (
 )
 
 // Which requests a refused stream carried that are now lost (DESIGN.md,
-// "The replay decision"): a 409 on a resume says, in error.data.lostRequests, the ids of
-// the requests of that stream whose responses the client can no longer
-// receive, so that a client fails exactly those calls at once.
+// "The replay decision"): a 409 on a resume says, in
+// error.data.lostRequests, the ids of the requests of that stream whose
+// calls did not finish (no response of theirs was stored), so that a
+// client fails exactly those calls at once, and may send them again. A
+// call whose response was stored ran to its end: sending it again would
+// run it twice, so it is never listed, even when the client has not
+// read that response (its cursor is before it) and the 409 means it
+// never will; such a client fails the call as one whose stream is lost,
+// not as one to send again.
 //
 // A generation keeps a ledger of its streams: the ids each POST stream
 // carried and the sequence of each one's response. It is built as the
@@ -114,12 +120,13 @@ func (s *streamCalls) finished() bool {
 	return s.Ended || !slices.Contains(s.Answered, 0)
 }
 
-// lost returns the requests whose responses come after sequence after or
-// never come.
-func (s *streamCalls) lost(after uint64) RequestIDs {
+// lost returns the requests whose calls did not finish: no response of
+// theirs was stored, and the stream did not end (a call released at its
+// end was refused to its client already).
+func (s *streamCalls) lost() RequestIDs {
 	ids := RequestIDs{}
 	for i, id := range s.IDs {
-		if a := s.Answered[i]; a > after || (a == 0 && !s.Ended) {
+		if s.Answered[i] == 0 && !s.Ended {
 			ids = append(ids, id)
 		}
 	}
@@ -231,21 +238,23 @@ func (g *ledger) prune() {
 	}
 }
 
-// lost returns the requests of stream lost to a client whose cursor is at
-// sequence after, and whether the ledger can tell.
-func (g *ledger) lost(stream, after uint64) (RequestIDs, bool) {
+// lost returns the requests of stream whose calls did not finish, and
+// whether the ledger can tell.
+func (g *ledger) lost(stream uint64) (RequestIDs, bool) {
 	s := g.find(stream)
 	if s == nil {
 		return nil, false
 	}
-	return s.lost(after), true
+	return s.lost(), true
 }
 
 // LostRequests returns the requests that the stream cursor c names
-// carried and whose responses a client that has read up to c can no
-// longer receive once its resume is refused (409 generation_mismatch or
-// cursor_compacted): every request of the stream whose response comes
-// after c's sequence or never came. It returns an empty list for the
+// carried and that are lost once its resume is refused (409
+// generation_mismatch or cursor_compacted): every request of the stream
+// whose call did not finish, no response of it having been stored. A
+// request whose response was stored is not lost, wherever c is: its
+// call ran to its end, and a client told to send it again would run it
+// twice. It returns an empty list for the
 // standalone stream, which carries no request, and ok false when the
 // session cannot tell (a generation or a stream it keeps no ledger of:
 // see ledgerFinished and priorGenerations). The transport puts the list
@@ -263,11 +272,11 @@ func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
 			}
 			l.settled.Wait()
 		}
-		return l.ledger.lost(c.Stream, c.Sequence)
+		return l.ledger.lost(c.Stream)
 	}
 	for i := range l.prior {
 		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
-			return g.lost(c.Stream, c.Sequence)
+			return g.lost(c.Stream)
 		}
 	}
 	return nil, false

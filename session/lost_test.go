@@ -57,9 +57,12 @@ func echoCall(t *testing.T, id any) *jsonrpc.Request {
 }
 
 // TestLostRequests: a generation tells, for a cursor of one of its POST
-// streams, which requests of that stream have their responses after the
-// cursor or not at all; after a re-creation, the next generations still
-// tell it for the old one's cursors, from the record.
+// streams, which requests of that stream did not finish (no response
+// stored), wherever the cursor is: a call whose response was stored is
+// never listed, even for a cursor before that response (regression: the
+// calls answered after the cursor were listed, and a client told to send
+// them again ran a finished tool twice); after a re-creation, the next
+// generations still tell it for the old one's cursors, from the record.
 func TestLostRequests(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, session.Options{})
@@ -81,15 +84,6 @@ func TestLostRequests(t *testing.T) {
 		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
 	}
 	first, last := evs[0].Seq, evs[1].Seq
-	// The response to "a" or the one to 5 came first; the other is after it.
-	msg, err := jsonrpc.DecodeMessage(evs[0].Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := `[5]`
-	if msg.(*jsonrpc.Response).ID.Raw() == int64(5) {
-		other = `["a"]`
-	}
 	// A call delivered and not answered yet.
 	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
 	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
@@ -105,8 +99,8 @@ func TestLostRequests(t *testing.T) {
 	}
 	checks := func(on *session.Live) {
 		t.Helper()
-		wantLost(t, on, cur(1, s1, s1), `["a",5]`)
-		wantLost(t, on, cur(1, s1, first), other)
+		wantLost(t, on, cur(1, s1, s1), `[]`)
+		wantLost(t, on, cur(1, s1, first), `[]`)
 		wantLost(t, on, cur(1, s1, last), `[]`)
 		wantLost(t, on, cur(1, s2, s2), `[9]`)
 		wantLost(t, on, cur(1, replay.StandaloneStream, 1), `[]`)
@@ -141,13 +135,29 @@ func TestLostRequests(t *testing.T) {
 }
 
 // TestLostRequestsTakeover: the replica that takes a session over names
-// the requests lost with the previous owner's generation.
+// the requests lost with the previous owner's generation, read from its
+// log: the calls that did not finish, never one whose response the log
+// holds, even for a cursor before that response.
 func TestLostRequestsTakeover(t *testing.T) {
 	ctx := context.Background()
 	rs := newReplicas()
 	regA, _ := rs.registry(t, "a", 10*time.Second)
 	regB, _ := rs.registry(t, "b", 10*time.Second)
 	la := mustCreate(t, regA)
+	initialize(t, nil, la)
+	done := request(t, 2, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 3, "delay_ms": 1},
+		"_meta": map[string]any{"progressToken": "p"}})
+	sDone, err := la.OpenStream(ctx, []*jsonrpc.Request{done}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Deliver(ctx, done, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := streamEvents(t, la, sDone)
+	if len(evs) != 4 {
+		t.Fatalf("countdown stream: %d events after its opening, want 3 progress notifications and the response", len(evs))
+	}
 	s, err := la.OpenStream(ctx, []*jsonrpc.Request{echoCall(t, "t1"), echoCall(t, "t2")}, false, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +168,17 @@ func TestLostRequestsTakeover(t *testing.T) {
 		t.Fatalf("takeover: %v, want generation 2", err)
 	}
 	wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: s, Sequence: s}, `["t1","t2"]`)
+	// Countdown 2 finished: its response is the stream's last event, and
+	// no cursor before it (the opening, each progress) lists it.
+	for _, seq := range []uint64{sDone, evs[0].Seq, evs[1].Seq, evs[2].Seq} {
+		wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: sDone, Sequence: seq}, `[]`)
+	}
 }
 
 // TestLostRequestsBound: a generation keeps the newest 32 finished
-// streams; an older one's cursor cannot be told, while a stream with a
-// call unanswered is kept however old.
+// streams (it tells that none of their calls is lost); an older one's
+// cursor cannot be told, while a stream with a call unanswered is kept
+// however old.
 func TestLostRequestsBound(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, session.Options{})
@@ -190,8 +206,8 @@ func TestLostRequestsBound(t *testing.T) {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
 	}
 	wantLost(t, l, cur(streams[0]), "unknown")
-	wantLost(t, l, cur(streams[1]), `[101]`)
-	wantLost(t, l, cur(streams[32]), `[132]`)
+	wantLost(t, l, cur(streams[1]), `[]`)
+	wantLost(t, l, cur(streams[32]), `[]`)
 	wantLost(t, l, cur(sOpen), `["open"]`)
 }
 

@@ -171,11 +171,13 @@ func TestDecideGenerationMismatch(t *testing.T) {
 		t.Fatalf("bounds = %+v, want gen 2 floor 8 HWM 12", b)
 	}
 
-	// lost is error.data.lostRequests as JSON: the countdown (id 2) was
-	// answered after the old cursor; no stream of generation 1 is known at
-	// the other cursors, so the key is absent ("").
+	// lost is error.data.lostRequests as JSON: the countdown (id 2)
+	// finished, its response stored after the old cursor, so no request
+	// of that stream is lost (sending it again would run it twice); no
+	// stream of generation 1 is known at the other cursors, so the key is
+	// absent ("").
 	for _, tc := range []struct{ name, cursor, lost string }{
-		{"old cursor", old, `[2]`},
+		{"old cursor", old, `[]`},
 		// Same stream and sequence as a live generation-2 event: in range
 		// of the live log, still another generation.
 		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9), ""},

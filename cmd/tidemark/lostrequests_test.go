@@ -101,9 +101,8 @@ func TestLostRequestsAfterRestart(t *testing.T) {
 }
 
 // TestLostRequestsCompacted: in one process, a stream whose events
-// retention removed answers 409 cursor_compacted naming the calls whose
-// responses came after the cursor, and [] when the cursor is at its last
-// response.
+// retention removed answers 409 cursor_compacted naming the calls still
+// running, and [] for a stream whose call finished, wherever its cursor.
 func TestLostRequestsCompacted(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -122,8 +121,8 @@ func TestLostRequestsCompacted(t *testing.T) {
 		return st
 	}
 	// Call 7: the client reads the opening event only, then is cut; the
-	// call goes on.
-	st := countdown(7, 40, 5)
+	// call goes on (40 steps of 100 ms: past the resumes below).
+	st := countdown(7, 40, 100)
 	cut := firstCursor(t, st)
 	st.Close()
 	// Call 8 is read to its end; call 9 pushes the floor past it (its
@@ -144,6 +143,9 @@ func TestLostRequestsCompacted(t *testing.T) {
 	_, err = sess.Resume(ctx, cut)
 	wantLost(t, err, "cursor_compacted", `[7]`)
 	_, err = sess.Resume(ctx, end)
+	wantLost(t, err, "cursor_compacted", `[]`)
+	// Call 8 finished: a cursor before its response lists nothing either.
+	_, err = sess.Resume(ctx, evs[0].ID)
 	wantLost(t, err, "cursor_compacted", `[]`)
 }
 

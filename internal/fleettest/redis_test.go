@@ -340,6 +340,10 @@ func TestRedisOutageLongerThanLease(t *testing.T) {
 		if g, cg := se.Body.Data["generation"], se.Body.Data["cursorGeneration"]; g != json.Number("2") || cg != json.Number("1") {
 			t.Fatalf("409 for d names generation %v and cursor generation %v, want 2 and 1", g, cg)
 		}
+		// Countdown 2 finished and its response was stored: not lost.
+		if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != "[]" {
+			t.Fatalf("409 for d: lostRequests %s, want []: %s", lost, se.RawBody)
+		}
 		break
 	}
 	t.Logf("dead owner's session taken over %v after Redis answered again (lease TTL %v)", time.Since(resumed).Round(time.Millisecond), leaseTTL)
