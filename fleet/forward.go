@@ -133,6 +133,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
+			keepNamedHeaders(pr.In.Header, out.Header)
 			out.URL.Scheme, out.URL.Host, out.URL.Path, out.URL.RawPath = u.Scheme, u.Host, u.Path, u.RawPath
 			out.Host = ""
 			out.Header.Set(ForwardedByHeader, rt.leases.Owner)
@@ -196,6 +197,36 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 	logger.Debug("forwarding request", "method", r.Method)
 	proxy.ServeHTTP(w, r.WithContext(ctx))
 	return out, why
+}
+
+// hopByHop are the header fields that belong to one connection whatever
+// a Connection header says (RFC 9110, section 7.6.1; RFC 9112, section
+// 9.6; Keep-Alive, Proxy-Connection and Upgrade as net/http/httputil
+// treats them).
+var hopByHop = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// keepNamedHeaders copies back into out, a forwarded request's headers,
+// the fields of in, the request as this replica received it, that in's
+// Connection header named and the reverse proxy therefore removed. This
+// replica is the origin server of the client's request (the fleet is one
+// server; forwarding is how it serves), and it reads those fields
+// (Mcp-Session-Id, Last-Event-ID, MCP-Protocol-Version, Authorization,
+// …) as any server does, so the owner must see them too for a request to
+// answer the same at every replica. Fields that belong to a connection
+// (hopByHop) stay removed.
+func keepNamedHeaders(in, out http.Header) {
+	for _, v := range in.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if name == "" || hopByHop[name] || len(in.Values(name)) == 0 {
+				continue
+			}
+			out[name] = append([]string(nil), in.Values(name)...)
+		}
+	}
 }
 
 // await watches the lease of re's owner while a request forwarded to it

@@ -342,3 +342,97 @@ func TestForwardOwnerSilent(t *testing.T) {
 		t.Fatalf("record: owner %q gen %d %v, want a gen 1", rec.Owner, rec.Generation, err)
 	}
 }
+
+// TestForwardConnectionNamedHeaders: a client that names the MCP headers
+// in its Connection header gets the same answer from the replica that
+// does not own the session as from the owner: the replica it connected to
+// is its origin server, and the fields it reads reach the owner
+// (regression: the reverse proxy removed them as hop-by-hop, so a resume
+// naming Last-Event-ID opened a standalone stream at the owner instead of
+// replaying, and one naming Mcp-Session-Id answered 400
+// session_required).
+func TestForwardConnectionNamedHeaders(t *testing.T) {
+	ctx := testContext(t)
+	p := newPair(t, time.Minute, 0)
+	s := p.a.initialize(t, ctx, "2025-11-25")
+	evs := countdown(t, ctx, s, 2, 5, "hop")
+	from := evs[2].ID // progress 2
+	for _, named := range []string{"Last-Event-ID", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Session-Id, Last-Event-ID, MCP-Protocol-Version"} {
+		for _, r := range []struct {
+			name string
+			st   *stack
+		}{{"owner a", p.a}, {"b", p.b}} {
+			t.Run(named+" at "+r.name, func(t *testing.T) {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				on := r.st.client.SessionFor(s.Token, s.ProtocolVersion)
+				req, err := on.NewRequest(rctx, http.MethodGet, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Last-Event-ID", from)
+				req.Header.Set("Connection", "keep-alive, "+named)
+				resp, err := on.Client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := mcptest.OpenStream(resp)
+				if err != nil {
+					t.Fatalf("resume: %v, want 200 and the replay", err)
+				}
+				got, err := st.Collect()
+				st.Close()
+				if err != nil || len(got) != 1+4 {
+					t.Fatalf("resume: %v, %d events, want priming + the 4 events after progress 2", err, len(got))
+				}
+				wantResumePriming(t, got[0], from, time.Second)
+				for i, e := range got[1:] {
+					if e.ID != evs[3+i].ID || !bytes.Equal(e.Data, evs[3+i].Data) {
+						t.Fatalf("replayed event %d: %s %s, want %s %s", i+1, e.ID, e.Data, evs[3+i].ID, evs[3+i].Data)
+					}
+				}
+
+				// A POST naming the session's headers is answered too.
+				body, err := mcptest.Encode(mcptest.ToolCall(int64(100+len(named)), "echo", map[string]any{"text": "hop"}, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req, err = on.NewRequest(rctx, http.MethodPost, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Connection", "keep-alive, "+named)
+				resp, err = on.Client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs, err := mcptest.ReadAnswer(resp)
+				if err != nil || len(msgs) != 1 {
+					t.Fatalf("echo: %v, %v; want its answer", msgs, err)
+				}
+			})
+		}
+	}
+	// An unsupported MCP-Protocol-Version named in Connection is refused
+	// alike at both.
+	for _, r := range []struct {
+		name string
+		st   *stack
+	}{{"owner a", p.a}, {"b", p.b}} {
+		on := r.st.client.SessionFor(s.Token, "1999-01-01")
+		req, err := on.NewRequest(ctx, http.MethodGet, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Last-Event-ID", from)
+		req.Header.Set("Connection", "keep-alive, MCP-Protocol-Version")
+		resp, err := on.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusalOf(t, resp, http.StatusBadRequest, replay.ReasonProtocolVersion.String())
+	}
+	if rec, err := p.st.Get(ctx, s.Token); err != nil || rec.Owner != "a" || rec.Generation != 1 {
+		t.Fatalf("record: owner %q gen %d %v, want a gen 1", rec.Owner, rec.Generation, err)
+	}
+}
