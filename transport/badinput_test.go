@@ -77,6 +77,7 @@ func TestBadInput(t *testing.T) {
 		status  int
 		reason  string
 		code    int64
+		id      string // the refusal's id as JSON; "": null
 		check   func(t *testing.T, se *mcptest.StatusError)
 	}{
 		// Mcp-Session-Id
@@ -157,7 +158,7 @@ func TestBadInput(t *testing.T) {
 		{name: "body over the limit", req: post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
 			strings.Repeat("x", badInputBodyLimit) + `"}}}`)), status: 413, reason: "body_too_large", code: -32600},
 		{name: "unsupported protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-10-07") }),
-			status: 400, reason: "protocol_version", code: -32022,
+			status: 400, reason: "protocol_version", code: -32022, id: "1",
 			check: wantUnsupported(`unsupported MCP-Protocol-Version "2024-10-07": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"2024-10-07", served...)},
 		{name: "protocol version that is not a date", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "latest") }),
@@ -165,7 +166,7 @@ func TestBadInput(t *testing.T) {
 			check: wantUnsupported(`MCP-Protocol-Version "latest" is not a protocol version (YYYY-MM-DD): this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"latest", served...)},
 		{name: "repeated protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Add("Mcp-Protocol-Version", "2025-11-25") }),
-			status: 400, reason: "protocol_version", code: -32600},
+			status: 400, reason: "protocol_version", code: -32600, id: "1"},
 		{name: "hostile Origin on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
 			status: 403, reason: "origin_forbidden", code: -32000},
 		{name: "hostile Origin on resume", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
@@ -277,7 +278,7 @@ func TestBadInput(t *testing.T) {
 		// basic/transports, "Protocol Version Header"; MCP 2026-07-28,
 		// basic/versioning: UnsupportedProtocolVersionError, -32022).
 		{name: "protocol version after 2026-07-28 on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2099-01-01") }),
-			status: 400, reason: "protocol_version", code: -32022,
+			status: 400, reason: "protocol_version", code: -32022, id: "1",
 			check: wantUnsupported(`unsupported MCP-Protocol-Version "2099-01-01": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"2099-01-01", served...)},
 		{name: "protocol version after 2026-07-28 on GET", req: with(get(), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2026-07-29") }),
@@ -290,7 +291,7 @@ func TestBadInput(t *testing.T) {
 				"2030-13-45", served...)},
 		{name: "protocol version after 2026-07-28 with the era's _meta", req: with(post([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}`)),
 			func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2099-01-01") }),
-			status: 400, reason: "protocol_version", code: -32022,
+			status: 400, reason: "protocol_version", code: -32022, id: "1",
 			check: wantUnsupported(`unsupported MCP-Protocol-Version "2099-01-01": this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"2099-01-01", served...)},
 
@@ -339,7 +340,12 @@ func TestBadInput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			se := refusalOf(t, resp, tc.status, tc.reason)
+			id := tc.id
+			if id == "" {
+				id = "null"
+			}
+			se := mcptest.ReadStatusError(resp)
+			checkRefusalID(t, se, tc.status, tc.reason, id)
 			if se.Body.Code != tc.code {
 				t.Fatalf("code = %d, want %d", se.Body.Code, tc.code)
 			}

@@ -148,7 +148,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) *refusal {
 		return h.refuseStateful(r, hdr)
 	}
 	if hdr.versionRef != nil {
-		return hdr.versionRef
+		return h.withRequestID(r, hdr.versionRef)
 	}
 	if h.shuttingDown() {
 		return refuse(replay.ReasonUnavailable, "server is shutting down; retry against another replica or later")

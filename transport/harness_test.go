@@ -197,14 +197,22 @@ func wantRefusal(t *testing.T, err error, status int, reason string) *mcptest.St
 // checkRefusal checks a refusal's status, reason, media type and null id.
 func checkRefusal(t *testing.T, se *mcptest.StatusError, status int, reason string) {
 	t.Helper()
+	checkRefusalID(t, se, status, reason, "null")
+}
+
+// checkRefusalID is checkRefusal for a refusal whose id is id, the JSON
+// of the request's id: a refusal of a POST holding one request that names
+// it once the body is read.
+func checkRefusalID(t *testing.T, se *mcptest.StatusError, status int, reason, id string) {
+	t.Helper()
 	if se.Status != status || se.Reason() != reason {
 		t.Fatalf("got HTTP %d reason %q (body %q), want HTTP %d reason %q", se.Status, se.Reason(), se.RawBody, status, reason)
 	}
 	if ct := se.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("refusal Content-Type = %q, want application/json", ct)
 	}
-	if string(se.Body.ID) != "null" {
-		t.Fatalf("refusal id = %s, want null", se.Body.ID)
+	if string(se.Body.ID) != id {
+		t.Fatalf("refusal id = %s, want %s", se.Body.ID, id)
 	}
 }
 

@@ -177,6 +177,21 @@ func (h *Handler) sessionlessToolScopes(r *http.Request) *refusal {
 	return h.toolScopes(r, []*jsonrpc.Request{req})
 }
 
+// withRequestID returns ref, refusing r before its body was read, with
+// the id of the request r's body holds when it is one request (a POST):
+// every error answer carries the id of the request it answers (JSON-RPC
+// 2.0, section 5; the MCP conformance suite's server-stateless scenario
+// checks it of the 400 protocol_version answer).
+func (h *Handler) withRequestID(r *http.Request, ref *refusal) *refusal {
+	if r.Method != http.MethodPost {
+		return ref
+	}
+	if call := h.sessionlessCall(r, `"id"`); call != nil {
+		ref.id = call.ID
+	}
+	return ref
+}
+
 // sessionlessCall returns the request with an id that r's body holds,
 // putting the body back for the next reader, when the body contains mark
 // (a cheap test before decoding). It returns nil for a notification, a

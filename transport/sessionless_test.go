@@ -406,7 +406,14 @@ func TestSessionlessNotServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		se := refusalOf(t, resp, http.StatusBadRequest, "protocol_version")
+		// A POST holding one request is answered under its id; a GET
+		// has none.
+		id := "null"
+		if method == http.MethodPost {
+			id = "1"
+		}
+		se := mcptest.ReadStatusError(resp)
+		checkRefusalID(t, se, http.StatusBadRequest, "protocol_version", id)
 		if se.Body.Code != -32022 {
 			t.Fatalf("%s: code %d, want -32022", method, se.Body.Code)
 		}
