@@ -165,7 +165,11 @@ func (c *conn) readAnswer(ctx context.Context, cl *call, resp *http.Response, wi
 	case answerError:
 		c.answerFromError(ctx, cl, readStatusError(cl.method, resp))
 	case answerAccepted:
-		c.failCall(cl, replay.ReasonUpstreamError, "the upstream MCP server "+readNoAnswer(resp))
+		what := "the call"
+		if cl.method != "tools/call" {
+			what = cl.method
+		}
+		c.failCall(cl, replay.ReasonUpstreamError, "the upstream MCP server "+readNoAnswer(resp, what))
 	case answerJSON:
 		msgs, err := readJSON(resp)
 		if err != nil {

@@ -158,19 +158,20 @@ func kindOf(resp *http.Response, withSession bool) answerKind {
 }
 
 // readNoAnswer reads (at most wire.MaxRefusalBody bytes) and closes resp,
-// a 2xx answer to a call that holds no answer (answerAccepted), and says
-// what came instead of application/json or text/event-stream, the two
+// a 2xx answer to a request that holds no answer (answerAccepted), and
+// says what came instead of application/json or text/event-stream, the two
 // answers a server gives a request (MCP 2025-11-25, "Sending Messages to
 // the Server"): the status, the Content-Type and the body's size, e.g.
 // "answered the call with HTTP 200 with Content-Type text/html, 19
-// bytes, not JSON or SSE: ...", then what to check.
-func readNoAnswer(resp *http.Response) string {
+// bytes, not JSON or SSE: ...", then what to check. what names the
+// request: "the call", or the method of the gateway's own request.
+func readNoAnswer(resp *http.Response, what string) string {
 	n, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, wire.MaxRefusalBody+1))
 	resp.Body.Close()
 	const check = ": an MCP server answers a request with application/json or text/event-stream " +
 		"(MCP 2025-11-25, basic/transports); check that --upstream names the MCP endpoint of a running server"
 	if n == 0 {
-		return fmt.Sprintf("accepted the call without answering it (HTTP %d, no body)%s", resp.StatusCode, check)
+		return fmt.Sprintf("accepted %s without answering it (HTTP %d, no body)%s", what, resp.StatusCode, check)
 	}
 	ctype := "no Content-Type"
 	if raw := resp.Header.Get("Content-Type"); raw != "" {
@@ -184,9 +185,9 @@ func readNoAnswer(resp *http.Response) string {
 		size = "1 byte"
 	}
 	if resp.StatusCode == http.StatusAccepted {
-		return fmt.Sprintf("accepted the call without answering it (HTTP 202 with %s, %s)%s", ctype, size, check)
+		return fmt.Sprintf("accepted %s without answering it (HTTP 202 with %s, %s)%s", what, ctype, size, check)
 	}
-	return fmt.Sprintf("answered the call with HTTP %d with %s, %s, not JSON or SSE%s", resp.StatusCode, ctype, size, check)
+	return fmt.Sprintf("answered %s with HTTP %d with %s, %s, not JSON or SSE%s", what, resp.StatusCode, ctype, size, check)
 }
 
 // statusError is an upstream HTTP error answer.

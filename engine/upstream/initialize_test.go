@@ -4,6 +4,7 @@ package upstream_test
 // answers it: the initialize is bounded by Options.Timeout, a call is not.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,4 +235,63 @@ func TestCallOutlastsTimeout(t *testing.T) {
 	if got := toolText(t, response(t, evs)); got != "countdown of 3 finished" {
 		t.Errorf("result %q, want %q", got, "countdown of 3 finished")
 	}
+}
+
+// TestInitializeAnsweredNeitherJSONNorSSE: an upstream that answers
+// initialize with 200 text/plain fails the client's initialize with a
+// message that says what came and what to check (regression: "the upstream
+// answered initialize without its response (<nil>)").
+func TestInitializeAnsweredNeitherJSONNorSSE(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	g := newGateway(t, srv.URL+"/mcp", upstream.Options{})
+	initializeFails(t, g, `1: -32603 {"generation":1,"reason":"upstream_error"} the upstream MCP server answered initialize `+
+		`with HTTP 200 with Content-Type text/plain, 5 bytes, not JSON or SSE: an MCP server answers a request with `+
+		`application/json or text/event-stream (MCP 2025-11-25, basic/transports); check that --upstream names the MCP `+
+		`endpoint of a running server`)
+}
+
+// TestRestoreAnsweredNeitherJSONNorSSE: the gateway's own initialize (the
+// restore of a session the upstream lost) answered 200 text/plain is
+// logged with what came (regression: "the upstream answered initialize
+// without its response (<nil>)").
+func TestRestoreAnsweredNeitherJSONNorSSE(t *testing.T) {
+	var inits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		m, _ := jsonrpc.DecodeMessage(body)
+		req, ok := m.(*jsonrpc.Request)
+		switch {
+		case !ok || !req.IsCall():
+			w.WriteHeader(http.StatusAccepted)
+		case req.Method == "initialize" && inits.Add(1) == 1:
+			w.Header().Set("Mcp-Session-Id", "up-1")
+			w.Header().Set("Content-Type", "application/json")
+			id, _ := json.Marshal(req.ID.Raw())
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`, id)
+		case req.Method == "initialize":
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "hello")
+		default:
+			http.Error(w, "session not found", http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx := testContext(t)
+	g := newGateway(t, srv.URL+"/mcp", upstream.Options{})
+	s := g.initialize(t, ctx)
+	// The first call finds the upstream session lost; the next request
+	// re-creates the session, whose restore sends initialize.
+	s.Call(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
+	s.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
+	want := `the upstream MCP server answered initialize with HTTP 200 with Content-Type text/plain, 5 bytes, not JSON or SSE`
+	waitFor(t, "the restore's failure in the log", func() bool { return strings.Contains(g.logs.String(), want) })
 }

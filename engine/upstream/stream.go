@@ -235,7 +235,7 @@ func (c *conn) exchange(ctx context.Context, req *jsonrpc.Request, hdr http.Head
 			return nil, se
 		}
 	case answerAccepted:
-		wire.Drain(resp)
+		return nil, errors.New("the upstream MCP server " + readNoAnswer(resp, req.Method))
 	case answerJSON:
 		var msgs []jsonrpc.Message
 		if msgs, err = readJSON(resp); err == nil {
@@ -248,8 +248,11 @@ func (c *conn) exchange(ctx context.Context, req *jsonrpc.Request, hdr http.Head
 	case answerSSE:
 		_, _, _, err = c.readStream(resp, "", 0, mine)
 	}
-	if answer == nil {
-		return nil, fmt.Errorf("the upstream answered %s without its response (%v)", req.Method, err)
+	switch {
+	case answer == nil && err != nil:
+		return nil, fmt.Errorf("the upstream answered %s without its response: %v", req.Method, err)
+	case answer == nil:
+		return nil, fmt.Errorf("the upstream answered %s without its response", req.Method)
 	}
 	return answer, nil
 }
