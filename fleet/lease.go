@@ -217,12 +217,13 @@ func (w Waiting) String() string {
 // generation that held the session then, with the lease seen then) whose
 // answer has not begun, at now, from rec, the session's record as last
 // read, and since (Remote: the owner holds the session also for a lease
-// TTL after this replica's store answered again). The wait lasts while the owner holds its lease, and, unless whole
-// (an answer that comes in one piece, application/json, whose headers come
-// with the end of the call), at most one lease TTL after sent: this
-// replica's TTL, or the lease seen when sent, whichever is longer. With
-// WaitOn it returns when to decide again: the lease's expiry, or that
-// bound, whichever comes first.
+// TTL after this replica's store answered again). The wait lasts while
+// the owner holds its lease, and, unless whole (an answer that comes in
+// one piece, application/json, whose headers come with the end of the
+// call), at most one lease TTL after sent: this replica's TTL, or the
+// lease seen when sent, whichever is longer. With WaitOn it returns when
+// to decide again: the lease's expiry, or that bound, whichever comes
+// first.
 func (l Leases) Await(held RemoteError, rec store.Record, sent, now, since time.Time, whole bool) (Waiting, time.Time) {
 	re := l.Remote(rec, now, since)
 	if re == nil || rec.Owner != held.Owner || rec.Generation != held.Generation {
