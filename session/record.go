@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // priorKey is the member of a record's State that holds the ledgers of
@@ -35,6 +36,18 @@ func encodeState(st *engine.State, prior []ledger) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(m)
+}
+
+// ProtocolVersion returns the protocol version rec's session negotiated,
+// as its saved state says ("" when it saved none, or the state cannot be
+// read): what a request that needs no live session (DELETE) is checked
+// against.
+func ProtocolVersion(rec store.Record) string {
+	st, _, err := decodeState(rec.State)
+	if err != nil || st == nil {
+		return ""
+	}
+	return st.ProtocolVersion
 }
 
 // decodeState reads a record's State: the engine state (nil when the

@@ -53,6 +53,12 @@ func TestBadInput(t *testing.T) {
 			return req
 		}
 	}
+	del := func() func(*mcptest.Session) *http.Request {
+		return func(s *mcptest.Session) *http.Request {
+			req, _ := s.NewRequest(ctx, http.MethodDelete, nil)
+			return req
+		}
+	}
 	get := func(lastEventID ...string) func(*mcptest.Session) *http.Request {
 		return func(s *mcptest.Session) *http.Request {
 			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
@@ -310,6 +316,12 @@ func TestBadInput(t *testing.T) {
 			status: 400, reason: "protocol_version", code: -32022,
 			check: wantUnsupported(`MCP-Protocol-Version "2025-03-26" contradicts this session, which negotiated 2025-11-25: send MCP-Protocol-Version: 2025-11-25, or initialize a new session to speak 2025-03-26`,
 				"2025-03-26", "2025-11-25")},
+		// DELETE too: a DELETE whose header contradicts the session ends
+		// nothing (regression: it answered 204 and the session was gone).
+		{name: "2025-06-18 header on a 2025-11-25 session's DELETE", req: with(del(), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-06-18") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-06-18" contradicts this session, which negotiated 2025-11-25: send MCP-Protocol-Version: 2025-11-25, or initialize a new session to speak 2025-06-18`,
+				"2025-06-18", "2025-11-25")},
 		{name: "2025-11-25 header on a 2025-03-26 session's POST", session: v0326, req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-11-25") }),
 			status: 400, reason: "protocol_version", code: -32022,
 			check: wantUnsupported(`MCP-Protocol-Version "2025-11-25" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2025-11-25`,

@@ -23,7 +23,8 @@ import (
 // which starts nothing: 503 when the store cannot say) and bound to this
 // user, if to any (another user's session, live or ended, is 404
 // session_not_found, as an unknown one), then live (404 session_not_found
-// naming its state).
+// naming its state), then MCP-Protocol-Version, when present, the one the
+// session negotiated (400 protocol_version, as on POST and GET).
 func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	if hdr.tokenRef != nil {
 		return hdr.tokenRef
@@ -41,6 +42,11 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 		return lookupRefusal(session.ErrForbidden)
 	case status != replay.Live:
 		return refuse(replay.ReasonSessionNotFound, status.NotFoundMessage())
+	}
+	if _, ref := negotiatedVersion(session.ProtocolVersion(rec), hdr.version); ref != nil {
+		// A header that contradicts the session ends nothing, as it
+		// serves nothing on POST and GET.
+		return ref
 	}
 	if err := h.reg.End(ctx, token, store.EndDeleted); err != nil && !errors.Is(err, store.ErrEnded) {
 		return lookupRefusal(err)

@@ -161,7 +161,12 @@ func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token stri
 // rather than served in a shape the session did not negotiate. A session
 // that recorded no version is served by the header's.
 func sessionVersion(live *session.Live, header string) (string, *refusal) {
-	negotiated := live.ProtocolVersion()
+	return negotiatedVersion(live.ProtocolVersion(), header)
+}
+
+// negotiatedVersion is sessionVersion for a session that negotiated
+// negotiated ("" when it recorded none).
+func negotiatedVersion(negotiated, header string) (string, *refusal) {
 	switch {
 	case negotiated == "":
 		return header, nil
