@@ -133,6 +133,19 @@ func (s *streamCalls) lost() RequestIDs {
 	return ids
 }
 
+// undelivered returns the requests whose responses a reader that has
+// read up to sequence after has not received: stored after it, or not
+// stored at all while the stream did not end.
+func (s *streamCalls) undelivered(after uint64) RequestIDs {
+	ids := RequestIDs{}
+	for i, id := range s.IDs {
+		if a := s.Answered[i]; a > after || (a == 0 && !s.Ended) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // ledger is the streams of one generation, by ascending stream number.
 type ledger struct {
 	// Generation is the generation the streams belong to.
@@ -238,14 +251,14 @@ func (g *ledger) prune() {
 	}
 }
 
-// lost returns the requests of stream whose calls did not finish, and
-// whether the ledger can tell.
-func (g *ledger) lost(stream uint64) (RequestIDs, bool) {
+// pick returns pick of stream's calls, and false when g knows no such
+// stream.
+func (g *ledger) pick(stream uint64, pick func(*streamCalls) RequestIDs) (RequestIDs, bool) {
 	s := g.find(stream)
 	if s == nil {
 		return nil, false
 	}
-	return s.lost(), true
+	return pick(s), true
 }
 
 // LostRequests returns the requests that the stream cursor c names
@@ -260,6 +273,23 @@ func (g *ledger) lost(stream uint64) (RequestIDs, bool) {
 // see ledgerFinished and priorGenerations). The transport puts the list
 // in the 409's error.data.lostRequests.
 func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
+	return l.streamRequests(c, (*streamCalls).lost)
+}
+
+// Undelivered returns the requests that the stream cursor c names carried
+// and whose responses a reader that has read up to c has not received:
+// stored after c's sequence, or not stored at all. When the session ends
+// by DELETE, the transport answers these on the stream, whose log is gone
+// (transport, deletedAnswers). ok is as LostRequests'.
+func (l *Live) Undelivered(c replay.Cursor) (ids RequestIDs, ok bool) {
+	return l.streamRequests(c, func(s *streamCalls) RequestIDs { return s.undelivered(c.Sequence) })
+}
+
+// streamRequests returns pick of the calls of the stream cursor c names,
+// once no response of that stream is being stored: empty for the
+// standalone stream, ok false for a generation or a stream the session
+// keeps no ledger of.
+func (l *Live) streamRequests(c replay.Cursor, pick func(*streamCalls) RequestIDs) (ids RequestIDs, ok bool) {
 	if c.Stream == replay.StandaloneStream {
 		return RequestIDs{}, true
 	}
@@ -272,11 +302,11 @@ func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
 			}
 			l.settled.Wait()
 		}
-		return l.ledger.lost(c.Stream)
+		return l.ledger.pick(c.Stream, pick)
 	}
 	for i := range l.prior {
 		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
-			return g.lost(c.Stream)
+			return g.pick(c.Stream, pick)
 		}
 	}
 	return nil, false

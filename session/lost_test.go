@@ -298,3 +298,70 @@ func TestLostRequestsTrimmedOpening(t *testing.T) {
 	wantLost(t, l2, cur(s2), `["slow"]`)
 	wantLost(t, l2, cur(s1), "unknown")
 }
+
+// TestUndelivered: for a cursor of a POST stream, Undelivered names the
+// requests whose responses a reader at that cursor has not received,
+// stored after it or not stored at all: what a DELETE answers on the
+// stream, whose log is gone (regression: the transport asked
+// LostRequests, which leaves out a response stored after the cursor, and
+// a call whose answer was stored but not yet read got neither its answer
+// nor the DELETE's error).
+func TestUndelivered(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
+	s1, err := l.OpenStream(ctx, calls, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := streamEvents(t, l, s1)
+	first, last := evs[0].Seq, evs[1].Seq
+	// The two calls run at once: the second response is either's.
+	second, err := jsonrpc.DecodeMessage(evs[1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondIDs, err := json.Marshal(session.RequestIDs{second.(*jsonrpc.Response).ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stream, seq uint64
+		want        string
+	}{
+		{s1, s1, `["a",5]`},
+		{s1, first, string(secondIDs)},
+		{s1, last, `[]`},
+		{s2, s2, `[9]`},
+		{replay.StandaloneStream, 1, `[]`},
+		{s2 + 100, s2, "unknown"},
+	} {
+		ids, ok := l.Undelivered(replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: tc.stream, Sequence: tc.seq})
+		got := "unknown"
+		if ok {
+			b, err := json.Marshal(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = string(b)
+		}
+		if got != tc.want {
+			t.Errorf("Undelivered(stream %d seq %d) = %s, want %s", tc.stream, tc.seq, got, tc.want)
+		}
+	}
+}

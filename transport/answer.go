@@ -152,7 +152,7 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 				return refuse(replay.ReasonUnavailable,
 					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again")
 			case ctx.Err() == nil:
-				if answers := h.deletedAnswers(live, streamID, rd.Position(), err); len(answers) > 0 {
+				if answers := h.deletedAnswers(live, streamID, rd.Position()); len(answers) > 0 {
 					// The client ended the session: the calls not
 					// answered yet are answered with that.
 					out = append(out, answers...)

@@ -60,10 +60,11 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 const deletedMessage = "the client ended the session (DELETE) before this request was answered: its answer will not come; send initialize to start a new session"
 
 // deletedAnswers returns the answers of the requests of stream, a stream
-// of live's generation whose reader stopped with err after sequence
-// after, when err says the session ended and the registry says it ended by
-// DELETE: one JSON-RPC error per request of the stream whose answer comes
-// after that sequence or never came (session.Live.LostRequests), code
+// of live's generation whose reader stopped with an error after sequence
+// after, when the registry says the session ended by DELETE (whatever
+// error the reader saw: the session's end, or a read of a log being
+// removed): one JSON-RPC error per request of the stream whose answer
+// comes after that sequence or never came (session.Live.Undelivered), code
 // -32001 with reason deleted (replay.ReasonDeleted), each an encoded
 // message. It returns nil for any other end, for the standalone stream,
 // which carries no request, and for a stream the session keeps no ledger
@@ -73,16 +74,13 @@ const deletedMessage = "the client ended the session (DELETE) before this reques
 // answer, which the stream may carry before it ends (MCP 2025-11-25,
 // basic/transports, "Sending Messages to the Server": the stream ends
 // once every request of it is answered).
-func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64, err error) []json.RawMessage {
-	if !errors.Is(err, store.ErrEnded) && !errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
+func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64) []json.RawMessage {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
 	defer cancel()
 	if status, _, serr := h.reg.Status(ctx, live.Token()); serr != nil || status != replay.Deleted {
 		return nil
 	}
-	ids, ok := live.LostRequests(replay.Cursor{Generation: live.Generation(), Stream: stream, Sequence: after})
+	ids, ok := live.Undelivered(replay.Cursor{Generation: live.Generation(), Stream: stream, Sequence: after})
 	if !ok || len(ids) == 0 {
 		return nil
 	}

@@ -205,7 +205,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 				h.endAtShutdown(l, rd, sw)
 			case ctx.Err() == nil:
 				l.Logger().Info("stream closed", "stream", s.stream, "reason", streamEndReason(err), "position", rd.Position())
-				h.endDeleted(l, s.stream, rd.Position(), sw, err)
+				h.endDeleted(l, s.stream, rd.Position(), sw)
 			}
 			return nil
 		}
@@ -315,13 +315,13 @@ func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWri
 	sw.writeFinal(b)
 }
 
-// endDeleted ends a stream whose reader stopped with err after sequence
-// after because its client ended the session with DELETE: each request of
-// the stream not answered by then gets its JSON-RPC error (deletedAnswers)
-// in an event with no id, which cannot be resumed, as the stream's last
-// frame.
-func (h *Handler) endDeleted(l *session.Live, stream, after uint64, sw *sseWriter, err error) {
-	answers := h.deletedAnswers(l, stream, after, err)
+// endDeleted ends a stream whose reader stopped with an error after
+// sequence after because its client ended the session with DELETE: each
+// request of the stream not answered by then gets its JSON-RPC error
+// (deletedAnswers) in an event with no id, which cannot be resumed, as
+// the stream's last frame.
+func (h *Handler) endDeleted(l *session.Live, stream, after uint64, sw *sseWriter) {
+	answers := h.deletedAnswers(l, stream, after)
 	if len(answers) == 0 {
 		return
 	}
