@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -61,7 +62,7 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 	// starts just before it.
 	after := streamID - 1
 	if asJSON {
-		return h.answerJSON(ctx, w, live, streamID, after, p.batch)
+		return h.answerJSON(ctx, w, live, streamID, after, p.batch, p.calls)
 	}
 	s := stream{live: live, stream: streamID, after: after, unprimed: !primed, kind: metrics.StreamPost}
 	if primed {
@@ -137,7 +138,7 @@ func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, strea
 // instead of a connection cut without a body; when the client ended the
 // session with DELETE, the calls not answered yet get the error that says
 // so (deletedAnswers) in the body.
-func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool) *refusal {
+func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool, calls []*jsonrpc.Request) *refusal {
 	rd := live.Reader(streamID, after)
 	var out []json.RawMessage
 	ctx, cancel := context.WithCancel(ctx)
@@ -152,7 +153,7 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 				return refuse(replay.ReasonUnavailable,
 					"the server is shutting down before the call answered; a JSON response cannot be resumed: send the request again")
 			case ctx.Err() == nil:
-				if answers := h.deletedAnswers(live, streamID, rd.Position()); len(answers) > 0 {
+				if answers := h.deletedAnswers(live, streamID, rd.Position(), unanswered(calls, out)); len(answers) > 0 {
 					// The client ended the session: the calls not
 					// answered yet are answered with that.
 					out = append(out, answers...)
@@ -185,4 +186,21 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 	w.WriteHeader(http.StatusOK)
 	w.Write(body)
 	return nil
+}
+
+// unanswered returns the ids of calls that no response of out answers:
+// the calls of a JSON answer still waiting when its session ended.
+func unanswered(calls []*jsonrpc.Request, out []json.RawMessage) session.RequestIDs {
+	ids := make(session.RequestIDs, 0, len(calls))
+	for _, c := range calls {
+		ids = append(ids, c.ID)
+	}
+	for _, m := range out {
+		if msg, err := jsonrpc.DecodeMessage(m); err == nil {
+			if r, ok := msg.(*jsonrpc.Response); ok {
+				ids = slices.DeleteFunc(ids, func(id jsonrpc.ID) bool { return id == r.ID })
+			}
+		}
+	}
+	return ids
 }

@@ -66,22 +66,27 @@ const deletedMessage = "the client ended the session (DELETE) before this reques
 // removed): one JSON-RPC error per request of the stream whose answer
 // comes after that sequence or never came (session.Live.Undelivered), code
 // -32001 with reason deleted (replay.ReasonDeleted), each an encoded
-// message. It returns nil for any other end, for the standalone stream,
-// which carries no request, and for a stream the session keeps no ledger
-// of. The answers are never stored: the session's log is gone, and a
+// message. When the session keeps no ledger of the stream (its answers
+// were lost with the generation the DELETE ended) it answers fallback,
+// the calls the caller knows are unanswered (nil: none). It returns nil
+// for any other end, and for the standalone stream, which carries no
+// request. The answers are never stored: the session's log is gone, and a
 // resume of the stream answers 404 session_not_found. The client asked
 // for the end, so a request of the stream still in flight then gets its
 // answer, which the stream may carry before it ends (MCP 2025-11-25,
 // basic/transports, "Sending Messages to the Server": the stream ends
 // once every request of it is answered).
-func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64) []json.RawMessage {
+func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64, fallback session.RequestIDs) []json.RawMessage {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
 	defer cancel()
 	if status, _, serr := h.reg.Status(ctx, live.Token()); serr != nil || status != replay.Deleted {
 		return nil
 	}
 	ids, ok := live.Undelivered(replay.Cursor{Generation: live.Generation(), Stream: stream, Sequence: after})
-	if !ok || len(ids) == 0 {
+	if !ok {
+		ids = fallback
+	}
+	if len(ids) == 0 {
 		return nil
 	}
 	data, _ := json.Marshal(map[string]any{"reason": replay.ReasonDeleted})

@@ -321,7 +321,7 @@ func (h *Handler) endAtShutdown(l *session.Live, rd *eventlog.Reader, sw *sseWri
 // (deletedAnswers) in an event with no id, which cannot be resumed, as
 // the stream's last frame.
 func (h *Handler) endDeleted(l *session.Live, stream, after uint64, sw *sseWriter) {
-	answers := h.deletedAnswers(l, stream, after)
+	answers := h.deletedAnswers(l, stream, after, nil)
 	if len(answers) == 0 {
 		return
 	}
