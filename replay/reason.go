@@ -266,7 +266,9 @@ const (
 	ReasonDeleted Reason = "deleted"
 	// ReasonIdle: no request for the idle TTL.
 	ReasonIdle Reason = "idle"
-	// ReasonSuperseded: replaced by a newer session.
+	// ReasonSuperseded: replaced by a newer session (an initialize that
+	// named the session's token); also the reason of the error that
+	// answers a call of that session still in flight then.
 	ReasonSuperseded Reason = "superseded"
 	// ReasonShutdown: the server shut down (a store that does not outlive
 	// the process ends its sessions; a draining server refuses calls).

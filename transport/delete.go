@@ -59,14 +59,20 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request, hdr header
 // its client ended with DELETE before the request was answered.
 const deletedMessage = "the client ended the session (DELETE) before this request was answered: its answer will not come; send initialize to start a new session"
 
+// supersededMessage is the error message that answers a request whose
+// session its client replaced with a new initialize (naming the session's
+// token) before the request was answered.
+const supersededMessage = "the client initialized a new session in place of this one before this request was answered: its answer will not come; send it on the new session"
+
 // deletedAnswers returns the answers of the requests of stream, a stream
 // of live's generation whose reader stopped with an error after sequence
-// after, when the registry says the session ended by DELETE (whatever
-// error the reader saw: the session's end, or a read of a log being
-// removed): one JSON-RPC error per request of the stream whose answer
-// comes after that sequence or never came (session.Live.Undelivered), code
-// -32001 with reason deleted (replay.ReasonDeleted), each an encoded
-// message. When the session keeps no ledger of the stream (its answers
+// after, when the registry says the session ended by DELETE, or by a new
+// initialize that named its token, whatever error the reader saw (the
+// session's end, or a read of a log being removed): one JSON-RPC error
+// per request of the stream whose answer comes after that sequence or
+// never came (session.Live.Undelivered), code -32001 with reason deleted
+// (replay.ReasonDeleted) or superseded (replay.ReasonSuperseded), each an
+// encoded message. When the session keeps no ledger of the stream (its answers
 // were lost with the generation the DELETE ended) it answers fallback,
 // the calls the caller knows are unanswered (nil: none). It returns nil
 // for any other end, and for the standalone stream, which carries no
@@ -79,7 +85,14 @@ const deletedMessage = "the client ended the session (DELETE) before this reques
 func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64, fallback session.RequestIDs) []json.RawMessage {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
 	defer cancel()
-	if status, _, serr := h.reg.Status(ctx, live.Token()); serr != nil || status != replay.Deleted {
+	status, _, serr := h.reg.Status(ctx, live.Token())
+	reason, message := replay.ReasonDeleted, deletedMessage
+	switch {
+	case serr != nil:
+		return nil
+	case status == replay.Superseded:
+		reason, message = replay.ReasonSuperseded, supersededMessage
+	case status != replay.Deleted:
 		return nil
 	}
 	ids, ok := live.Undelivered(replay.Cursor{Generation: live.Generation(), Stream: stream, Sequence: after})
@@ -89,11 +102,11 @@ func (h *Handler) deletedAnswers(live *session.Live, stream, after uint64, fallb
 	if len(ids) == 0 {
 		return nil
 	}
-	data, _ := json.Marshal(map[string]any{"reason": replay.ReasonDeleted})
+	data, _ := json.Marshal(map[string]any{"reason": reason})
 	out := make([]json.RawMessage, 0, len(ids))
 	for _, id := range ids {
 		b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{
-			Code: codeSessionNotFound, Message: deletedMessage, Data: data,
+			Code: codeSessionNotFound, Message: message, Data: data,
 		}})
 		if err == nil {
 			out = append(out, b)

@@ -664,3 +664,29 @@ func wantDeletedAnswer(t *testing.T, s *mcptest.Stream, id int) {
 	}
 	wantEOF(t, s)
 }
+
+// TestSupersedeWithCallInFlight: a client that initializes again naming
+// its session's token while a call of that session is in flight gets, on
+// the call's stream, a JSON-RPC error for its id with reason superseded in
+// an event with no id, then the stream's end (regression: the stream just
+// ended, and the client never learned its call's fate).
+func TestSupersedeWithCallInFlight(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	p, err := s.Call(ctx, gatedCall(2, "never", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	next(t, p)
+	supersede(t, ctx, s)
+	want := `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"the client initialized a new session in place of this one before this request was answered: its answer will not come; send it on the new session","data":{"reason":"superseded"}}}`
+	e := next(t, p)
+	if e.HasID || string(e.Data) != want {
+		t.Fatalf("after the new initialize: event id %q (%v) data %s; want no id, data %s", e.ID, e.HasID, e.Data, want)
+	}
+	wantEOF(t, p)
+}
