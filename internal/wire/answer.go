@@ -63,13 +63,14 @@ func ReadResponse(resp *http.Response, id jsonrpc.ID, max int) (*jsonrpc.Respons
 }
 
 // EndedByDelete reports whether msg, the message of ev, is the answer a
-// Tidemark server ends a request's stream with when the client ended the
-// request's session with DELETE before the request was answered: a
-// JSON-RPC error response whose error.data.reason is replay.ReasonDeleted,
-// in an event with no id (it is not stored, and a resume of the stream
-// answers 404 session_not_found). A reader that resumes streams takes it
-// for the stream's end: its resume then reports the session lost, as any
-// other end of a deleted session's stream does.
+// Tidemark server ends a request's stream with when the request's session
+// ended before the request was answered, by DELETE or by a new initialize
+// that named its token: a JSON-RPC error response whose error.data.reason
+// is replay.ReasonDeleted or replay.ReasonSuperseded, in an event with no
+// id (it is not stored, and a resume of the stream answers 404
+// session_not_found). A reader that resumes streams takes it for the
+// stream's end: its resume then reports the session lost, as any other
+// end of an ended session's stream does.
 func EndedByDelete(ev sse.Event, msg jsonrpc.Message) bool {
 	r, ok := msg.(*jsonrpc.Response)
 	if !ok || ev.HasID || r.Error == nil {
@@ -82,5 +83,5 @@ func EndedByDelete(ev sse.Event, msg jsonrpc.Message) bool {
 	var data struct {
 		Reason replay.Reason `json:"reason"`
 	}
-	return json.Unmarshal(we.Data, &data) == nil && data.Reason == replay.ReasonDeleted
+	return json.Unmarshal(we.Data, &data) == nil && (data.Reason == replay.ReasonDeleted || data.Reason == replay.ReasonSuperseded)
 }

@@ -43,8 +43,9 @@ func TestReadResponse(t *testing.T) {
 	}
 }
 
-// TestEndedByDelete: only an error response with reason deleted in an
-// event without id is the end of a deleted session's stream.
+// TestEndedByDelete: only an error response with reason deleted or
+// superseded in an event without id is the end of an ended session's
+// stream.
 func TestEndedByDelete(t *testing.T) {
 	deleted := `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m","data":{"reason":"deleted"}}}`
 	for _, c := range []struct {
@@ -54,6 +55,7 @@ func TestEndedByDelete(t *testing.T) {
 		want  bool
 	}{
 		{"the deleted answer", false, deleted, true},
+		{"the superseded answer", false, `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m","data":{"reason":"superseded"}}}`, true},
 		{"with an id: a stored answer", true, deleted, false},
 		{"another reason", false, `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m","data":{"reason":"session_not_found"}}}`, false},
 		{"no data", false, `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"m"}}`, false},
