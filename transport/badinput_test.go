@@ -326,6 +326,13 @@ func TestBadInput(t *testing.T) {
 			status: 400, reason: "protocol_version", code: -32022,
 			check: wantUnsupported(`MCP-Protocol-Version "2025-11-25" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2025-11-25`,
 				"2025-11-25", "2025-03-26")},
+		// A batch is judged by the session's version: on a 2025-03-26
+		// session, which takes batches, a header claiming 2025-11-25 is the
+		// fault (regression: batch_not_allowed, by the header's version).
+		{name: "2025-11-25 header on a 2025-03-26 session's batch", session: v0326, req: with(post([]byte(`[`+string(echo(1))+`,`+string(echo(2))+`]`)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2025-11-25") }),
+			status: 400, reason: "protocol_version", code: -32022,
+			check: wantUnsupported(`MCP-Protocol-Version "2025-11-25" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2025-11-25`,
+				"2025-11-25", "2025-03-26")},
 		{name: "2024-11-05 header on a 2025-03-26 session's POST", session: v0326, req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "2024-11-05") }),
 			status: 400, reason: "protocol_version", code: -32022,
 			check: wantUnsupported(`MCP-Protocol-Version "2024-11-05" contradicts this session, which negotiated 2025-03-26: send MCP-Protocol-Version: 2025-03-26, or initialize a new session to speak 2024-11-05`,

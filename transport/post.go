@@ -42,9 +42,10 @@ func newPost(msgs []jsonrpc.Message, batch bool) post {
 //  1. the header rules of a POST (postRules: 415, 406, 415, 400
 //     last_event_id_on_post), and Mcp-Session-Id (400 session_id_invalid);
 //  2. the body (readBody: 413, 408, 400 parse_error) and its messages
-//     (decodeMessages: 400 parse_error, batch_not_allowed,
-//     invalid_request, batch_too_large for a batch of more messages than
-//     a session may have calls in flight); initialize alone (400
+//     (decodeMessages: 400 parse_error, batch_not_allowed by the header's
+//     version when no session is named, invalid_request, batch_too_large
+//     for a batch of more messages than a session may have calls in
+//     flight); initialize alone (400
 //     invalid_request); with Options.Auth, the scope each tools/call's
 //     tool needs (403 insufficient_scope);
 //  3. new calls while the server drains (503 unavailable);
@@ -69,7 +70,15 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 	if ref != nil {
 		return ref
 	}
-	msgs, batch, ref := decodeMessages(body, version, h.reg.MaxCallsPerSession())
+	// A request that names a session is judged by the version the session
+	// negotiated (postSession), not by its header: a batch the header's
+	// version would not allow is refused there, after a header that
+	// contradicts the session is (400 protocol_version).
+	batchVersion := version
+	if hdr.token != "" {
+		batchVersion = ""
+	}
+	msgs, batch, ref := decodeMessages(body, batchVersion, h.reg.MaxCallsPerSession())
 	if ref != nil {
 		return ref
 	}
