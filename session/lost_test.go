@@ -56,6 +56,35 @@ func echoCall(t *testing.T, id any) *jsonrpc.Request {
 	return request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}})
 }
 
+// answeredAndRunning gives l two POST streams: s1, whose two echo calls
+// ("a" and 5) are answered, with evs its two responses in the log; and s2,
+// whose countdown call 9 runs for a minute, unanswered.
+func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event, s2 uint64) {
+	t.Helper()
+	ctx := context.Background()
+	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
+	s1, err := l.OpenStream(ctx, calls, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs = streamEvents(t, l, s1); len(evs) != 2 {
+		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
+	}
+	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	if s2, err = l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	return s1, evs, s2
+}
+
 // TestLostRequests: a generation tells, for a cursor of one of its POST
 // streams, which requests of that stream did not finish (no response
 // stored), wherever the cursor is: a call whose response was stored is
@@ -69,30 +98,8 @@ func TestLostRequests(t *testing.T) {
 	l := mustCreate(t, f.reg)
 	initialize(t, f, l)
 
-	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
-	s1, err := l.OpenStream(ctx, calls, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range calls {
-		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	evs := streamEvents(t, l, s1)
-	if len(evs) != 2 {
-		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
-	}
+	s1, evs, s2 := answeredAndRunning(t, l)
 	first, last := evs[0].Seq, evs[1].Seq
-	// A call delivered and not answered yet.
-	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
-	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
 
 	cur := func(gen, stream, seq uint64) replay.Cursor {
 		return replay.Cursor{Tag: l.Tag(), Generation: gen, Stream: stream, Sequence: seq}
@@ -307,21 +314,10 @@ func TestLostRequestsTrimmedOpening(t *testing.T) {
 // a call whose answer was stored but not yet read got neither its answer
 // nor the DELETE's error).
 func TestUndelivered(t *testing.T) {
-	ctx := context.Background()
 	f := newFixture(t, session.Options{})
 	l := mustCreate(t, f.reg)
 	initialize(t, f, l)
-	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
-	s1, err := l.OpenStream(ctx, calls, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range calls {
-		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	evs := streamEvents(t, l, s1)
+	s1, evs, s2 := answeredAndRunning(t, l)
 	first, last := evs[0].Seq, evs[1].Seq
 	// The two calls run at once: the second response is either's.
 	second, err := jsonrpc.DecodeMessage(evs[1].Data)
@@ -330,14 +326,6 @@ func TestUndelivered(t *testing.T) {
 	}
 	secondIDs, err := json.Marshal(session.RequestIDs{second.(*jsonrpc.Response).ID})
 	if err != nil {
-		t.Fatal(err)
-	}
-	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
-	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
