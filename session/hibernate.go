@@ -68,26 +68,25 @@ func (r *Registry) hibernates() bool {
 // keeps its size once grown.
 const hibernateBatch = 256
 
-// hibernateIdle hibernates every session that has been idle since before
-// cutoff (Options.HibernateAfter ago), with no call in flight and no
-// connection attached. Each leaves the registry in the same step under mu
-// as it is chosen, and its token is marked as starting, so a request that
-// arrives meanwhile waits and then wakes it from the record. It returns
-// the number of sessions whose hibernation the store kept.
-func (r *Registry) hibernateIdle(ctx context.Context) int {
+// hibernateIdle hibernates every session of lives (Registry.lives) that
+// has been idle since before cutoff (Options.HibernateAfter ago), with no
+// call in flight and no connection attached. Each leaves the registry in
+// the same step under mu as it is chosen, and its token is marked as
+// starting, so a request that arrives meanwhile waits and then wakes it
+// from the record. It returns the number of sessions whose hibernation
+// the store kept.
+func (r *Registry) hibernateIdle(ctx context.Context, lives []*Live) int {
 	if !r.hibernates() {
 		return 0
 	}
 	now := r.opts.Now()
 	cutoff := now.Add(-r.opts.HibernateAfter)
 	var idle []*Live
-	r.mu.RLock()
-	for _, l := range r.live {
+	for _, l := range lives {
 		if l.idleSince().Before(cutoff) {
 			idle = append(idle, l)
 		}
 	}
-	r.mu.RUnlock()
 	var stored atomic.Int64
 	for len(idle) > 0 {
 		n := min(len(idle), hibernateBatch)

@@ -65,13 +65,7 @@ func (r *Registry) RenewLeases(ctx context.Context) {
 	}
 	// A session whose engine session died is not renewed: its lease
 	// lapses, and the next request anywhere re-creates it.
-	r.removeDead()
-	r.mu.RLock()
-	lives := make([]*Live, 0, len(r.live))
-	for _, l := range r.live {
-		lives = append(lives, l)
-	}
-	r.mu.RUnlock()
+	lives := r.removeDead(r.lives())
 	ctx, cancel := context.WithTimeout(ctx, r.opts.RenewInterval/renewTimeoutShare)
 	defer cancel()
 	if len(lives) == 0 {
