@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +59,11 @@ func TestUnreachable(t *testing.T) {
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
 	g = newGateway(t, up.URL(), upstream.Options{})
 	s := g.initialize(t, ctx)
+	waitFor(t, "the standalone stream open", func() bool { return strings.Contains(g.logs.String(), "the standalone stream is open") })
 	up.stop()
+	// Until the gateway sees its stream cut, its idle connections to the
+	// upstream look alive, and a call written into one is handed over.
+	waitFor(t, "the standalone stream cut", func() bool { return strings.Contains(g.logs.String(), "the standalone stream was cut") })
 	_, err = s.Call(ctx, countdown(2, 1, 0, "tok"))
 	checkStatus(t, "tools/call", err, http.StatusServiceUnavailable, replay.ReasonUpstreamUnreachable)
 	_, err = s.Call(ctx, countdown(2, 1, 0, "tok"))

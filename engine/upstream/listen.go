@@ -5,7 +5,9 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -37,7 +39,7 @@ func (c *conn) listen() {
 // no such stream), and when it answers 404: the upstream session is lost,
 // and so is the generation.
 func (c *conn) listenLoop() {
-	rs := &resume.Stream{HTTP: c.e.http, Policy: backoffPolicy(0)}
+	rs := &resume.Stream{HTTP: c.e.streams, Policy: backoffPolicy(0)}
 	var last string
 	var cause error // what ended the stream's last connection
 	for first := true; c.ctx.Err() == nil; first = false {
@@ -59,6 +61,7 @@ func (c *conn) listenLoop() {
 			c.lose(fmt.Errorf("GET: %w", errSessionLost))
 			return
 		case res.Kind == resume.Resumed:
+			c.logger.Debug("the standalone stream is open")
 			relayed := 0
 			last, rs.Retry, _, cause = c.readStream(res.Response, last, rs.Retry, func(m jsonrpc.Message) bool {
 				relayed++
@@ -67,6 +70,15 @@ func (c *conn) listenLoop() {
 			})
 			if relayed > 0 {
 				rs.Progressed() // a stream that ends at once is not asked again at once
+			}
+			if !errors.Is(cause, io.EOF) && c.ctx.Err() == nil {
+				// The upstream cut the stream's connection: it may have
+				// closed every other one too (it stopped or restarted).
+				// A call written into an idle one it closed would be
+				// handed over and then fail; dialed afresh while the
+				// upstream is down, it is refused (engine.ErrUnreachable).
+				c.e.base.CloseIdleConnections()
+				c.logger.Debug("the standalone stream was cut; the idle connections to the upstream are closed", "error", cause)
 			}
 		case res.Status == http.StatusMethodNotAllowed:
 			c.logger.Debug("the upstream offers no standalone stream (GET answered 405)")

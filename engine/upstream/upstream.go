@@ -165,6 +165,7 @@ type Engine struct {
 	opts    Options
 	url     string
 	http    *http.Client
+	streams *http.Client    // of the standalone GET streams: dedicated, under the token's Transport
 	base    *http.Transport // under http's Transport, which may add the token
 	forward []string        // canonical header names
 
@@ -227,14 +228,16 @@ func New(opts Options) (*Engine, error) {
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     idleConnTimeout,
 	}
-	var rt http.RoundTripper = tr
+	var rt, streams http.RoundTripper = tr, &dedicated{dial: dialer.DialContext, proxy: tr.Proxy, fallback: tr}
 	if opts.TokenSource != nil {
 		rt = &oauth2.Transport{Source: opts.TokenSource, Base: tr}
+		streams = &oauth2.Transport{Source: opts.TokenSource, Base: streams}
 	}
 	return &Engine{
 		opts: opts, url: u.String(), forward: forward, base: tr,
 		// No overall timeout: a call's answer lasts as long as its tool.
 		http:     &http.Client{Transport: rt},
+		streams:  &http.Client{Transport: streams},
 		sessions: make(map[*conn]struct{}),
 	}, nil
 }
