@@ -14,7 +14,8 @@ const (
 	EventResumed EventKind = iota + 1
 	// EventSessionNotFound: the server answered 404 for the session (on a
 	// resume or a POST). The calls streaming on it failed with
-	// ErrSessionLost (Event.Calls of them); a new session follows.
+	// ErrSessionLost (Event.Calls of them); a new session follows, at
+	// once or at the SDK's next message (Event.Deferred).
 	EventSessionNotFound
 	// EventFenced: the server refused a resume with 409 Conflict, because
 	// the session's state was re-created (generation_mismatch) or the
@@ -86,6 +87,9 @@ type Event struct {
 	Calls int
 	// Err is the failure behind EventStreamLost; nil otherwise.
 	Err error
+	// Deferred (EventSessionNotFound, EventFenced): no new session is
+	// opened until the SDK's next message (Transport.DeferIdleRenewal).
+	Deferred bool
 }
 
 // String renders the event for a log line: its kind, then the session token

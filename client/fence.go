@@ -62,7 +62,7 @@ func (c *conn) retire(s *session) {
 		return
 	}
 	s.retired = true
-	canRenew := c.initialized && c.initParams != nil
+	canRenew := c.initialized && c.initParams != nil && !c.defersLocked(s)
 	drained := s.calls == 0
 	if !drained {
 		c.retiring = append(c.retiring, s)
@@ -72,7 +72,7 @@ func (c *conn) retire(s *session) {
 		c.endRetired(s)
 	}
 	if canRenew {
-		c.spawn(func() { c.renew(c.ctx, s) })
+		c.spawn(func() { c.renew(c.ctx, s, true) })
 	}
 }
 

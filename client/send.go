@@ -83,7 +83,7 @@ func (c *conn) sessionFor(ctx context.Context, method string) (*session, error) 
 	if !stale || !canRenew {
 		return s, nil
 	}
-	return c.renew(ctx, s)
+	return c.renew(ctx, s, false)
 }
 
 // sendCall POSTs a request of the SDK and arranges for its response to
@@ -139,6 +139,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if err != nil {
 			return fail(err)
 		}
+		c.use(s)
 		resp, err := c.post(ctx, cctx, s, data, headerBound)
 		if err != nil {
 			if errors.Is(err, ErrNoAnswer) {
@@ -306,6 +307,7 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 		if err != nil {
 			return rejected{err}
 		}
+		c.use(s)
 		resp, err := c.post(ctx, c.ctx, s, data, c.opts.HeaderTimeout)
 		if err != nil {
 			if ctx.Err() == nil && notSent(err) {

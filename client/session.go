@@ -35,7 +35,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	// report counts every call (TestLoseSessionTakesCallsBeforeLostCloses).
 	first := false
 	var victims []*call
-	canRenew := false
+	canRenew, deferred := false, false
 	s.lostOnce.Do(func() {
 		first = true
 		c.mu.Lock()
@@ -52,6 +52,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 		s.calls = 0
 		c.forgetLocked(s)
 		canRenew = c.initialized && c.initParams != nil
+		deferred = canRenew && c.defersLocked(s)
 		s.lostStatus, s.lostReason = status, reason
 		close(s.lost)
 	})
@@ -69,19 +70,38 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	if status == http.StatusConflict {
 		kind = EventFenced
 	}
-	c.emit(Event{Kind: kind, Session: s.id, Stream: stream, Cursor: cursor, Status: status, Reason: reason, Calls: len(victims)})
+	c.emit(Event{Kind: kind, Session: s.id, Stream: stream, Cursor: cursor, Status: status, Reason: reason, Calls: len(victims), Deferred: deferred})
 	if status == http.StatusConflict && s.id != "" {
 		c.spawn(func() { c.deleteSession(s) })
 	}
-	if canRenew {
-		c.spawn(func() { c.renew(c.ctx, s) })
+	if canRenew && !deferred {
+		c.spawn(func() { c.renew(c.ctx, s, true) })
 	}
+}
+
+// defersLocked reports whether the loss of s waits for the SDK's next
+// message to be re-initialized (Transport.DeferIdleRenewal); c.mu is
+// held.
+func (c *conn) defersLocked(s *session) bool {
+	return c.opts.DeferIdleRenewal && s.own && !s.used
+}
+
+// use records that a message of the SDK's goes on s (nil: none).
+func (c *conn) use(s *session) {
+	if s == nil {
+		return
+	}
+	c.mu.Lock()
+	s.used = true
+	c.mu.Unlock()
 }
 
 // renew returns the session that replaces lost (a lost or retired
 // session), starting a re-initialization if none runs; concurrent callers
-// share one.
-func (c *conn) renew(ctx context.Context, lost *session) (*session, error) {
+// share one. own says that no message of the SDK's asked for it: the new
+// session is the transport's own until the SDK sends a message on it
+// (Transport.DeferIdleRenewal).
+func (c *conn) renew(ctx context.Context, lost *session, own bool) (*session, error) {
 	c.mu.Lock()
 	if c.sess != nil && c.sess != lost && !c.sess.isLost() && !c.sess.retired {
 		s := c.sess
@@ -96,6 +116,7 @@ func (c *conn) renew(ctx context.Context, lost *session) (*session, error) {
 			s, err := c.reinitialize(params)
 			c.mu.Lock()
 			if err == nil {
+				s.own = own
 				c.sess = s
 			}
 			c.renewErr = err

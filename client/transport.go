@@ -154,6 +154,17 @@ type Transport struct {
 	// Their IDs must not be IDs the SDK uses ("tidemark-restore-N" are
 	// not).
 	Restore func() []*jsonrpc.Request
+	// DeferIdleRenewal: a session the transport opened on its own (after a
+	// loss, not for a message of the SDK's) that is lost in turn before the
+	// SDK sent anything on it is not re-initialized at once: the SDK's next
+	// message re-initializes, and waits for it as for any re-initialization
+	// (Event.Deferred reports the wait). Two idle clients of a server that
+	// evicts an idle session to make room for a new one (Tidemark without
+	// hibernation; DESIGN.md, "Hibernation") would otherwise evict each
+	// other for ever. A loss of the session the SDK's initialize opened, or
+	// of one the SDK sent a message on, is re-initialized at once either
+	// way. Default false: every loss is re-initialized at once.
+	DeferIdleRenewal bool
 	// DisableStandaloneStream: no GET stream for server-initiated messages
 	// (MCP 2025-11-25, "Listening for Messages from the Server"). Default
 	// false: the stream is opened after initialization and kept open.
@@ -260,10 +271,15 @@ type session struct {
 	// Guarded by conn.mu: retired is set when a 409 listed the lost
 	// requests of one of its streams (no new message goes to s); calls
 	// counts the pending calls accepted on s; ended is set once s was
-	// ended with DELETE after it retired.
+	// ended with DELETE after it retired; own is set when the transport
+	// opened s on its own, after a loss and not for a message of the
+	// SDK's; used once a message of the SDK's was sent on s
+	// (Transport.DeferIdleRenewal).
 	retired bool
 	calls   int
 	ended   bool
+	own     bool
+	used    bool
 }
 
 func newSession(id string) *session { return &session{id: id, lost: make(chan struct{})} }
@@ -498,6 +514,9 @@ func (c *conn) emit(e Event) {
 	}
 	if e.Err != nil {
 		attrs = append(attrs, "error", e.Err)
+	}
+	if e.Deferred {
+		attrs = append(attrs, "deferred", true)
 	}
 	c.logger.Log(c.ctx, level, "client: "+e.Kind.String(), attrs...)
 	if c.opts.OnEvent != nil {

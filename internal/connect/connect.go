@@ -20,7 +20,10 @@
 //     answer), the log level and resource subscriptions the host set are
 //     set again on it (the session-state rule, engine.State), and the host
 //     gets notifications/tools/list_changed (and prompts, resources, where
-//     the server has them) so that it reads its lists again.
+//     the server has them) so that it reads its lists again. A session the
+//     bridge opened so on its own, lost in turn before the host sent
+//     anything on it, is opened again only at the host's next message
+//     (client.Transport.DeferIdleRenewal).
 //   - 503 with Retry-After, and 429: the POST is sent again no sooner than
 //     asked, within Options.ResumeTimeout, then the call fails
 //     (server_refused).
@@ -220,6 +223,11 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 		OnEvent:        b.onEvent,
 		Restore:        b.restore,
 		Logger:         o.Logger,
+		// A session the bridge opened on its own and the host has not
+		// used yet waits, once lost, for the host's next message: two
+		// idle bridges of a server that ends idle sessions to make room
+		// would otherwise take the one room from each other for ever.
+		DeferIdleRenewal: true,
 	}
 	server, err := t.Connect(ctx)
 	if err != nil {
@@ -595,6 +603,10 @@ func (b *bridge) onEvent(e client.Event) {
 	var large *client.EventTooLargeError
 	if e.Kind == client.EventStreamLost && errors.As(e.Err, &large) && large.Standalone {
 		b.oversized(e, large)
+		return
+	}
+	if e.Deferred {
+		b.logger.Info("connect: session lost before the host used it; a new one opens at the host's next message", "session", prefix(e.Session), "status", e.Status, "reason", e.Reason)
 		return
 	}
 	if e.Kind != client.EventReinitialized {
