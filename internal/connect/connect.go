@@ -32,6 +32,9 @@
 //     Options.MaxQueued; beyond, a call is answered too_many_calls and
 //     never sent), so that the burst does not meet the server's
 //     per-session bound (admit.go).
+//   - A host whose initialize failed (refused, lost, or answered with an
+//     error) has no session: until its next initialize the bridge answers
+//     its calls and drops its notifications, as before its first.
 //   - An unreachable server: the call fails (server_unreachable) once no
 //     connection could be made within Options.ResumeTimeout; at start, the
 //     host's first initialize fails within Options.StartTimeout and Run
@@ -326,8 +329,12 @@ func (b *bridge) fromHost(oneWay chan<- jsonrpc.Message) error {
 		}
 		b.mu.Unlock()
 		if first {
-			if err := b.call(req); err != nil {
+			sent, err := b.call(req)
+			if err != nil {
 				return err
+			}
+			if !sent {
+				b.unstart()
 			}
 			continue
 		}
@@ -395,26 +402,30 @@ func cancelledID(req *jsonrpc.Request) (jsonrpc.ID, bool) {
 	return id, err == nil
 }
 
-// call sends the host's call req to the server. When the transport refuses
-// it, the host gets the error answer (the transport will not answer it),
-// unless the host cancelled the call meanwhile: the transport then stops
-// the call's POST, and a cancelled request gets no answer (MCP 2025-11-25,
-// "Cancellation"). An initialize that could not connect is also returned,
-// wrapped in ErrUnreachable.
-func (b *bridge) call(req *jsonrpc.Request) error {
+// call sends the host's call req to the server and reports whether the
+// server took it. When the transport refuses it, the host gets the error
+// answer (the transport will not answer it), unless the host cancelled
+// the call meanwhile: the transport then stops the call's POST, and a
+// cancelled request gets no answer (MCP 2025-11-25, "Cancellation"). An
+// initialize that could not connect is also returned, wrapped in
+// ErrUnreachable.
+func (b *bridge) call(req *jsonrpc.Request) (sent bool, _ error) {
 	err := b.server.Write(b.ctx, req)
 	b.mu.Lock()
 	cancelled := b.sending[req.ID]
 	delete(b.sending, req.ID)
 	b.mu.Unlock()
-	if err == nil || b.ctx.Err() != nil {
-		return nil
+	if err == nil {
+		return true, nil
+	}
+	if b.ctx.Err() != nil {
+		return false, nil
 	}
 	defer b.gate.done(req.ID)
 	b.untrack(req.ID)
 	if cancelled {
 		b.logger.Debug("connect: call cancelled by the host before the server took it; no answer", "method", req.Method, "id", req.ID.Raw(), "error", err)
-		return nil
+		return false, nil
 	}
 	werr := b.hostError(err)
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
@@ -424,10 +435,22 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 		if op := dialError(err); op != nil {
 			cause = op
 		}
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
+		return false, fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
 	}
 	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
-	return nil
+	return false, nil
+}
+
+// unstart records that the host's first initialize failed: the host has
+// no session, so until its next initialize its calls are answered by the
+// bridge (beforeInitialize) and its notifications dropped (dropEarly), as
+// before any initialize; sent, each would be refused 400
+// session_required. Its next initialize is its first again.
+func (b *bridge) unstart() {
+	b.mu.Lock()
+	b.started = false
+	b.mu.Unlock()
+	b.logger.Info("connect: the host's initialize failed; tidemark connect answers its calls until its next initialize")
 }
 
 // beforeInitialize answers the host's call req, which came before its
@@ -563,6 +586,12 @@ func (b *bridge) answered(r *jsonrpc.Response) {
 	b.state, _ = b.state.Fold(req, r)
 	if req.Method == "initialize" && first && r.Error == nil {
 		b.lists = listsOf(r.Result)
+	}
+	if req.Method == "initialize" && first && r.Error != nil {
+		// The server took the host's first initialize and answered it
+		// with an error: the host has no session either (unstart).
+		b.started = false
+		b.logger.Info("connect: the host's initialize failed; tidemark connect answers its calls until its next initialize")
 	}
 }
 
