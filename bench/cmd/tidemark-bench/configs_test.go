@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -80,10 +81,11 @@ func TestRatios(t *testing.T) {
 }
 
 // TestGatewayHibernation: the gateway row (`tidemark serve --upstream`)
-// runs (d)'s hibernated part with gatewayHibernateSessions sessions in a
-// full run and the quick size in a quick one, its processes started with
-// room for twice as many; the stdio gateway does not run it, and says
-// why; the rows of the stores keep the full count.
+// runs (d)'s hibernated part with gatewayAwakeSessions sessions in its
+// awake process and the full count in its hibernating one in a full run,
+// the quick size in both in a quick one, each process started with room
+// for twice its sessions; the stdio gateway does not run it, and says
+// why; the rows of the stores keep the full count in both.
 func TestGatewayHibernation(t *testing.T) {
 	all := specs(toolchain{bin: "/b"}, nil, nil, nil)
 	byName := map[string]serverSpec{}
@@ -103,18 +105,21 @@ func TestGatewayHibernation(t *testing.T) {
 		{"gosdk", false, 100000, 300},
 	} {
 		s := byName[tc.name]
-		if s.hibernates != tc.hibernates || s.hibernatedSessions(full) != tc.full || s.hibernatedSessions(quick) != tc.quick {
-			t.Errorf("%s: hibernates %v, sessions %d full and %d quick; want %v, %d and %d",
-				tc.name, s.hibernates, s.hibernatedSessions(full), s.hibernatedSessions(quick), tc.hibernates, tc.full, tc.quick)
+		if s.hibernates != tc.hibernates || s.awakeSessions(full) != tc.full || s.awakeSessions(quick) != tc.quick {
+			t.Errorf("%s: hibernates %v, awake sessions %d full and %d quick; want %v, %d and %d",
+				tc.name, s.hibernates, s.awakeSessions(full), s.awakeSessions(quick), tc.hibernates, tc.full, tc.quick)
 		}
 	}
 	gw := byName["gateway"]
-	if gw.upstream == nil || gw.upstream.name != "gosdk" || gw.hibernateWhy == "" {
-		t.Errorf("gateway: upstream %v, why %q; want a gosdk upstream and a reason for its count", gw.upstream, gw.hibernateWhy)
+	if gw.upstream == nil || gw.upstream.name != "gosdk" || gw.awakeWhy == "" {
+		t.Errorf("gateway: upstream %v, why %q; want a gosdk upstream and a reason for its count", gw.upstream, gw.awakeWhy)
 	}
-	hc := full
-	hc.sessions = gw.hibernatedSessions(full)
-	if got, want := strings.Join(hibernateArgs(hc, hc.after), " "), "--hibernate-after 5s --session-idle-ttl 2h --max-sessions 30000 --metrics-addr {metrics-addr}"; got != want {
+	awake := full
+	awake.sessions = gw.awakeSessions(full)
+	if got, want := strings.Join(hibernateArgs(awake, 0), " "), "--hibernate-after 0s --session-idle-ttl 2h --max-sessions 30000 --metrics-addr {metrics-addr}"; got != want {
+		t.Errorf("gateway's awake process: %s, want %s", got, want)
+	}
+	if got, want := strings.Join(hibernateArgs(full, full.after), " "), "--hibernate-after 5s --session-idle-ttl 2h --max-sessions 200000 --metrics-addr {metrics-addr}"; got != want {
 		t.Errorf("gateway's hibernating process: %s, want %s", got, want)
 	}
 	stdio := byName["gateway-stdio"]
@@ -128,5 +133,42 @@ func TestGatewayHibernation(t *testing.T) {
 	}
 	if err := fileRoomFor(byName["tidemark"], 1<<40); err != nil {
 		t.Errorf("fileRoomFor(tidemark, 2^40) = %v, want nil", err)
+	}
+}
+
+// TestHibernatingRoom: the gateway's hibernating process is refused
+// before it starts when its sessions, opening at 1.5 times the awake
+// process's rate, could be awake past the open-file limit within twice
+// --hibernate-after, and allowed below it; at most every session (and
+// the warm-up one) is awake at once, whatever the rate; the stores' rows
+// hold no file per session.
+func TestHibernatingRoom(t *testing.T) {
+	raiseFileLimit()
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Cur < 4*gatewayFileRoom {
+		t.Fatalf("open-file limit %d: the test needs %d", l.Cur, 4*gatewayFileRoom)
+	}
+	gw := gatewaySpec(func(...string) func(int) []string { return nil }, serverSpec{name: "gosdk"})
+	hc := fullHibernate() // 100,000 sessions, 5 s: the peak bound is 15 s of opening
+	room := int(l.Cur) - gatewayFileRoom
+	// Files of the peak only: at most `room` sessions awake fit.
+	fits := float64(room) / 15
+	if err := hibernatingRoomFor(gw, hc, fits*0.99); err != nil && !strings.Contains(err.Error(), "ephemeral ports") {
+		t.Errorf("hibernatingRoomFor(%.0f/s) = %v, want nil", fits*0.99, err)
+	}
+	err := hibernatingRoomFor(gw, hc, fits*1.01)
+	if err == nil || !strings.Contains(err.Error(), "the hibernating process, opening 100000 sessions at about") {
+		t.Errorf("hibernatingRoomFor(%.0f/s) = %v, want the hibernating process refused", fits*1.01, err)
+	}
+	small := hc
+	small.sessions = 300
+	if err := hibernatingRoomFor(gw, small, 1e9); err != nil {
+		t.Errorf("hibernatingRoomFor(300 sessions, 1e9/s) = %v, want nil", err)
+	}
+	if err := hibernatingRoomFor(serverSpec{name: "tidemark"}, hc, 1e9); err != nil {
+		t.Errorf("hibernatingRoomFor(tidemark, 1e9/s) = %v, want nil", err)
 	}
 }

@@ -22,19 +22,22 @@ const upstreamPlaceholder = "{upstream}"
 // 1 + 16 + 256 sessions in one process, each with its subprocess.
 const stdioMaxProcesses = 400
 
-// gatewayHibernateSessions is the gateway row's count of (d)'s hibernated
-// part. With hibernation off, each session the gateway holds keeps a
-// standalone GET stream open to its upstream: one loopback connection per
-// session, so one file descriptor in the gateway and one in the upstream,
-// and one of the gateway's ephemeral ports (28,232 under Linux's default
-// ip_local_port_range, all towards the one upstream address). 100,000
-// sessions awake are past both on a machine whose open-file limit is
-// 20,000; 15,000 leave room under it for the gateway's pool of up to 1,024
-// idle connections to the upstream and the load generator's
-// (gatewayFileRoom). The upstream's memory is not the bound: the go-sdk
-// process held 100,000 sessions in 1.8 GiB of RSS, about 19 KiB each
-// (bench/NOTES.md, 2026-12-06).
-const gatewayHibernateSessions = 15000
+// gatewayAwakeSessions is the count of sessions the gateway row's awake
+// process of (d)'s hibernated part opens. With hibernation off, each
+// session the gateway holds keeps a standalone GET stream open to its
+// upstream: one loopback connection per session, so one file descriptor
+// in the gateway and one in the upstream, and one of the gateway's
+// ephemeral ports (28,232 under Linux's default ip_local_port_range, all
+// towards the one upstream address). 100,000 sessions awake are past both
+// on a machine whose open-file limit is 20,000; 15,000 leave room under it
+// for the gateway's pool of up to 1,024 idle connections to the upstream
+// and the load generator's (gatewayFileRoom). The upstream's memory is not
+// the bound: the go-sdk process held 100,000 sessions in 1.8 GiB of RSS,
+// about 19 KiB each (bench/NOTES.md, 2026-12-06). The hibernating process
+// opens as many as every other row: a session gives up its stream when it
+// hibernates, so only its peak of awake sessions holds one
+// (hibernatingRoomFor).
+const gatewayAwakeSessions = 15000
 
 // gatewayFileRoom is the open files a gateway's process and its upstream
 // need besides one per awake session: the gateway's pool of idle
@@ -42,22 +45,24 @@ const gatewayHibernateSessions = 15000
 // generator's connections, listeners, logs and the runtime's own.
 const gatewayFileRoom = 2048
 
-// gatewayHibernateWhy is why the gateway row's (d) hibernated part opens
-// gatewayHibernateSessions sessions, for the report.
-const gatewayHibernateWhy = "with hibernation off each session keeps a standalone GET stream open to the upstream, " +
+// gatewayAwakeWhy is why the gateway row's awake process opens
+// gatewayAwakeSessions sessions, for the report.
+const gatewayAwakeWhy = "with hibernation off each session keeps a standalone GET stream open to the upstream, " +
 	"one connection (a file descriptor in the gateway and one in the upstream, and an ephemeral port) per session; " +
-	"100,000 are past an open-file limit of 20,000 and the 28,232 ephemeral ports of one loopback address"
+	"100,000 are past an open-file limit of 20,000 and the 28,232 ephemeral ports of one loopback address. " +
+	"In the hibernating process a session closes its stream when it hibernates, so only the sessions awake at once hold one"
 
 // gatewaySpec returns the gateway row: tidemark serve (as tidemarkServe
 // runs it) with --upstream pointing at a fresh process of upstream. It
-// runs (d)'s hibernated part with gatewayHibernateSessions sessions; the
-// memory figures are the gateway process's alone, not its upstream's
+// runs (d)'s hibernated part with gatewayAwakeSessions sessions in its
+// awake process and the full count in its hibernating one; the memory
+// figures are the gateway process's alone, not its upstream's
 // (which holds every upstream session, hibernated or not).
 func gatewaySpec(tidemarkServe func(...string) func(int) []string, upstream serverSpec) serverSpec {
 	up := upstream
 	return serverSpec{
 		name: "gateway", role: roleGateway, upstream: &up,
-		hibernates: true, hibernateSessions: gatewayHibernateSessions, hibernateWhy: gatewayHibernateWhy,
+		hibernates: true, awakeCap: gatewayAwakeSessions, awakeWhy: gatewayAwakeWhy,
 		versus: upstream.name, versusMeans: "gateway (`--upstream`) ÷ direct",
 		// The load generator dials with a 30 s bound (newTransport); the
 		// gateway's dials to its upstream get the same, so that a machine

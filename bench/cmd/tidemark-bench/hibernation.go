@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -74,10 +76,11 @@ func hibernateArgs(hc hibernateConfig, after time.Duration) []string {
 }
 
 // fileRoomFor returns an error when the open-file limit, which the
-// servers inherit (raiseFileLimit), leaves no room for n sessions of spec
-// awake: a gateway's awake session holds a standalone GET stream open to
-// its upstream, a file descriptor in each of the two processes
-// (gatewayHibernateSessions).
+// servers inherit (raiseFileLimit), or the ephemeral ports of one
+// loopback address leave no room for n sessions of spec awake at once: a
+// gateway's awake session holds a standalone GET stream open to its
+// upstream, a file descriptor in each of the two processes and one of the
+// gateway's ephemeral ports (gatewayAwakeSessions).
 func fileRoomFor(spec serverSpec, n int) error {
 	if spec.upstream == nil {
 		return nil
@@ -86,16 +89,105 @@ func fileRoomFor(spec serverSpec, n int) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return err
 	}
-	if need := uint64(n + gatewayFileRoom); l.Cur < need {
+	need := uint64(n + gatewayFileRoom)
+	if l.Cur < need {
 		return fmt.Errorf("%d sessions awake need %d open files in the gateway and in its upstream, and the limit is %d: raise it (ulimit -n %d)", n, need, l.Cur, need)
 	}
+	lo, hi, err := ephemeralPorts()
+	if err != nil {
+		return err
+	}
+	if ports := uint64(hi - lo + 1); ports < need {
+		return fmt.Errorf("%d sessions awake need %d ephemeral ports of the gateway towards its upstream, and net.ipv4.ip_local_port_range (%d %d) has %d: widen it", n, need, lo, hi, ports)
+	}
 	return nil
+}
+
+// hibernatingRoomFor returns an error when the hibernating process of
+// (d)'s hibernated part, opening hc.sessions sessions of spec at about
+// rate a second (the awake process's rate of opening, measured just
+// before), could hold more sessions awake at once than fileRoomFor allows,
+// or leave more of the gateway's connections to its upstream in TIME_WAIT
+// than it has ephemeral ports.
+//
+// A session there is awake from its opening until the sweep after
+// hc.after (the sweep runs every hc.after/4: tidemark.go,
+// defaultSweepInterval), so the peak of awake sessions is about the rate
+// times hc.after and a fraction more: 7.2 to 7.7 s of opening at 5 s on a
+// loaded machine (bench/NOTES.md, 2026-12-06). The bound takes twice
+// hc.after, at 1.5 times the rate (the two processes' rates differ).
+//
+// The gateway closes first a hibernating session's stream (the generation's
+// context ends: engine/upstream, dedicated.go), so its end of the
+// connection stays in TIME_WAIT for 60 s, on its ephemeral port. Linux
+// lets a new connection take such a port when net.ipv4.tcp_tw_reuse
+// allows it (1, or 2 for loopback only, its default) and TCP timestamps
+// are on; otherwise the minute's closed connections need ports too.
+func hibernatingRoomFor(spec serverSpec, hc hibernateConfig, rate float64) error {
+	if spec.upstream == nil {
+		return nil
+	}
+	window := 2 * hc.after.Seconds()
+	peak := min(hc.sessions+1, int(math.Ceil(1.5*rate*window)))
+	if err := fileRoomFor(spec, peak); err != nil {
+		return fmt.Errorf("the hibernating process, opening %d sessions at about %.0f/s with --hibernate-after %s, could hold %d awake at once: %w", hc.sessions, rate, hc.after, peak, err)
+	}
+	reuse, err := readSysctl("net/ipv4/tcp_tw_reuse")
+	if err != nil {
+		return err
+	}
+	stamps, err := readSysctl("net/ipv4/tcp_timestamps")
+	if err != nil {
+		return err
+	}
+	if reuse != 0 && stamps != 0 {
+		return nil
+	}
+	lo, hi, err := ephemeralPorts()
+	if err != nil {
+		return err
+	}
+	lingering := min(hc.sessions+hc.wakes, int(math.Ceil(1.5*rate*60)))
+	if need := peak + gatewayFileRoom + lingering; need > hi-lo+1 {
+		return fmt.Errorf("the hibernating process needs %d ephemeral ports of the gateway at once (%d awake sessions, %d connections closed in the last 60 s in TIME_WAIT, %d of room) and net.ipv4.ip_local_port_range (%d %d) has %d: with net.ipv4.tcp_tw_reuse %d and net.ipv4.tcp_timestamps %d no port in TIME_WAIT is taken again; set tcp_tw_reuse to 2 and tcp_timestamps to 1",
+			need, peak, lingering, gatewayFileRoom, lo, hi, hi-lo+1, reuse, stamps)
+	}
+	return nil
+}
+
+// ephemeralPorts returns net.ipv4.ip_local_port_range: the first and last
+// local port of outgoing connections.
+func ephemeralPorts() (lo, hi int, err error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil || lo > hi {
+		return 0, 0, fmt.Errorf("net.ipv4.ip_local_port_range: %q: %v", trim(b), err)
+	}
+	return lo, hi, nil
+}
+
+// readSysctl returns the integer value of /proc/sys/name.
+func readSysctl(name string) (int, error) {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", strings.ReplaceAll(name, "/", "."), err)
+	}
+	return v, nil
 }
 
 // resultDH is (d)'s hibernated part: its awake figures from one process,
 // its hibernated ones from another.
 type resultDH struct {
-	sessions int
+	// sessionsAwake and sessions are the sessions the awake process and
+	// the hibernating one opened (serverSpec.awakeSessions); each
+	// process's figures per session divide by its own count.
+	sessionsAwake, sessions int
 	// RSS and heap in use (go_memstats_heap_inuse_bytes) of the process
 	// with hibernation off: before opening the sessions and with all open.
 	rssBase, rssAwake, heapBase, heapAwake int64
@@ -108,6 +200,7 @@ type resultDH struct {
 	hibernated                                         time.Duration // from the last session opened until all hibernated
 	settled                                            time.Duration // wait for RSS to settle after that
 	settleNote                                         string        // how the wait ended: "settled", "still falling", "no collection" (none ran)
+	peakAwake                                          int64         // the most sessions awake at once (tidemark_sessions_live, read each second) while they opened
 	wakes, wrong                                       int           // sessions woken and timed; answers not 200 with the countdown's result
 	woken, wokenSame                                   int64         // tidemark_session_wakes_total over the wakes: all, and at the same generation
 	example                                            string        // the first wrong answer
@@ -115,13 +208,24 @@ type resultDH struct {
 	took                                               time.Duration // both processes, from start to stop
 }
 
-// perSession returns (b − a) / sessions in bytes, or false without
-// sessions or a reading.
-func (x resultDH) perSession(a, b int64) (float64, bool) {
-	if x.sessions == 0 || a <= 0 || b <= 0 {
+// awakePerSession returns (b − a) / sessionsAwake in bytes, the awake
+// process's figure per session, or false without sessions or a reading.
+func (x resultDH) awakePerSession(a, b int64) (float64, bool) {
+	return perSession(x.sessionsAwake, a, b)
+}
+
+// hibernatedPerSession returns (b − a) / sessions in bytes, the
+// hibernating process's figure per session, or false without sessions or
+// a reading.
+func (x resultDH) hibernatedPerSession(a, b int64) (float64, bool) {
+	return perSession(x.sessions, a, b)
+}
+
+func perSession(n int, a, b int64) (float64, bool) {
+	if n == 0 || a <= 0 || b <= 0 {
 		return 0, false
 	}
-	return float64(b-a) / float64(x.sessions), true
+	return float64(b-a) / float64(n), true
 }
 
 // scrape reads the Prometheus text exposition of http://addr/metrics.
@@ -247,58 +351,69 @@ func read(ctx context.Context, s *server) (reading, error) {
 	return r, nil
 }
 
-// openIdle opens hc.sessions sessions after a warm-up one and returns
-// the warm-up session, the sessions, the server's reading before and 1 s
-// after opening them, and how long opening took.
-func openIdle(ctx context.Context, s *server, cfg config, httpc *http.Client, progress func(string, ...any)) (warm *client, clients []*client, base, open reading, took time.Duration, err error) {
-	hc := cfg.hibernate
-	if s.metricsAddr == "" {
-		return nil, nil, base, open, 0, errors.New("the server has no --metrics-addr")
-	}
-	// Warm up the code paths of a call, so the baseline includes them.
-	warm = newClient(httpc, s)
-	if err := warm.initialize(ctx); err != nil {
-		return nil, nil, base, open, 0, err
-	}
-	if _, err := warm.countdown(ctx, 1, 0, true, false); err != nil {
-		return nil, nil, base, open, 0, err
-	}
-	time.Sleep(500 * time.Millisecond)
-	if base, err = read(ctx, s); err != nil {
-		return nil, nil, base, open, 0, err
-	}
-	opening := time.Now()
-	stopWatch := watchOpening(ctx, s, progress)
-	clients, err = createClients(ctx, httpc, s, hc.sessions, cfg.parallel)
-	stopWatch()
-	if err != nil {
-		return nil, nil, base, open, 0, err
-	}
-	took = time.Since(opening)
-	httpc.CloseIdleConnections()
-	time.Sleep(time.Second)
-	if open, err = read(ctx, s); err != nil {
-		return nil, nil, base, open, 0, err
-	}
-	progress("%-14s (d) hibernated: %d sessions opened in %s (%.0f/s), RSS %.0f MiB, heap in use %.0f MiB, %d live, %d hibernated%s",
-		s.spec.name, hc.sessions, took.Round(time.Millisecond), float64(hc.sessions)/took.Seconds(), mib(open.rss), mib(open.heap), open.live, open.hibernated, upstreamRSS(s))
-	return warm, clients, base, open, took, nil
+// opening is what openIdle measured: the warm-up session, the sessions,
+// the server's reading before and 1 s after opening them, how long
+// opening took, and the most sessions live (awake) at once meanwhile.
+type opening struct {
+	warm       *client
+	clients    []*client
+	base, open reading
+	took       time.Duration
+	peakLive   int64
 }
 
-// runDAwake opens hc.sessions sessions in a process with hibernation off
-// and reads its memory with all of them awake, into r; then it times the
-// calls the wakes send (firstCalls) on those awake sessions.
+// openIdle opens cfg.hibernate.sessions sessions after a warm-up one.
+func openIdle(ctx context.Context, s *server, cfg config, httpc *http.Client, progress func(string, ...any)) (o opening, err error) {
+	hc := cfg.hibernate
+	if s.metricsAddr == "" {
+		return o, errors.New("the server has no --metrics-addr")
+	}
+	// Warm up the code paths of a call, so the baseline includes them.
+	o.warm = newClient(httpc, s)
+	if err := o.warm.initialize(ctx); err != nil {
+		return o, err
+	}
+	if _, err := o.warm.countdown(ctx, 1, 0, true, false); err != nil {
+		return o, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	if o.base, err = read(ctx, s); err != nil {
+		return o, err
+	}
+	began := time.Now()
+	stopWatch := watchOpening(ctx, s, progress)
+	o.clients, err = createClients(ctx, httpc, s, hc.sessions, cfg.parallel)
+	o.peakLive = stopWatch()
+	if err != nil {
+		return o, err
+	}
+	o.took = time.Since(began)
+	httpc.CloseIdleConnections()
+	time.Sleep(time.Second)
+	if o.open, err = read(ctx, s); err != nil {
+		return o, err
+	}
+	progress("%-14s (d) hibernated: %d sessions opened in %s (%.0f/s), RSS %.0f MiB, heap in use %.0f MiB, %d live (at most %d), %d hibernated%s",
+		s.spec.name, hc.sessions, o.took.Round(time.Millisecond), float64(hc.sessions)/o.took.Seconds(), mib(o.open.rss), mib(o.open.heap), o.open.live, o.peakLive, o.open.hibernated, upstreamRSS(s))
+	return o, nil
+}
+
+// runDAwake opens cfg.hibernate.sessions sessions (r.sessionsAwake) in a
+// process with hibernation off and reads its memory with all of them
+// awake, into r; then it times the calls the wakes send (firstCalls),
+// spread over those awake sessions.
 func runDAwake(ctx context.Context, s *server, cfg config, r *resultDH, progress func(string, ...any)) error {
 	httpc := &http.Client{Transport: newTransport(cfg.parallel)}
 	defer httpc.CloseIdleConnections()
-	_, clients, base, open, took, err := openIdle(ctx, s, cfg, httpc, progress)
+	o, err := openIdle(ctx, s, cfg, httpc, progress)
 	if err != nil {
 		return err
 	}
+	clients, open := o.clients, o.open
 	if open.hibernated > 0 {
 		return fmt.Errorf("%d sessions hibernated with hibernation off", open.hibernated)
 	}
-	r.rssBase, r.heapBase, r.rssAwake, r.heapAwake, r.openedAwake = base.rss, base.heap, open.rss, open.heap, took
+	r.rssBase, r.heapBase, r.rssAwake, r.heapAwake, r.openedAwake = o.base.rss, o.base.heap, open.rss, open.heap, o.took
 	// The same first calls to sessions that are awake: the reference of
 	// the wake latencies on the same machine at the same moment's load.
 	callHC := &http.Client{Transport: newTransport(cfg.hibernate.wakers)}
@@ -311,7 +426,7 @@ func runDAwake(ctx context.Context, s *server, cfg config, r *resultDH, progress
 	return nil
 }
 
-// runDHibernated opens hc.sessions sessions in a process with a short
+// runDHibernated opens hc.sessions sessions (r.sessions) in a process with a short
 // --hibernate-after, waits until all have hibernated and RSS stops
 // falling (within hc.settle) and reads the process's memory, into r; then
 // it wakes hc.wakes of them, hc.wakers at a time, each with one
@@ -321,11 +436,12 @@ func runDHibernated(ctx context.Context, s *server, cfg config, r *resultDH, pro
 	httpc := &http.Client{Transport: newTransport(cfg.parallel)}
 	defer httpc.CloseIdleConnections()
 	// The warm-up session hibernates too, and its wake warms up waking.
-	warm, clients, base, _, took, err := openIdle(ctx, s, cfg, httpc, progress)
+	o, err := openIdle(ctx, s, cfg, httpc, progress)
 	if err != nil {
 		return err
 	}
-	r.rssBaseH, r.heapBaseH, r.opened = base.rss, base.heap, took
+	warm, clients := o.warm, o.clients
+	r.rssBaseH, r.heapBaseH, r.opened, r.peakAwake = o.base.rss, o.base.heap, o.took, o.peakLive
 
 	// Every session and the warm-up one hibernate.
 	want := int64(hc.sessions + 1)
@@ -458,23 +574,26 @@ func firstCalls(ctx context.Context, clients []*client, hc hibernateConfig, http
 	return lat, wrong, example
 }
 
-// watchOpening writes a progress line every 10 s while sessions open: how
-// many were created, are live and hibernated, the rate of creation over
-// the last 10 s, the server's share of one
-// CPU and the machine's busy share over them, RSS and heap in use; it stops
-// when the returned function is called.
-func watchOpening(ctx context.Context, s *server, progress func(string, ...any)) (stop func()) {
+// watchOpening reads the server each second while sessions open, and
+// writes a progress line every 10 s: how many were created, are live and
+// hibernated, the rate of creation over the last 10 s, the server's share
+// of one CPU and the machine's busy share over them, RSS and heap in use.
+// The returned function stops it and returns the most sessions live at
+// once in its readings.
+func watchOpening(ctx context.Context, s *server, progress func(string, ...any)) (stop func() (peakLive int64)) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	var peak int64
 	go func() {
 		defer close(done)
-		t := time.NewTicker(10 * time.Second)
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		last, _ := read(ctx, s)
 		lastProc, _ := readProc(s.pid)
 		lastBusy, _ := machineCPU()
 		lastAt := time.Now()
-		for {
+		peak = last.live
+		for tick := 1; ; tick++ {
 			select {
 			case <-ctx.Done():
 				return
@@ -484,18 +603,23 @@ func watchOpening(ctx context.Context, s *server, progress func(string, ...any))
 			if err != nil {
 				continue
 			}
+			peak = max(peak, now.live)
+			if tick%10 != 0 {
+				continue
+			}
 			proc, _ := readProc(s.pid)
 			busy, _ := machineCPU()
 			el := time.Since(lastAt)
-			progress("%-14s (d) hibernated: opening: %d created (%.0f/s), %d live, %d hibernated; server CPU %.0f%% of a core, machine %.0f%% busy; RSS %.0f MiB, heap in use %.0f MiB",
-				s.spec.name, now.created, float64(now.created-last.created)/el.Seconds(), now.live, now.hibernated, 100*float64(proc.cpu-lastProc.cpu)/float64(el),
+			progress("%-14s (d) hibernated: opening: %d created (%.0f/s), %d live (at most %d), %d hibernated; server CPU %.0f%% of a core, machine %.0f%% busy; RSS %.0f MiB, heap in use %.0f MiB",
+				s.spec.name, now.created, float64(now.created-last.created)/el.Seconds(), now.live, peak, now.hibernated, 100*float64(proc.cpu-lastProc.cpu)/float64(el),
 				100*float64(busy-lastBusy)/float64(el*time.Duration(runtime.NumCPU())), mib(now.rss), mib(now.heap))
 			last, lastProc, lastBusy, lastAt = now, proc, busy, time.Now()
 		}
 	}()
-	return func() {
+	return func() int64 {
 		cancel()
 		<-done
+		return peak
 	}
 }
 
@@ -559,22 +683,22 @@ func (r *report) tableDH(b *strings.Builder) {
 	hc := r.cfg.hibernate
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("### Hibernated sessions\n\n")
-	p("The rows whose server hibernates idle sessions. Each opens %d sessions, or the fewer of its column `sessions` where this paragraph's end says why (initialize + notifications/initialized, %d at a time, after a warm-up session and a 0.5 s pause: the baseline), in two new processes: awake, started with `%s`, hibernation off; hibernated, started with `%s` (`--max-sessions` twice the row's sessions), its sessions hibernating while later ones open. ",
+	p("The rows whose server hibernates idle sessions. Each opens %d sessions (initialize + notifications/initialized, %d at a time, after a warm-up session and a 0.5 s pause: the baseline) in each of two new processes: awake, started with `%s`, hibernation off, opening the fewer of its column `sessions` (awake / hibernated) where this paragraph's end says why; hibernated, started with `%s`, its sessions hibernating while later ones open (`--max-sessions` twice the process's sessions). ",
 		hc.sessions, r.cfg.parallel, strings.Join(hibernateArgs(hc, 0), " "), strings.Join(hibernateArgs(hc, hc.after), " "))
-	p("Awake = (VmRSS 1 s after the last session opened − baseline) / sessions. Hibernated: once `%s` counts every session (the warm-up one too), VmRSS is read each second until a garbage collection has ended and, 10 s after it at least, VmRSS fell by less than 1 MiB over 5 s and the heap the runtime keeps from the OS (`%s` + `%s` − `%s`) is at most 110 %% of `%s` (its scavenger's goal), at most %s; hibernated = (that VmRSS − baseline) / sessions, what an operator sees (the Go runtime returns freed pages to the OS lazily). VmRSS and heap are the server process's alone: a gateway's, not its upstream's. ", metricHibernated, metricHeapInuse, metricHeapIdle, metricHeapReleased, metricNextGC, hc.settle)
+	p("Each figure per session divides by its own process's sessions. Awake = (VmRSS 1 s after the last session opened − baseline) / sessions. Hibernated: once `%s` counts every session (the warm-up one too), VmRSS is read each second until a garbage collection has ended and, 10 s after it at least, VmRSS fell by less than 1 MiB over 5 s and the heap the runtime keeps from the OS (`%s` + `%s` − `%s`) is at most 110 %% of `%s` (its scavenger's goal), at most %s; hibernated = (that VmRSS − baseline) / sessions, what an operator sees (the Go runtime returns freed pages to the OS lazily). VmRSS and heap are the server process's alone: a gateway's, not its upstream's. ", metricHibernated, metricHeapInuse, metricHeapIdle, metricHeapReleased, metricNextGC, hc.settle)
 	p("Heap = the same differences of `%s` (live and not yet collected objects). ", metricHeapInuse)
 	wakes := "every session"
 	if hc.wakes > 0 {
-		wakes = fmt.Sprintf("%d sessions spread evenly over them", hc.wakes)
+		wakes = fmt.Sprintf("%d sessions spread evenly over the hibernating process's", hc.wakes)
 	}
-	p("Wake: %s, %d at a time on %d connections, each sends `countdown {n: 1}`; latency is that first round trip, which wakes the session; awake = the same calls to the same sessions of the awake process, timed the same way (the reference on the same machine: the latency a wake adds is the difference); wrong = not 200 with the countdown's result; woken = the server's `%s` over the wakes (at the same generation / all). Time = both processes, from start to stop.", wakes, hc.wakers, hc.wakers, metricWakes)
+	p("Wake: %s, %d at a time on %d connections, each sends `countdown {n: 1}`; latency is that first round trip, which wakes the session; awake = as many calls to sessions of the awake process, spread evenly over its own, timed the same way (the reference on the same machine: the latency a wake adds is the difference); wrong = not 200 with the countdown's result; woken = the server's `%s` over the wakes (at the same generation / all). Time = both processes, from start to stop.", wakes, hc.wakers, hc.wakers, metricWakes)
 	for _, x := range rows {
-		if n := x.spec.hibernatedSessions(hc); n < hc.sessions && x.spec.hibernateWhy != "" {
-			p(" `%s` opens %d sessions: %s.", x.spec.name, n, x.spec.hibernateWhy)
+		if n := x.spec.awakeSessions(hc); n < hc.sessions && x.spec.awakeWhy != "" {
+			p(" `%s`'s awake process opens %d sessions: %s.", x.spec.name, n, x.spec.awakeWhy)
 		}
 	}
 	p("\n\n")
-	p("| server | sessions | awake RSS per session | hibernated RSS per session | heap per session awake / hibernated | RSS awake / hibernated | opened in (awake / hibernating) | all hibernated after | RSS settled | wake p50 | wake p99 | awake p50 / p99 | wrong | woken | time | goal: hibernated RSS | goal: wake p99 |\n")
+	p("| server | sessions (awake / hibernated) | awake RSS per session | hibernated RSS per session | heap per session awake / hibernated | RSS awake / hibernated | opened in (awake / hibernating) | all hibernated after | RSS settled | wake p50 | wake p99 | awake p50 / p99 | wrong | woken | time | goal: hibernated RSS | goal: wake p99 |\n")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 	for _, x := range rows {
 		d := x.dh
@@ -583,16 +707,14 @@ func (r *report) tableDH(b *strings.Builder) {
 			continue
 		}
 		if !x.hasDH {
-			p("| %s | %d | – | – | – | – | – | – | – | – | – | – | – | – | – | – | %s |\n", x.spec.name, x.spec.hibernatedSessions(hc), rowFailure(x))
+			p("| %s | %s | – | – | – | – | – | – | – | – | – | – | – | – | – | – | %s |\n", x.spec.name, sessionCounts(x.spec.awakeSessions(hc), hc.sessions), rowFailure(x))
 			continue
 		}
-		awake, aok := d.perSession(d.rssBase, d.rssAwake)
-		hib, hok := d.perSession(d.rssBaseH, d.rssHibernated)
-		heapA, _ := d.perSession(d.heapBase, d.heapAwake)
-		heapH, _ := d.perSession(d.heapBaseH, d.heapHibernated)
-		// The goals are set for 100,000 sessions: smaller runs are not
-		// measured against them.
-		full := hc.sessions >= fullHibernate().sessions
+		awake, aok := d.awakePerSession(d.rssBase, d.rssAwake)
+		hib, hok := d.hibernatedPerSession(d.rssBaseH, d.rssHibernated)
+		heapA, _ := d.awakePerSession(d.heapBase, d.heapAwake)
+		heapH, _ := d.hibernatedPerSession(d.heapBaseH, d.heapHibernated)
+		full := goalCount(d)
 		goalRSS, goalP99 := "–", "–"
 		if g, ok := hibernationGoals[x.spec.name]; ok {
 			goalRSS = fmt.Sprintf("≤ %.0f KiB: %s", g.rss/1024, verdictOf(hok && hib <= g.rss, hok && full))
@@ -604,11 +726,28 @@ func (r *report) tableDH(b *strings.Builder) {
 		if d.example != "" {
 			wrong += " (" + mdEscape(trimString(d.example)) + ")"
 		}
-		p("| %s | %d | %s | %s | %.2f / %.2f KiB | %.0f / %.0f MiB | %.1f / %.1f s | %.1f s | %s after %.0f s | %s | %s | %s / %s | %s | %d / %d | %.0f s | %s | %s |\n", x.spec.name, d.sessions,
+		p("| %s | %s | %s | %s | %.2f / %.2f KiB | %.0f / %.0f MiB | %.1f / %.1f s | %.1f s | %s after %.0f s | %s | %s | %s / %s | %s | %d / %d | %.0f s | %s | %s |\n", x.spec.name, sessionCounts(d.sessionsAwake, d.sessions),
 			kib(awake, aok), kib(hib, hok), heapA/1024, heapH/1024, mib(d.rssAwake), mib(d.rssHibernated),
 			d.openedAwake.Seconds(), d.opened.Seconds(), d.hibernated.Seconds(), d.settleNote, d.settled.Seconds(), ms(d.p50), ms(d.p99), ms(d.awakeP50), ms(d.awakeP99), wrong, d.wokenSame, d.woken, d.took.Seconds(), goalRSS, goalP99)
 	}
 	p("\n")
+}
+
+// sessionCounts is the column `sessions` of the hibernated sessions'
+// table: both processes' counts, "awake / hibernating", or one when they
+// are the same.
+func sessionCounts(awake, hibernating int) string {
+	if awake == hibernating {
+		return strconv.Itoa(awake)
+	}
+	return fmt.Sprintf("%d / %d", awake, hibernating)
+}
+
+// goalCount reports whether d's hibernating process opened the count the
+// goals are set for (fullHibernate's): smaller runs are not measured
+// against them.
+func goalCount(d resultDH) bool {
+	return d.sessions >= fullHibernate().sessions
 }
 
 func kib(v float64, ok bool) string {

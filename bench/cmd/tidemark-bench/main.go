@@ -32,9 +32,9 @@
 //	    task until it reads completed ÷ the same call without one.
 //
 // (d)'s hibernated sessions run against the rows whose server hibernates
-// (serverSpec.hibernates): `tidemark`, `durable`, `redis`, and `gateway`
-// with 15,000 sessions (gatewayHibernateSessions: each awake session holds
-// a connection to its upstream).
+// (serverSpec.hibernates): `tidemark`, `durable`, `redis`, and `gateway`,
+// whose awake process opens 15,000 sessions (gatewayAwakeSessions: each
+// awake session holds a connection to its upstream).
 // (f) and (g) run against the `tidemark` row (and its --baseline) only, and
 // (g), which takes minutes and measures a peak rather than a rate, in the
 // last round only; (t) against the rows of the stores that keep tasks:
@@ -423,19 +423,22 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 	if wl["d"] && spec.hibernates && spec.skip["d"] == "" && spec.skip["dh"] == "" {
 		began := time.Now()
 		var dh resultDH
-		hcfg := cfg // the row's own count of sessions (serverSpec.hibernatedSessions)
-		hcfg.hibernate.sessions = spec.hibernatedSessions(cfg.hibernate)
-		dh.sessions = hcfg.hibernate.sessions
-		err := fileRoomFor(spec, hcfg.hibernate.sessions)
+		awake := cfg // the awake process's own count of sessions (serverSpec.awakeSessions)
+		awake.hibernate.sessions = spec.awakeSessions(cfg.hibernate)
+		dh.sessionsAwake, dh.sessions = awake.hibernate.sessions, cfg.hibernate.sessions
+		err := fileRoomFor(spec, awake.hibernate.sessions)
 		if err == nil {
 			err = with("d-awake", func(s *server) error {
-				return runDAwake(ctx, s, hcfg, &dh, progress)
-			}, hibernateArgs(hcfg.hibernate, 0)...)
+				return runDAwake(ctx, s, awake, &dh, progress)
+			}, hibernateArgs(awake.hibernate, 0)...)
+		}
+		if err == nil {
+			err = hibernatingRoomFor(spec, cfg.hibernate, float64(dh.sessionsAwake)/dh.openedAwake.Seconds())
 		}
 		if err == nil {
 			err = with("d-hibernated", func(s *server) error {
-				return runDHibernated(ctx, s, hcfg, &dh, progress)
-			}, hibernateArgs(hcfg.hibernate, hcfg.hibernate.after)...)
+				return runDHibernated(ctx, s, cfg, &dh, progress)
+			}, hibernateArgs(cfg.hibernate, cfg.hibernate.after)...)
 		}
 		dh.took = time.Since(began)
 		if err != nil {
@@ -443,11 +446,11 @@ func runServer(ctx context.Context, spec serverSpec, cfg config, wl map[string]b
 			progress("%-14s (d) hibernated: %v", spec.name, err)
 		} else {
 			r.dh, r.hasDH = dh, true
-			awake, _ := dh.perSession(dh.rssBase, dh.rssAwake)
-			hib, _ := dh.perSession(dh.rssBaseH, dh.rssHibernated)
-			heap, _ := dh.perSession(dh.heapBaseH, dh.heapHibernated)
-			progress("%-14s (d) %d sessions: awake %.2f KiB/session, hibernated %.2f KiB/session (heap %.2f KiB); wake p50 %s p99 %s (awake p50 %s p99 %s), wrong %d of %d, woken %d (%d at the same generation); %s in all",
-				spec.name, dh.sessions, awake/1024, hib/1024, heap/1024, ms(dh.p50), ms(dh.p99), ms(dh.awakeP50), ms(dh.awakeP99), dh.wrong, dh.wakes, dh.woken, dh.wokenSame, dh.took.Round(time.Second))
+			awake, _ := dh.awakePerSession(dh.rssBase, dh.rssAwake)
+			hib, _ := dh.hibernatedPerSession(dh.rssBaseH, dh.rssHibernated)
+			heap, _ := dh.hibernatedPerSession(dh.heapBaseH, dh.heapHibernated)
+			progress("%-14s (d) %d sessions awake: %.2f KiB/session; %d hibernating, at most %d awake at once: hibernated %.2f KiB/session (heap %.2f KiB); wake p50 %s p99 %s (awake p50 %s p99 %s), wrong %d of %d, woken %d (%d at the same generation); %s in all",
+				spec.name, dh.sessionsAwake, awake/1024, dh.sessions, dh.peakAwake, hib/1024, heap/1024, ms(dh.p50), ms(dh.p99), ms(dh.awakeP50), ms(dh.awakeP99), dh.wrong, dh.wakes, dh.woken, dh.wokenSame, dh.took.Round(time.Second))
 		}
 	}
 	if reason := spec.skip["e"]; wl["e"] && reason != "" {

@@ -228,6 +228,7 @@ func mergeDH(rows []*row) resultDH {
 		func(d *resultDH) *int64 { return &d.heapBase }, func(d *resultDH) *int64 { return &d.heapAwake },
 		func(d *resultDH) *int64 { return &d.rssBaseH }, func(d *resultDH) *int64 { return &d.rssHibernated },
 		func(d *resultDH) *int64 { return &d.heapBaseH }, func(d *resultDH) *int64 { return &d.heapHibernated },
+		func(d *resultDH) *int64 { return &d.peakAwake },
 	} {
 		*f(&m) = int64(median(rows, func(r *row) float64 { return float64(*f(&r.dh)) }))
 	}

@@ -65,23 +65,24 @@ type serverSpec struct {
 	// hibernates is set for the rows whose server hibernates idle
 	// sessions (--hibernate-after): they run (d)'s hibernated part.
 	hibernates bool
-	// hibernateSessions, when not 0, bounds the sessions (d)'s hibernated
-	// part opens for this row (hibernatedSessions), and hibernateWhy says
-	// why, for the report.
-	hibernateSessions int
-	hibernateWhy      string
+	// awakeCap, when not 0, bounds the sessions the awake process of (d)'s
+	// hibernated part opens for this row (awakeSessions), and awakeWhy
+	// says why, for the report; its hibernating process opens the full
+	// count.
+	awakeCap int
+	awakeWhy string
 	// issuer, when set, is the loopback authorization server whose URL
 	// replaces issuerPlaceholder in argv; the load generator sends its
 	// token on every request to this server.
 	issuer *authIssuer
 }
 
-// hibernatedSessions returns how many sessions (d)'s hibernated part
-// opens for s when hc sizes it: hc.sessions, or s.hibernateSessions when
-// fewer.
-func (s serverSpec) hibernatedSessions(hc hibernateConfig) int {
-	if s.hibernateSessions > 0 && s.hibernateSessions < hc.sessions {
-		return s.hibernateSessions
+// awakeSessions returns how many sessions the awake process of (d)'s
+// hibernated part opens for s when hc sizes it: hc.sessions, or
+// s.awakeCap when fewer. The hibernating process opens hc.sessions.
+func (s serverSpec) awakeSessions(hc hibernateConfig) int {
+	if s.awakeCap > 0 && s.awakeCap < hc.sessions {
+		return s.awakeCap
 	}
 	return hc.sessions
 }
