@@ -176,3 +176,37 @@ func TestHibernationMalformedCursorStaysHibernated(t *testing.T) {
 		}
 	}
 }
+
+// TestHibernationNeverRepeatsPrimingIDs: the priming events that open the
+// streams resumed from one cursor carry resume parts 1, 2, 3 and on
+// through the generation, across exact hibernations and the wakes at the
+// same generation between them: no id is sent twice in a session
+// (DESIGN.md, "Cursors"), although each wake starts new live state.
+func TestHibernationNeverRepeatsPrimingIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, c := hibernatingServer(t, true)
+	s, cursor, answer := callHoldingCursor(t, ctx, c)
+	resume := func(want string) {
+		t.Helper()
+		st, err := s.Resume(ctx, cursor)
+		if err != nil {
+			t.Fatalf("resume with %s: %v", cursor, err)
+		}
+		evs, err := st.Collect()
+		st.Close()
+		if err != nil || len(evs) != 2 || evs[1].ID != answer.ID {
+			t.Fatalf("resumed stream: %v, %v; want the priming event, then the answer %s", evs, err, answer.ID)
+		}
+		if evs[0].ID != want {
+			t.Fatalf("priming event id %s, want %s", evs[0].ID, want)
+		}
+	}
+	resume(cursor + "-1")
+	resume(cursor + "-2")
+	awaitHibernated(t, h, 1)
+	resume(cursor + "-3") // the resume wakes the session at its generation
+	awaitHibernated(t, h, 1)
+	resume(cursor + "-4")
+	resume(cursor + "-5")
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,35 @@ func hibernatedExact(b []byte) bool {
 	return json.Unmarshal(b, &m) == nil && m.Exact
 }
 
-// encodeHibernated is encodeState with exactKey set when exact.
-func encodeHibernated(st *engine.State, prior []ledger, exact bool) ([]byte, error) {
+// resumesKey is the member of an exactly hibernated record's State that
+// holds how many streams of its generation have been resumed
+// (Live.NextResume), absent when none: the wake keeps the generation, so
+// the live state it starts, in whichever process, numbers the priming
+// events of resumed streams on from there instead of from 1 again, and no
+// priming event id of the generation is sent twice (DESIGN.md, "Cursors").
+const resumesKey = "hibernatedResumes"
+
+// hibernatedResumes returns the number a record's State carries under
+// resumesKey: 0 when it carries none or cannot be read.
+func hibernatedResumes(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	var m struct {
+		Resumes uint64 `json:"hibernatedResumes"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return 0
+	}
+	return m.Resumes
+}
+
+// encodeHibernated is encodeState with exactKey set when exact, and then
+// resumes, the streams of the generation resumed so far, under resumesKey
+// when there were any. A hibernation that is not exact keeps no count:
+// its wake starts generation+1, whose priming event ids differ from every
+// earlier one in their generation part (replay.Cursor).
+func encodeHibernated(st *engine.State, prior []ledger, exact bool, resumes uint64) ([]byte, error) {
 	b, err := encodeState(st, prior)
 	if err != nil || !exact {
 		return b, err
@@ -55,6 +83,9 @@ func encodeHibernated(st *engine.State, prior []ledger, exact bool) ([]byte, err
 		}
 	}
 	m[exactKey] = json.RawMessage("true")
+	if resumes > 0 {
+		m[resumesKey] = strconv.AppendUint(nil, resumes, 10)
+	}
 	return json.Marshal(m)
 }
 
@@ -256,7 +287,9 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) (stored bool, awake e
 		if keeps {
 			st.Suspended = sp.Suspension()
 		}
-		b, err = encodeHibernated(&st, l.prior, exact)
+		// No request is served from l once it is hibernating
+		// (beginHibernate): the count is final.
+		b, err = encodeHibernated(&st, l.prior, exact, l.resumes.Load())
 	}
 	if err == nil {
 		// The store's LastSeen decides idle eviction of the record from
@@ -511,11 +544,12 @@ func (r *Registry) wake(ctx context.Context, rec store.Record, st *engine.State,
 }
 
 // startWoken starts the live state of woken, the record Wake returned,
-// from st. On failure it lets go of the session again, as it was, so a
+// from st, numbering its resumed streams on from the count the
+// hibernation stored (resumesKey). On failure it lets go of the session again, as it was, so a
 // later request may wake it at this generation still (an engine at
 // capacity now, say).
 func (r *Registry) startWoken(ctx context.Context, woken store.Record, st *engine.State, prior []ledger) (*Live, error) {
-	l, err := r.start(ctx, woken, st, prior)
+	l, err := r.start(ctx, woken, st, prior, hibernatedResumes(woken.State))
 	if err != nil {
 		r.letGo(ctx, woken)
 		return nil, err

@@ -423,6 +423,72 @@ func TestHibernateFleetWake(t *testing.T) {
 	}
 }
 
+// TestHibernateResumeNumbersGoOn: the resume parts of a generation's
+// priming events (Live.NextResume) go on through exact hibernations, in
+// whichever replica wakes the session, so no priming event id is issued
+// twice; a lossy hibernation's wake at generation+1 starts again at 1.
+func TestHibernateResumeNumbersGoOn(t *testing.T) {
+	ctx := context.Background()
+	rs := newReplicas()
+	f := &fixture{clk: rs.clk}
+	replica := func(owner string, restorable bool) *session.Registry {
+		eng := gosdk.New(demo.NewServer())
+		eng.Restorable = restorable
+		reg := session.New(rs.st, eventlog.New(rs.st, eventlog.Options{Now: rs.clk.Now, Budget: -1}), eng,
+			session.Options{Owner: owner, Lease: 10 * time.Second, HibernateAfter: time.Minute, Now: rs.clk.Now, Logger: slog.New(slog.DiscardHandler)})
+		t.Cleanup(func() { reg.Close() })
+		return reg
+	}
+	hibernate := func(regs ...*session.Registry) {
+		t.Helper()
+		waitFor(t, func() bool {
+			rs.clk.Advance(2 * time.Minute)
+			for _, reg := range regs {
+				reg.RenewLeases(ctx)
+				reg.Sweep(ctx)
+			}
+			return regs[0].Hibernated() == 1
+		})
+	}
+	resumes := func(l *session.Live, want ...uint64) {
+		t.Helper()
+		for _, w := range want {
+			if got := l.NextResume(); got != w {
+				t.Fatalf("generation %d: NextResume = %d, want %d", l.Generation(), got, w)
+			}
+		}
+	}
+
+	a, b := replica("a", true), replica("b", true)
+	l := mustCreate(t, a)
+	initialize(t, f, l)
+	tok := l.Token()
+	resumes(l, 1, 2)
+	hibernate(a, b)
+	if l, err := b.Get(ctx, tok, ""); err != nil || l.Generation() != 1 {
+		t.Fatalf("b's wake: %v; want generation 1", err)
+	} else {
+		resumes(l, 3)
+	}
+	hibernate(b, a)
+	if l, err := a.Get(ctx, tok, ""); err != nil || l.Generation() != 1 {
+		t.Fatalf("a's wake: %v; want generation 1", err)
+	} else {
+		resumes(l, 4, 5)
+	}
+
+	lossy := replica("c", false)
+	l = mustCreate(t, lossy)
+	initialize(t, f, l)
+	resumes(l, 1, 2)
+	hibernate(lossy)
+	if l, err := lossy.Get(ctx, l.Token(), ""); err != nil || l.Generation() != 2 {
+		t.Fatalf("lossy wake: %v; want generation 2", err)
+	} else {
+		resumes(l, 1)
+	}
+}
+
 // refusing is an engine that refuses its next Start (engine.ErrCapacity)
 // when refuse is set, and otherwise starts with eng.
 type refusing struct {

@@ -82,8 +82,8 @@ type Live struct {
 	// (Registry.clock); the least recently used session has the lowest.
 	used atomic.Uint64
 
-	// resumes counts the streams of this generation resumed here
-	// (NextResume).
+	// resumes counts the streams of this generation resumed so far, here
+	// and by the live states before a wake at this generation (NextResume).
 	resumes atomic.Uint64
 
 	// prior are the ledgers of earlier generations, from the record
@@ -91,7 +91,7 @@ type Live struct {
 	prior []ledger
 }
 
-func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *Live {
+func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, resumes uint64) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
 		created:    rec.Created,
@@ -110,6 +110,7 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *L
 		// recreate drops it.
 		l.state.Suspended = nil
 	}
+	l.resumes.Store(resumes)
 	l.lh.parent, l.lh.live = r.logger.Handler(), l
 	l.logger = slog.New(&l.lh)
 	return l
@@ -119,10 +120,14 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger) *L
 func (l *Live) Token() string { return l.token }
 
 // NextResume returns the resume part of the next priming event of a stream
-// of this generation resumed here (replay.Cursor): 1, 2, 3 and on. One
-// process serves a generation, and its live state here is this Live, so no
-// two priming events of one generation share a number, and the number says
-// nothing about the process's other sessions.
+// of this generation resumed (replay.Cursor): 1, 2, 3 and on through the
+// generation. One process at a time serves a generation; between two of
+// its live states, here or in another process, lies an exact hibernation,
+// which stores the count, and the wake at the same generation goes on
+// from it (resumesKey). So no two priming events of one generation share
+// a number, and the number says nothing about the process's other
+// sessions. A new generation starts again at 1: its ids differ from every
+// earlier one in their generation part.
 func (l *Live) NextResume() uint64 { return l.resumes.Add(1) }
 
 // Generation returns the generation this Live serves.

@@ -289,7 +289,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 		r.unreserve()
 		return nil, fmt.Errorf("session: create: %w", err)
 	}
-	l, err := r.start(ctx, rec, nil, nil)
+	l, err := r.start(ctx, rec, nil, nil, 0)
 	if err != nil {
 		r.st.End(context.WithoutCancel(ctx), rec.Token, store.EndDeleted, now.Add(r.opts.TombstoneTTL))
 		return nil, err
@@ -301,9 +301,10 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 
 // start starts the live state of rec's generation and registers it, in the
 // room reserve took (given back if the start fails), held for the request
-// ctx belongs to (holdFor).
-func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger) (*Live, error) {
-	l := newLive(r, rec, st, prior)
+// ctx belongs to (holdFor). resumes is how many streams of the generation
+// were resumed before (Live.NextResume): 0 for a new generation.
+func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger, resumes uint64) (*Live, error) {
+	l := newLive(r, rec, st, prior, resumes)
 	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, (*outbox)(l))
 	if err != nil {
 		r.unreserve()
