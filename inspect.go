@@ -26,7 +26,11 @@ import (
 
 // Recent implements admin.Inspector: how many sessions this Handler holds
 // or hibernated, and the n most recently used: the live ones first, then
-// the hibernated ones, each read from its record without waking it.
+// the hibernated ones, each read from its record without waking it. A
+// hibernated session whose record says it is no longer hibernated (woken
+// by another replica, or ended) is neither listed nor counted, so the
+// counts agree with the list; those past the n listed are counted
+// unread.
 func (h *Handler) Recent(ctx context.Context, n int) (admin.List, error) {
 	all := h.reg.Snapshots("")
 	hib := h.hibernated(all, "")
@@ -44,6 +48,9 @@ func (h *Handler) Recent(ctx context.Context, n int) (admin.List, error) {
 		}
 		if ok {
 			l.Sessions = append(l.Sessions, d.Summary)
+		} else {
+			l.Count--
+			l.Hibernated--
 		}
 	}
 	return l, nil

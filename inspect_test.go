@@ -24,6 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
 )
@@ -336,6 +337,61 @@ func TestInspectorShowsHibernated(t *testing.T) {
 `
 	if code, body := getJSON(t, ops.URL+"/debug/sessions"); code != http.StatusOK || !strings.HasPrefix(body, want) || strings.Contains(body, `"hibernated",`) {
 		t.Errorf("/debug/sessions after the wake: %d\n%s\nwant 2 live sessions", code, body)
+	}
+}
+
+// TestInspectorCountsWhatItLists: of two sessions this process
+// hibernated, one another replica has woken since (its record held by
+// owner b): /debug/sessions neither lists nor counts that one, so its
+// count and hibernated figures are those of the sessions it lists.
+func TestInspectorCountsWhatItLists(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk := testenv.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	st := memory.New(memory.Options{Now: clk.Now})
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Store:         st,
+		Restorable:    true,
+		Sessions:      session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)},
+		SweepInterval: time.Hour, // the test sweeps
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	defer func() {
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	}()
+	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
+	defer ops.Close()
+	c := &mcptest.Client{URL: srv.URL, HTTP: hc}
+	woken, _, _ := callHoldingCursor(t, ctx, c)
+	dormant, _, _ := callHoldingCursor(t, ctx, c)
+	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions hibernated after 10 s of sweeps, want 2", h.Registry().Hibernated())
+		}
+		clk.Advance(2 * time.Minute)
+		h.Registry().Sweep(ctx)
+	}
+	if _, err := st.Wake(ctx, woken.Token, "b", 1, clk.Now().Add(time.Minute)); err != nil {
+		t.Fatalf("replica b's wake: %v", err)
+	}
+	code, body := getJSON(t, ops.URL+"/debug/sessions")
+	var got admin.List
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+		t.Fatalf("/debug/sessions: %d %s", code, body)
+	}
+	// It hibernated at the first sweep that found its request over:
+	// idle for a whole number of the sweeps' 2 minutes.
+	if len(got.Sessions) == 1 && got.Sessions[0].IdleSeconds > 0 && int(got.Sessions[0].IdleSeconds)%120 == 0 {
+		got.Sessions[0].IdleSeconds = 0
+	}
+	want := admin.List{Count: 1, Hibernated: 1, Sessions: []admin.Summary{
+		{Session: dormant.Token[:8], State: admin.StateHibernated, Generation: 1},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("/debug/sessions: %s\nwant count 1, hibernated 1, and %s alone, hibernated at generation 1, idle a multiple of 120 s", body, dormant.Token[:8])
 	}
 }
 

@@ -36,11 +36,12 @@ const (
 // List is the answer of /debug/sessions.
 type List struct {
 	// Count is the number of sessions whose live state this process holds
-	// plus those it hibernated and has not seen woken or ended since.
+	// plus those it hibernated since it started and has not seen woken or
+	// ended since. A hibernated session whose record Sessions read and
+	// found woken by another replica of a fleet, or ended, is left out of
+	// both; those past the sessions listed are counted without a read.
 	Count int `json:"count"`
-	// Hibernated is how many of Count are hibernated. Another replica of
-	// a fleet may have woken one of them: Sessions, which reads each
-	// hibernated session's record, leaves such a session out.
+	// Hibernated is how many of Count are hibernated.
 	Hibernated int `json:"hibernated"`
 	// Sessions are the most recently used of them: the live ones, most
 	// recent first, then the hibernated ones, most recent first.
