@@ -151,10 +151,17 @@ func fetchJSON(u string, timeout time.Duration) ([]byte, int, error) {
 
 // printList prints /debug/sessions as a table.
 func printList(w io.Writer, l admin.List) {
-	if l.Hibernated == 0 {
-		fmt.Fprintf(w, "%d sessions live in this process", l.Count)
-	} else {
-		fmt.Fprintf(w, "%d sessions in this process, %d of them hibernated", l.Count, l.Hibernated)
+	noun := "sessions"
+	if l.Count == 1 {
+		noun = "session"
+	}
+	switch {
+	case l.Hibernated == 0:
+		fmt.Fprintf(w, "%d %s live in this process", l.Count, noun)
+	case l.Count == 1:
+		fmt.Fprint(w, "1 session in this process, hibernated")
+	default:
+		fmt.Fprintf(w, "%d %s in this process, %d of them hibernated", l.Count, noun, l.Hibernated)
 	}
 	if len(l.Sessions) == 0 {
 		fmt.Fprintln(w)

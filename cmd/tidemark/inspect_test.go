@@ -79,6 +79,26 @@ func TestInspectPointedAtMCP(t *testing.T) {
 	}
 }
 
+// TestInspectCountsInTheSingular: one session is "1 session", live or
+// hibernated.
+func TestInspectCountsInTheSingular(t *testing.T) {
+	for _, c := range []struct {
+		list admin.List
+		want string
+	}{
+		{admin.List{Count: 1}, "1 session live in this process\n"},
+		{admin.List{Count: 1, Hibernated: 1}, "1 session in this process, hibernated\n"},
+		{admin.List{Count: 0}, "0 sessions live in this process\n"},
+		{admin.List{Count: 2, Hibernated: 2}, "2 sessions in this process, 2 of them hibernated\n"},
+	} {
+		var b strings.Builder
+		printList(&b, c.list)
+		if b.String() != c.want {
+			t.Errorf("printList(%+v) printed %q, want %q", c.list, b.String(), c.want)
+		}
+	}
+}
+
 // TestInspectPrintsHibernated: `tidemark inspect` counts hibernated
 // sessions apart, names each session's state, and says a hibernated
 // session has no owner.

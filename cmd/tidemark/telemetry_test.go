@@ -488,7 +488,7 @@ func TestInspectorShowsSessions(t *testing.T) {
 	if code := run([]string{"inspect", "--metrics-addr", metricsAddr}, &stdout, &stderr); code != 0 {
 		t.Fatalf("tidemark inspect: exit %d: %s", code, stderr.String())
 	}
-	wantText := "1 sessions live in this process; the 1 most recently used:\n" +
+	wantText := "1 session live in this process; the 1 most recently used:\n" +
 		"SESSION   STATE  GENERATION  CALLS  READERS  IDLE\n" +
 		prefix + "  live   1           1      2        0s\n"
 	if stdout.String() != wantText {
