@@ -510,8 +510,9 @@ func (r *Registry) unindex(token string, seen int64) {
 	}
 }
 
-// Hibernated returns the number of sessions this process hibernated and
-// has not seen woken or ended since.
+// Hibernated returns the number of sessions this process hibernated since
+// it started and has not seen woken or ended since: the index is in
+// memory, so a session hibernated before a restart is not counted.
 func (r *Registry) Hibernated() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -87,9 +87,9 @@ type HibernatedSession struct {
 	Idle     time.Duration
 }
 
-// HibernatedSessions returns the sessions this registry hibernated and
-// has not seen woken or ended since whose token starts with prefix ("" for
-// all), most recently used first. It reads no record and wakes nothing;
+// HibernatedSessions returns the sessions this registry hibernated since
+// it started and has not seen woken or ended since whose token starts with
+// prefix ("" for all), most recently used first. It reads no record and wakes nothing;
 // another replica may have woken one meanwhile.
 func (r *Registry) HibernatedSessions(prefix string) []HibernatedSession {
 	now := r.opts.Now()

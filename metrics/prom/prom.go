@@ -214,7 +214,7 @@ func (r *Recorder) WatchSessions(live, hibernated func() int, leased bool) error
 	if err == nil {
 		err = r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tidemark_sessions_hibernated",
-			Help: "Sessions this process hibernated that it has not seen woken or ended since: only their record is kept, in the store.",
+			Help: "Sessions this process hibernated since it started that it has not seen woken or ended since: only their record is kept, in the store.",
 		}, func() float64 { return float64(hibernated()) }))
 	}
 	if err != nil || !leased {

@@ -83,7 +83,7 @@ tidemark_streams_open{kind="standalone"} 0
 # HELP tidemark_sessions_live Sessions whose live state this process holds.
 # TYPE tidemark_sessions_live gauge
 tidemark_sessions_live 2
-# HELP tidemark_sessions_hibernated Sessions this process hibernated that it has not seen woken or ended since: only their record is kept, in the store.
+# HELP tidemark_sessions_hibernated Sessions this process hibernated since it started that it has not seen woken or ended since: only their record is kept, in the store.
 # TYPE tidemark_sessions_hibernated gauge
 tidemark_sessions_hibernated 3
 # HELP tidemark_sessions_created_total Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).
