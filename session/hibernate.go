@@ -550,13 +550,33 @@ func (r *Registry) wake(ctx context.Context, rec store.Record, st *engine.State,
 // later request may wake it at this generation still (an engine at
 // capacity now, say).
 func (r *Registry) startWoken(ctx context.Context, woken store.Record, st *engine.State, prior []ledger) (*Live, error) {
-	l, err := r.start(ctx, woken, st, prior, hibernatedResumes(woken.State))
+	l, err := r.start(ctx, woken, st, prior, true)
 	if err != nil {
 		r.letGo(ctx, woken)
 		return nil, err
 	}
 	l.logger.Info("session woke")
 	return l, nil
+}
+
+// saveWake makes the wake that started l durable, if l woke at its
+// generation and nothing has yet: it stores l's state (a synced write,
+// fenced by the generation), so that from then on a crash leaves the
+// record held by this process, whose successor claims generation+1,
+// rather than hibernated as the wake found it (a durable wake is not
+// synced; DESIGN.md, "Hibernation"). Concurrent callers wait for the one
+// write; a failed write is tried again by the next caller.
+func (l *Live) saveWake(ctx context.Context) error {
+	l.wakeMu.Lock()
+	defer l.wakeMu.Unlock()
+	if !l.wakeUnsaved {
+		return nil
+	}
+	if err := l.saveState(ctx, l.State()); err != nil {
+		return err
+	}
+	l.wakeUnsaved = false
+	return nil
 }
 
 // letGo hibernates woken again, with the state it woke with, after a wake

@@ -453,9 +453,19 @@ func TestHibernateResumeNumbersGoOn(t *testing.T) {
 	resumes := func(l *session.Live, want ...uint64) {
 		t.Helper()
 		for _, w := range want {
-			if got := l.NextResume(); got != w {
-				t.Fatalf("generation %d: NextResume = %d, want %d", l.Generation(), got, w)
+			if got, err := l.NextResume(ctx); err != nil || got != w {
+				t.Fatalf("generation %d: NextResume = %d, %v; want %d", l.Generation(), got, err, w)
 			}
+		}
+	}
+	// A wake's first resume makes the wake durable first: the record's
+	// state is stored anew, without the hibernation's mark, so a crash
+	// now leaves a record a successor claims at generation+1.
+	durable := func(tok string) {
+		t.Helper()
+		rec, err := rs.st.Get(ctx, tok)
+		if err != nil || strings.Contains(string(rec.State), "hibernated") {
+			t.Fatalf("record after the woken generation's first resume: %s, %v; want its state saved anew, without hibernatedExact", rec.State, err)
 		}
 	}
 
@@ -469,6 +479,7 @@ func TestHibernateResumeNumbersGoOn(t *testing.T) {
 		t.Fatalf("b's wake: %v; want generation 1", err)
 	} else {
 		resumes(l, 3)
+		durable(tok)
 	}
 	hibernate(b, a)
 	if l, err := a.Get(ctx, tok, ""); err != nil || l.Generation() != 1 {

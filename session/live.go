@@ -6,6 +6,7 @@
 package session
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -85,13 +86,17 @@ type Live struct {
 	// resumes counts the streams of this generation resumed so far, here
 	// and by the live states before a wake at this generation (NextResume).
 	resumes atomic.Uint64
+	// wakeMu guards wakeUnsaved: l woke at its generation, and no synced
+	// store write has made that wake durable yet (saveWake).
+	wakeMu      sync.Mutex
+	wakeUnsaved bool
 
 	// prior are the ledgers of earlier generations, from the record
 	// (lost.go); set at the start, then only read.
 	prior []ledger
 }
 
-func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, resumes uint64) *Live {
+func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, woken bool) *Live {
 	l := &Live{
 		reg: r, token: rec.Token, gen: rec.Generation, tag: replay.Tag(rec.Token), userID: rec.UserID,
 		created:    rec.Created,
@@ -110,7 +115,10 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, re
 		// recreate drops it.
 		l.state.Suspended = nil
 	}
-	l.resumes.Store(resumes)
+	if woken {
+		l.resumes.Store(hibernatedResumes(rec.State))
+		l.wakeUnsaved = true
+	}
 	l.lh.parent, l.lh.live = r.logger.Handler(), l
 	l.logger = slog.New(&l.lh)
 	return l
@@ -128,7 +136,16 @@ func (l *Live) Token() string { return l.token }
 // a number, and the number says nothing about the process's other
 // sessions. A new generation starts again at 1: its ids differ from every
 // earlier one in their generation part.
-func (l *Live) NextResume() uint64 { return l.resumes.Add(1) }
+//
+// The first call after such a wake makes the wake durable first (saveWake):
+// a wake the store may still lose would let the next wake number from the
+// same count again. Its error is the store's; no number is taken then.
+func (l *Live) NextResume(ctx context.Context) (uint64, error) {
+	if err := l.saveWake(ctx); err != nil {
+		return 0, err
+	}
+	return l.resumes.Add(1), nil
+}
 
 // Generation returns the generation this Live serves.
 func (l *Live) Generation() uint64 { return l.gen }

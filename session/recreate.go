@@ -226,7 +226,7 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			prior = withPrior(prior, sum)
 			r.savePrior(ctx, claimed, st, prior)
 		}
-		l, err := r.start(ctx, claimed, st, prior, 0)
+		l, err := r.start(ctx, claimed, st, prior, false)
 		if err != nil {
 			return nil, err
 		}

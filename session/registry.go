@@ -289,7 +289,7 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 		r.unreserve()
 		return nil, fmt.Errorf("session: create: %w", err)
 	}
-	l, err := r.start(ctx, rec, nil, nil, 0)
+	l, err := r.start(ctx, rec, nil, nil, false)
 	if err != nil {
 		r.st.End(context.WithoutCancel(ctx), rec.Token, store.EndDeleted, now.Add(r.opts.TombstoneTTL))
 		return nil, err
@@ -301,10 +301,11 @@ func (r *Registry) Create(ctx context.Context, userID string) (*Live, error) {
 
 // start starts the live state of rec's generation and registers it, in the
 // room reserve took (given back if the start fails), held for the request
-// ctx belongs to (holdFor). resumes is how many streams of the generation
-// were resumed before (Live.NextResume): 0 for a new generation.
-func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger, resumes uint64) (*Live, error) {
-	l := newLive(r, rec, st, prior, resumes)
+// ctx belongs to (holdFor). woken says rec is a record woken at its
+// generation (store.Sessions.Wake), whose resumed streams are numbered on
+// from the count its hibernation stored (Live.NextResume).
+func (r *Registry) start(ctx context.Context, rec store.Record, st *engine.State, prior []ledger, woken bool) (*Live, error) {
+	l := newLive(r, rec, st, prior, woken)
 	es, err := r.engine.Start(ctx, engine.Info{Token: rec.Token, Generation: rec.Generation, State: st, Logger: l.logger}, (*outbox)(l))
 	if err != nil {
 		r.unreserve()

@@ -101,7 +101,11 @@ func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err e
 		s.replay.to = s.after
 	}
 	if version >= V20251125 {
-		s.preamble = h.resumePriming(s.cursor, live.NextResume())
+		n, err := live.NextResume(r.Context())
+		if err != nil {
+			return stream{}, deliveryRefusal(live, err)
+		}
+		s.preamble = h.resumePriming(s.cursor, n)
 	}
 	return s, nil
 }
