@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -255,5 +258,93 @@ func TestRoomConcurrentWakes(t *testing.T) {
 	}
 	if n := f.reg.Len() + f.reg.Hibernated(); n != sessions {
 		t.Fatalf("%d sessions live or hibernated, want %d", n, sessions)
+	}
+}
+
+// holding is a store whose appends of a call's answer (a message that
+// ends its stream) wait, once hold was called, until release is: entered
+// says one is waiting.
+type holding struct {
+	store.Store
+	held    atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (s *holding) hold() {
+	s.entered, s.gate = make(chan struct{}, 1), make(chan struct{})
+	s.held.Store(true)
+}
+
+func (s *holding) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
+	if s.held.Load() && slices.ContainsFunc(evs, func(e store.Event) bool { return e.Kind == store.KindMessage && e.End }) {
+		s.entered <- struct{}{}
+		<-s.gate
+	}
+	return s.Store.Append(ctx, token, gen, evs)
+}
+
+// TestEvictionWaitsForTheAnswersAppend: when sessions do not hibernate, a
+// session whose last call was answered keeps its room until the answer is
+// stored, so the request needing the room fails with engine.ErrCapacity
+// meanwhile; ending the session then would lose an answer the server gave
+// (its client's resume would answer request_lost). Once the answer is
+// stored, the session is the one that gives way.
+func TestEvictionWaitsForTheAnswersAppend(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	clk := testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st := &holding{Store: memory.New(memory.Options{Now: clk.Now})}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), gosdk.New(demo.NewServer()),
+		session.Options{MaxSessions: 1, HibernateAfter: -1, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	defer reg.Close()
+	f := &fixture{clk: clk, reg: reg}
+	a := mustCreate(t, reg)
+	initialize(t, f, a)
+
+	st.hold()
+	var once sync.Once
+	release := func() { once.Do(func() { st.held.Store(false); close(st.gate) }) }
+	defer release() // before reg.Close, which waits for the append
+	req := echo(t, 2, "kept")
+	s, err := a.OpenStream(ctx, []*jsonrpc.Request{req}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := a.Reader(s, s)
+	if err := a.Deliver(ctx, req, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered // the engine answered; the answer is being appended
+	if _, err := reg.Create(ctx, ""); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("Create while a's answer is being appended: %v, want engine.ErrCapacity", err)
+	}
+	release()
+	var got []string
+	for done := false; !done; {
+		evs, err := rd.Next(ctx)
+		if err != nil {
+			t.Fatalf("a's stream after %v: %v", got, err)
+		}
+		for _, e := range evs {
+			got = append(got, string(e.Data))
+			done = done || e.End
+		}
+	}
+	if len(got) != 1 || !strings.Contains(got[0], `"text":"kept"`) {
+		t.Fatalf("a's stream = %v, want the echo of kept", got)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := reg.Create(ctx, "")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, engine.ErrCapacity) || time.Now().After(deadline) {
+			t.Fatalf("Create after a's answer was stored: %v", err)
+		}
+	}
+	var ended *store.EndedError
+	if _, err := reg.Get(ctx, a.Token(), ""); !errors.As(err, &ended) || ended.Reason != store.EndCapacity {
+		t.Fatalf("a after the Create: %v, want ended by capacity", err)
 	}
 }

@@ -35,10 +35,8 @@ func (o *outbox) Send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.
 // (Live.storing, Registry.CallsInFlight) until the append returns, so a
 // shutdown that waits for no call in flight finds the answer in the log,
 // and its operation and span end at that point too (Live.answered); the
-// session is a candidate for eviction again (Registry.unpark) as soon
-// as its last call is answered, before the client can see the answer,
-// or, when it would hibernate for the room, once the answer is stored
-// (settle; busyForRoomLocked).
+// session is a candidate for the room again (Registry.unpark) once its
+// last call's answer is stored (settle; busyForRoomLocked).
 func (l *Live) send(ctx context.Context, msg jsonrpc.Message, related jsonrpc.ID) error {
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {

@@ -121,9 +121,11 @@ func (r *Registry) unpark(l *Live) {
 }
 
 // busyForRoomLocked reports whether l must keep its room: a call is in
-// flight on it, or, when the registry hibernates sessions, anything else
-// keeps it from hibernating (an answer being stored, a connection
-// attached, a request being served: beginHibernate). Making room
+// flight on it or its answer is being stored (ending the session then
+// would lose an answer the server gave: its client's resume would answer
+// request_lost), or, when the registry hibernates sessions, anything else
+// keeps it from hibernating (a connection attached, a request being
+// served: beginHibernate). Making room
 // hibernates a session when it can, so one that cannot hibernate now
 // would be ended instead, cutting its client mid-use; it waits until it
 // is idle (unparkLocked). Without hibernation an open stream alone does
@@ -134,7 +136,7 @@ func (r *Registry) unpark(l *Live) {
 // the stream is open, and a new session is refused (503 capacity) when
 // every session is busy. l.mu must be held.
 func (l *Live) busyForRoomLocked() bool {
-	return len(l.calls) > 0 || l.reg.hibernates() && l.storing+l.attached+l.holds > 0
+	return len(l.calls)+l.storing > 0 || l.reg.hibernates() && l.attached+l.holds > 0
 }
 
 // unparkLocked reports whether l was parked (recency.victim) and is no
