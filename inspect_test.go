@@ -24,6 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/taskrun"
 	"github.com/tidemark-mcp/tidemark/tasks"
@@ -235,21 +236,7 @@ func TestInspectorShowsHibernated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clk := testenv.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Restorable:    true,
-		Sessions:      session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)},
-		SweepInterval: time.Hour, // the test sweeps
-	})
-	srv := httptest.NewServer(h)
-	hc := &http.Client{}
-	defer func() {
-		hc.CloseIdleConnections()
-		srv.Close()
-		h.Close()
-	}()
-	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
-	defer ops.Close()
-	c := &mcptest.Client{URL: srv.URL, HTTP: hc}
+	h, c, ops := hibernatingInspector(t, clk, nil)
 	dormant, _, _ := callHoldingCursor(t, ctx, c)
 	live, _, _ := callHoldingCursor(t, ctx, c)
 	standalone, err := live.Get(ctx)
@@ -266,15 +253,7 @@ func TestInspectorShowsHibernated(t *testing.T) {
 		t.Fatalf("/debug/sessions/%s while live: %d %s", d, code, body)
 	}
 
-	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions hibernated after 10 s of sweeps, want 1", h.Registry().Hibernated())
-		}
-		// A request whose handler has not returned yet holds its session,
-		// which is idle from then on: sweep again, 2 minutes later.
-		clk.Advance(2 * time.Minute)
-		h.Registry().Sweep(ctx)
-	}
+	sweepUntilHibernated(t, ctx, h, clk, 1)
 
 	want := `{
   "count": 2,
@@ -349,31 +328,10 @@ func TestInspectorCountsWhatItLists(t *testing.T) {
 	defer cancel()
 	clk := testenv.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	st := memory.New(memory.Options{Now: clk.Now})
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Store:         st,
-		Restorable:    true,
-		Sessions:      session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)},
-		SweepInterval: time.Hour, // the test sweeps
-	})
-	srv := httptest.NewServer(h)
-	hc := &http.Client{}
-	defer func() {
-		hc.CloseIdleConnections()
-		srv.Close()
-		h.Close()
-	}()
-	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
-	defer ops.Close()
-	c := &mcptest.Client{URL: srv.URL, HTTP: hc}
+	h, c, ops := hibernatingInspector(t, clk, st)
 	woken, _, _ := callHoldingCursor(t, ctx, c)
 	dormant, _, _ := callHoldingCursor(t, ctx, c)
-	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions hibernated after 10 s of sweeps, want 2", h.Registry().Hibernated())
-		}
-		clk.Advance(2 * time.Minute)
-		h.Registry().Sweep(ctx)
-	}
+	sweepUntilHibernated(t, ctx, h, clk, 2)
 	if _, err := st.Wake(ctx, woken.Token, "b", 1, clk.Now().Add(time.Minute)); err != nil {
 		t.Fatalf("replica b's wake: %v", err)
 	}
@@ -430,5 +388,43 @@ func TestSessionLookupRevealsOnlyThePrefix(t *testing.T) {
 		if code, body := getJSON(t, ops.URL+"/debug/sessions/"+p); code != http.StatusBadRequest || body != want {
 			t.Errorf("/debug/sessions/ with %d characters: %d %s, want 400 %s", len(p), code, body, want)
 		}
+	}
+}
+
+// hibernatingInspector serves the demo server on st (nil: a memory store
+// of its own), its sessions restorable and hibernating after a minute of
+// clk's time, swept only by the test; it returns the handler, a client of
+// it and its inspector's server, all closed when t ends.
+func hibernatingInspector(t *testing.T, clk *testenv.Clock, st store.Store) (*tidemark.Handler, *mcptest.Client, *httptest.Server) {
+	t.Helper()
+	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Store:         st,
+		Restorable:    true,
+		Sessions:      session.Options{HibernateAfter: time.Minute, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)},
+		SweepInterval: time.Hour, // the test sweeps
+	})
+	srv := httptest.NewServer(h)
+	hc := &http.Client{}
+	ops := httptest.NewServer(admin.Handler(admin.Options{Sessions: h}))
+	t.Cleanup(func() {
+		ops.Close()
+		hc.CloseIdleConnections()
+		srv.Close()
+		h.Close()
+	})
+	return h, &mcptest.Client{URL: srv.URL, HTTP: hc}, ops
+}
+
+// sweepUntilHibernated sweeps h's sessions, 2 minutes of clk apart, until
+// n are hibernated: a request whose handler has not returned yet holds its
+// session, which is idle from then on, so one sweep may not be enough.
+func sweepUntilHibernated(t *testing.T, ctx context.Context, h *tidemark.Handler, clk *testenv.Clock, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); h.Registry().Hibernated() != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions hibernated after 10 s of sweeps, want %d", h.Registry().Hibernated(), n)
+		}
+		clk.Advance(2 * time.Minute)
+		h.Registry().Sweep(ctx)
 	}
 }
