@@ -59,27 +59,11 @@ func TestInitializeRefusedThenCall(t *testing.T) {
 	if !errors.As(r.Error, &we) || string(we.Data) != `{"reason":"server_refused","serverReason":"capacity","status":503}` {
 		t.Fatalf("initialize while the server is full: %v %s, want server_refused 503 capacity", r.Error, r.Result)
 	}
-	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
-	host.send(`{"jsonrpc":"2.0","id":"echo","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
-	r, _ = host.answer("echo")
-	if !errors.As(r.Error, &we) || we.Code != jsonrpc.CodeInvalidRequest || string(we.Data) != `{"reason":"session_required"}` {
-		t.Errorf("call after the refused initialize: %v %s, want -32600 reason session_required", r.Error, r.Result)
-	}
-
-	if r, _ := busy.answer("long"); r.Error != nil {
-		t.Fatalf("countdown: %v", r.Error)
-	}
-	host.initialize(`{}`)
-	host.send(`{"jsonrpc":"2.0","id":"echo2","method":"tools/call","params":{"name":"echo","arguments":{"text":"y"}}}`)
-	r, _ = host.answer("echo2")
-	if got := toolText(t, r); got != "y" {
-		t.Errorf("echo after the second initialize: %q, want %q", got, "y")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sessionless) != 0 {
-		t.Errorf("POSTs without a session the server got: %v, want none", sessionless)
-	}
+	uninitializedThenServed(t, host, func() {
+		if r, _ := busy.answer("long"); r.Error != nil {
+			t.Fatalf("countdown: %v", r.Error)
+		}
+	}, &mu, &sessionless)
 }
 
 // TestInitializeAnsweredWithError: the server takes the host's first
@@ -121,12 +105,24 @@ func TestInitializeAnsweredWithError(t *testing.T) {
 	if !errors.As(r.Error, &we) || we.Code != jsonrpc.CodeInvalidParams {
 		t.Fatalf("initialize: %v %s, want the server's -32602", r.Error, r.Result)
 	}
+	uninitializedThenServed(t, host, func() {}, &mu, &sessionless)
+}
+
+// uninitializedThenServed checks what a host whose initialize failed gets
+// next: it sends notifications/initialized and a call anyway, and the
+// call is answered -32600 session_required; once ready returns, its next
+// initialize and a call after it are served. The server must have seen
+// no POST without a session but initialize (sessionless, under mu).
+func uninitializedThenServed(t *testing.T, host *hostSide, ready func(), mu *sync.Mutex, sessionless *[]string) {
+	t.Helper()
 	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
 	host.send(`{"jsonrpc":"2.0","id":"echo","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
-	r, _ = host.answer("echo")
+	r, _ := host.answer("echo")
+	var we *jsonrpc.Error
 	if !errors.As(r.Error, &we) || we.Code != jsonrpc.CodeInvalidRequest || string(we.Data) != `{"reason":"session_required"}` {
 		t.Errorf("call after the failed initialize: %v %s, want -32600 reason session_required", r.Error, r.Result)
 	}
+	ready()
 	host.initialize(`{}`)
 	host.send(`{"jsonrpc":"2.0","id":"echo2","method":"tools/call","params":{"name":"echo","arguments":{"text":"y"}}}`)
 	r, _ = host.answer("echo2")
@@ -135,7 +131,7 @@ func TestInitializeAnsweredWithError(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(sessionless) != 0 {
-		t.Errorf("POSTs without a session the server got: %v, want none", sessionless)
+	if len(*sessionless) != 0 {
+		t.Errorf("POSTs without a session the server got: %v, want none", *sessionless)
 	}
 }
