@@ -63,6 +63,13 @@ func TestInitializeRefusedThenCall(t *testing.T) {
 		if r, _ := busy.answer("long"); r.Error != nil {
 			t.Fatalf("countdown: %v", r.Error)
 		}
+		// The busy session gives its room once the answer is stored,
+		// which its host may read a moment before.
+		for deadline := time.Now().Add(10 * time.Second); h.Registry().CallsInFlight() != 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d calls in flight after the countdown's answer", h.Registry().CallsInFlight())
+			}
+		}
 	}, &mu, &sessionless)
 }
 
