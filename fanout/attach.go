@@ -6,6 +6,7 @@ package fanout
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,8 +27,15 @@ const sessionlessVersion = "2026-07-28"
 const sendTimeout = 10 * time.Second
 
 // listener is one subscriptions/listen stream open on an attached server,
-// from the moment the server acknowledged it until its handler returns.
+// from the moment the server sends its acknowledgment until its handler
+// returns.
 type listener struct {
+	// mu is held while the acknowledgment is sent and while each
+	// notification is: the acknowledgment is the stream's first message
+	// (basic/patterns/subscriptions, "Acknowledgment"), and a notification
+	// raised meanwhile goes out after it.
+	mu sync.Mutex
+
 	ctx     context.Context // the listen handler's; ends with the stream
 	session *mcp.ServerSession
 	id      any // the listen request's JSON-RPC ID, the subscriptionId
@@ -57,14 +65,10 @@ func (b *Bus) Attach(s *mcp.Server) {
 		b.servers[s] = next
 		b.mu.Unlock()
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			res, err := next(ctx, method, req)
-			if method == methodAcknowledge && err == nil {
-				// Registered once the acknowledgment is out, so that it is
-				// the stream's first message (basic/patterns/subscriptions,
-				// "Acknowledgment").
-				b.acknowledged(ctx, req, next)
+			if method != methodAcknowledge {
+				return next(ctx, method, req)
 			}
-			return res, err
+			return b.acknowledge(ctx, req, next)
 		}
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -79,19 +83,30 @@ func (b *Bus) Attach(s *mcp.Server) {
 	})
 }
 
-// acknowledged registers the listener of the listen handler whose context
-// is ctx, with the filter the server acknowledged.
-func (b *Bus) acknowledged(ctx context.Context, req mcp.Request, send mcp.MethodHandler) {
+// acknowledge sends the acknowledgment req of the listen handler whose
+// context is ctx through send, and registers that handler's listener with
+// the filter acknowledged. The listener is registered before the
+// acknowledgment goes out, so a notification raised once the client has
+// it reaches the stream; one raised while it is being sent waits for it.
+// A listener whose acknowledgment fails is forgotten.
+func (b *Bus) acknowledge(ctx context.Context, req mcp.Request, send mcp.MethodHandler) (mcp.Result, error) {
 	l, _ := ctx.Value(listenKey{}).(*listener)
 	ss, _ := req.GetSession().(*mcp.ServerSession)
 	p, _ := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams)
 	if l == nil || ss == nil || p == nil {
-		return
+		return send(ctx, methodAcknowledge, req)
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	l.ctx, l.session, l.id, l.filter, l.send = ctx, ss, p.Meta[mcp.MetaKeySubscriptionID], p.Notifications, send
 	b.listeners[l] = struct{}{}
+	b.mu.Unlock()
+	res, err := send(ctx, methodAcknowledge, req)
+	if err != nil {
+		b.forget(l)
+	}
+	return res, err
 }
 
 // forget removes a listener whose handler returned.
@@ -129,9 +144,11 @@ func (b *Bus) deliver(ctx context.Context, n Notification) {
 		return
 	}
 	for _, l := range ls {
+		l.mu.Lock()
 		lctx, cancel := context.WithTimeout(l.ctx, sendTimeout)
 		_, err := l.send(lctx, n.Method, listChanged(l.session, n.Method, l.id))
 		cancel()
+		l.mu.Unlock()
 		if err != nil && l.ctx.Err() == nil {
 			b.logger.Warn("delivering a notification to a subscriptions/listen stream failed", "method", n.Method, "error", err)
 		}

@@ -40,8 +40,9 @@ type replica struct {
 }
 
 // newReplica serves a server with one tool and one subscribable resource,
-// attached to bus.
-func newReplica(t *testing.T, bus *fanout.Bus) *replica {
+// attached to bus. The sending middleware below, if any, runs under the
+// Bus's: it sees each message as it is written to the stream.
+func newReplica(t *testing.T, bus *fanout.Bus, below ...mcp.Middleware) *replica {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "fanout-test", Version: "1.0.0"}, &mcp.ServerOptions{
 		Logger:             slog.New(slog.DiscardHandler),
@@ -54,6 +55,7 @@ func newReplica(t *testing.T, bus *fanout.Bus) *replica {
 	s.AddResource(&mcp.Resource{URI: watched, Name: "watched"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: watched, Text: "x"}}}, nil
 	})
+	s.AddSendingMiddleware(below...)
 	bus.Attach(s)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
 	srv := httptest.NewServer(h)
@@ -152,6 +154,39 @@ func TestInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	modern.Exactly(t, want, wait)
+}
+
+// TestRegisteredBeforeAcknowledgment: a stream's listener is registered
+// before its acknowledgment is written, so a notification raised as soon
+// as the client has the acknowledgment reaches it. The client opens one
+// stream (tools list changes, at Connect).
+func TestRegisteredBeforeAcknowledgment(t *testing.T) {
+	b := newBus(t, fanout.Options{})
+	atAck := make(chan int, 1)
+	r := newReplica(t, b, func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "notifications/subscriptions/acknowledged" {
+				atAck <- b.Listeners()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	rec := listentest.New()
+	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
+	rec.Watch(c)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: r.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	rec.WaitFor(t, listentest.Acknowledged, 1, wait)
+	if got := <-atAck; got != 1 {
+		t.Errorf("%d listeners as the acknowledgment was written, want 1", got)
+	}
+	if err := b.Raise(t.Context(), fanout.Notification{Method: fanout.ToolsListChanged}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Exactly(t, map[string]int{listentest.ToolsChanged: 1}, wait)
 }
 
 // TestListenEnds: a stream the client closed hears nothing more, and its
