@@ -59,14 +59,7 @@ func TestUpstreamSessionDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var seen []mcptest.Event
-	for len(progressValues(t, seen)) < 2 {
-		ev, err := st.Next()
-		if err != nil {
-			t.Fatalf("countdown stream: %v", err)
-		}
-		seen = append(seen, ev)
-	}
+	untilProgress(t, st, 2)
 	mu.Lock()
 	ids := append([]string(nil), upSessions...)
 	mu.Unlock()

@@ -66,14 +66,7 @@ func TestUpstreamKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var evs []mcptest.Event
-	for len(progressValues(t, evs)) < 3 {
-		ev, err := st.Next()
-		if err != nil {
-			t.Fatalf("countdown stream: %v", err)
-		}
-		evs = append(evs, ev)
-	}
+	evs := untilProgress(t, st, 3)
 	last := evs[len(evs)-1].ID
 
 	up.Kill()

@@ -46,6 +46,22 @@ func progressValues(t *testing.T, evs []mcptest.Event) []float64 {
 	return out
 }
 
+// untilProgress reads st until n progress notifications have arrived and
+// returns every event read, the nth notification last. A stream that ends
+// or fails first fails the test.
+func untilProgress(t *testing.T, st *mcptest.Stream, n int) []mcptest.Event {
+	t.Helper()
+	var evs []mcptest.Event
+	for len(progressValues(t, evs)) < n {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatalf("countdown stream: %v", err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
 // steps returns 1, 2, ..., n.
 func steps(n int) []float64 {
 	out := make([]float64, n)
@@ -135,14 +151,7 @@ func TestUpstreamSessionLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var seen []mcptest.Event
-	for len(progressValues(t, seen)) < 2 {
-		ev, err := st.Next()
-		if err != nil {
-			t.Fatalf("countdown stream: %v", err)
-		}
-		seen = append(seen, ev)
-	}
+	seen := untilProgress(t, st, 2)
 	old := seen[len(seen)-1]
 	up.restart()
 
