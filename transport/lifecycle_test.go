@@ -561,6 +561,26 @@ func TestShutdownDeliversWhatTheLogHolds(t *testing.T) {
 	<-done
 }
 
+// gatedCallInFlight starts a stack serving the demo server with the gated
+// tool added, initializes a session and sends it call 2 on gate "never",
+// which no test releases, so the call stays in flight until its session
+// ends. It returns the session and the call's POST stream, read past its
+// priming event; the stream is closed when the test ends.
+func gatedCallInFlight(t *testing.T, ctx context.Context) (*mcptest.Session, *mcptest.Stream) {
+	t.Helper()
+	server := demo.NewServer()
+	addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	p, err := s.Call(ctx, gatedCall(2, "never", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	next(t, p)
+	return s, p
+}
+
 // TestDeleteWithCallInFlight: DELETE ends a session whose tool call waits
 // on its context: the call is cancelled, DELETE answers 204, and each open
 // stream of a request without its answer (a POST stream, and a POST stream
@@ -572,16 +592,7 @@ func TestShutdownDeliversWhatTheLogHolds(t *testing.T) {
 // answered already, or the standalone stream, ends with nothing more.
 func TestDeleteWithCallInFlight(t *testing.T) {
 	ctx := testContext(t)
-	server := demo.NewServer()
-	addGated(server)
-	st := newStack(t, server, nil, nil)
-	s := st.initialize(t, ctx, "")
-	p, err := s.Call(ctx, gatedCall(2, "never", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	next(t, p)
+	s, p := gatedCallInFlight(t, ctx)
 	// The demo's countdown waits on its context between steps too.
 	c, err := s.Call(ctx, mcptest.ToolCall(3, "countdown", map[string]any{"n": 5, "delay_ms": 60000}, "c"))
 	if err != nil {
@@ -672,16 +683,7 @@ func wantDeletedAnswer(t *testing.T, s *mcptest.Stream, id int) {
 // ended, and the client never learned its call's fate).
 func TestSupersedeWithCallInFlight(t *testing.T) {
 	ctx := testContext(t)
-	server := demo.NewServer()
-	addGated(server)
-	st := newStack(t, server, nil, nil)
-	s := st.initialize(t, ctx, "")
-	p, err := s.Call(ctx, gatedCall(2, "never", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	next(t, p)
+	s, p := gatedCallInFlight(t, ctx)
 	supersede(t, ctx, s)
 	want := `{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"the client initialized a new session in place of this one before this request was answered: its answer will not come; send it on the new session","data":{"reason":"superseded"}}}`
 	e := next(t, p)
