@@ -23,6 +23,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -69,6 +70,30 @@ func newHandler() *tidemark.Handler {
 	return tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
 		Transport: transport.Options{Retry: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
 	})
+}
+
+// oneSessionHandler returns a handler of the demo server that holds one
+// session and never hibernates it (MaxSessions 1, HibernateAfter -1), so
+// that a new session takes the room of the one held: it ends that session
+// when it is idle and is refused 503 capacity while it is busy
+// (session/room.go). retry is the SSE retry its streams ask for; it logs
+// nothing.
+func oneSessionHandler(retry time.Duration) *tidemark.Handler {
+	return tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+		Sessions:  session.Options{MaxSessions: 1, HibernateAfter: -1},
+		Transport: transport.Options{Retry: retry, Logger: slog.New(slog.DiscardHandler)},
+	})
+}
+
+// postedRequest returns the JSON-RPC request that r's body holds, and
+// false when the body holds anything else (a response, a batch, no
+// JSON-RPC message). It restores r's body for the handler after it.
+func postedRequest(r *http.Request) (*jsonrpc.Request, bool) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	m, _ := jsonrpc.DecodeMessage(body)
+	req, ok := m.(*jsonrpc.Request)
+	return req, ok
 }
 
 // TestRestoreAfterSessionLost: in process, a host initializes through the

@@ -1,9 +1,6 @@
 package connect_test
 
 import (
-	"bytes"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -11,13 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-
-	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/connect"
-	"github.com/tidemark-mcp/tidemark/internal/demo"
-	"github.com/tidemark-mcp/tidemark/session"
-	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // creations serves with h and counts the sessions it created: the POSTs
@@ -34,10 +25,7 @@ func (c *creations) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.h.ServeHTTP(w, r)
 		return
 	}
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	m, _ := jsonrpc.DecodeMessage(body)
-	req, ok := m.(*jsonrpc.Request)
+	req, ok := postedRequest(r)
 	c.h.ServeHTTP(w, r)
 	if ok && req.Method == "initialize" && w.Header().Get("Mcp-Session-Id") != "" {
 		c.mu.Lock()
@@ -82,10 +70,7 @@ func TestIdleBridgesDoNotEvictEachOther(t *testing.T) {
 	// standalone stream, hence the session it opens, well after the
 	// other's handshake: a session ended while its initialize's answer is
 	// on the way loses that answer.
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Sessions:  session.Options{MaxSessions: 1, HibernateAfter: -1},
-		Transport: transport.Options{Retry: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
-	})
+	h := oneSessionHandler(500 * time.Millisecond)
 	c := &creations{h: h}
 	srv := serveClosing(t, c, h)
 	o := connect.Options{Protocol: connect.ProtocolStateful, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}

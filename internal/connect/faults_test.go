@@ -2,7 +2,6 @@ package connect_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,12 +143,8 @@ func silentServerAtStart(t *testing.T, protocol string) {
 
 // callMethod returns the method of a POSTed message r, restoring its body.
 func callMethod(r *http.Request) string {
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if m, err := jsonrpc.DecodeMessage(body); err == nil {
-		if req, ok := m.(*jsonrpc.Request); ok {
-			return req.Method
-		}
+	if req, ok := postedRequest(r); ok {
+		return req.Method
 	}
 	return ""
 }

@@ -1,10 +1,7 @@
 package connect_test
 
 import (
-	"bytes"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -13,11 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/connect"
-	"github.com/tidemark-mcp/tidemark/internal/demo"
-	"github.com/tidemark-mcp/tidemark/session"
-	"github.com/tidemark-mcp/tidemark/transport"
 )
 
 // TestInitializeRefusedThenCall: the host's initialize is refused 503
@@ -29,10 +22,7 @@ import (
 // a session but initialize. Once room frees, the host's next initialize
 // is served, and its call after it.
 func TestInitializeRefusedThenCall(t *testing.T) {
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Sessions:  session.Options{MaxSessions: 1, HibernateAfter: -1},
-		Transport: transport.Options{Retry: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
-	})
+	h := oneSessionHandler(50 * time.Millisecond)
 	var (
 		mu          sync.Mutex
 		sessionless []string
@@ -87,10 +77,7 @@ func TestInitializeAnsweredWithError(t *testing.T) {
 	)
 	srv := serveClosing(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			m, _ := jsonrpc.DecodeMessage(body)
-			req, ok := m.(*jsonrpc.Request)
+			req, ok := postedRequest(r)
 			switch {
 			case ok && req.Method == "initialize" && refused.CompareAndSwap(false, true):
 				data, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unsupported protocol version"}})
