@@ -4,8 +4,10 @@ package main
 // answer of megabytes, measured on the real binary.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
@@ -93,14 +93,19 @@ func echoLarge(t *testing.T, url string, n, conc int) []largeSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	text := strings.Repeat("x", 4<<20-256)
+	// One encoding serves every session: the race detector makes encoding
+	// 4 MiB cost about half a second of the test's CPU.
+	echo, err := mcptest.Encode(mcptest.ToolCall(2, "echo", map[string]any{"text": strings.Repeat("x", 4<<20-256)}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := make([]largeSession, n)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
 			for i := range work {
-				s, err := echoOnce(ctx, url, text)
+				s, err := echoOnce(ctx, url, echo)
 				if err != nil {
 					t.Errorf("session %d: %v", i, err)
 					continue
@@ -120,14 +125,19 @@ func echoLarge(t *testing.T, url string, n, conc int) []largeSession {
 	return out
 }
 
-// echoOnce initializes a session and has it echo text.
-func echoOnce(ctx context.Context, url, text string) (largeSession, error) {
+// echoOnce initializes a session and sends it echo, an encoded call of
+// the echo tool.
+func echoOnce(ctx context.Context, url string, echo []byte) (largeSession, error) {
 	c := &mcptest.Client{URL: url}
 	init := mcptest.MustCall(1, "initialize", map[string]any{
 		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "memory-test", "version": "1"},
 	})
-	resp, body, err := postRaw(ctx, c, "", init)
+	initBody, err := mcptest.Encode(init)
+	if err != nil {
+		return largeSession{}, err
+	}
+	resp, _, err := postRaw(ctx, c, "", initBody)
 	if err != nil {
 		return largeSession{}, fmt.Errorf("initialize: %w", err)
 	}
@@ -138,25 +148,20 @@ func echoOnce(ctx context.Context, url, text string) (largeSession, error) {
 		return largeSession{}, err
 	}
 	r.Body.Close()
-	if _, body, err = postRaw(ctx, c, s.token, mcptest.ToolCall(2, "echo", map[string]any{"text": text}, nil)); err != nil {
+	if _, s.newest, err = postRaw(ctx, c, s.token, echo); err != nil {
 		return largeSession{}, fmt.Errorf("echo: %w", err)
-	}
-	if s.newest = lastEventID(body); s.newest == "" {
-		return largeSession{}, fmt.Errorf("echo answer of %d bytes has no event id", len(body))
 	}
 	return s, nil
 }
 
-// postRaw POSTs msg (on the session token, unless empty) and reads the
-// whole SSE answer without decoding it, as a large answer is cheapest read.
-func postRaw(ctx context.Context, c *mcptest.Client, token string, msg jsonrpc.Message) (*http.Response, []byte, error) {
-	body, err := mcptest.Encode(msg)
-	if err != nil {
-		return nil, nil, err
-	}
+// postRaw POSTs body, one encoded message (on the session token, unless
+// empty), and reads the SSE answer to its end without decoding it or
+// keeping it, as a large answer is cheapest read: it returns the id of
+// the answer's last event, or an error when it has none.
+func postRaw(ctx context.Context, c *mcptest.Client, token string, body []byte) (*http.Response, string, error) {
 	req, err := c.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	if token != "" {
 		req.Header.Set("Mcp-Session-Id", token)
@@ -164,30 +169,43 @@ func postRaw(ctx context.Context, c *mcptest.Client, token string, msg jsonrpc.M
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, mcptest.ReadStatusError(resp)
+		return nil, "", mcptest.ReadStatusError(resp)
 	}
-	b, err := io.ReadAll(resp.Body)
-	return resp, b, err
+	id, n, err := lastEventID(resp.Body)
+	if err == nil && id == "" {
+		err = fmt.Errorf("answer of %d bytes has no event id", n)
+	}
+	return resp, id, err
 }
 
-// lastEventID returns the id of the last event of an SSE body.
-func lastEventID(body []byte) string {
-	i := bytes.LastIndex(body, []byte("\nid: "))
-	if i < 0 {
-		if !bytes.HasPrefix(body, []byte("id: ")) {
-			return ""
+// lastEventID reads an SSE body to its end and returns the id of its last
+// event and how many bytes it read. It holds at most one buffer of the
+// body: a line longer than the buffer (a large answer's data) passes
+// through it in pieces.
+func lastEventID(r io.Reader) (id string, n int64, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	lineStart := true
+	for {
+		line, err := br.ReadSlice('\n')
+		n += int64(len(line))
+		switch {
+		case err == nil:
+			if rest, ok := bytes.CutPrefix(line, []byte("id: ")); ok && lineStart {
+				id = string(bytes.TrimSuffix(rest, []byte("\n")))
+			}
+			lineStart = true
+		case errors.Is(err, bufio.ErrBufferFull):
+			lineStart = false
+		case errors.Is(err, io.EOF):
+			return id, n, nil
+		default:
+			return "", n, err
 		}
-		i = -1
 	}
-	line := body[i+len("\nid: "):]
-	if j := bytes.IndexByte(line, '\n'); j >= 0 {
-		line = line[:j]
-	}
-	return string(line)
 }
 
 // resumeNewest resumes every session's stream with its newest cursor and
