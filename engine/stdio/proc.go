@@ -50,6 +50,7 @@ type proc struct {
 	quietReason replay.Reason                         // why the end fails no call in flight; "" if it must
 	failReason  replay.Reason                         // error.data.reason of the calls the end fails; "": replay.ReasonServerExited
 	routes      *routing.Router                       // relates messages to the client calls in flight
+	endAnswers  bool                                  // the end took the calls in flight from routes and answers them
 	internal    map[jsonrpc.ID]chan *jsonrpc.Response // the engine's own calls (restore)
 	initialize  jsonrpc.ID                            // the client's initialize call while unanswered
 	initTimer   *time.Timer                           // ends the subprocess if initialize stays unanswered

@@ -23,7 +23,10 @@ import (
 // and mapping the client's response to a server-to-client request back to
 // the ID the subprocess gave that request. It returns an error wrapping
 // engine.ErrClosed once the subprocess is ending, and ctx's error if ctx
-// ends while the subprocess is not reading its input.
+// ends while the subprocess is not reading its input; but nil for a call
+// that the end of the subprocess took among the calls it left in flight
+// (it waited for room in the queue of stdin meanwhile), which that end
+// answers, so that each call gets exactly one answer (JSON-RPC 2.0).
 func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Request) error {
 	switch msg.(type) {
 	case *jsonrpc.Request, *jsonrpc.Response:
@@ -73,14 +76,17 @@ func (s *proc) Deliver(ctx context.Context, msg jsonrpc.Message, _ engine.Reques
 		s.routes.Forget(call)
 		s.forgetAliasLocked(call)
 		s.initializeUnsentLocked(call)
+		answered := !inFlight && s.endAnswers
 		exited := isInit && s.exitedLocked()
 		s.mu.Unlock()
-		if exited && errors.Is(err, engine.ErrClosed) {
-			if !inFlight {
-				// The end of the subprocess took the initialize among the
-				// calls it left in flight, and answers it.
-				return nil
-			}
+		switch {
+		case answered:
+			// The end of the subprocess took the call among those it
+			// left in flight, and answers it (server_exited, or the
+			// reason it was stopped for): an error here would make the
+			// transport refuse the request too, a second answer.
+			return nil
+		case exited && errors.Is(err, engine.ErrClosed):
 			return s.initializeAfterExit(ctx, call)
 		}
 	}

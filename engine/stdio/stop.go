@@ -93,6 +93,7 @@ func (s *proc) supervise(readDone, errDone <-chan struct{}) {
 		cancelled:   s.endCancelledLocked(),
 		status:      "exit status 0",
 	}
+	s.endAnswers = end.quiet == ""
 	if waitErr != nil {
 		end.status = waitErr.Error()
 	}

@@ -30,9 +30,10 @@ import (
 // behind `tidemark serve --stdio`), "stubborn" is that server ignoring
 // SIGTERM and the end of its stdin, "sleeper" is a grandchild that only
 // exists, started by the server's spawn tool (and, as a subprocess, a
-// command that never answers initialize, like `sleep 100`), and "spew"
+// command that never answers initialize, like `sleep 100`), "spew"
 // writes numbered lines that are not JSON-RPC to stdout without end, like
-// `sh -c yes`.
+// `sh -c yes`, and "oneline" reads one line of its stdin and exits once
+// told to (runOneLine).
 const roleEnv = "TIDEMARK_STDIO_TEST_ROLE"
 
 // garbageEnv, set to a number N for the server, makes it write N lines
@@ -66,6 +67,8 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case "spew":
 		os.Exit(runSpew())
+	case "oneline":
+		os.Exit(runOneLine())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -105,6 +108,22 @@ func (l *lateEOF) Read(p []byte) (int, error) {
 }
 
 func (l *lateEOF) Close() error { return l.r.Close() }
+
+// exitFileEnv names the file whose creation ends the "oneline" role.
+const exitFileEnv = "TIDEMARK_STDIO_TEST_EXIT_FILE"
+
+// runOneLine reads one line of its stdin and no more, then exits with
+// status 3 once the file named by exitFileEnv exists: a server that stops
+// reading its input, with messages still queued for it, and then exits.
+func runOneLine() int {
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	for {
+		if _, err := os.Stat(os.Getenv(exitFileEnv)); err == nil {
+			return 3
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // runSpew writes "spew 1", "spew 2", ... to stdout, one per line, until a
 // write fails; it never reads its stdin.
