@@ -14,8 +14,8 @@ import (
 func OutboxOf(l *Live) engine.Outbox { return (*outbox)(l) }
 
 // MayHibernate is mayHibernate, for the cases of testdata/hibernate.
-func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room bool, failures int, sinceFailure time.Duration) bool {
-	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room, failures: failures, sinceFailure: sinceFailure})
+func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room, handover bool, failures int, sinceFailure time.Duration) bool {
+	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room, handover: handover, failures: failures, sinceFailure: sinceFailure})
 }
 
 // HibernateRetry is hibernateRetry, for the cases of testdata/hibernate.

@@ -101,11 +101,8 @@ const hibernateBatch = 256
 
 // hibernateIdle hibernates every session of lives (Registry.lives) that
 // has been idle since before cutoff (Options.HibernateAfter ago), with no
-// call in flight and no connection attached. Each leaves the registry in
-// the same step under mu as it is chosen, and its token is marked as
-// starting, so a request that arrives meanwhile waits and then wakes it
-// from the record. It returns the number of sessions whose hibernation
-// the store kept.
+// call in flight and no connection attached. It returns the number of
+// sessions whose hibernation the store kept.
 func (r *Registry) hibernateIdle(ctx context.Context, lives []*Live) int {
 	if !r.hibernates() {
 		return 0
@@ -118,11 +115,21 @@ func (r *Registry) hibernateIdle(ctx context.Context, lives []*Live) int {
 			idle = append(idle, l)
 		}
 	}
+	return r.hibernateAll(ctx, idle, now, hibIdle)
+}
+
+// hibernateAll hibernates those of lives that may hibernate at now for
+// cause (beginHibernate), hibernateBatch at a time. Each leaves the
+// registry in the same step under mu as it is chosen, and its token is
+// marked as starting, so a request that arrives meanwhile waits and then
+// wakes it from the record. No batch starts once ctx is done. It returns
+// the number of sessions whose hibernation the store kept.
+func (r *Registry) hibernateAll(ctx context.Context, lives []*Live, now time.Time, cause hibCause) int {
 	var stored atomic.Int64
-	for len(idle) > 0 {
-		n := min(len(idle), hibernateBatch)
-		batch := idle[:n]
-		idle = idle[n:]
+	for len(lives) > 0 && ctx.Err() == nil {
+		n := min(len(lives), hibernateBatch)
+		batch := lives[:n]
+		lives = lives[n:]
 		chosen := batch[:0]
 		r.mu.Lock()
 		if r.closed {
@@ -130,7 +137,7 @@ func (r *Registry) hibernateIdle(ctx context.Context, lives []*Live) int {
 			return int(stored.Load())
 		}
 		for _, l := range batch {
-			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now, false) {
+			if _, busy := r.starting[l.token]; busy || r.live[l.token] != l || l.dead() || !l.beginHibernate(now, cause) {
 				continue
 			}
 			r.removeLocked(l)
@@ -184,27 +191,43 @@ func (r *Registry) compactLocked() {
 // to Redis or a group commit of the durable store, which overlap.
 const hibernateParallel = 16
 
-// beginHibernate marks l hibernating if it may hibernate at now
-// (mayHibernate): its initialize succeeded, and it has had no call in
-// flight, no response being stored, no connection attached and no
-// request being served (holdFor) for longer than HibernateAfter. Get's hold and this check exclude each
-// other under l.mu, so a request that found l before it left the registry
-// either holds it first or finds it hibernating and looks it up again.
-func (l *Live) beginHibernate(now time.Time, room bool) bool {
+// hibCause is why the registry hibernates a session (beginHibernate).
+type hibCause int
+
+const (
+	// hibIdle: the sweep, for a session idle for longer than
+	// HibernateAfter.
+	hibIdle hibCause = iota
+	// hibRoom: another session needs its room (Options.MaxSessions).
+	hibRoom
+	// hibHandOver: the process shuts down (Registry.HandOver).
+	hibHandOver
+)
+
+// beginHibernate marks l hibernating if it may hibernate at now for
+// cause (mayHibernate): its initialize succeeded, and it has had no call
+// in flight, no response being stored, no connection attached and no
+// request being served (holdFor), for longer than HibernateAfter unless
+// its room is needed or the process hands it over. Get's hold and this
+// check exclude each other under l.mu, so a request that found l before
+// it left the registry either holds it first or finds it hibernating and
+// looks it up again.
+func (l *Live) beginHibernate(now time.Time, cause hibCause) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.beginHibernateLocked(now, room)
+	return l.beginHibernateLocked(now, cause)
 }
 
 // beginHibernateLocked is beginHibernate with l.mu held.
-func (l *Live) beginHibernateLocked(now time.Time, room bool) bool {
+func (l *Live) beginHibernateLocked(now time.Time, cause hibCause) bool {
 	if l.hibernating || !mayHibernate(idleness{
 		initialized:  !l.initFailed && len(l.state.InitializeParams) > 0,
 		busy:         len(l.calls) + l.storing + l.attached + l.holds,
 		idle:         now.Sub(l.lastSeen),
 		after:        l.reg.opts.HibernateAfter,
 		engine:       l.reg.hib,
-		room:         room,
+		room:         cause == hibRoom,
+		handover:     cause == hibHandOver,
 		failures:     l.hibFailures,
 		sinceFailure: now.Sub(l.hibFailed),
 	}) {
@@ -226,7 +249,7 @@ func (l *Live) holdFor(ctx context.Context) bool {
 		l.mu.Unlock()
 		return false
 	}
-	hold := ctx.Done() != nil && l.reg.hibernates()
+	hold := ctx.Done() != nil && (l.reg.hibernates() || l.reg.handsOver())
 	if hold {
 		l.holds++
 	}

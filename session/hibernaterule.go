@@ -24,6 +24,12 @@ type idleness struct {
 	// room: another session needs its room (Options.MaxSessions are
 	// live), so how long it has been idle does not matter.
 	room bool
+	// handover: the process shuts down and hands the session over
+	// (Registry.HandOver), so neither how long it has been idle nor
+	// HibernateAfter nor an earlier refusal matters, but the engine must
+	// restore its state exactly: the handover is for waking at the same
+	// generation.
+	handover bool
 	// failures counts its hibernations in a row that the store refused
 	// while it stayed awake (keepsAwake), and sinceFailure is the time
 	// since the latest of them.
@@ -41,10 +47,20 @@ type idleness struct {
 // keeps its token, its generation (under an exact engine) and every
 // cursor, where an eviction would end it: MaxSessions bounds the live
 // sessions, and the idle TTL the hibernated ones.
+//
+// At a graceful shutdown (handover) only the engine's exactness, the
+// initialize and busy count: a session handed over wakes at its
+// generation in the next process, where one closed claims generation+1.
 func mayHibernate(s idleness) bool {
+	if !s.initialized || s.busy != 0 {
+		return false
+	}
+	if s.handover {
+		return s.engine == engine.HibernateExact
+	}
 	backingOff := !s.room && s.failures > 0 && s.sinceFailure < hibernateRetry(s.failures, s.after)
 	return s.engine != engine.HibernateNever && s.after > 0 &&
-		s.initialized && s.busy == 0 && (s.room || s.idle > s.after) && !backingOff
+		(s.room || s.idle > s.after) && !backingOff
 }
 
 // hibernateRetryMax bounds the wait of hibernateRetry: a session whose

@@ -15,10 +15,11 @@ import (
 // TestHibernateRules runs testdata/hibernate: the rules of hibernation,
 // pure (session/hibernaterule.go). Commands:
 //
-//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room] [failures=N since=DUR]
+//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room] [handover] [failures=N since=DUR]
 //	    whether the sweep (or, with room, the making of room for another
-//	    session) hibernates such a session, whose last N hibernations the
-//	    store refused, the latest DUR ago: "hibernate" or "keep"
+//	    session; with handover, a graceful shutdown) hibernates such a
+//	    session, whose last N hibernations the store refused, the latest
+//	    DUR ago: "hibernate" or "keep"
 //	retry engine=E failures=N after=DUR
 //	    how long the sweep waits after the N-th refused hibernation in a
 //	    row
@@ -52,7 +53,7 @@ func TestHibernateRules(t *testing.T) {
 				d.ScanArgs(t, "failures", &failures)
 				d.ScanArgs(t, "since", &since)
 			}
-			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room"), failures, duration(t, d, since)) {
+			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room"), d.HasArg("handover"), failures, duration(t, d, since)) {
 				return "hibernate\n"
 			}
 			return "keep\n"

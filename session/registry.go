@@ -78,6 +78,14 @@ type Options struct {
 	// eviction only when HibernateAfter is below IdleTTL. Default (zero)
 	// DefaultHibernateAfter, 10 minutes; negative: never.
 	HibernateAfter time.Duration
+	// HandOver says the store outlives this process (a data directory,
+	// Redis), so that a graceful shutdown may hand its sessions over at
+	// their generation (Registry.HandOver) for the next process, or
+	// another replica, to wake exactly. Independent of HibernateAfter.
+	// Default false: HandOver does nothing, as it must with a store that
+	// ends with the process (store/memory), whose sessions have no next
+	// process to wake in.
+	HandOver bool
 	// MaxSessions is the most sessions whose live state this process holds;
 	// creating or waking one more hibernates the least recently used
 	// session that is not busy, or evicts it (its open streams end) when

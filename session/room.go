@@ -174,7 +174,7 @@ func (l *Live) giveRoom(now time.Time) roomBy {
 		l.parked = true
 		return noVictim
 	}
-	if l.reg.hibernates() && l.beginHibernateLocked(now, true) {
+	if l.reg.hibernates() && l.beginHibernateLocked(now, hibRoom) {
 		return victimHibernates
 	}
 	return victimEnds

@@ -1,0 +1,86 @@
+// handover_bench_test.go measures the handover of a graceful shutdown
+// (Registry.HandOver) on each store that outlives the process.
+
+package session_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/tidemark-mcp/tidemark/engine/gosdk"
+	"github.com/tidemark-mcp/tidemark/eventlog"
+	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/redistest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/durable"
+	"github.com/tidemark-mcp/tidemark/store/redis"
+)
+
+// BenchmarkHandOver creates b.N initialized sessions, each with one echo
+// call answered, and times one HandOver of them all: ns/op is the time
+// per session, and sessions/s how many a shutdown hands over per second
+// (tidemark serve allows 2 s). Run it with -benchtime=10000x.
+func BenchmarkHandOver(b *testing.B) {
+	quiet := slog.New(slog.DiscardHandler)
+	b.Run("durable", func(b *testing.B) {
+		benchHandOver(b, func(clk *testenv.Clock) store.Store {
+			st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet, Now: clk.Now, SweepInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+	b.Run("redis", func(b *testing.B) {
+		testenv.NeedRedis(b)
+		srv := redistest.Start(b, redistest.Options{AppendOnly: true})
+		benchHandOver(b, func(clk *testenv.Clock) store.Store {
+			st, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Now: clk.Now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+}
+
+func benchHandOver(b *testing.B, open func(*testenv.Clock) store.Store) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Now())
+	st := open(clk)
+	defer st.Close()
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now, Budget: -1}), eng, session.Options{
+		HibernateAfter: -1, HandOver: true, IdleTTL: -1, MaxSessions: b.N + 1, Now: clk.Now, Logger: slog.New(slog.DiscardHandler),
+	})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	for range b.N {
+		l, err := reg.Create(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		initialize(b, f, l)
+		roundTrip(b, f, l, echo(b, 2, "hello"))
+	}
+	// Each call leaves its session just after its answer is read.
+	for deadline := time.Now().Add(time.Minute); reg.CallsInFlight() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d calls still in flight", reg.CallsInFlight())
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	handed, left := reg.HandOver(ctx)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if handed != b.N || left != 0 {
+		b.Fatalf("HandOver = %d handed over, %d left; want %d, 0", handed, left, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sessions/s")
+}

@@ -1,0 +1,107 @@
+// handover_test.go holds the tests of the handover of a graceful
+// shutdown (Registry.HandOver).
+
+package session_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/session"
+)
+
+// TestHandOver: with idle hibernation off (HibernateAfter negative),
+// HandOver hibernates at once every initialized session with nothing
+// busy, used a moment ago or not: its record keeps generation 1 with no
+// owner, and the next Get wakes it at generation 1. A session with a call
+// in flight, an attached connection or a request being served, and one
+// never initialized, stay live for Close.
+func TestHandOver(t *testing.T) {
+	ctx := context.Background()
+	f, logs := hibernating(t, true, session.Options{HibernateAfter: -1, HandOver: true})
+	var idle []*session.Live
+	for range 3 {
+		l := mustCreate(t, f.reg)
+		initialize(t, f, l)
+		waitFor(t, func() bool { return session.Idle(l) })
+		idle = append(idle, l)
+	}
+	attached := mustCreate(t, f.reg)
+	initialize(t, f, attached)
+	defer attached.Attach()()
+	calling := mustCreate(t, f.reg)
+	initialize(t, f, calling)
+	if _, err := calling.OpenStream(ctx, []*jsonrpc.Request{echo(t, 9, "x")}, false, 0); err != nil {
+		t.Fatal(err) // opened, never delivered: in flight
+	}
+	held := mustCreate(t, f.reg)
+	initialize(t, f, held)
+	reqCtx, endRequest := context.WithCancel(ctx)
+	defer endRequest()
+	if _, err := f.reg.Get(reqCtx, held.Token(), ""); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, f.reg) // no initialize
+
+	handed, left := f.reg.HandOver(ctx)
+	if handed != 3 || left != 4 || f.reg.Len() != 4 || f.reg.Hibernated() != 3 {
+		t.Fatalf("HandOver = %d handed over, %d left; registry %d live, %d hibernated; want 3, 4, 4, 3", handed, left, f.reg.Len(), f.reg.Hibernated())
+	}
+	wantLog(t, logs, `msg="session hibernated".*exact=true`)
+	for _, l := range idle {
+		rec, err := f.st.Get(ctx, l.Token())
+		if err != nil || rec.Generation != 1 || rec.Owner != "" {
+			t.Fatalf("record after the handover = %+v, %v; want generation 1, no owner", rec, err)
+		}
+		woken, err := f.reg.Get(ctx, l.Token(), "")
+		if err != nil || woken == l || woken.Generation() != 1 {
+			t.Fatalf("Get after the handover: %v, %v; want a new Live at generation 1", woken, err)
+		}
+	}
+}
+
+// TestHandOverNeedsExactEngineAndLastingStore: HandOver hibernates nothing
+// when the store does not outlive the process (Options.HandOver false,
+// however hibernation is set) or the engine does not restore its state
+// exactly: every session is left for Close.
+func TestHandOverNeedsExactEngineAndLastingStore(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		restorable bool
+		opts       session.Options
+	}{
+		{"no lasting store", true, session.Options{HibernateAfter: time.Minute}},
+		{"lossy engine", false, session.Options{HibernateAfter: time.Minute, HandOver: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			f, _ := hibernating(t, tc.restorable, tc.opts)
+			l := mustCreate(t, f.reg)
+			initialize(t, f, l)
+			waitFor(t, func() bool { return session.Idle(l) })
+			if handed, left := f.reg.HandOver(ctx); handed != 0 || left != 1 || f.reg.Hibernated() != 0 {
+				t.Fatalf("HandOver = %d handed over, %d left, %d hibernated; want 0, 1, 0", handed, left, f.reg.Hibernated())
+			}
+		})
+	}
+}
+
+// TestHandOverStopsAtDeadline: a ctx already done hands nothing over and
+// leaves the session live, as it was, for Close.
+func TestHandOverStopsAtDeadline(t *testing.T) {
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: -1, HandOver: true})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	waitFor(t, func() bool { return session.Idle(l) })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if handed, left := f.reg.HandOver(ctx); handed != 0 || left != 1 || f.reg.Hibernated() != 0 {
+		t.Fatalf("HandOver = %d handed over, %d left, %d hibernated; want 0, 1, 0", handed, left, f.reg.Hibernated())
+	}
+	if got, err := f.reg.Get(context.Background(), l.Token(), ""); err != nil || got != l {
+		t.Fatalf("Get after an expired handover: %v, %v; want the same Live", got, err)
+	}
+}
