@@ -415,6 +415,9 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 		Sessions: session.Options{
 			IdleTTL: c.idleTTL, HibernateAfter: c.hibernateAfter, MaxSessions: c.maxSessions, MaxCallsPerSession: c.maxCalls,
 			Logger: logger, Swept: newReleaser(logger).swept,
+			// Only a data directory or Redis outlives the process, for
+			// the next one to wake the sessions handed over in.
+			HandOver: b.st != nil,
 		},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
@@ -471,7 +474,9 @@ func (c *serveConfig) announce(ln net.Listener, b *backing, logger *slog.Logger)
 
 // run serves h on ln until SIGINT or SIGTERM, then shuts down: calls in
 // flight finish within --shutdown-grace (new calls get 503), then streams
-// get a final retry field and close within streamCloseTime. served are
+// get a final retry field and close within streamCloseTime, then the
+// sessions are handed over at their generation within handOverTime
+// (session.Registry.HandOver). served are
 // the serving line's attributes after the store's. It returns the
 // process's exit code: 0 after a shutdown, 1 if the server failed.
 func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *operator, closeHandler func(), served []any, logger *slog.Logger) int {
@@ -518,6 +523,14 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 		logger.Warn("shutdown incomplete", "error", err)
 		srv.Close()
 	}
+	// The calls have finished (or the grace ran out) and the streams are
+	// closed: the sessions with nothing in flight that can wake exactly
+	// are handed over at their generation, and Close ends the others (the
+	// next process claims generation+1).
+	hctx, cancelHandOver := context.WithTimeout(context.Background(), handOverTime)
+	defer cancelHandOver()
+	handed, left := h.Registry().HandOver(hctx)
+	logger.Info("sessions handed over", "reason", replay.ReasonShutdown, "handed_over", handed, "not_handed_over", left)
 	closeHandler()
 	logger.Info("stopped")
 	return 0
@@ -527,14 +540,21 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 // stream its final retry field and waiting for the handlers to return.
 const streamCloseTime = 5 * time.Second
 
+// handOverTime bounds the handover after the streams' close
+// (session.Registry.HandOver): a log sync and a store write per session
+// with nothing in flight, 16 at once. The sessions not reached by then
+// are closed, as without a handover.
+const handOverTime = 2 * time.Second
+
 // exitWithin returns the sum of the deadlines of a shutdown after SIGINT
 // or SIGTERM: the drain (--shutdown-grace), the streams' close
-// (streamCloseTime), in a fleet the release of the leases (bounded by
-// --lease-renew, session.Registry.Close), then the operator's listener and
-// the traces' flush (operatorCloseTime). Only closing the store has no
+// (streamCloseTime), the sessions' handover (handOverTime), in a fleet
+// the release of the leases (bounded by --lease-renew,
+// session.Registry.Close), then the operator's listener and the traces'
+// flush (operatorCloseTime). Only closing the store has no
 // deadline of its own.
 func (c *serveConfig) exitWithin() time.Duration {
-	d := c.shutdownGrace + streamCloseTime + operatorCloseTime
+	d := c.shutdownGrace + streamCloseTime + handOverTime + operatorCloseTime
 	if c.fleet.redisURL != "" {
 		d += c.fleet.leaseRenew
 	}

@@ -43,8 +43,9 @@ func TestSIGTERMLetsCallsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The deadlines of the default --shutdown-grace (10s), the streams'
-	// close (5s) and the operator's listener's close (5s).
-	p1.WaitFor(t, `msg="shutting down" reason=signal grace=10s exit_within=20s`, 5*time.Second)
+	// close (5s), the sessions' handover (2s) and the operator's
+	// listener's close (5s).
+	p1.WaitFor(t, `msg="shutting down" reason=signal grace=10s exit_within=22s`, 5*time.Second)
 	p1.WaitFor(t, `msg=draining reason=shutdown calls=1`, 5*time.Second)
 
 	_, err = sess.Call(ctx, mcptest.ToolCall(3, "echo", map[string]any{"text": "x"}, nil))
@@ -145,7 +146,7 @@ func TestSIGTERMGraceRunsOut(t *testing.T) {
 
 // TestExitWithin: the exit_within of the "shutting down" line is the sum of
 // the shutdown's deadlines: --shutdown-grace, 5 s for the streams' close,
-// --lease-renew for the leases' release in a fleet, and 5 s for the
+// 2 s for the sessions' handover, --lease-renew for the leases' release in a fleet, and 5 s for the
 // operator's listener and the traces' flush. The stop timeouts of deploy/
 // are checked against it.
 func TestExitWithin(t *testing.T) {
@@ -153,11 +154,11 @@ func TestExitWithin(t *testing.T) {
 		args []string
 		want time.Duration
 	}{
-		{nil, 20 * time.Second},
-		{[]string{"--shutdown-grace", "0s"}, 10 * time.Second},
-		{[]string{"--shutdown-grace", "30s"}, 40 * time.Second},
-		{[]string{"--redis", "redis://127.0.0.1:6379/0"}, 23 * time.Second},
-		{[]string{"--redis", "redis://127.0.0.1:6379/0", "--lease-renew", "1s", "--shutdown-grace", "15s"}, 26 * time.Second},
+		{nil, 22 * time.Second},
+		{[]string{"--shutdown-grace", "0s"}, 12 * time.Second},
+		{[]string{"--shutdown-grace", "30s"}, 42 * time.Second},
+		{[]string{"--redis", "redis://127.0.0.1:6379/0"}, 25 * time.Second},
+		{[]string{"--redis", "redis://127.0.0.1:6379/0", "--lease-renew", "1s", "--shutdown-grace", "15s"}, 28 * time.Second},
 	} {
 		fs, c := serveFlags(io.Discard)
 		if err := fs.Parse(tc.args); err != nil {
