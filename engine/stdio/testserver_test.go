@@ -109,6 +109,18 @@ func (l *lateEOF) Read(p []byte) (int, error) {
 
 func (l *lateEOF) Close() error { return l.r.Close() }
 
+// exitWithParent ends the process once its parent has: a gateway the test
+// killed with SIGKILL (testenv.StartProcess's cleanup) ends no subprocess,
+// and a server with a call that never returns (hang), or a stubborn one,
+// would otherwise outlive the test.
+func exitWithParent() {
+	parent := os.Getppid()
+	for os.Getppid() == parent {
+		time.Sleep(100 * time.Millisecond)
+	}
+	os.Exit(0)
+}
+
 // exitFileEnv names the file whose creation ends the "oneline" role.
 const exitFileEnv = "TIDEMARK_STDIO_TEST_EXIT_FILE"
 
@@ -151,6 +163,7 @@ func runTestServer(stubborn bool) int {
 	if stubborn {
 		signal.Ignore(syscall.SIGTERM)
 	}
+	go exitWithParent()
 	lateInit := os.Getenv(lateInitEnv) != ""
 	stdin := &lateEOF{r: os.Stdin, ended: make(chan struct{}), delay: lateInitExit}
 	var mu sync.Mutex
