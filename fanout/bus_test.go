@@ -69,6 +69,20 @@ func newReplica(t *testing.T, bus *fanout.Bus, below ...mcp.Middleware) *replica
 // acknowledged both.
 func listen(t *testing.T, r *replica) *listentest.Recorder {
 	t.Helper()
+	rec, cs := connect(t, r)
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: watched}); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	rec.WaitFor(t, listentest.Acknowledged, 2, wait)
+	return rec
+}
+
+// connect connects a go-sdk client (protocol 2026-07-28, its default) to
+// r, which opens one subscriptions/listen stream for tools list changes,
+// and returns what the client hears and its session, closed with the
+// test.
+func connect(t *testing.T, r *replica) (*listentest.Recorder, *mcp.ClientSession) {
+	t.Helper()
 	rec := listentest.New()
 	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
 	rec.Watch(c)
@@ -82,11 +96,7 @@ func listen(t *testing.T, r *replica) *listentest.Recorder {
 	if got := cs.InitializeResult().ProtocolVersion; got != "2026-07-28" {
 		t.Fatalf("negotiated %s, want 2026-07-28", got)
 	}
-	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: watched}); err != nil {
-		t.Fatalf("subscribe: %v", err)
-	}
-	rec.WaitFor(t, listentest.Acknowledged, 2, wait)
-	return rec
+	return rec, cs
 }
 
 // legacy connects a go-sdk client at 2025-11-25 to s over an in-memory
@@ -171,14 +181,7 @@ func TestRegisteredBeforeAcknowledgment(t *testing.T) {
 			return next(ctx, method, req)
 		}
 	})
-	rec := listentest.New()
-	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
-	rec.Watch(c)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: r.url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	rec, _ := connect(t, r)
 	rec.WaitFor(t, listentest.Acknowledged, 1, wait)
 	if got := <-atAck; got != 1 {
 		t.Errorf("%d listeners as the acknowledgment was written, want 1", got)
@@ -193,14 +196,7 @@ func TestRegisteredBeforeAcknowledgment(t *testing.T) {
 // client's other stream still does.
 func TestListenEnds(t *testing.T) {
 	r := newReplica(t, newBus(t, fanout.Options{}))
-	rec := listentest.New()
-	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
-	rec.Watch(c)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: r.url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	rec, cs := connect(t, r)
 	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: watched}); err != nil {
 		t.Fatal(err)
 	}
