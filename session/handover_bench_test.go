@@ -12,12 +12,9 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
-	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
-	"github.com/tidemark-mcp/tidemark/store/durable"
-	"github.com/tidemark-mcp/tidemark/store/redis"
 )
 
 // BenchmarkHandOver creates b.N initialized sessions, each with one echo
@@ -25,27 +22,7 @@ import (
 // per session, and sessions/s how many a shutdown hands over per second
 // (tidemark serve allows 2 s). Run it with -benchtime=10000x.
 func BenchmarkHandOver(b *testing.B) {
-	quiet := slog.New(slog.DiscardHandler)
-	b.Run("durable", func(b *testing.B) {
-		benchHandOver(b, func(clk *testenv.Clock) store.Store {
-			st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet, Now: clk.Now, SweepInterval: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		})
-	})
-	b.Run("redis", func(b *testing.B) {
-		testenv.NeedRedis(b)
-		srv := redistest.Start(b, redistest.Options{AppendOnly: true})
-		benchHandOver(b, func(clk *testenv.Clock) store.Store {
-			st, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Now: clk.Now})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		})
-	})
+	onLastingStores(b, benchHandOver)
 }
 
 func benchHandOver(b *testing.B, open func(*testenv.Clock) store.Store) {

@@ -39,13 +39,19 @@ import (
 // session's start and restore) at the 50th and 99th percentiles. Run it
 // with -benchtime=10000x for the figures of (DESIGN.md, "Hibernation").
 func BenchmarkHibernation(b *testing.B) {
-	quiet := slog.New(slog.DiscardHandler)
 	b.Run("memory", func(b *testing.B) {
 		benchHibernation(b, func(clk *testenv.Clock) store.Store { return memory.New(memory.Options{Now: clk.Now}) })
 	})
+	onLastingStores(b, benchHibernation)
+}
+
+// onLastingStores runs bench as the sub-benchmarks "durable" (a new data
+// directory) and "redis" (a new redis-server with appendonly), the stores
+// that outlive the process; bench opens its store on a clock of its own.
+func onLastingStores(b *testing.B, bench func(*testing.B, func(*testenv.Clock) store.Store)) {
 	b.Run("durable", func(b *testing.B) {
-		benchHibernation(b, func(clk *testenv.Clock) store.Store {
-			st, err := durable.Open(b.TempDir(), durable.Options{Logger: quiet, Now: clk.Now, SweepInterval: -1})
+		bench(b, func(clk *testenv.Clock) store.Store {
+			st, err := durable.Open(b.TempDir(), durable.Options{Logger: slog.New(slog.DiscardHandler), Now: clk.Now, SweepInterval: -1})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -55,7 +61,7 @@ func BenchmarkHibernation(b *testing.B) {
 	b.Run("redis", func(b *testing.B) {
 		testenv.NeedRedis(b)
 		srv := redistest.Start(b, redistest.Options{AppendOnly: true})
-		benchHibernation(b, func(clk *testenv.Clock) store.Store {
+		bench(b, func(clk *testenv.Clock) store.Store {
 			st, err := redis.New(context.Background(), redis.Options{URL: srv.URL(), Now: clk.Now})
 			if err != nil {
 				b.Fatal(err)
