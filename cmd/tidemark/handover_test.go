@@ -63,6 +63,13 @@ func cutCountdown(t *testing.T, ctx context.Context, sess *mcptest.Session, n, d
 		t.Fatal(err)
 	}
 	defer st.Close()
+	return untilProgress(t, st, 3)
+}
+
+// untilProgress reads st until its nth progress notification and returns
+// the id of the last event read, failing the test if st ends first.
+func untilProgress(t *testing.T, st *mcptest.Stream, n int) string {
+	t.Helper()
 	var last string
 	steps := 0
 	if _, err := st.Until(func(ev mcptest.Event) bool {
@@ -72,9 +79,9 @@ func cutCountdown(t *testing.T, ctx context.Context, sess *mcptest.Session, n, d
 		if req, ok := ev.Request(); ok && req.Method == "notifications/progress" {
 			steps++
 		}
-		return steps == 3
+		return steps == n
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("reading to progress notification %d: %v", n, err)
 	}
 	return last
 }

@@ -69,19 +69,7 @@ func TestLostRequestsAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last string
-	steps := 0
-	if _, err := st.Until(func(ev mcptest.Event) bool {
-		if ev.HasID {
-			last = ev.ID
-		}
-		if req, ok := ev.Request(); ok && req.Method == "notifications/progress" {
-			steps++
-		}
-		return steps == 5
-	}); err != nil {
-		t.Fatal(err)
-	}
+	last := untilProgress(t, st, 5)
 	kill9(t, p1)
 	st.Close()
 	get.Close()
