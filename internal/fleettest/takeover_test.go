@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -380,6 +382,36 @@ func TestFrozenOwner(t *testing.T) {
 	}
 }
 
+// waitStopped waits until every thread of process pid is stopped (state
+// T in /proc/PID/task/TID/stat): SIGSTOP takes effect as each thread is
+// next scheduled, and the scenario needs an owner that answers nothing
+// from the moment the call is sent.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("threads of process %d: %v", pid, err)
+		}
+		running := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			// The state follows the command, which is in parentheses.
+			if i := bytes.LastIndexByte(b, ')'); err == nil && (i < 0 || i+2 >= len(b) || b[i+2] != 'T') {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d threads of process %d still not stopped 5s after SIGSTOP", running, pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // frozenOwner is the scenario of TestFrozenOwner on the fleet f of two
 // replicas with leases of ttl.
 func frozenOwner(t *testing.T, f *fleet, ttl time.Duration) {
@@ -398,6 +430,7 @@ func frozenOwner(t *testing.T, f *fleet, ttl time.Duration) {
 	if err := f.r[0].proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, f.r[0].proc.Pid())
 	stopped := time.Now()
 	resumed := false
 	defer func() {
