@@ -182,7 +182,27 @@ func (b *Bridge) newServer(init *mcp.InitializeResult) *mcp.Server {
 	})
 	s.AddReceivingMiddleware(b.forward)
 	b.bus.Attach(s)
+	s.AddSendingMiddleware(ownListChangesDropped)
 	return s
+}
+
+// ownListChangesDropped is the outermost sending middleware of the
+// Bridge's server. It drops the list-change notifications the go-sdk
+// sends of its own accord when the mirror adds or removes a tool: the
+// backend's own notification already reaches every listener through the
+// Bus, which sends below this middleware. The go-sdk's would reach a
+// tools listener a second time, and it also goes to every session it
+// counts as pre-2026-07-28, which includes a sessionless request's
+// session until its request is handled: a stream filtered to prompts
+// alone would hear it (MCP 2026-07-28, basic/patterns/subscriptions).
+func ownListChangesDropped(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case fanout.ToolsListChanged, fanout.PromptsListChanged, fanout.ResourcesListChanged:
+			return nil, nil
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // clientOptions are the options of the client that talks to the backend:

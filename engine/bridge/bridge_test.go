@@ -444,3 +444,24 @@ func TestCapacity(t *testing.T) {
 		t.Errorf("sessionless request at capacity: %d, Retry-After %q, body %s; want 503, 1, reason capacity", resp.StatusCode, resp.Header.Get("Retry-After"), b.String())
 	}
 }
+
+// TestToolChangeHeardOnce: a change of the backend's tools reaches a
+// listener once. The bridge mirrors the changed tools on its own server,
+// and that server's own list-change notification must not reach the
+// listener besides the one relayed from the backend.
+func TestToolChangeHeardOnce(t *testing.T) {
+	g := startGateway(t, []string{goEverything(t)}, 0, nil, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	rec, _ := listen(t, ctx, g.url, "test://watched-resource")
+	rec.WaitFor(t, listentest.Acknowledged, 1, wait)
+	cs := connect(t, g.url, nil, nil)
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_trigger_tool_change"}); err != nil || res.IsError {
+		t.Fatalf("test_trigger_tool_change: %v, %+v", err, res)
+	}
+	rec.WaitFor(t, listentest.ToolsChanged, 1, wait)
+	time.Sleep(listentest.Settle)
+	if n := rec.Count(listentest.ToolsChanged); n != 1 {
+		t.Errorf("the listener heard the tools change %d times, want 1; heard: %s", n, rec)
+	}
+}
