@@ -36,7 +36,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"data-dir": notDir, "redis": "notaurl://", "redis-password-file": dir, "replica-id": "a b", "lease-ttl": "5", "lease-renew": "5",
 			"redis-replicas": "x", "redis-replication-timeout": "5", "advertise-url": "notaurl",
 			"request-state-keys": dir, "request-state-ttl": "5", "request-state-single-use": "maybe",
-			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5",
+			"request-state-used-max": "x", "metrics-addr": "9464", "max-processes": "x", "stdio-init-timeout": "5", "stdio-cancel-grace": "0s",
 			"upstream": "notaurl", "upstream-header": "x", "upstream-forward-header": "a b",
 			"upstream-oauth-token-url": "notaurl", "upstream-oauth-client-id": "x", "upstream-oauth-client-secret-file": dir,
 			"upstream-oauth-scope": "a b",

@@ -71,6 +71,7 @@ type serveConfig struct {
 	env             []string // --env KEY=VALUE, in order
 	maxProcesses    int
 	initTimeout     time.Duration // --stdio-init-timeout
+	cancelGrace     time.Duration // --stdio-cancel-grace
 	dataDir         string        // empty: memory store
 	operator        operatorConfig
 	fleet           fleetConfig
@@ -120,6 +121,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	operatorFlags(fs, &c.operator)
 	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.BoolVar(&c.stdioHibernate, "stdio-hibernate", false, "with --stdio: end a session's subprocess when the session hibernates (--hibernate-after); it wakes at generation+1 with a new subprocess, and streams from before it cannot be resumed")
+	fs.DurationVar(&c.cancelGrace, "stdio-cancel-grace", stdio.DefaultCancelGrace, "how long a --stdio subprocess may still answer a call the client cancelled; then the call is answered with reason cancelled, its stream ends, and a later answer is dropped (duration)")
 	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
 	taskFlags(fs, &c.tasks)
@@ -233,6 +235,8 @@ func (c *serveConfig) check() error {
 			"set --max-inflight-bytes to at least %d (or -1 for no bound), or lower --max-body-bytes", c.maxInflight, c.maxBody, transport.InflightCost*c.maxBody)
 	case c.hibernateAfter < 0:
 		return fmt.Errorf("--hibernate-after %v: want a positive duration, or 0 for never", c.hibernateAfter)
+	case c.cancelGrace <= 0:
+		return fmt.Errorf("--stdio-cancel-grace %v: want a positive duration", c.cancelGrace)
 	case c.shutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace %v: want zero or a positive duration", c.shutdownGrace)
 	case c.maxProcesses == 0 || c.maxProcesses < -1:

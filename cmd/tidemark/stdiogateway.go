@@ -31,7 +31,7 @@ func (c *serveConfig) stdioHandler(command []string, opts *tidemark.Options, sea
 	bus *fanout.Bus, logger *slog.Logger) (*tidemark.Handler, func(), error) {
 	gateway, err := stdio.New(stdio.Options{
 		Command: command[0], Args: command[1:], Env: c.env, MaxProcesses: c.maxProcesses,
-		InitializeTimeout: c.initTimeout, Hibernate: c.stdioHibernate, Logger: logger, Metrics: opts.Metrics,
+		InitializeTimeout: c.initTimeout, CancelGrace: c.cancelGrace, Hibernate: c.stdioHibernate, Logger: logger, Metrics: opts.Metrics,
 	})
 	if err != nil {
 		return nil, nil, err

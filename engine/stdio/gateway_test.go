@@ -797,13 +797,14 @@ func TestGatewayDataDirRestart(t *testing.T) {
 	}
 }
 
-// TestGatewayCancelledCall: behind `tidemark serve --stdio`, a call the
-// client cancels and the subprocess never answers (the hang tool) ends its
-// open stream with a -32603 error whose reason is cancelled, at the end of
-// the 5 s grace; the call's ID then takes a new call (the session no
-// longer counts the cancelled one in flight: no 400 duplicate_request_id).
+// TestGatewayCancelledCall: behind `tidemark serve --stdio
+// --stdio-cancel-grace 1500ms`, a call the client cancels and the
+// subprocess never answers (the hang tool) ends its open stream with a
+// -32603 error whose reason is cancelled, at the end of the grace; the
+// call's ID then takes a new call (the session no longer counts the
+// cancelled one in flight: no 400 duplicate_request_id).
 func TestGatewayCancelledCall(t *testing.T) {
-	_, u := testServerGateway(t)
+	_, u := testServerGateway(t, "--stdio-cancel-grace", "1500ms")
 	c := &mcptest.Client{URL: u, HTTP: httpClient(t)}
 	s := initSession(t, c)
 	ctx, stop := context.WithTimeout(t.Context(), 20*time.Second) // the stream must end well before
@@ -836,12 +837,12 @@ func TestGatewayCancelledCall(t *testing.T) {
 		t.Fatalf("hang stream ended with %v, want an error response to call 3", evs)
 	}
 	got := fmt.Sprintf("%d %s %s", we.Code, we.Data, we.Message)
-	want := `-32603 {"generation":1,"reason":"cancelled"} the call was cancelled, and the MCP server process of this session did not answer it within 5s`
+	want := `-32603 {"generation":1,"reason":"cancelled"} the call was cancelled, and the MCP server process of this session did not answer it within 1.5s`
 	if got != want {
 		t.Errorf("hang's answer:\ngot  %s\nwant %s", got, want)
 	}
-	if elapsed < 4*time.Second {
-		t.Errorf("answered %v after the cancellation, want at the end of the 5s grace", elapsed)
+	if elapsed < time.Second {
+		t.Errorf("answered %v after the cancellation, want at the end of the 1.5s grace", elapsed)
 	}
 	who, _ := callWhoami(t, s, 3)
 	if who.Pid == 0 {
