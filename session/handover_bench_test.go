@@ -5,13 +5,9 @@ package session_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/tidemark-mcp/tidemark/engine/gosdk"
-	"github.com/tidemark-mcp/tidemark/eventlog"
-	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -27,16 +23,8 @@ func BenchmarkHandOver(b *testing.B) {
 
 func benchHandOver(b *testing.B, open func(*testenv.Clock) store.Store) {
 	ctx := context.Background()
-	clk := testenv.NewClock(time.Now())
-	st := open(clk)
-	defer st.Close()
-	eng := gosdk.New(demo.NewServer())
-	eng.Restorable = true
-	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now, Budget: -1}), eng, session.Options{
-		HibernateAfter: -1, HandOver: true, IdleTTL: -1, MaxSessions: b.N + 1, Now: clk.Now, Logger: slog.New(slog.DiscardHandler),
-	})
-	defer reg.Close()
-	f := &fixture{clk: clk}
+	f := restorableRegistry(b, open, session.Options{HibernateAfter: -1, HandOver: true})
+	reg := f.reg
 	for range b.N {
 		l, err := reg.Create(ctx, "")
 		if err != nil {

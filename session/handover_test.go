@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-
 	"github.com/tidemark-mcp/tidemark/session"
 )
 
@@ -29,22 +27,7 @@ func TestHandOver(t *testing.T) {
 		waitFor(t, func() bool { return session.Idle(l) })
 		idle = append(idle, l)
 	}
-	attached := mustCreate(t, f.reg)
-	initialize(t, f, attached)
-	defer attached.Attach()()
-	calling := mustCreate(t, f.reg)
-	initialize(t, f, calling)
-	if _, err := calling.OpenStream(ctx, []*jsonrpc.Request{echo(t, 9, "x")}, false, 0); err != nil {
-		t.Fatal(err) // opened, never delivered: in flight
-	}
-	held := mustCreate(t, f.reg)
-	initialize(t, f, held)
-	reqCtx, endRequest := context.WithCancel(ctx)
-	defer endRequest()
-	if _, err := f.reg.Get(reqCtx, held.Token(), ""); err != nil {
-		t.Fatal(err)
-	}
-	mustCreate(t, f.reg) // no initialize
+	defer busySessions(t, f)()
 
 	handed, left := f.reg.HandOver(ctx)
 	if handed != 3 || left != 4 || f.reg.Len() != 4 || f.reg.Hibernated() != 3 {

@@ -71,18 +71,29 @@ func onLastingStores(b *testing.B, bench func(*testing.B, func(*testenv.Clock) s
 	})
 }
 
-func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
-	ctx := context.Background()
-	clk := testenv.NewClock(time.Now())
-	st := open(clk)
-	defer st.Close()
+// restorableRegistry returns a fixture whose registry holds up to b.N+1
+// sessions on the store open makes, on a manual clock that starts now,
+// under the demo server's go-sdk engine, which restores state exactly:
+// no idle TTL, no event budget, its log discarded; opts sets the rest
+// (HibernateAfter, HandOver). The registry and the store close when b's
+// run ends.
+func restorableRegistry(b *testing.B, open func(*testenv.Clock) store.Store, opts session.Options) *fixture {
+	f := &fixture{clk: testenv.NewClock(time.Now())}
+	st := open(f.clk)
+	b.Cleanup(func() { st.Close() })
 	eng := gosdk.New(demo.NewServer())
 	eng.Restorable = true
-	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now, Budget: -1}), eng, session.Options{
-		HibernateAfter: time.Minute, IdleTTL: -1, MaxSessions: b.N + 1, Now: clk.Now, Logger: slog.New(slog.DiscardHandler),
-	})
-	defer reg.Close()
-	f := &fixture{clk: clk}
+	opts.IdleTTL, opts.MaxSessions, opts.Now, opts.Logger = -1, b.N+1, f.clk.Now, slog.New(slog.DiscardHandler)
+	f.log = eventlog.New(st, eventlog.Options{Now: f.clk.Now, Budget: -1})
+	f.reg = session.New(st, f.log, eng, opts)
+	b.Cleanup(func() { f.reg.Close() })
+	return f
+}
+
+func benchHibernation(b *testing.B, open func(*testenv.Clock) store.Store) {
+	ctx := context.Background()
+	f := restorableRegistry(b, open, session.Options{HibernateAfter: time.Minute})
+	reg, clk := f.reg, f.clk
 	heap := func() (inuse, alloc, scan, objects int64) {
 		var ms runtime.MemStats
 		for range 3 {

@@ -218,6 +218,28 @@ func TestHibernateKeepsOnlyReplayableEvents(t *testing.T) {
 func TestHibernateSkipsBusySessions(t *testing.T) {
 	ctx := context.Background()
 	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute, IdleTTL: -1})
+	release := busySessions(t, f)
+	f.clk.Advance(time.Hour - time.Second)
+	f.reg.Sweep(ctx)
+	if f.reg.Hibernated() != 0 || f.reg.Len() != 4 {
+		t.Fatalf("%d hibernated, %d live; want 0 and 4", f.reg.Hibernated(), f.reg.Len())
+	}
+	release()
+	// The hold ends on a goroutine of the context's: sweep until it has.
+	waitFor(t, func() bool { f.clk.Advance(2 * time.Minute); f.reg.Sweep(ctx); return f.reg.Hibernated() == 2 })
+}
+
+// busySessions creates on f's registry the four sessions that neither
+// the sweep nor a handover hibernates: one initialized with a connection
+// attached, one initialized with a call in flight (opened, never
+// delivered), one initialized and held by a request being served (Get
+// with a context not yet done), and one never initialized. release
+// detaches the first and ends the third's request, after which those two
+// may hibernate; the call stays in flight and the last uninitialized.
+// Call release once.
+func busySessions(t *testing.T, f *fixture) (release func()) {
+	t.Helper()
+	ctx := context.Background()
 	attached := mustCreate(t, f.reg)
 	initialize(t, f, attached)
 	detach := attached.Attach()
@@ -233,15 +255,10 @@ func TestHibernateSkipsBusySessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(t, f.reg) // no initialize
-	f.clk.Advance(time.Hour - time.Second)
-	f.reg.Sweep(ctx)
-	if f.reg.Hibernated() != 0 || f.reg.Len() != 4 {
-		t.Fatalf("%d hibernated, %d live; want 0 and 4", f.reg.Hibernated(), f.reg.Len())
+	return func() {
+		detach()
+		endRequest()
 	}
-	detach()
-	endRequest()
-	// The hold ends on a goroutine of the context's: sweep until it has.
-	waitFor(t, func() bool { f.clk.Advance(2 * time.Minute); f.reg.Sweep(ctx); return f.reg.Hibernated() == 2 })
 }
 
 // waitFor calls cond until it holds, for up to 10 seconds.
