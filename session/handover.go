@@ -32,7 +32,9 @@ func (r *Registry) handsOver() bool {
 // started then fails with ctx's error and its generation ends, as Close
 // would end it. It returns the number of sessions handed over, whose
 // hibernation the store kept, and the number of live sessions left,
-// which Close ends.
+// which Close ends: each session handed over logs "session hibernated"
+// at Debug only, so a process with many sessions writes no line per
+// session in its last seconds, and the caller logs these two counts.
 func (r *Registry) HandOver(ctx context.Context) (handed, left int) {
 	if r.handsOver() {
 		handed = r.hibernateAll(ctx, r.lives(), r.opts.Now(), hibHandOver)

@@ -5,6 +5,7 @@ package session_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // busy, used a moment ago or not: its record keeps generation 1 with no
 // owner, and the next Get wakes it at generation 1. A session with a call
 // in flight, an attached connection or a request being served, and one
-// never initialized, stay live for Close.
+// never initialized, stay live for Close. Each session handed over logs
+// "session hibernated" at Debug, none at Info: its caller logs the sum.
 func TestHandOver(t *testing.T) {
 	ctx := context.Background()
 	f, logs := hibernating(t, true, session.Options{HibernateAfter: -1, HandOver: true})
@@ -33,7 +35,13 @@ func TestHandOver(t *testing.T) {
 	if handed != 3 || left != 4 || f.reg.Len() != 4 || f.reg.Hibernated() != 3 {
 		t.Fatalf("HandOver = %d handed over, %d left; registry %d live, %d hibernated; want 3, 4, 4, 3", handed, left, f.reg.Len(), f.reg.Hibernated())
 	}
-	wantLog(t, logs, `msg="session hibernated".*exact=true`)
+	if n := strings.Count(logs.String(), `level=DEBUG msg="session hibernated"`); n != 3 {
+		t.Fatalf("%d session hibernated lines at Debug, want 3:\n%s", n, logs)
+	}
+	wantLog(t, logs, `level=DEBUG msg="session hibernated".*exact=true`)
+	if strings.Contains(logs.String(), `level=INFO msg="session hibernated"`) {
+		t.Fatalf("a session hibernated line at Info, want none:\n%s", logs)
+	}
 	for _, l := range idle {
 		rec, err := f.st.Get(ctx, l.Token())
 		if err != nil || rec.Generation != 1 || rec.Owner != "" {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -154,7 +155,7 @@ func (r *Registry) hibernateAll(ctx context.Context, lives []*Live, now time.Tim
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if ok, _ := r.hibernate(ctx, l); ok {
+				if ok, _ := r.hibernate(ctx, l, cause); ok {
 					stored.Add(1)
 				}
 			})
@@ -203,6 +204,18 @@ const (
 	// hibHandOver: the process shuts down (Registry.HandOver).
 	hibHandOver
 )
+
+// logLevel is the level of the "session hibernated" line of a session
+// hibernated for c: Debug at a handover, which hibernates every idle
+// session in the last seconds of the process and whose caller logs one
+// line for them all (tidemark serve's "sessions handed over"), Info for
+// the sweep and for making room.
+func (c hibCause) logLevel() slog.Level {
+	if c == hibHandOver {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
 
 // beginHibernate marks l hibernating if it may hibernate at now for
 // cause (mayHibernate): its initialize succeeded, and it has had no call
@@ -280,7 +293,8 @@ func (l *Live) unhold() {
 // hibernate stores l's session state, with what its engine session keeps
 // outside the process (engine.Suspender), and lets go of its generation
 // (store.Sessions.Hibernate), then closes its engine session; stored
-// reports that the store kept it. A hibernation the store refused while
+// reports that the store kept it, which it logs at cause's level
+// (hibCause.logLevel). A hibernation the store refused while
 // unavailable (keepsAwake) puts l back in the registry, awake at its
 // generation, and returns the store's error (awake): the sweep tries again
 // after hibernateRetry, and making room refuses the room instead of
@@ -290,7 +304,7 @@ func (l *Live) unhold() {
 // restores state exactly and every event l appended is stored (the log
 // is synced first), so a kill -9 after it loses nothing a wake at the
 // same generation would need (DESIGN.md, "Hibernation").
-func (r *Registry) hibernate(ctx context.Context, l *Live) (stored bool, awake error) {
+func (r *Registry) hibernate(ctx context.Context, l *Live, cause hibCause) (stored bool, awake error) {
 	err := r.settle(ctx, l)
 	if errors.Is(err, errLeaseLost) {
 		// Not this process's generation any more: settle dropped it.
@@ -361,7 +375,7 @@ func (r *Registry) hibernate(ctx context.Context, l *Live) (stored bool, awake e
 		l.logger.Warn("hibernation failed: this generation ends here; the next request re-creates the session at generation+1",
 			"reason", storeReason(err), "error", err)
 	} else {
-		l.logger.Info("session hibernated", "exact", exact)
+		l.logger.Log(context.Background(), cause.logLevel(), "session hibernated", "exact", exact)
 		r.opts.Metrics.SessionHibernated()
 	}
 	r.closeInBackground(l, replay.ReasonHibernated)

@@ -31,7 +31,8 @@ import (
 )
 
 // hibernating is a registry on a memory store whose go-sdk engine is
-// restorable (exact) or not, with a manual clock, and its log.
+// restorable (exact) or not, with a manual clock, and its log, Debug
+// lines included.
 func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture, *testenv.LogBuffer) {
 	t.Helper()
 	f := &fixture{clk: testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), server: demo.NewServer()}
@@ -39,7 +40,7 @@ func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture,
 	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
 	logs := &testenv.LogBuffer{}
 	opts.Now = f.clk.Now
-	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	eng := gosdk.New(f.server)
 	eng.Restorable = restorable
 	f.reg = session.New(f.st, f.log, eng, opts)
@@ -111,7 +112,7 @@ func TestHibernateWakesAtSameGeneration(t *testing.T) {
 	if err != nil || rec.Generation != 1 || rec.Owner != "" {
 		t.Fatalf("record after hibernation = %+v, %v; want generation 1, no owner", rec, err)
 	}
-	wantLog(t, logs, `msg="session hibernated".*exact=true`)
+	wantLog(t, logs, `level=INFO msg="session hibernated".*exact=true`)
 
 	woken, err := f.reg.Get(ctx, l.Token(), "")
 	if err != nil {
@@ -152,7 +153,7 @@ func TestHibernateLossyWakesAtNextGeneration(t *testing.T) {
 	waitFor(t, func() bool { return session.Idle(l) })
 	f.clk.Advance(2 * time.Minute)
 	waitFor(t, func() bool { f.reg.Sweep(ctx); return f.reg.Hibernated() == 1 })
-	wantLog(t, logs, `msg="session hibernated".*exact=false`)
+	wantLog(t, logs, `level=INFO msg="session hibernated".*exact=false`)
 	woken, err := f.reg.Get(ctx, l.Token(), "")
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func (r *Registry) reserve(ctx context.Context) error {
 		r.reserved++
 		r.starting[victim.token] = make(chan struct{})
 		r.mu.Unlock()
-		if _, awake := r.hibernate(context.WithoutCancel(ctx), victim); awake != nil {
+		if _, awake := r.hibernate(context.WithoutCancel(ctx), victim, hibRoom); awake != nil {
 			// The store refused while unavailable: the victim stays
 			// awake at its generation, and this request gets no room.
 			r.unreserve()

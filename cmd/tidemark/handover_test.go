@@ -113,6 +113,8 @@ func terminate(t *testing.T, p *testenv.Process, want string) {
 // priming event resuming from that cursor (regression: the next process
 // claimed generation 2, and the resume answered 409 generation_mismatch
 // with lostRequests [] for an answer that was stored but never readable).
+// At the default log level the handover writes its summary line and no
+// "session hibernated" line.
 func TestSIGTERMHandsOver(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	for _, tc := range handoverStores {
@@ -131,6 +133,9 @@ func TestSIGTERMHandsOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			terminate(t, p1, `handed_over=1 not_handed_over=0`)
+			if out := p1.Output(); strings.Contains(out, `msg="session hibernated"`) {
+				t.Errorf("a session hibernated line at the default level, want the handover's summary alone:\n%s", out)
+			}
 
 			_, url2 := next()
 			sess.Client = &mcptest.Client{URL: url2}
