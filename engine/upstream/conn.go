@@ -381,26 +381,51 @@ func (c *conn) finish() {
 }
 
 // Close implements engine.Session: it stops the generation's upstream work
-// (the calls in flight get no response) and ends its upstream session with
-// DELETE (MCP 2025-11-25, "Session Management"), in the background, within
-// Options.Timeout; Engine.Close waits for those DELETEs. After Keep (the
-// session hibernated) the upstream session is kept: no DELETE. It is
-// idempotent.
+// (the calls in flight get no response) and ends the upstream session it
+// holds (heldLocked) with DELETE (MCP 2025-11-25, "Session Management"),
+// in the background, within Options.Timeout; Engine.Close waits for those
+// DELETEs. After Keep (the session hibernated) the upstream session is
+// kept: no DELETE. It is idempotent.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.ended = true
 		c.clearCallsLocked()
-		session, version, hdr, lost, keep := c.session, c.version, c.header, c.lost, c.keep
 		c.mu.Unlock()
 		c.cancel()
+		// Read what the generation holds once a restore under way has
+		// stopped: a reattach it cut leaves the kept session to end, and
+		// a new session it opened and could not restore it has ended
+		// itself (runRestore).
 		c.wg.Wait()
 		c.finish()
-		if session != "" && !lost && !keep {
-			c.e.deleteSession(target{session: session, version: version, header: hdr}, c.logger)
+		c.mu.Lock()
+		t, keep := c.heldLocked(), c.keep
+		c.mu.Unlock()
+		if t.session != "" && !keep {
+			c.e.deleteSession(t, c.logger)
 		}
 	})
 	return nil
+}
+
+// heldLocked returns the upstream session the generation holds, for the
+// DELETE that ends it: the one it opened or reattached to or, while it has
+// not reattached (the first client message has not come yet, or the ping
+// failed), the one its predecessor kept, which no other generation takes
+// (DESIGN.md, "Hibernation"); none once the upstream has lost it. The
+// DELETE carries the forwarded headers of the latest client message.
+// c.mu must be held.
+func (c *conn) heldLocked() target {
+	switch {
+	case c.lost:
+		return target{}
+	case c.session != "":
+		return target{session: c.session, version: c.version, header: c.header}
+	case !c.restored:
+		return target{session: c.kept.Session, version: c.kept.Version, header: c.header}
+	}
+	return target{}
 }
 
 // deleteSession ends an upstream session with DELETE, in the background.

@@ -70,6 +70,10 @@ type testUpstream struct {
 	// connection as its reader ("stream ID conflicts with ongoing
 	// stream"), whatever the handler would answer.
 	refuseResumes atomic.Bool
+	// failPings is how many of the next pings are answered 503, as by
+	// an upstream too busy to take them, whatever the handler would
+	// answer.
+	failPings atomic.Int32
 
 	mu       sync.Mutex
 	h        http.Handler
@@ -178,6 +182,10 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "stream ID conflicts with ongoing stream", http.StatusConflict)
 		return
 	}
+	if rec.rpc == "ping" && u.takePingFailure() {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return
+	}
 	if rec.rpc == "initialize" {
 		// The session ID is recorded before the answer leaves, so a test
 		// that reads u.sessions after the gateway saw the answer finds it.
@@ -190,6 +198,20 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}}
 	}
 	h.ServeHTTP(w, r)
+}
+
+// takePingFailure reports whether the ping being served is one of those
+// failPings asks to fail, and counts it.
+func (u *testUpstream) takePingFailure() bool {
+	for {
+		n := u.failPings.Load()
+		if n <= 0 {
+			return false
+		}
+		if u.failPings.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // sessionRecorder calls record with the Mcp-Session-Id header the handler
