@@ -291,9 +291,9 @@ func TestHibernationStatelessUpstream(t *testing.T) {
 }
 
 // TestHibernatedSessionEndReleasesUpstream: a hibernated session that
-// ends without a wake ends its kept upstream session with DELETE, as a
-// live one's end does: on the client's DELETE, and when its idle TTL
-// ends it.
+// ends without a wake ends its kept upstream session with exactly one
+// DELETE, as a live one's end does: on the client's DELETE, and when its
+// idle TTL ends it.
 func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
 	up := newUpstream(t, mcp.StreamableHTTPOptions{})
 	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
@@ -328,5 +328,9 @@ func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
 	}
 	if _, err := b.Call(ctx, mcptest.ToolCall(2, "echo", map[string]string{"text": "hi"}, nil)); err == nil {
 		t.Errorf("a call of the session its idle TTL ended succeeded, want it refused")
+	}
+	g.eng.Close() // waits for the DELETEs under way
+	if got := deletes(); len(got) != 2 {
+		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
 	}
 }
