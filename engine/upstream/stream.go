@@ -204,6 +204,13 @@ func (c *conn) exchange(ctx context.Context, req *jsonrpc.Request, hdr http.Head
 	if err != nil {
 		return nil, err
 	}
+	if req.Method == methodPing {
+		// A ping is safe to send twice: net/http sends a request marked
+		// this way again on a new connection when a reused one turns out
+		// closed before any answer (an upstream that restarted), and
+		// writes no such header.
+		hreq.Header["Idempotency-Key"] = nil
+	}
 	resp, err := c.e.do(hreq, nil)
 	if err != nil {
 		return nil, err
