@@ -115,6 +115,9 @@ func TestEvictionSkipsBusySessions(t *testing.T) {
 	initialize(t, f, a)
 	b := mustCreate(t, f.reg)
 	initialize(t, f, b)
+	// An answer is readable a moment before its append returns and its
+	// session stops counting it in flight.
+	waitFor(t, func() bool { return f.reg.CallsInFlight() == 0 })
 	call := func(l *session.Live, id string) (uint64, []*jsonrpc.Request) {
 		calls := []*jsonrpc.Request{request(t, id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": id}})}
 		s, err := l.OpenStream(ctx, calls, false, 0)
