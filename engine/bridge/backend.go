@@ -258,8 +258,14 @@ func (b *Bridge) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 }
 
 // unsubscribe is the server's UnsubscribeHandler: the last stream that
-// named a URI ends the backend's subscription to it.
+// named a URI ends the backend's subscription to it. The go-sdk calls it
+// as a listen stream's handler returns, with that handler's context,
+// which has ended by then (the client went away, or the stream was
+// closed): the backend's resources/unsubscribe runs on a context of its
+// own, bounded by Options.ConnectTimeout.
 func (b *Bridge) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.ConnectTimeout)
+	defer cancel()
 	if !b.release(req.Params.URI) {
 		return nil
 	}

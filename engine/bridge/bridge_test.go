@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -79,14 +80,26 @@ type gateway struct {
 // `tidemark serve --stdio` wires them, behind wrap (nil: none).
 func startGateway(t *testing.T, command []string, maxProcesses int, sealer *requeststate.Sealer, wrap func(http.Handler) http.Handler) *gateway {
 	t.Helper()
+	return startWatchedGateway(t, command, maxProcesses, sealer, wrap, nil)
+}
+
+// startWatchedGateway is startGateway whose bridge writes every message
+// it exchanges with the backend to wire, when not nil.
+func startWatchedGateway(t *testing.T, command []string, maxProcesses int, sealer *requeststate.Sealer, wrap func(http.Handler) http.Handler, wire io.Writer) *gateway {
+	t.Helper()
 	logs := &testenv.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	eng, err := stdio.New(stdio.Options{Command: command[0], Args: command[1:], MaxProcesses: maxProcesses, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dial := bridge.EngineTransport(eng, "bridge", logger)
+	if wire != nil {
+		engineDial := dial
+		dial = func() mcp.Transport { return &mcp.LoggingTransport{Transport: engineDial(), Writer: wire} }
+	}
 	br := bridge.New(bridge.Options{
-		Dial: bridge.EngineTransport(eng, "bridge", logger), Sealer: sealer, Logger: logger,
+		Dial: dial, Sealer: sealer, Logger: logger,
 		HTTP: mcp.StreamableHTTPOptions{DisableLocalhostProtection: true},
 	})
 	h := tidemark.NewEngineHandler(eng, &tidemark.Options{Transport: transport.Options{Logger: logger, Sessionless: br}})
@@ -463,5 +476,39 @@ func TestToolChangeHeardOnce(t *testing.T) {
 	time.Sleep(listentest.Settle)
 	if n := rec.Count(listentest.ToolsChanged); n != 1 {
 		t.Errorf("the listener heard the tools change %d times, want 1; heard: %s", n, rec)
+	}
+}
+
+// TestLastListenerUnsubscribesBackend: when the last listener naming a
+// URI goes away, the backend of 2025-11-25 gets its resources/unsubscribe
+// and answers it. The go-sdk calls the unsubscribe handler with the listen
+// request's context, which has ended by then.
+func TestLastListenerUnsubscribesBackend(t *testing.T) {
+	wire := &testenv.LogBuffer{}
+	g := startWatchedGateway(t, tsEverything(t), 0, nil, nil, wire)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	const uri = "demo://resource/static/document/architecture.md"
+	rec, ls := listen(t, ctx, g.url, uri)
+	rec.WaitFor(t, listentest.Acknowledged, 1, wait)
+	if err := ls.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	unsubscribed := regexp.MustCompile(`write: \{"jsonrpc":"2.0","id":(\d+),"method":"resources/unsubscribe","params":\{"uri":"` + regexp.QuoteMeta(uri) + `"\}\}`)
+	deadline := time.Now().Add(wait)
+	for {
+		if m := unsubscribed.FindStringSubmatch(wire.String()); m != nil {
+			if answered := `read: {"jsonrpc":"2.0","id":` + m[1] + `,"result":{}}`; !strings.Contains(wire.String(), answered) {
+				t.Errorf("the backend's answer %s is missing; wire:\n%s", answered, wire)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no resources/unsubscribe reached the backend in %v; wire:\n%s\nlog:\n%s", wait, wire, g.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(g.logs.String(), "unsubscribing the backend failed") {
+		t.Errorf("the gateway logged a failed unsubscribe:\n%s", g.logs)
 	}
 }
