@@ -392,6 +392,22 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
 }
 
+// TestReadyzCountsRedisReplicas: with --redis-replicas 1, every write
+// waits for one replica, so a replica on a Redis without one answers
+// /readyz 503 unavailable, naming the count, and 200 once a replica is
+// connected and in sync (regression: 200 while every initialize got 503).
+func TestReadyzCountsRedisReplicas(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL(), "--redis-replicas", "1")
+	awaitReady(t, metricsAddr, http.StatusServiceUnavailable, "unavailable", 5*time.Second)
+	if _, body := get(t, "http://"+metricsAddr+"/readyz"); !strings.Contains(body, "0 of the 1 replicas writes must reach are connected") {
+		t.Errorf("/readyz %s, want the error to say 0 of the 1 replicas are connected", body)
+	}
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: rs.Addr()})
+	replica.WaitInSync()
+	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
+}
+
 // TestReadyzFollowsDataDir: a durable store's /readyz answers 200 while
 // its data directory is there, and 503 unavailable, naming the directory,
 // once it is removed under the running server: every write would be

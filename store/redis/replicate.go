@@ -89,6 +89,46 @@ func (r *replication) need(ctx context.Context, primary *goredis.Client) (int, e
 	return n, nil
 }
 
+// connected returns the number of replicas connected to a primary, from
+// its answer to ROLE: "master", the replication offset, then one entry
+// per connected replica.
+func connected(role []any) int {
+	replicas, _ := role[2].([]any)
+	return len(replicas)
+}
+
+// Check reports whether the store would take new data, for readiness
+// probes: with Options.Replicas positive, every primary (each of a
+// Cluster's) must have that many replicas connected, since WAIT cannot
+// confirm a write on fewer and every write then fails (runOn). Its error
+// wraps store.ErrUnavailable and says how many are connected; nil with
+// Options.Replicas zero or negative, where the wait counts the replicas
+// there are.
+func (s *Store) Check(ctx context.Context) error {
+	want := s.repl.want
+	if want <= 0 {
+		return nil
+	}
+	check := func(ctx context.Context, primary *goredis.Client) error {
+		role, err := primary.Do(ctx, "ROLE").Slice()
+		if err != nil {
+			return fmt.Errorf("redis store: ROLE of %s: %w: %w", primary.Options().Addr, store.ErrUnavailable, err)
+		}
+		if len(role) < 3 || str(role[0]) != "master" {
+			return fmt.Errorf("redis store: %s answers ROLE %v, not as a primary (a failover is in progress): %w", primary.Options().Addr, at(role, 0), store.ErrUnavailable)
+		}
+		if n := connected(role); n < want {
+			return fmt.Errorf("redis store: %d of the %d replicas writes must reach are connected to the primary %s; writes fail until they are: %w",
+				n, want, primary.Options().Addr, store.ErrUnavailable)
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, check)
+	}
+	return check(ctx, s.rdb.(*goredis.Client))
+}
+
 // count asks primary for its replicas: on a Cluster node, the replicas
 // the cluster configuration gives it (CLUSTER REPLICAS), connected or
 // not, except those the cluster marked failed, since any other may be
@@ -101,9 +141,8 @@ func (r *replication) count(ctx context.Context, primary *goredis.Client) (int, 
 	if len(role) < 3 || str(role[0]) != "master" {
 		return 0, fmt.Errorf("ROLE answers %v: not a primary (a failover is in progress)", at(role, 0))
 	}
-	replicas, _ := role[2].([]any)
 	if !r.cluster {
-		return len(replicas), nil
+		return connected(role), nil
 	}
 	id, err := primary.Do(ctx, "CLUSTER", "MYID").Text()
 	if err != nil {
