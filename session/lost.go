@@ -146,6 +146,19 @@ func (s *streamCalls) undelivered(after uint64) RequestIDs {
 	return ids
 }
 
+// answered returns the requests whose responses are stored after
+// sequence after: their calls ran to their end, and a reader that has
+// read up to after has not received those responses.
+func (s *streamCalls) answered(after uint64) RequestIDs {
+	ids := RequestIDs{}
+	for i, id := range s.IDs {
+		if s.Answered[i] > after {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // ledger is the streams of one generation, by ascending stream number.
 type ledger struct {
 	// Generation is the generation the streams belong to.
@@ -274,6 +287,17 @@ func (g *ledger) pick(stream uint64, pick func(*streamCalls) RequestIDs) (Reques
 // in the 409's error.data.lostRequests.
 func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
 	return l.streamRequests(c, (*streamCalls).lost)
+}
+
+// AnsweredRequests returns the requests that the stream cursor c names
+// carried whose calls finished with their responses stored after c's
+// sequence: a client whose resume from c is refused (409) never receives
+// those responses, and must not send the requests again, since they ran.
+// The transport puts the list in the 409's error.data.answeredRequests
+// beside lostRequests, so that the client can tell a call it may send
+// again from one whose answer is gone. ok is as LostRequests'.
+func (l *Live) AnsweredRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
+	return l.streamRequests(c, func(s *streamCalls) RequestIDs { return s.answered(c.Sequence) })
 }
 
 // Undelivered returns the requests that the stream cursor c names carried

@@ -173,17 +173,18 @@ func TestDecideGenerationMismatch(t *testing.T) {
 
 	// lost is error.data.lostRequests as JSON: the countdown (id 2)
 	// finished, its response stored after the old cursor, so no request
-	// of that stream is lost (sending it again would run it twice); no
-	// stream of generation 1 is known at the other cursors, so the key is
-	// absent ("").
-	for _, tc := range []struct{ name, cursor, lost string }{
-		{"old cursor", old, `[]`},
+	// of that stream is lost (sending it again would run it twice), and
+	// answered, error.data.answeredRequests, lists it: the client never
+	// receives its response. No stream of generation 1 is known at the
+	// other cursors, so both keys are absent ("").
+	for _, tc := range []struct{ name, cursor, lost, answered string }{
+		{"old cursor", old, `[]`, `[2]`},
 		// Same stream and sequence as a live generation-2 event: in range
 		// of the live log, still another generation.
-		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9), ""},
-		{"gen 1 cursor at the gen 2 HWM", cursorOf(s, 1, 8, 12), ""},
+		{"gen 1 cursor inside the gen 2 range", cursorOf(s, 1, 8, 9), "", ""},
+		{"gen 1 cursor at the gen 2 HWM", cursorOf(s, 1, 8, 12), "", ""},
 		// A generation the session never had.
-		{"gen 3 cursor", cursorOf(s, 3, 8, 9), ""},
+		{"gen 3 cursor", cursorOf(s, 3, 8, 9), "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
@@ -199,6 +200,15 @@ func TestDecideGenerationMismatch(t *testing.T) {
 				keys++
 				if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != tc.lost {
 					t.Fatalf("error.data.lostRequests = %s, want %s", lost, tc.lost)
+				}
+			}
+			if tc.answered != "" {
+				keys++
+				if answered, _ := json.Marshal(se.Body.Data["answeredRequests"]); string(answered) != tc.answered {
+					t.Fatalf("error.data.answeredRequests = %s, want %s", answered, tc.answered)
+				}
+				if want := "; the requests " + tc.answered + " of that stream finished, but their responses come after the cursor and cannot be sent: do not send them again, since they ran"; !strings.HasSuffix(se.Body.Message, want) {
+					t.Errorf("error.message = %q, want it to end with %q", se.Body.Message, want)
 				}
 			}
 			if se.Body.Data["generation"] != json.Number("2") ||
@@ -256,12 +266,21 @@ func TestDecideCursorCompacted(t *testing.T) {
 		t.Fatalf("bounds = %+v, want floor 5 HWM 8, 4 events", b)
 	}
 
-	for _, cursor := range []string{streams[0][0].ID, streams[0][1].ID} { // seq 3, 4
-		_, err := s.Resume(ctx, cursor)
+	// At seq 3 (the first echo's priming) its call had finished with its
+	// response at seq 4, which the client has not read and no resume can
+	// send: answeredRequests lists it (none is lost). At seq 4 the client
+	// read that response: nothing is listed.
+	for _, tc := range []struct{ cursor, answered string }{{streams[0][0].ID, "[2]"}, {streams[0][1].ID, "null"}} {
+		_, err := s.Resume(ctx, tc.cursor)
 		se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
-		c := parseCursor(t, cursor)
+		c := parseCursor(t, tc.cursor)
 		if se.Body.Data["floor"] != json.Number("5") || se.Body.Data["cursorSequence"] != json.Number(jsonUint(c.Sequence)) {
 			t.Fatalf("error.data = %v, want floor 5, cursorSequence %d", se.Body.Data, c.Sequence)
+		}
+		lost, _ := json.Marshal(se.Body.Data["lostRequests"])
+		answered, _ := json.Marshal(se.Body.Data["answeredRequests"])
+		if string(lost) != "[]" || string(answered) != tc.answered {
+			t.Errorf("cursor seq %d: lostRequests %s, answeredRequests %s; want [] and %s", c.Sequence, lost, answered, tc.answered)
 		}
 	}
 	if after := st.bounds(t, s.Token); after != b {
