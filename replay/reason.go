@@ -67,6 +67,7 @@ var statuses = map[Reason]int{
 	ReasonInvalidRequest:      http.StatusBadRequest,
 	ReasonInvalidParams:       http.StatusBadRequest,
 	ReasonBatchNotAllowed:     http.StatusBadRequest,
+	ReasonHeaderMismatch:      http.StatusBadRequest,
 	ReasonDuplicateRequestID:  http.StatusBadRequest,
 	ReasonBatchTooLarge:       http.StatusBadRequest,
 	ReasonOriginForbidden:     http.StatusForbidden,
@@ -487,7 +488,9 @@ const (
 	ReasonCapabilityMissing Reason = "capability_missing"
 	// ReasonHeaderMismatch: HTTP 400 with JSON-RPC error -32020: a task
 	// request's Mcp-Method or Mcp-Name header is missing or disagrees with
-	// its body (Mcp-Name carries params.taskId).
+	// its body (Mcp-Name carries params.taskId); or a request of the
+	// sessionless revision sends Mcp-Method, Mcp-Name or an Mcp-Param-*
+	// header more than once.
 	ReasonHeaderMismatch Reason = "header_mismatch"
 	// ReasonResultTooLarge: a task's call returned a result over 8 MiB; the
 	// task is stored failed with error -32603 instead.

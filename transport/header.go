@@ -262,3 +262,22 @@ func refused(params string) bool {
 	}
 	return false
 }
+
+// repeatedRoutingHeader returns the refusal of a request of the
+// sessionless revision that sends Mcp-Method, Mcp-Name or an Mcp-Param-*
+// header more than once (400 header_mismatch, JSON-RPC error -32020,
+// mcp.CodeHeaderMismatch), else nil. These headers repeat what the body
+// says so that intermediaries can route on it (MCP 2026-07-28,
+// basic/transports; SEP-2243), and the go-sdk checks only the first of
+// several: an intermediary that routes on another value would act on a
+// request the server does not serve.
+func repeatedRoutingHeader(r *http.Request) *refusal {
+	for name, vals := range r.Header {
+		if len(vals) > 1 && (name == wire.HeaderMethod || name == wire.HeaderName || strings.HasPrefix(name, "Mcp-Param-")) {
+			ref := refuse(replay.ReasonHeaderMismatch, "the "+name+" header is sent more than once: send it once")
+			ref.rpcCode = mcp.CodeHeaderMismatch
+			return ref
+		}
+	}
+	return nil
+}

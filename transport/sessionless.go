@@ -64,6 +64,12 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 			return ref
 		}
 	}
+	if ref := repeatedRoutingHeader(r); ref != nil {
+		if call := h.sessionlessCall(r, `"id"`); call != nil {
+			ref.id = call.ID
+		}
+		return ref
+	}
 	if h.batchBody(r) {
 		// The go-sdk's handler answers a batch in plain text; the refusal
 		// is the stateful era's, with its reason (batches end with
