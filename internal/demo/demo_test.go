@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -524,5 +525,42 @@ func TestToolNames(t *testing.T) {
 	slices.Sort(got)
 	if want := demo.ToolNames(); !slices.Equal(got, want) {
 		t.Errorf("tools/list names %v, ToolNames %v", got, want)
+	}
+}
+
+// TestSubscribeEmptyURI: a subscription to the empty URI is refused with
+// JSON-RPC error -32602 (invalid params), in both eras: through
+// resources/subscribe (2025-11-25) and through a subscriptions/listen
+// filter (2026-07-28), which the go-sdk turns into the same subscribe.
+func TestSubscribeEmptyURI(t *testing.T) {
+	_, url := startServe(t)
+	cs := connect(t, url, "2025-11-25", nil, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), clientTimeout)
+	defer cancel()
+	err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: ""})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams ||
+		we.Message != "the resource URI is empty: name the resource to subscribe to" {
+		t.Fatalf("Subscribe(\"\") = %v, want JSON-RPC error -32602 naming the empty URI", err)
+	}
+	const listen = `{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["demo://a",""]},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(listen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(name, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"the resource URI is empty: name the resource to subscribe to"}}`; resp.StatusCode != http.StatusBadRequest || strings.TrimSpace(string(body)) != want {
+		t.Errorf("listen with an empty URI: %d %s, want 400 %s", resp.StatusCode, body, want)
 	}
 }

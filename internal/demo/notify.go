@@ -6,8 +6,8 @@ package demo
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/fanout"
@@ -65,7 +65,7 @@ func serverOptions(base *mcp.ServerOptions) *mcp.ServerOptions {
 	if opts.SubscribeHandler == nil {
 		opts.SubscribeHandler = func(_ context.Context, req *mcp.SubscribeRequest) error {
 			if req.Params.URI == "" {
-				return fmt.Errorf("subscribe: empty URI")
+				return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the resource URI is empty: name the resource to subscribe to"}
 			}
 			return nil
 		}
