@@ -28,19 +28,52 @@ const sendTimeout = 10 * time.Second
 
 // listener is one subscriptions/listen stream open on an attached server,
 // from the moment the server sends its acknowledgment until its handler
-// returns.
+// returns or the stream is cut. Every notification for the stream goes
+// through its queue (queue.go).
 type listener struct {
-	// mu is held while the acknowledgment is sent and while each
-	// notification is: the acknowledgment is the stream's first message
-	// (basic/patterns/subscriptions, "Acknowledgment"), and a notification
-	// raised meanwhile goes out after it.
-	mu sync.Mutex
+	cancel context.CancelFunc // ends the listen handler, and so the stream
 
+	// Set before the listener is registered, then read only.
 	ctx     context.Context // the listen handler's; ends with the stream
 	session *mcp.ServerSession
 	id      any // the listen request's JSON-RPC ID, the subscriptionId
 	filter  mcp.NotificationSubscriptions
 	send    mcp.MethodHandler // the server's sending chain below the Bus
+	key     streamKey         // in Bus.streams, unless its session is nil
+
+	wake chan struct{} // capacity 1: the queue has something
+	done chan struct{} // closed when the listener ends
+
+	mu    sync.Mutex
+	queue []pending // at most queueLen
+	ended bool
+}
+
+// newListener returns the listener of a listen handler that cancel ends.
+func newListener(cancel context.CancelFunc) *listener {
+	return &listener{cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// streamKey identifies a listen stream among the notifications the
+// go-sdk sends: its session and the subscriptionId in their _meta.
+type streamKey struct {
+	session *mcp.ServerSession
+	id      any // string or int64, as the go-sdk's request IDs are
+}
+
+// keyOf returns the key of the stream req is sent on, and false when req
+// names none (no subscriptionId, or one of no comparable kind).
+func keyOf(req mcp.Request) (streamKey, bool) {
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	p := req.GetParams()
+	if ss == nil || p == nil {
+		return streamKey{}, false
+	}
+	switch id := p.GetMeta()[mcp.MetaKeySubscriptionID].(type) {
+	case string, int64, float64:
+		return streamKey{ss, id}, true
+	}
+	return streamKey{}, false
 }
 
 // listenKey is the context key under which the Bus's receiving middleware
@@ -51,7 +84,10 @@ type listenKey struct{}
 // notifications raised through b, on this replica and (with Redis) on any
 // other. It adds one sending and one receiving middleware to s; attaching
 // s again does nothing. Attach s before serving it: a stream opened before
-// is not seen.
+// is not seen. The sending middleware puts every list change and resource
+// update sent to a subscriptions/listen stream, by the Bus or by s itself
+// (Server.ResourceUpdated, AddTool and the like), into the stream's queue;
+// the stream's goroutine sends them below it.
 func (b *Bus) Attach(s *mcp.Server) {
 	b.mu.Lock()
 	if _, ok := b.servers[s]; ok {
@@ -65,10 +101,18 @@ func (b *Bus) Attach(s *mcp.Server) {
 		b.servers[s] = next
 		b.mu.Unlock()
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method != methodAcknowledge {
-				return next(ctx, method, req)
+			switch method {
+			case methodAcknowledge:
+				return b.acknowledge(ctx, req, next)
+			case ResourceUpdated, ToolsListChanged, PromptsListChanged, ResourcesListChanged:
+				if l, ok := b.stream(req); ok {
+					if l != nil {
+						b.enqueue(l, method, req)
+					}
+					return nil, nil
+				}
 			}
-			return b.acknowledge(ctx, req, next)
+			return next(ctx, method, req)
 		}
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -76,7 +120,9 @@ func (b *Bus) Attach(s *mcp.Server) {
 			if method != methodListen {
 				return next(ctx, method, req)
 			}
-			l := &listener{}
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			l := newListener(cancel)
 			defer b.forget(l)
 			return next(context.WithValue(ctx, listenKey{}, l), method, req)
 		}
@@ -87,8 +133,9 @@ func (b *Bus) Attach(s *mcp.Server) {
 // context is ctx through send, and registers that handler's listener with
 // the filter acknowledged. The listener is registered before the
 // acknowledgment goes out, so a notification raised once the client has
-// it reaches the stream; one raised while it is being sent waits for it.
-// A listener whose acknowledgment fails is forgotten.
+// it reaches the stream; one raised while it is being sent waits in the
+// queue, whose goroutine starts once the acknowledgment is sent. A
+// listener whose acknowledgment fails is forgotten.
 func (b *Bus) acknowledge(ctx context.Context, req mcp.Request, send mcp.MethodHandler) (mcp.Result, error) {
 	l, _ := ctx.Value(listenKey{}).(*listener)
 	ss, _ := req.GetSession().(*mcp.ServerSession)
@@ -96,30 +143,71 @@ func (b *Bus) acknowledge(ctx context.Context, req mcp.Request, send mcp.MethodH
 	if l == nil || ss == nil || p == nil {
 		return send(ctx, methodAcknowledge, req)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b.mu.Lock()
 	l.ctx, l.session, l.id, l.filter, l.send = ctx, ss, p.Meta[mcp.MetaKeySubscriptionID], p.Notifications, send
+	b.mu.Lock()
 	b.listeners[l] = struct{}{}
+	if k, ok := keyOf(req); ok {
+		l.key = k
+		b.streams[k] = l
+	}
 	b.mu.Unlock()
 	res, err := send(ctx, methodAcknowledge, req)
 	if err != nil {
 		b.forget(l)
+		return res, err
 	}
+	go b.write(l)
 	return res, err
 }
 
-// forget removes a listener whose handler returned.
-func (b *Bus) forget(l *listener) {
+// stream returns the listener of the stream req is sent on, and whether
+// the Bus takes req: it takes every notification for a session of the
+// sessionless revision, whose notifications go on listen streams only, and
+// drops (l nil) one for a stream that is not acknowledged yet, or ended or
+// was cut (the go-sdk's subscriptions outlive the stream until its handler
+// returns, and a write to a stream that was cut waits on a client that
+// does not read). It takes nothing for a session of a stateful revision or
+// once the Bus is closed.
+func (b *Bus) stream(req mcp.Request) (l *listener, ok bool) {
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	if ss == nil {
+		return nil, false
+	}
+	if p := ss.InitializeParams(); p == nil || p.ProtocolVersion < sessionlessVersion {
+		return nil, false
+	}
+	k, keyed := keyOf(req)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, false
+	}
+	if !keyed {
+		return nil, true
+	}
+	return b.streams[k], true
+}
+
+// forget removes a listener whose handler returned or that is cut, and
+// ends it; it reports whether l was registered until now.
+func (b *Bus) forget(l *listener) bool {
+	b.mu.Lock()
+	_, ok := b.listeners[l]
 	delete(b.listeners, l)
+	if l.key.session != nil && b.streams[l.key] == l {
+		delete(b.streams, l.key)
+	}
 	b.mu.Unlock()
+	l.end()
+	return ok
 }
 
 // deliver gives n to this process's attached servers: resources/updated
 // through each server's own ResourceUpdated (it knows which stream and
 // session subscribed to which URI), a list change to every listener that
-// asked for it and to every session of a stateful revision.
+// asked for it and to every session of a stateful revision. What goes to a
+// listener is queued (enqueue), never written here; a session's
+// notification goes to its event log, which does not wait on the network.
 func (b *Bus) deliver(ctx context.Context, n Notification) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	defer cancel()
@@ -144,14 +232,7 @@ func (b *Bus) deliver(ctx context.Context, n Notification) {
 		return
 	}
 	for _, l := range ls {
-		l.mu.Lock()
-		lctx, cancel := context.WithTimeout(l.ctx, sendTimeout)
-		_, err := l.send(lctx, n.Method, listChanged(l.session, n.Method, l.id))
-		cancel()
-		l.mu.Unlock()
-		if err != nil && l.ctx.Err() == nil {
-			b.logger.Warn("delivering a notification to a subscriptions/listen stream failed", "method", n.Method, "error", err)
-		}
+		b.enqueue(l, n.Method, listChanged(l.session, n.Method, l.id))
 	}
 	for s, send := range servers {
 		for ss := range s.Sessions() {

@@ -21,7 +21,11 @@
 // Redis drops does not lose entries: it reads on from the last one it
 // delivered when Redis answers again, unless Options.MaxLen newer entries
 // have pushed that one out of the stream meanwhile (it then logs reason
-// notifications_lost).
+// notifications_lost). Nothing that raises or delivers a notification
+// waits on a listener's connection: each stream has a queue of its own
+// (queueLen) and a goroutine that writes it; a stream whose client does
+// not read fills its queue and is cut (reason listener_stalled), and its
+// client listens again.
 //
 // Sessions of the stateful revisions (2025-11-25 and earlier) on an
 // attached server get the same notifications the go-sdk gives them:
@@ -126,7 +130,9 @@ type Bus struct {
 	mu        sync.Mutex
 	servers   map[*mcp.Server]mcp.MethodHandler // attached → the sending chain below the Bus's middleware
 	listeners map[*listener]struct{}
+	streams   map[streamKey]*listener // the listeners acknowledged, by stream
 	closed    bool
+	stop      chan struct{} // closed by Close: the listeners' goroutines return
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the reader has returned
@@ -155,6 +161,8 @@ func New(ctx context.Context, opts Options) (*Bus, error) {
 		logger:    opts.Logger,
 		servers:   make(map[*mcp.Server]mcp.MethodHandler),
 		listeners: make(map[*listener]struct{}),
+		streams:   make(map[streamKey]*listener),
+		stop:      make(chan struct{}),
 		cancel:    func() {},
 		done:      make(chan struct{}),
 	}
@@ -204,9 +212,15 @@ func (b *Bus) Raise(ctx context.Context, n Notification) error {
 
 // Close stops reading the stream (waiting up to Options.Block for the
 // reader) and makes Raise fail. Listeners keep their streams; they hear
-// nothing more through this Bus. Close is idempotent.
+// nothing more through this Bus: what waits in their queues is dropped,
+// and their goroutines return (one blocked in a write returns once the
+// write does), while what the attached servers send themselves goes out
+// as if no Bus were attached. Close is idempotent.
 func (b *Bus) Close() error {
 	b.mu.Lock()
+	if !b.closed {
+		close(b.stop)
+	}
 	b.closed = true
 	b.mu.Unlock()
 	b.cancel()

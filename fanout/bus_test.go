@@ -44,6 +44,13 @@ type replica struct {
 // Bus's: it sees each message as it is written to the stream.
 func newReplica(t *testing.T, bus *fanout.Bus, below ...mcp.Middleware) *replica {
 	t.Helper()
+	return serve(t, bus, 0, below...)
+}
+
+// serve is newReplica whose connections' send buffers are sndbuf bytes
+// (SO_SNDBUF), or the system's when sndbuf is 0.
+func serve(t *testing.T, bus *fanout.Bus, sndbuf int, below ...mcp.Middleware) *replica {
+	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "fanout-test", Version: "1.0.0"}, &mcp.ServerOptions{
 		Logger:             slog.New(slog.DiscardHandler),
 		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
@@ -58,7 +65,11 @@ func newReplica(t *testing.T, bus *fanout.Bus, below ...mcp.Middleware) *replica
 	s.AddSendingMiddleware(below...)
 	bus.Attach(s)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	if sndbuf > 0 {
+		srv.Listener = smallWrites{srv.Listener, sndbuf}
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return &replica{server: s, bus: bus, url: srv.URL}
 }

@@ -463,6 +463,12 @@ const (
 	// notifications raised elsewhere meanwhile never reached the listeners
 	// of this replica.
 	ReasonNotificationsLost Reason = "notifications_lost"
+	// ReasonListenerStalled: a subscriptions/listen stream did not take
+	// its notifications as fast as they came, until more than its queue
+	// holds were waiting (its client stopped reading); the stream is cut
+	// so that nothing else waits on it, and the notifications raised
+	// until its client listens again never reach it.
+	ReasonListenerStalled Reason = "listener_stalled"
 )
 
 // Tasks of the Tasks extension (package taskrun; DESIGN.md, "Tasks: the
