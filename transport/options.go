@@ -59,9 +59,10 @@ type Options struct {
 	// negative: never; a positive value below MinKeepAlive is taken as
 	// MinKeepAlive.
 	KeepAlive time.Duration
-	// WriteTimeout bounds each write of events to a connection; a client
-	// that does not read for this long loses the connection (it resumes).
-	// Default 30 seconds.
+	// WriteTimeout bounds each write of events to a connection, and each
+	// write and flush of Sessionless's responses; a client that does not
+	// read for this long loses the connection (it resumes, or listens
+	// again). Default 30 seconds.
 	WriteTimeout time.Duration
 	// MaxBodyBytes is the largest POST body accepted, in bytes; larger
 	// bodies get 413. Default 4 MiB.

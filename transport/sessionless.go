@@ -90,7 +90,11 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		r.Header.Del(wire.HeaderSession)
 		r.Header.Del(wire.HeaderLastEventID)
 	}
-	h.opts.Sessionless.ServeHTTP(w, r)
+	// The handler's writes get the bound of Tidemark's own
+	// (Options.WriteTimeout): without it a listen stream whose client
+	// stops reading holds its connection, and the notifier writing to it,
+	// for ever.
+	h.opts.Sessionless.ServeHTTP(newDeadlineWriter(w, h.opts.WriteTimeout), r)
 	return nil
 }
 
