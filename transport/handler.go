@@ -53,6 +53,9 @@ type Handler struct {
 	// sessionless counts the POSTs of the sessionless era being served,
 	// which no session holds: Drain waits for them too.
 	sessionless atomic.Int64
+	// listens are the sessionless era's listen streams being served,
+	// which Drain and Shutdown end.
+	listens listens
 
 	router *fleet.Router // where a session's requests are served (fleet mode)
 
@@ -206,6 +209,9 @@ const drainPoll = 20 * time.Millisecond
 // call is in flight on any session this process holds, so the calls
 // running finish and their answers reach their streams, and until no POST
 // of the sessionless era is being served, so that its calls answer too.
+// The sessionless era's subscriptions/listen streams are no calls: Drain
+// ends them at once (their handlers answer and return, their responses
+// end), and their clients listen again elsewhere or after the restart.
 // It logs one line, "draining" with the number of calls, once new calls
 // are refused. It returns nil when no call is left, or ctx's error when
 // ctx ends first. Call Shutdown after it.
@@ -213,6 +219,7 @@ func (h *Handler) Drain(ctx context.Context) error {
 	inFlight := func() int { return h.reg.CallsInFlight() + int(h.sessionless.Load()) }
 	h.drainOnce.Do(func() {
 		close(h.draining)
+		h.listens.endAll()
 		// Logged once new calls are refused: a line a supervisor (or a
 		// test) can wait for.
 		if n := inFlight(); n > 0 {
@@ -259,6 +266,7 @@ func (h *Handler) Shutdown(ctx context.Context) {
 	h.shutdownOnce.Do(func() {
 		close(h.shutdown)
 		h.stopAll()
+		h.listens.endAll()
 	})
 	h.router.Shutdown(ctx)
 	h.conns.wait(ctx)

@@ -6,6 +6,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -76,10 +77,21 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		// 2025-06-18, basic/transports).
 		return refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version+": send one message per POST")
 	}
-	// Counted before the drain check: a POST that passes it is one Drain,
-	// which closes draining before it counts, waits for.
-	h.sessionless.Add(1)
-	defer h.sessionless.Add(-1)
+	// Counted (or, a listen stream, registered) before the drain check: a
+	// POST that passes it is one Drain, which closes draining before it
+	// counts and ends listens, waits for or ends.
+	if h.isListen(r, hdr) {
+		// A listen stream is no call in flight: Drain ends it at once
+		// (the handler then answers it and returns), and its client
+		// listens again, elsewhere or after the restart.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer h.listens.add(cancel)()
+		r = r.WithContext(ctx)
+	} else {
+		h.sessionless.Add(1)
+		defer h.sessionless.Add(-1)
+	}
 	if h.isDraining() {
 		if call := h.sessionlessCall(r, `"id"`); call != nil {
 			return h.drainRefusal([]*jsonrpc.Request{call})

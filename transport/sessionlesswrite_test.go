@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark"
@@ -139,5 +140,114 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("the connection is still open after its listen stream ended: %v", err)
+	}
+}
+
+// TestDrainEndsSessionlessListens: Drain ends the open 2026-07-28 listen
+// streams at once, their responses ending properly, while it still waits
+// for a call in flight. The failing input (a tester's): with one idle
+// listener, tidemark serve exited the whole --shutdown-grace plus 5 s after
+// SIGTERM, and the stream was cut mid-chunk (curl exit 18).
+func TestDrainEndsSessionlessListens(t *testing.T) {
+	ctx := testContext(t)
+	server, ended := listenServer()
+	started, release := make(chan struct{}), make(chan struct{})
+	mcp.AddTool(server, &mcp.Tool{Name: "hold"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		close(started)
+		<-release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
+	})
+	st := newStack(t, server, nil, nil)
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let)
+
+	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(sessionlessListen(5, "demo://a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("listen: HTTP %d, want 200", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the acknowledgment: %v", err)
+		}
+		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
+			break
+		}
+	}
+
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hold","arguments":{},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	call, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	call.Header.Set("Mcp-Method", "tools/call")
+	call.Header.Set("Mcp-Name", "hold")
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := st.client.Do(call)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- fmt.Sprintf("HTTP %d %s %v", resp.StatusCode, b, err)
+	}()
+	<-started
+
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- st.h.Drain(dctx) }()
+	select {
+	case <-ended:
+	case <-dctx.Done():
+		t.Fatal("the listen stream was still open 5 s into Drain")
+	}
+	// The rest of the stream ends with the response, not with an error
+	// (a cut chunked body reads io.ErrUnexpectedEOF).
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("the listen stream ended with %v after %q, want its end", err, rest)
+	}
+	// The go-sdk's listen handler answers its ended subscription with a
+	// SubscriptionsListenResult, which reaches the stream when it is
+	// written before the go-sdk's transport, which watches the same
+	// context, releases the response: either way the stream ends there.
+	if got := strings.TrimSpace(string(rest)); got != "" {
+		data, ok := strings.CutPrefix(got, "event: message\ndata: ")
+		msg, err := jsonrpc.DecodeMessage([]byte(data))
+		res, isResp := msg.(*jsonrpc.Response)
+		if !ok || err != nil || !isResp || res.ID.Raw() != int64(5) || res.Error != nil ||
+			!strings.Contains(string(res.Result), `"io.modelcontextprotocol/subscriptionId":5`) {
+			t.Fatalf("the listen stream's rest after Drain: %q, want nothing or the listen's result", rest)
+		}
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) with a sessionless call in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	let()
+	if got := <-answered; !strings.HasPrefix(got, "HTTP 200") || !strings.Contains(got, `"text":"held"`) {
+		t.Fatalf("the call in flight answered %s, want 200 with its result", got)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -142,6 +144,69 @@ func TestSIGTERMGraceRunsOut(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("exit %v after SIGTERM, want about the 500ms grace", d)
 	}
+}
+
+// TestSIGTERMEndsListens: SIGTERM ends an idle 2026-07-28 listen stream at
+// once, its response ending properly, and the process exits well within
+// the default 10 s --shutdown-grace: a listen stream is no call in flight.
+// The failing input (a tester's): with one idle listener the process exited
+// the whole grace plus 5 s after SIGTERM, and curl reported the stream cut
+// mid-chunk (exit 18).
+func TestSIGTERMEndsListens(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0")
+	url := testenv.ServeURL(t, p)
+	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("listen: HTTP %d, want 200", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the acknowledgment: %v", err)
+		}
+		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
+			break
+		}
+	}
+	start := time.Now()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// A cut chunked body reads io.ErrUnexpectedEOF.
+	if rest, err := io.ReadAll(br); err != nil {
+		t.Fatalf("the listen stream after SIGTERM ended with %v after %q, want its end", err, rest)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("tidemark did not exit within 10s of SIGTERM")
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("exit %v after SIGTERM with an idle listen stream, want well within the 10s grace", d)
+	}
+	t.Logf("exit %v after SIGTERM", time.Since(start))
 }
 
 // TestExitWithin: the exit_within of the "shutting down" line is the sum of
