@@ -108,6 +108,8 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 
 	// The client reads no more; the notifications fill the buffers until
 	// a write waits, and the stream must end within about writeTimeout.
+	// They come one every 20 ms, so that the stream's queue (fanout) stays
+	// far from full and only the write's deadline can end it.
 	start := time.Now()
 	raised := 0
 	bound := writeTimeout + 10*time.Second
@@ -128,7 +130,7 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 		select {
 		case <-ended:
 			waiting = false
-		default:
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	t.Logf("the stream ended %v after the first of %d notifications raised", time.Since(start), raised)
