@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -106,7 +107,14 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	// (Options.WriteTimeout): without it a listen stream whose client
 	// stops reading holds its connection, and the notifier writing to it,
 	// for ever.
-	h.opts.Sessionless.ServeHTTP(newDeadlineWriter(w, h.opts.WriteTimeout), r)
+	answer := &answerWatcher{w: newDeadlineWriter(w, h.opts.WriteTimeout)}
+	start := time.Now()
+	h.opts.Sessionless.ServeHTTP(answer, r)
+	// The go-sdk serves a request only when Mcp-Method names its method
+	// (MCP 2026-07-28, basic/transports, "Routing Headers").
+	if method := r.Header.Get(wire.HeaderMethod); method != "" {
+		h.opts.Metrics.Operation(method, answer.errorType(method), time.Since(start))
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/gosdk"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
 	"github.com/tidemark-mcp/tidemark/taskrun"
@@ -419,5 +421,54 @@ func TestSessionlessNotServed(t *testing.T) {
 		}
 		wantUnsupported(`unsupported MCP-Protocol-Version "2026-07-28": this server serves 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 			"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")(t, se)
+	}
+}
+
+// opRecorder records each Operation as "method error_type".
+type opRecorder struct {
+	metrics.Recorder
+	mu  sync.Mutex
+	ops []string
+}
+
+func (r *opRecorder) Operation(method, errorType string, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, method+" "+errorType)
+}
+
+// TestSessionlessOperations: each request of the sessionless revision,
+// which the go-sdk's handler answers, is recorded as an operation
+// (mcp.server.operation.duration) under its method, with the error type
+// of the response that ends its answer: none for a result, tool_error
+// for a tool's error result, the JSON-RPC code of an error.
+func TestSessionlessOperations(t *testing.T) {
+	ctx := testContext(t)
+	rec := &opRecorder{Recorder: metrics.Discard}
+	st := newStack(t, nil, &tidemark.Options{Metrics: rec}, nil)
+	post := func(name, body string) {
+		t.Helper()
+		req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", name)
+		resp, err := st.client.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	post("echo", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},`+meta+`}}`)
+	post("countdown", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"countdown","arguments":{"n":0},`+meta+`}}`)
+	post("nope", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope","arguments":{},`+meta+`}}`)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if want := []string{"tools/call ", "tools/call tool_error", "tools/call -32602"}; !slices.Equal(rec.ops, want) {
+		t.Errorf("operations recorded %q, want %q", rec.ops, want)
 	}
 }
