@@ -1,10 +1,12 @@
-// deadline.go holds the write bound of the responses Tidemark does not
-// write itself: those of Options.Sessionless.
+// deadline.go holds the write bound and the keep-alive of the responses
+// Tidemark does not write itself: those of Options.Sessionless.
 
 package transport
 
 import (
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -14,11 +16,18 @@ import (
 // Tidemark writes itself (sseWriter.writeLocked; Options.WriteTimeout).
 // The failed write makes net/http cancel the request's context, which ends
 // the handler. It keeps http.Flusher and, through Unwrap, the rest of
-// http.ResponseController.
+// http.ResponseController. Its writes are serialized, so that keepAlive
+// may write between the handler's.
 type deadlineWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+
+	mu        sync.Mutex
+	sse       bool      // the answer is an event stream (set at its first write)
+	started   bool      // the status line is written
+	lineStart bool      // the last byte written ends a line
+	last      time.Time // when the last write was
 }
 
 func newDeadlineWriter(w http.ResponseWriter, timeout time.Duration) *deadlineWriter {
@@ -27,16 +36,50 @@ func newDeadlineWriter(w http.ResponseWriter, timeout time.Duration) *deadlineWr
 
 func (d *deadlineWriter) Header() http.Header { return d.w.Header() }
 
-func (d *deadlineWriter) WriteHeader(status int) { d.w.WriteHeader(status) }
+func (d *deadlineWriter) WriteHeader(status int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.startLocked()
+	d.w.WriteHeader(status)
+}
+
+// startLocked notes, at the answer's first write, whether it is an event
+// stream: the handler sets its headers before, on its own goroutine.
+func (d *deadlineWriter) startLocked() {
+	if !d.started {
+		d.started = true
+		d.sse = strings.HasPrefix(d.w.Header().Get("Content-Type"), mediaSSE)
+		d.lineStart = true
+	}
+}
 
 func (d *deadlineWriter) Write(b []byte) (int, error) {
-	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
-	return d.w.Write(b)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writeLocked(b)
+}
+
+func (d *deadlineWriter) writeLocked(b []byte) (int, error) {
+	d.startLocked()
+	now := time.Now()
+	d.rc.SetWriteDeadline(now.Add(d.timeout))
+	n, err := d.w.Write(b)
+	if n > 0 {
+		d.lineStart = b[n-1] == '\n'
+		d.last = now
+	}
+	return n, err
 }
 
 // FlushError flushes the response under the deadline; http.ResponseController
 // calls it first.
 func (d *deadlineWriter) FlushError() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flushLocked()
+}
+
+func (d *deadlineWriter) flushLocked() error {
 	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
 	return d.rc.Flush()
 }
@@ -45,3 +88,44 @@ func (d *deadlineWriter) Flush() { d.FlushError() }
 
 // Unwrap gives http.ResponseController the writer underneath.
 func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.w }
+
+// keepAliveComment is the SSE comment line an idle stream gets: one line,
+// so that it may come between two lines of an event without ending it
+// (WHATWG HTML, "Server-sent events": a line starting with a colon is
+// ignored).
+var keepAliveComment = []byte(": keep-alive\n")
+
+// keepAlive writes keepAliveComment to an event stream that has been idle
+// for interval, as Tidemark's own streams get (Options.KeepAlive), so that
+// proxies with idle timeouts keep a quiet subscriptions/listen stream
+// open; only at a line's end, never inside one. It returns the function
+// that stops it, which waits until it has; interval zero or less: none.
+func (d *deadlineWriter) keepAlive(interval time.Duration) (stop func()) {
+	if interval <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			d.mu.Lock()
+			if d.sse && d.lineStart && time.Since(d.last) >= interval {
+				if _, err := d.writeLocked(keepAliveComment); err == nil {
+					d.flushLocked()
+				}
+			}
+			d.mu.Unlock()
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -55,7 +55,9 @@ type Options struct {
 	// as MinRetry.
 	Retry time.Duration
 	// KeepAlive is the idle time after which an SSE stream gets a comment
-	// line, so proxies and clients keep it open. Default 15 seconds;
+	// line, so proxies and clients keep it open: Tidemark's own streams
+	// and the event streams of Sessionless (a quiet subscriptions/listen
+	// stream of 2026-07-28). Default 15 seconds;
 	// negative: never; a positive value below MinKeepAlive is taken as
 	// MinKeepAlive.
 	KeepAlive time.Duration

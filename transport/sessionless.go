@@ -107,9 +107,12 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	// (Options.WriteTimeout): without it a listen stream whose client
 	// stops reading holds its connection, and the notifier writing to it,
 	// for ever.
-	answer := &answerWatcher{w: newDeadlineWriter(w, h.opts.WriteTimeout)}
+	dw := newDeadlineWriter(w, h.opts.WriteTimeout)
+	answer := &answerWatcher{w: dw}
 	start := time.Now()
+	stop := dw.keepAlive(h.opts.KeepAlive)
 	h.opts.Sessionless.ServeHTTP(answer, r)
+	stop()
 	// The go-sdk serves a request only when Mcp-Method names its method
 	// (MCP 2026-07-28, basic/transports, "Routing Headers").
 	if method := r.Header.Get(wire.HeaderMethod); method != "" {

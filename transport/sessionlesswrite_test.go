@@ -23,6 +23,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/listentest"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -252,4 +253,62 @@ func TestDrainEndsSessionlessListens(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
+}
+
+// TestSessionlessListenKeepAlive: a quiet 2026-07-28 listen stream gets a
+// keep-alive comment after Options.KeepAlive without a write, as
+// Tidemark's own streams do, so that a proxy's idle timeout does not cut
+// it; a notification raised after it still arrives whole.
+func TestSessionlessListenKeepAlive(t *testing.T) {
+	ctx := testContext(t)
+	server, _ := listenServer()
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{KeepAlive: 100 * time.Millisecond}}, nil)
+	const uri = "demo://quiet"
+	body := sessionlessListen(1, uri)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.srv.URL, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(name, v)
+	}
+	resp, err := st.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	next := func(want string) {
+		t.Helper()
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("reading the listen stream for %q: %v", want, err)
+			}
+			if strings.Contains(line, want) {
+				return
+			}
+		}
+	}
+	next("notifications/subscriptions/acknowledged")
+	next(": keep-alive")
+	// The go-sdk's client reads past the comments: it hears the update
+	// raised after a few of them, once.
+	rec := listentest.New()
+	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
+	rec.Watch(c)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: st.srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, listentest.Acknowledged, 2, 10*time.Second)
+	time.Sleep(350 * time.Millisecond) // three keep-alives on each of its streams
+	server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
+	next(`"method":"notifications/resources/updated"`)
+	rec.Exactly(t, map[string]int{listentest.Key(listentest.ResourceUpdated, uri): 1}, 10*time.Second)
 }
