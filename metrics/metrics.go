@@ -149,6 +149,9 @@ const (
 	StreamStandalone StreamKind = "standalone"
 	// StreamResumed is a stream resumed by a GET with Last-Event-ID.
 	StreamResumed StreamKind = "resumed"
+	// StreamListen is a subscriptions/listen stream of the sessionless
+	// revision (MCP 2026-07-28), from its POST's arrival to its end.
+	StreamListen StreamKind = "listen"
 )
 
 // Store backends, the values of StoreOperation's store.

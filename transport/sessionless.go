@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -89,6 +90,8 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		defer cancel()
 		defer h.listens.add(cancel)()
 		r = r.WithContext(ctx)
+		h.opts.Metrics.StreamOpened(metrics.StreamListen)
+		defer h.opts.Metrics.StreamClosed(metrics.StreamListen)
 	} else {
 		h.sessionless.Add(1)
 		defer h.sessionless.Add(-1)

@@ -424,11 +424,33 @@ func TestSessionlessNotServed(t *testing.T) {
 	}
 }
 
-// opRecorder records each Operation as "method error_type".
+// opRecorder records each Operation as "method error_type", and counts
+// the streams open by kind.
 type opRecorder struct {
 	metrics.Recorder
-	mu  sync.Mutex
-	ops []string
+	mu      sync.Mutex
+	ops     []string
+	streams map[metrics.StreamKind]int
+}
+
+func (r *opRecorder) StreamOpened(kind metrics.StreamKind) { r.addStream(kind, 1) }
+
+func (r *opRecorder) StreamClosed(kind metrics.StreamKind) { r.addStream(kind, -1) }
+
+func (r *opRecorder) addStream(kind metrics.StreamKind, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.streams == nil {
+		r.streams = make(map[metrics.StreamKind]int)
+	}
+	r.streams[kind] += n
+}
+
+// open returns how many streams of kind are open.
+func (r *opRecorder) open(kind metrics.StreamKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.streams[kind]
 }
 
 func (r *opRecorder) Operation(method, errorType string, _ time.Duration) {

@@ -24,6 +24,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/listentest"
+	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -262,7 +263,8 @@ func TestDrainEndsSessionlessListens(t *testing.T) {
 func TestSessionlessListenKeepAlive(t *testing.T) {
 	ctx := testContext(t)
 	server, _ := listenServer()
-	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{KeepAlive: 100 * time.Millisecond}}, nil)
+	rec := &opRecorder{Recorder: metrics.Discard}
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{KeepAlive: 100 * time.Millisecond}, Metrics: rec}, nil)
 	const uri = "demo://quiet"
 	body := sessionlessListen(1, uri)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.srv.URL, strings.NewReader(body))
@@ -292,12 +294,15 @@ func TestSessionlessListenKeepAlive(t *testing.T) {
 		}
 	}
 	next("notifications/subscriptions/acknowledged")
+	if n := rec.open(metrics.StreamListen); n != 1 {
+		t.Errorf("%d listen streams counted open, want 1", n)
+	}
 	next(": keep-alive")
 	// The go-sdk's client reads past the comments: it hears the update
 	// raised after a few of them, once.
-	rec := listentest.New()
-	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, rec.Options())
-	rec.Watch(c)
+	heard := listentest.New()
+	c := mcp.NewClient(&mcp.Implementation{Name: "listener", Version: "1.0.0"}, heard.Options())
+	heard.Watch(c)
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: st.srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -306,9 +311,20 @@ func TestSessionlessListenKeepAlive(t *testing.T) {
 	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
 		t.Fatal(err)
 	}
-	rec.WaitFor(t, listentest.Acknowledged, 2, 10*time.Second)
+	heard.WaitFor(t, listentest.Acknowledged, 2, 10*time.Second)
 	time.Sleep(350 * time.Millisecond) // three keep-alives on each of its streams
 	server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
 	next(`"method":"notifications/resources/updated"`)
-	rec.Exactly(t, map[string]int{listentest.Key(listentest.ResourceUpdated, uri): 1}, 10*time.Second)
+	heard.Exactly(t, map[string]int{listentest.Key(listentest.ResourceUpdated, uri): 1}, 10*time.Second)
+	// The raw listener and the client's two: each counted until it ends.
+	if n := rec.open(metrics.StreamListen); n != 3 {
+		t.Errorf("%d listen streams counted open, want 3", n)
+	}
+	resp.Body.Close()
+	cs.Close()
+	for deadline := time.Now().Add(10 * time.Second); rec.open(metrics.StreamListen) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listen streams still counted open 10s after they ended", rec.open(metrics.StreamListen))
+		}
+	}
 }

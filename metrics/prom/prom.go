@@ -36,7 +36,7 @@ type Recorder struct {
 	reg         prometheus.Registerer
 	created     prometheus.Counter
 	streams     *prometheus.GaugeVec
-	streamKinds [3]prometheus.Gauge // post, standalone, resumed
+	streamKinds [4]prometheus.Gauge // post, standalone, resumed, listen
 	resumes     *prometheus.CounterVec
 	refusals    *prometheus.CounterVec
 	appended    prometheus.Counter
@@ -88,7 +88,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidemark_streams_open",
-			Help: "SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID).",
+			Help: "SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID), listen (a 2026-07-28 subscriptions/listen stream).",
 		}, []string{"kind"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_resumes_total",
@@ -184,7 +184,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			}, []string{"status"}),
 		},
 	}
-	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed} {
+	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed, metrics.StreamListen} {
 		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
 	}
 	for _, c := range []prometheus.Collector{
@@ -279,6 +279,8 @@ func (r *Recorder) stream(kind metrics.StreamKind) prometheus.Gauge {
 		return r.streamKinds[1]
 	case metrics.StreamResumed:
 		return r.streamKinds[2]
+	case metrics.StreamListen:
+		return r.streamKinds[3]
 	}
 	return r.streams.WithLabelValues(metrics.Other)
 }

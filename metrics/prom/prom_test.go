@@ -75,8 +75,9 @@ tidemark_refusals_total{reason="session_not_found",status="404"} 1
 # TYPE tidemark_resumes_total counter
 tidemark_resumes_total{outcome="accepted",reason="replay"} 1
 tidemark_resumes_total{outcome="refused",reason="cursor_compacted"} 1
-# HELP tidemark_streams_open SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID).
+# HELP tidemark_streams_open SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID), listen (a 2026-07-28 subscriptions/listen stream).
 # TYPE tidemark_streams_open gauge
+tidemark_streams_open{kind="listen"} 0
 tidemark_streams_open{kind="post"} 1
 tidemark_streams_open{kind="resumed"} 1
 tidemark_streams_open{kind="standalone"} 0
