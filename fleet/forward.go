@@ -194,7 +194,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, re *RemoteErro
 			}
 		},
 	}
-	logger.Debug("forwarding request", "method", r.Method)
+	logger.Debug("forwarding request", "method", r.Method, "target", u.Host)
 	proxy.ServeHTTP(w, r.WithContext(ctx))
 	return out, why
 }
