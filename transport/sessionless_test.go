@@ -6,7 +6,6 @@ package transport_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -35,9 +34,7 @@ import (
 
 // sessionlessEcho is a tools/call of echo as a 2026-07-28 client sends it:
 // the request's protocol version, client info and capabilities in _meta.
-const sessionlessEcho = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},` +
-	`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
-	`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+var sessionlessEcho = mcptest.SessionlessBody(1, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}}, nil)
 
 // sessionlessRequest returns a request of the sessionless era to st, with
 // the headers 2026-07-28 asks for (MCP-Protocol-Version, Mcp-Method,
@@ -46,7 +43,7 @@ func sessionlessRequest(t *testing.T, st *stack, method string) *http.Request {
 	t.Helper()
 	var body []byte
 	if method == http.MethodPost {
-		body = []byte(sessionlessEcho)
+		body = sessionlessEcho
 	}
 	req, err := st.client.NewRequest(testContext(t), method, body)
 	if err != nil {
@@ -176,14 +173,15 @@ func TestSessionlessCallsRefusedWhileDraining(t *testing.T) {
 	go func() { drained <- st.h.Drain(ctx) }()
 	waitDraining(t, ctx, s)
 
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{%s}}`
-	for _, tc := range []struct{ name, caps string }{
-		{"plain", ``},
-		{"task-augmented", `"extensions":{"io.modelcontextprotocol/tasks":{}}`},
+	for _, tc := range []struct {
+		name string
+		caps map[string]any
+	}{
+		{"plain", nil},
+		{"task-augmented", map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}},
 	} {
-		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mark","arguments":{},` + fmt.Sprintf(meta, tc.caps) + `}}`
-		req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+		body := mcptest.SessionlessBody(7, "tools/call", map[string]any{"name": "mark", "arguments": map[string]any{}}, tc.caps)
+		req, err := st.client.NewRequest(ctx, http.MethodPost, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,10 +257,8 @@ func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	var releaseOnce sync.Once
 	let := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(let) // before the server's close, which waits for the call
-	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hold","arguments":{},` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
+	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,8 +355,7 @@ func TestSessionlessOnly(t *testing.T) {
 	if r, ok := firstResponse(msgs); err != nil || !ok || r.Error != nil || toolText(t, r) != "hi" {
 		t.Fatalf("a 2026-07-28 echo: %v, %v; want its text hi", msgs, err)
 	}
-	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","id":2,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",`+
-		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	req, err := st.client.NewRequest(ctx, http.MethodPost, mcptest.SessionlessBody(2, "server/discover", nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,9 +463,10 @@ func TestSessionlessOperations(t *testing.T) {
 	ctx := testContext(t)
 	rec := &opRecorder{Recorder: metrics.Discard}
 	st := newStack(t, nil, &tidemark.Options{Metrics: rec}, nil)
-	post := func(name, body string) {
+	post := func(id int64, name string, args map[string]any) {
 		t.Helper()
-		req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+		body := mcptest.SessionlessBody(id, "tools/call", map[string]any{"name": name, "arguments": args}, nil)
+		req, err := st.client.NewRequest(ctx, http.MethodPost, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -484,10 +480,9 @@ func TestSessionlessOperations(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
-	post("echo", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},`+meta+`}}`)
-	post("countdown", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"countdown","arguments":{"n":0},`+meta+`}}`)
-	post("nope", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope","arguments":{},`+meta+`}}`)
+	post(1, "echo", map[string]any{"text": "x"})
+	post(2, "countdown", map[string]any{"n": 0})
+	post(3, "nope", map[string]any{})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if want := []string{"tools/call ", "tools/call tool_error", "tools/call -32602"}; !slices.Equal(rec.ops, want) {

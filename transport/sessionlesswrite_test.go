@@ -24,15 +24,16 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/listentest"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
-// sessionlessListen is a subscriptions/listen of 2026-07-28 for uri.
-func sessionlessListen(id int, uri string) string {
-	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":[%q]},`+
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},`+
-		`"io.modelcontextprotocol/clientCapabilities":{}}}}`, id, uri)
+// sessionlessListen is the body of a 2026-07-28 subscriptions/listen for
+// uri.
+func sessionlessListen(id int64, uri string) []byte {
+	return mcptest.SessionlessBody(id, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{uri}}}, nil)
 }
 
 // listenServer returns the demo server with an UnsubscribeHandler that
@@ -97,15 +98,9 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("listen: HTTP %d, want 200", resp.StatusCode)
 	}
-	// Read up to the acknowledgment: the subscription is in place.
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the acknowledgment: %v", err)
-		}
-		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
-			break
-		}
+	// The subscription is in place once acknowledged.
+	if err := mcptest.ReadToAcknowledged(br); err != nil {
+		t.Fatal(err)
 	}
 
 	// The client reads no more; the notifications fill the buffers until
@@ -166,35 +161,14 @@ func TestDrainEndsSessionlessListens(t *testing.T) {
 	let := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(let)
 
-	req, err := st.client.NewRequest(ctx, http.MethodPost, []byte(sessionlessListen(5, "demo://a")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "subscriptions/listen")
-	resp, err := st.client.Do(req)
+	resp, br, err := st.client.Listen(ctx, sessionlessListen(5, "demo://a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("listen: HTTP %d, want 200", resp.StatusCode)
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the acknowledgment: %v", err)
-		}
-		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
-			break
-		}
-	}
 
-	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hold","arguments":{},` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	call, err := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
+	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
+	call, err := st.client.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,21 +240,11 @@ func TestSessionlessListenKeepAlive(t *testing.T) {
 	rec := &opRecorder{Recorder: metrics.Discard}
 	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{KeepAlive: 100 * time.Millisecond}, Metrics: rec}, nil)
 	const uri = "demo://quiet"
-	body := sessionlessListen(1, uri)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.srv.URL, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
-		req.Header.Set(name, v)
-	}
-	resp, err := st.srv.Client().Do(req)
+	resp, br, err := st.client.Listen(ctx, sessionlessListen(1, uri))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
 	next := func(want string) {
 		t.Helper()
 		for {
@@ -293,7 +257,6 @@ func TestSessionlessListenKeepAlive(t *testing.T) {
 			}
 		}
 	}
-	next("notifications/subscriptions/acknowledged")
 	if n := rec.open(metrics.StreamListen); n != 1 {
 		t.Errorf("%d listen streams counted open, want 1", n)
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -158,35 +156,12 @@ func TestSIGTERMEndsListens(t *testing.T) {
 	defer cancel()
 	p := testenv.StartProcess(t, bin, "serve", "--addr", "127.0.0.1:0")
 	url := testenv.ServeURL(t, p)
-	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "subscriptions/listen")
-	resp, err := http.DefaultClient.Do(req)
+	body := mcptest.SessionlessBody(1, "subscriptions/listen", map[string]any{"notifications": map[string]any{"toolsListChanged": true}}, nil)
+	resp, br, err := (&mcptest.Client{URL: url}).Listen(ctx, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("listen: HTTP %d, want 200", resp.StatusCode)
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the acknowledgment: %v", err)
-		}
-		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
-			break
-		}
-	}
 	start := time.Now()
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -543,24 +543,18 @@ func TestSubscribeEmptyURI(t *testing.T) {
 		we.Message != "the resource URI is empty: name the resource to subscribe to" {
 		t.Fatalf("Subscribe(\"\") = %v, want JSON-RPC error -32602 naming the empty URI", err)
 	}
-	const listen = `{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["demo://a",""]},` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(listen))
-	if err != nil {
+	listen := mcptest.SessionlessBody(7, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{"demo://a", ""}}}, nil)
+	resp, _, err := (&mcptest.Client{URL: url}).Listen(ctx, listen)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("listen with an empty URI: HTTP %d and acknowledged, want 400", resp.StatusCode)
+	}
+	se, ok := mcptest.AsStatusError(err)
+	if !ok {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
-		req.Header.Set(name, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if want := `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"the resource URI is empty: name the resource to subscribe to"}}`; resp.StatusCode != http.StatusBadRequest || strings.TrimSpace(string(body)) != want {
-		t.Errorf("listen with an empty URI: %d %s, want 400 %s", resp.StatusCode, body, want)
+	if want := `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"the resource URI is empty: name the resource to subscribe to"}}`; se.Status != http.StatusBadRequest || strings.TrimSpace(string(se.RawBody)) != want {
+		t.Errorf("listen with an empty URI: %d %s, want 400 %s", se.Status, se.RawBody, want)
 	}
 }

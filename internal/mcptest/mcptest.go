@@ -3,7 +3,9 @@
 // JSON-RPC messages and reads the SSE events of the answer (with package
 // internal/sse), resumes a stream with GET and Last-Event-ID, DELETEs the
 // session, and parses the JSON-RPC error bodies of refusals with their
-// `error.data.reason`.
+// `error.data.reason`. For the sessionless era (MCP 2026-07-28) it builds
+// request bodies with their _meta and opens listen streams up to their
+// acknowledgment (sessionless.go).
 //
 // It is deliberately thin: every request is an ordinary *http.Request the
 // test may alter before sending (NewRequest, then Do), every refusal comes
