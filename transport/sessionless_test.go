@@ -238,6 +238,21 @@ func waitDraining(t *testing.T, ctx context.Context, s *mcptest.Session) {
 	}
 }
 
+// addHold adds to server the tool hold, whose call closes started and
+// answers "held" once let is called (let may be called more than once).
+// A test registers t.Cleanup(let) after the stack's cleanups, so that it
+// runs before the server's close, which waits for the call.
+func addHold(server *mcp.Server) (started <-chan struct{}, let func()) {
+	start, release := make(chan struct{}), make(chan struct{})
+	mcp.AddTool(server, &mcp.Tool{Name: "hold"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		close(start)
+		<-release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
+	})
+	var once sync.Once
+	return start, func() { once.Do(func() { close(release) }) }
+}
+
 // TestDrainWaitsForSessionlessCalls: Drain waits for the 2026-07-28 calls
 // in flight as it does for a session's, so that within the shutdown grace
 // they answer. The failing input (a tester's): a sessionless countdown of
@@ -247,15 +262,8 @@ func waitDraining(t *testing.T, ctx context.Context, s *mcptest.Session) {
 func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	ctx := testContext(t)
 	server := demo.NewServer()
-	started, release := make(chan struct{}), make(chan struct{})
-	mcp.AddTool(server, &mcp.Tool{Name: "hold"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-		close(started)
-		<-release
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
-	})
+	started, let := addHold(server)
 	st := newStack(t, server, nil, nil)
-	var releaseOnce sync.Once
-	let := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(let) // before the server's close, which waits for the call
 	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
 	req, err := st.client.NewRequest(ctx, http.MethodPost, body)

@@ -150,15 +150,8 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 func TestDrainEndsSessionlessListens(t *testing.T) {
 	ctx := testContext(t)
 	server, ended := listenServer()
-	started, release := make(chan struct{}), make(chan struct{})
-	mcp.AddTool(server, &mcp.Tool{Name: "hold"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-		close(started)
-		<-release
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
-	})
+	started, let := addHold(server)
 	st := newStack(t, server, nil, nil)
-	var releaseOnce sync.Once
-	let := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(let)
 
 	resp, br, err := st.client.Listen(ctx, sessionlessListen(5, "demo://a"))
