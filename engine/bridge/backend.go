@@ -246,6 +246,12 @@ func (b *Bridge) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	if !first {
 		return nil
 	}
+	// The backend's subscribe runs to its end even when the listener
+	// leaves meanwhile: cut, it may still reach the backend, and with no
+	// subscription recorded here no unsubscribe would follow. Once it
+	// succeeds the go-sdk calls unsubscribe as the listen handler returns.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.ConnectTimeout)
+	defer cancel()
 	c, err := b.backend(ctx)
 	if err == nil {
 		err = c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})

@@ -35,6 +35,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine/bridge"
 	"github.com/tidemark-mcp/tidemark/engine/stdio"
 	"github.com/tidemark-mcp/tidemark/internal/listentest"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/requeststate"
@@ -510,5 +511,54 @@ func TestLastListenerUnsubscribesBackend(t *testing.T) {
 	}
 	if strings.Contains(g.logs.String(), "unsubscribing the backend failed") {
 		t.Errorf("the gateway logged a failed unsubscribe:\n%s", g.logs)
+	}
+}
+
+// TestListenerLeavingDuringSubscribe: a listener that goes away while the
+// backend's resources/subscribe for its URI is on its way still leaves
+// the backend unsubscribed: every URI the backend was subscribed to is
+// unsubscribed once the listeners are gone. The failing input (a
+// tester's): ten listeners each gone i ms after they asked, and the
+// backend kept 3 to 7 of the ten subscriptions.
+func TestListenerLeavingDuringSubscribe(t *testing.T) {
+	wire := &testenv.LogBuffer{}
+	g := startWatchedGateway(t, tsEverything(t), 0, nil, nil, wire)
+	c := &mcptest.Client{URL: g.url, HTTP: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(c.HTTP.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	// A first listener connects the bridge to the backend, so that the
+	// others' subscribes race their leaving, not the connection.
+	if _, _, err := c.Listen(ctx, mcptest.SessionlessBody(1, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{"test://first"}}}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			lctx, leave := context.WithTimeout(ctx, time.Duration(i)*time.Millisecond)
+			defer leave()
+			body := mcptest.SessionlessBody(int64(i+2), "subscriptions/listen",
+				map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{fmt.Sprintf("test://race/%d", i)}}}, nil)
+			if resp, _, err := c.Listen(lctx, body); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	count := func(method string, i int) int {
+		return strings.Count(wire.String(), fmt.Sprintf(`"method":"%s","params":{"uri":"test://race/%d"}`, method, i))
+	}
+	deadline := time.Now().Add(wait)
+	for i := 0; i < 10; {
+		sub, unsub := count("resources/subscribe", i), count("resources/unsubscribe", i)
+		if sub == unsub {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("test://race/%d: the backend got %d subscribe and %d unsubscribe once its listener was gone; wire:\n%s", i, sub, unsub, wire)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
