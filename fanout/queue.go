@@ -62,7 +62,7 @@ func (b *Bus) cut(l *listener, method string) {
 		return
 	}
 	l.cancel()
-	b.logger.Warn("a subscriptions/listen stream does not read its notifications; it is cut, and its client listens again",
+	b.logger.Warn("a subscriptions/listen stream is not reading its notifications as fast as they come; it is cut, and its client listens again",
 		"method", method, "queued", queueLen, "reason", replay.ReasonListenerStalled)
 }
 

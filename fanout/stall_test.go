@@ -159,7 +159,7 @@ func raiseAll(t *testing.T, b *fanout.Bus, healthy ...*listentest.Recorder) {
 }
 
 // cutLine is the line a Bus logs when it cuts a stream that does not read.
-const cutLine = `level=WARN msg="a subscriptions/listen stream does not read its notifications; it is cut, and its client listens again" method=notifications/resources/updated queued=1024 reason=listener_stalled`
+const cutLine = `level=WARN msg="a subscriptions/listen stream is not reading its notifications as fast as they come; it is cut, and its client listens again" method=notifications/resources/updated queued=1024 reason=listener_stalled`
 
 // TestStalledListener: one process; a listener that never reads does not
 // hold up Raise nor a healthy listener of the same URI, which hears every
