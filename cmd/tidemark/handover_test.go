@@ -94,14 +94,7 @@ func terminate(t *testing.T, p *testenv.Process, want string) {
 		t.Fatal(err)
 	}
 	p.WaitFor(t, `msg="sessions handed over" reason=shutdown `+want, 20*time.Second)
-	select {
-	case <-p.Done():
-	case <-time.After(20 * time.Second):
-		t.Fatal("tidemark did not exit within 20s of SIGTERM")
-	}
-	if err := p.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
-	}
+	exitsCleanly(t, p, 20*time.Second)
 }
 
 // TestSIGTERMHandsOver: a client cuts a call's stream after 3 of its 10

@@ -131,14 +131,7 @@ func TestSIGTERMGraceRunsOut(t *testing.T) {
 			t.Fatalf("%s stream ended with %+v, want a final event with a retry field", name, evs)
 		}
 	}
-	select {
-	case <-p.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("tidemark did not exit within 10s of SIGTERM")
-	}
-	if err := p.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
-	}
+	exitsCleanly(t, p, 10*time.Second)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("exit %v after SIGTERM, want about the 500ms grace", d)
 	}
@@ -170,14 +163,7 @@ func TestSIGTERMEndsListens(t *testing.T) {
 	if rest, err := io.ReadAll(br); err != nil {
 		t.Fatalf("the listen stream after SIGTERM ended with %v after %q, want its end", err, rest)
 	}
-	select {
-	case <-p.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("tidemark did not exit within 10s of SIGTERM")
-	}
-	if err := p.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
-	}
+	exitsCleanly(t, p, 10*time.Second)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("exit %v after SIGTERM with an idle listen stream, want well within the 10s grace", d)
 	}
@@ -207,5 +193,19 @@ func TestExitWithin(t *testing.T) {
 		if got := c.exitWithin(); got != tc.want {
 			t.Errorf("serve %v: exit within %v, want %v", tc.args, got, tc.want)
 		}
+	}
+}
+
+// exitsCleanly waits up to within for p, sent SIGTERM, to exit, and fails
+// the test unless it exits in time with status 0.
+func exitsCleanly(t *testing.T, p *testenv.Process, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.Done():
+	case <-time.After(within):
+		t.Fatalf("tidemark did not exit within %v of SIGTERM", within)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0", err)
 	}
 }
