@@ -253,6 +253,21 @@ func addHold(server *mcp.Server) (started <-chan struct{}, let func()) {
 	return start, func() { once.Do(func() { close(release) }) }
 }
 
+// holdCall returns the 2026-07-28 POST of a tools/call of hold (addHold),
+// id 3, to st.
+func holdCall(t *testing.T, ctx context.Context, st *stack) *http.Request {
+	t.Helper()
+	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
+	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "hold")
+	return req
+}
+
 // TestDrainWaitsForSessionlessCalls: Drain waits for the 2026-07-28 calls
 // in flight as it does for a session's, so that within the shutdown grace
 // they answer. The failing input (a tester's): a sessionless countdown of
@@ -265,14 +280,7 @@ func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	started, let := addHold(server)
 	st := newStack(t, server, nil, nil)
 	t.Cleanup(let) // before the server's close, which waits for the call
-	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
-	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", "hold")
+	req := holdCall(t, ctx, st)
 	answered := make(chan *mcptest.StatusError, 1)
 	go func() {
 		resp, err := st.client.Do(req)

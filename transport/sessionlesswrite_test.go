@@ -160,14 +160,7 @@ func TestDrainEndsSessionlessListens(t *testing.T) {
 	}
 	defer resp.Body.Close()
 
-	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
-	call, err := st.client.NewRequest(ctx, http.MethodPost, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	call.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	call.Header.Set("Mcp-Method", "tools/call")
-	call.Header.Set("Mcp-Name", "hold")
+	call := holdCall(t, ctx, st)
 	answered := make(chan string, 1)
 	go func() {
 		resp, err := st.client.Do(call)
