@@ -45,7 +45,7 @@ type Live struct {
 	// calls, and CallsInFlight counts them until the append returns (send).
 	storing    int
 	ledger     ledger     // the requests of this generation's recent streams (lost.go)
-	settled    *sync.Cond // on mu, made by the first LostRequests that waits: a response's place is recorded
+	settled    *sync.Cond // on mu, made by the first Refused that waits: a response's place is recorded
 	state      engine.State
 	lastSeen   time.Time
 	storedSeen time.Time // last LastSeen written to the store

@@ -1,5 +1,5 @@
-// lost.go holds which requests a refused stream carried that are now lost
-// (Live.LostRequests): the ledger each generation keeps of its streams.
+// lost.go holds what a refused stream's requests became (Live.Refused):
+// the ledger each generation keeps of its streams.
 
 package session
 
@@ -22,13 +22,16 @@ import (
 // Which requests a refused stream carried that are now lost (DESIGN.md,
 // "The replay decision"): a 409 on a resume says, in
 // error.data.lostRequests, the ids of the requests of that stream whose
-// calls did not finish (no response of theirs was stored), so that a
-// client fails exactly those calls at once, and may send them again. A
-// call whose response was stored ran to its end: sending it again would
-// run it twice, so it is never listed, even when the client has not
-// read that response (its cursor is before it) and the 409 means it
-// never will; such a client fails the call as one whose stream is lost,
-// not as one to send again.
+// calls did not finish in a generation that has ended (no response of
+// theirs was stored), so that a client fails exactly those calls at once,
+// and may send them again. A call whose response was stored ran to its
+// end: sending it again would run it twice, so it is never listed, even
+// when the client has not read that response (its cursor is before it)
+// and the 409 means it never will (error.data.answeredRequests). Nor is a
+// call the live generation still runs, whose stream retention compacted
+// under its reader (error.data.runningRequests): it will finish, and
+// sending it again would run it twice too. A client fails both kinds as
+// calls whose stream is lost, not as calls to send again.
 //
 // A generation keeps a ledger of its streams: the ids each POST stream
 // carried and the sequence of each one's response. It is built as the
@@ -120,10 +123,10 @@ func (s *streamCalls) finished() bool {
 	return s.Ended || !slices.Contains(s.Answered, 0)
 }
 
-// lost returns the requests whose calls did not finish: no response of
-// theirs was stored, and the stream did not end (a call released at its
-// end was refused to its client already).
-func (s *streamCalls) lost() RequestIDs {
+// unfinished returns the requests whose calls did not finish: no
+// response of theirs was stored, and the stream did not end (a call
+// released at its end was refused to its client already).
+func (s *streamCalls) unfinished() RequestIDs {
 	ids := RequestIDs{}
 	for i, id := range s.IDs {
 		if s.Answered[i] == 0 && !s.Ended {
@@ -196,7 +199,7 @@ func (g *ledger) open(stream uint64, ids RequestIDs) {
 
 // answering marks the response to id on stream as being stored: a
 // client may read it before its sequence is known here, so lost waits
-// (Live.LostRequests) until answer follows.
+// (Live.Refused) until answer follows.
 func (g *ledger) answering(stream uint64, id jsonrpc.ID) {
 	if s := g.find(stream); s != nil {
 		if i := slices.Index(s.IDs, id); i >= 0 {
@@ -274,46 +277,65 @@ func (g *ledger) pick(stream uint64, pick func(*streamCalls) RequestIDs) (Reques
 	return pick(s), true
 }
 
-// LostRequests returns the requests that the stream cursor c names
-// carried and that are lost once its resume is refused (409
-// generation_mismatch or cursor_compacted): every request of the stream
-// whose call did not finish, no response of it having been stored. A
-// request whose response was stored is not lost, wherever c is: its
-// call ran to its end, and a client told to send it again would run it
-// twice. It returns an empty list for the
-// standalone stream, which carries no request, and ok false when the
-// session cannot tell (a generation or a stream it keeps no ledger of:
-// see ledgerFinished and priorGenerations). The transport puts the list
-// in the 409's error.data.lostRequests.
-func (l *Live) LostRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
-	return l.streamRequests(c, (*streamCalls).lost)
+// Refused is what a 409 on a resume (generation_mismatch or
+// cursor_compacted) says of the requests the refused stream carried, each
+// list in the 409's error.data (transport, resumeRefusal). Every request
+// of the stream is in at most one list; a request answered at or before
+// the cursor is in none, since the client read its response.
+type Refused struct {
+	// Lost are the requests whose calls did not finish and never will: no
+	// response of theirs was stored in a generation that has ended. A
+	// client fails them at once, and may send them again.
+	Lost RequestIDs
+	// Answered are the requests whose calls finished with their responses
+	// stored after the cursor: the client never receives those responses,
+	// and must not send the requests again, since they ran.
+	Answered RequestIDs
+	// Running are the requests whose calls the live generation still runs
+	// (a cursor_compacted refusal of a stream whose call goes on): their
+	// responses will come after the cursor, where no resume reaches them.
+	// They are not lost, so a client that sent them again would run them
+	// twice; it fails them as calls whose stream is gone.
+	Running RequestIDs
 }
 
-// AnsweredRequests returns the requests that the stream cursor c names
-// carried whose calls finished with their responses stored after c's
-// sequence: a client whose resume from c is refused (409) never receives
-// those responses, and must not send the requests again, since they ran.
-// The transport puts the list in the 409's error.data.answeredRequests
-// beside lostRequests, so that the client can tell a call it may send
-// again from one whose answer is gone. ok is as LostRequests'.
-func (l *Live) AnsweredRequests(c replay.Cursor) (ids RequestIDs, ok bool) {
-	return l.streamRequests(c, func(s *streamCalls) RequestIDs { return s.answered(c.Sequence) })
+// Refused returns what a 409 on a resume from the stream cursor c says
+// of the requests that stream carried, read at one moment (see Refused).
+// Its lists are empty for the standalone stream, which carries no
+// request, and ok is false when the session cannot tell (a generation or
+// a stream it keeps no ledger of: see ledgerFinished and
+// priorGenerations).
+func (l *Live) Refused(c replay.Cursor) (r Refused, ok bool) {
+	_, ok = l.streamRequests(c, func(s *streamCalls, live bool) RequestIDs {
+		r.Answered = s.answered(c.Sequence)
+		if live {
+			r.Lost, r.Running = RequestIDs{}, s.unfinished()
+		} else {
+			r.Lost, r.Running = s.unfinished(), RequestIDs{}
+		}
+		return nil
+	})
+	if c.Stream == replay.StandaloneStream {
+		r = Refused{Lost: RequestIDs{}, Answered: RequestIDs{}, Running: RequestIDs{}}
+	}
+	return r, ok
 }
 
 // Undelivered returns the requests that the stream cursor c names carried
 // and whose responses a reader that has read up to c has not received:
 // stored after c's sequence, or not stored at all. When the session ends
 // by DELETE, the transport answers these on the stream, whose log is gone
-// (transport, deletedAnswers). ok is as LostRequests'.
+// (transport, deletedAnswers). ok is as Refused's.
 func (l *Live) Undelivered(c replay.Cursor) (ids RequestIDs, ok bool) {
-	return l.streamRequests(c, func(s *streamCalls) RequestIDs { return s.undelivered(c.Sequence) })
+	return l.streamRequests(c, func(s *streamCalls, _ bool) RequestIDs { return s.undelivered(c.Sequence) })
 }
 
 // streamRequests returns pick of the calls of the stream cursor c names,
-// once no response of that stream is being stored: empty for the
-// standalone stream, ok false for a generation or a stream the session
-// keeps no ledger of.
-func (l *Live) streamRequests(c replay.Cursor, pick func(*streamCalls) RequestIDs) (ids RequestIDs, ok bool) {
+// once no response of that stream is being stored; pick's live says
+// whether the stream is of the live generation, whose unanswered calls
+// still run. It returns empty for the standalone stream, and ok false for
+// a generation or a stream the session keeps no ledger of.
+func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bool) RequestIDs) (ids RequestIDs, ok bool) {
 	if c.Stream == replay.StandaloneStream {
 		return RequestIDs{}, true
 	}
@@ -326,11 +348,11 @@ func (l *Live) streamRequests(c replay.Cursor, pick func(*streamCalls) RequestID
 			}
 			l.settled.Wait()
 		}
-		return l.ledger.pick(c.Stream, pick)
+		return l.ledger.pick(c.Stream, func(s *streamCalls) RequestIDs { return pick(s, true) })
 	}
 	for i := range l.prior {
 		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
-			return g.pick(c.Stream, pick)
+			return g.pick(c.Stream, func(s *streamCalls) RequestIDs { return pick(s, false) })
 		}
 	}
 	return nil, false

@@ -1,4 +1,4 @@
-// lost_test.go holds the tests of Live.LostRequests: the ledger of a
+// lost_test.go holds the tests of Live.Refused: the ledger of a
 // generation, kept across re-creations and takeovers, and its bound.
 
 package session_test
@@ -34,22 +34,36 @@ func streamEvents(t *testing.T, l *session.Live, s uint64) []store.Event {
 	return out
 }
 
-// wantLost checks what l says was lost to a client at cursor c.
+// wantLost checks what l says of the requests of the stream a client at
+// cursor c holds (Live.Refused): want is its lost requests, then
+// " answered " and the answered ones and " running " and the running ones
+// when there are any; "unknown" when l cannot tell.
 func wantLost(t *testing.T, l *session.Live, c replay.Cursor, want string) {
 	t.Helper()
-	ids, ok := l.LostRequests(c)
+	r, ok := l.Refused(c)
 	got := "unknown"
 	if ok {
-		b, err := json.Marshal(ids)
-		if err != nil {
-			t.Fatal(err)
+		got = marshalIDs(t, r.Lost)
+		if len(r.Answered) > 0 {
+			got += " answered " + marshalIDs(t, r.Answered)
 		}
-		got = string(b)
+		if len(r.Running) > 0 {
+			got += " running " + marshalIDs(t, r.Running)
+		}
 	}
 	if got != want {
-		t.Fatalf("LostRequests(gen %d stream %d seq %d) on generation %d = %s, want %s",
+		t.Fatalf("Refused(gen %d stream %d seq %d) on generation %d = %s, want %s",
 			c.Generation, c.Stream, c.Sequence, l.Generation(), got, want)
 	}
+}
+
+func marshalIDs(t *testing.T, ids session.RequestIDs) string {
+	t.Helper()
+	b, err := json.Marshal(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func echoCall(t *testing.T, id any) *jsonrpc.Request {
@@ -85,13 +99,28 @@ func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.E
 	return s1, evs, s2
 }
 
+// answeredLast returns, as a JSON array, the id of the request that evs,
+// the two responses of answeredAndRunning's first stream, answer last:
+// its two calls run at once, so either may.
+func answeredLast(t *testing.T, evs []store.Event) string {
+	t.Helper()
+	m, err := jsonrpc.DecodeMessage(evs[1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return marshalIDs(t, session.RequestIDs{m.(*jsonrpc.Response).ID})
+}
+
 // TestLostRequests: a generation tells, for a cursor of one of its POST
 // streams, which requests of that stream did not finish (no response
 // stored), wherever the cursor is: a call whose response was stored is
-// never listed, even for a cursor before that response (regression: the
-// calls answered after the cursor were listed, and a client told to send
-// them again ran a finished tool twice); after a re-creation, the next
-// generations still tell it for the old one's cursors, from the record.
+// never lost, even for a cursor before that response, but answered
+// (regression: the calls answered after the cursor were listed as lost,
+// and a client told to send them again ran a finished tool twice); a call
+// the live generation still runs is running, not lost (regression: it
+// was listed as lost, and a client that sent it again ran it twice);
+// after a re-creation, the next generations still tell it for the old
+// one's cursors, from the record, where the unfinished call is lost.
 func TestLostRequests(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, session.Options{})
@@ -104,22 +133,22 @@ func TestLostRequests(t *testing.T) {
 	cur := func(gen, stream, seq uint64) replay.Cursor {
 		return replay.Cursor{Tag: l.Tag(), Generation: gen, Stream: stream, Sequence: seq}
 	}
-	checks := func(on *session.Live) {
+	checks := func(on *session.Live, unfinished string) {
 		t.Helper()
-		wantLost(t, on, cur(1, s1, s1), `[]`)
-		wantLost(t, on, cur(1, s1, first), `[]`)
+		wantLost(t, on, cur(1, s1, s1), `[] answered ["a",5]`)
+		wantLost(t, on, cur(1, s1, first), `[] answered `+answeredLast(t, evs))
 		wantLost(t, on, cur(1, s1, last), `[]`)
-		wantLost(t, on, cur(1, s2, s2), `[9]`)
+		wantLost(t, on, cur(1, s2, s2), unfinished)
 		wantLost(t, on, cur(1, replay.StandaloneStream, 1), `[]`)
 		wantLost(t, on, cur(1, s2+100, s2), "unknown")
 	}
-	checks(l)
+	checks(l, `[] running [9]`)
 
 	l2, err := f.reg.Recreate(ctx, l.Token())
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks(l2)
+	checks(l2, `[9]`)
 	wantLost(t, l2, cur(2, s1, s1), "unknown")
 	wantLost(t, l2, cur(7, s1, s1), "unknown")
 	wantLost(t, l2, cur(2, replay.StandaloneStream, 1), `[]`)
@@ -138,7 +167,7 @@ func TestLostRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks(l3)
+	checks(l3, `[9]`)
 }
 
 // TestLostRequestsTakeover: the replica that takes a session over names
@@ -178,8 +207,9 @@ func TestLostRequestsTakeover(t *testing.T) {
 	// Countdown 2 finished: its response is the stream's last event, and
 	// no cursor before it (the opening, each progress) lists it.
 	for _, seq := range []uint64{sDone, evs[0].Seq, evs[1].Seq, evs[2].Seq} {
-		wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: sDone, Sequence: seq}, `[]`)
+		wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: sDone, Sequence: seq}, `[] answered [2]`)
 	}
+	wantLost(t, lb, replay.Cursor{Tag: lb.Tag(), Generation: 1, Stream: sDone, Sequence: evs[3].Seq}, `[]`)
 }
 
 // TestLostRequestsBound: a generation keeps the newest 32 finished
@@ -213,9 +243,9 @@ func TestLostRequestsBound(t *testing.T) {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
 	}
 	wantLost(t, l, cur(streams[0]), "unknown")
-	wantLost(t, l, cur(streams[1]), `[]`)
-	wantLost(t, l, cur(streams[32]), `[]`)
-	wantLost(t, l, cur(sOpen), `["open"]`)
+	wantLost(t, l, cur(streams[1]), `[] answered [101]`)
+	wantLost(t, l, cur(streams[32]), `[] answered [132]`)
+	wantLost(t, l, cur(sOpen), `[] running ["open"]`)
 }
 
 // TestRequestIDsJSON: ids encode as the client sent them, and an empty
@@ -319,21 +349,12 @@ func TestUndelivered(t *testing.T) {
 	initialize(t, f, l)
 	s1, evs, s2 := answeredAndRunning(t, l)
 	first, last := evs[0].Seq, evs[1].Seq
-	// The two calls run at once: the second response is either's.
-	second, err := jsonrpc.DecodeMessage(evs[1].Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secondIDs, err := json.Marshal(session.RequestIDs{second.(*jsonrpc.Response).ID})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		stream, seq uint64
 		want        string
 	}{
 		{s1, s1, `["a",5]`},
-		{s1, first, string(secondIDs)},
+		{s1, first, answeredLast(t, evs)},
 		{s1, last, `[]`},
 		{s2, s2, `[9]`},
 		{replay.StandaloneStream, 1, `[]`},

@@ -152,7 +152,7 @@ func (e sendError) Unwrap() []error { return []error{e.kind, e.err} }
 // time (eviction, hibernation) starts now, as after a request, and it may
 // give its room to another session again (unparkLocked); the ledger
 // records where the response went (ev, if it was stored, else nowhere);
-// LostRequests calls that wait for it wake.
+// Refused calls that wait for it wake.
 func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool) {
 	now := l.reg.opts.Now()
 	l.mu.Lock()

@@ -214,26 +214,32 @@ func repeatedCursor(d replay.Decision, repeated bool) replay.Decision {
 
 // resumeRefusal returns the refusal of decision d, whose error.data carries
 // the values that explain it (replay.Decision.Data). For a 409 on a session
-// found live, error.data.lostRequests also lists the JSON-RPC ids of the
-// requests the refused stream carried whose calls did not finish
-// (Live.LostRequests), so that a client fails exactly those calls and may
-// send them again; and error.data.answeredRequests, when there are any,
-// those whose calls finished with responses after the cursor
-// (Live.AnsweredRequests): the client never receives those responses,
-// and must not send the requests again, since they ran. A session found
-// live logs the refusal with the session's attributes and the cursor;
-// write then does not log it again.
+// found live, error.data also says what became of the requests the refused
+// stream carried (session.Refused): lostRequests, those whose calls did not
+// finish in a generation that has ended, so that a client fails exactly
+// those calls and may send them again; and, when there are any,
+// answeredRequests, those whose calls finished with responses after the
+// cursor, and runningRequests, those whose calls the live generation still
+// runs: the client never receives those responses, and must not send those
+// requests again. A session found live logs the refusal with the
+// session's attributes and the cursor; write then does not log it again.
 func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusal {
 	ref := refuse(d.Outcome.Reason(), d.Message())
 	ref.data = d.Data()
 	if live != nil {
-		if lost, ok := live.LostRequests(d.Cursor); ok && d.Outcome.HTTPStatus() == http.StatusConflict {
-			ref.data["lostRequests"] = lost // the requests lost with the refused stream
-			if answered, _ := live.AnsweredRequests(d.Cursor); len(answered) > 0 {
-				ref.data["answeredRequests"] = answered
-				ids, _ := answered.MarshalJSON() // ids the client sent, which encode
+		if r, ok := live.Refused(d.Cursor); ok && d.Outcome.HTTPStatus() == http.StatusConflict {
+			ref.data["lostRequests"] = r.Lost // the requests lost with the refused stream
+			if len(r.Answered) > 0 {
+				ref.data["answeredRequests"] = r.Answered
+				ids, _ := r.Answered.MarshalJSON() // ids the client sent, which encode
 				ref.message += "; the requests " + string(ids) + " of that stream finished, but their responses come after the cursor " +
 					"and cannot be sent: do not send them again, since they ran"
+			}
+			if len(r.Running) > 0 {
+				ref.data["runningRequests"] = r.Running
+				ids, _ := r.Running.MarshalJSON()
+				ref.message += "; the requests " + string(ids) + " of that stream are still running, and their responses will come after " +
+					"the cursor, where no resume reaches them: do not send them again, since they run"
 			}
 		}
 		live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(cursor), "status", d.Outcome.HTTPStatus())

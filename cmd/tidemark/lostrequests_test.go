@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,20 +15,29 @@ import (
 )
 
 // wantLost checks that a refused resume is a 409 for reason whose
-// error.data.lostRequests encodes as want (a JSON array).
+// error.data.lostRequests encodes as want (a JSON array), followed by
+// " answered " and error.data.answeredRequests and " running " and
+// error.data.runningRequests when the body has them.
 func wantLost(t *testing.T, err error, reason, want string) {
 	t.Helper()
 	se := wantRefusal(t, err, http.StatusConflict, reason)
-	lost, ok := se.Body.Data["lostRequests"]
-	if !ok {
+	if _, ok := se.Body.Data["lostRequests"]; !ok {
 		t.Fatalf("409 %s has no error.data.lostRequests: %s", reason, se.RawBody)
 	}
-	got, err := json.Marshal(lost)
-	if err != nil {
-		t.Fatal(err)
+	var got string
+	for _, k := range []struct{ key, prefix string }{{"lostRequests", ""}, {"answeredRequests", " answered "}, {"runningRequests", " running "}} {
+		v, ok := se.Body.Data[k.key]
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k.prefix + string(b)
 	}
-	if string(got) != want {
-		t.Fatalf("409 %s: lostRequests %s, want %s (body %s)", reason, got, want, se.RawBody)
+	if got != want {
+		t.Fatalf("409 %s: requests %s, want %s (body %s)", reason, got, want, se.RawBody)
 	}
 }
 
@@ -89,8 +99,11 @@ func TestLostRequestsAfterRestart(t *testing.T) {
 }
 
 // TestLostRequestsCompacted: in one process, a stream whose events
-// retention removed answers 409 cursor_compacted naming the calls still
-// running, and [] for a stream whose call finished, wherever its cursor.
+// retention removed answers 409 cursor_compacted naming the call still
+// running in error.data.runningRequests, not as lost (regression: it was
+// in lostRequests, and a client that sent it again ran it twice while it
+// went on), and for a stream whose call finished, no lost request and,
+// for a cursor before its response, the call in answeredRequests.
 func TestLostRequestsCompacted(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -129,20 +142,25 @@ func TestLostRequestsCompacted(t *testing.T) {
 	}
 
 	_, err = sess.Resume(ctx, cut)
-	wantLost(t, err, "cursor_compacted", `[7]`)
+	wantLost(t, err, "cursor_compacted", `[] running [7]`)
+	want := "; the requests [7] of that stream are still running, and their responses will come after the cursor, " +
+		"where no resume reaches them: do not send them again, since they run"
+	if se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted"); !strings.HasSuffix(se.Body.Message, want) {
+		t.Errorf("409 message %q, want it to end %q", se.Body.Message, want)
+	}
 	_, err = sess.Resume(ctx, end)
 	wantLost(t, err, "cursor_compacted", `[]`)
-	// Call 8 finished: a cursor before its response lists nothing either.
+	// Call 8 finished: a cursor before its response lists it as answered.
 	_, err = sess.Resume(ctx, evs[0].ID)
-	wantLost(t, err, "cursor_compacted", `[]`)
+	wantLost(t, err, "cursor_compacted", `[] answered [8]`)
 }
 
 // TestLostRequestsTrimmedOpening: a call still running when retention
 // has removed its stream's opening event (the only event holding the
-// stream's request ids) is still named in error.data.lostRequests after
-// `tidemark serve` is killed with SIGKILL and started again, on the
-// durable store and on Redis: retention keeps the ids in the session's
-// record while the stream has not ended.
+// stream's request ids) is named in error.data.runningRequests, and in
+// error.data.lostRequests after `tidemark serve` is killed with SIGKILL
+// and started again, on the durable store and on Redis: retention keeps
+// the ids in the session's record while the stream has not ended.
 func TestLostRequestsTrimmedOpening(t *testing.T) {
 	bin := testenv.BuildTidemark(t)
 	for _, tc := range []struct {
@@ -194,7 +212,7 @@ func TestLostRequestsTrimmedOpening(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = sess.Resume(ctx, cut)
-			wantLost(t, err, "cursor_compacted", `[7]`)
+			wantLost(t, err, "cursor_compacted", `[] running [7]`)
 
 			kill9(t, p1)
 			_, url2 := start()
