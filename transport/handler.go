@@ -32,6 +32,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/fleet"
+	"github.com/tidemark-mcp/tidemark/internal/warngate"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -43,7 +44,7 @@ type Handler struct {
 	reg    *session.Registry
 	opts   Options
 	logger *slog.Logger
-	warns  *warnGate // how often 5xx refusals are logged
+	warns  *warngate.Gate[replay.Reason] // how often 5xx refusals are logged
 	// versions are the protocol versions served, newest first
 	// (servedVersions).
 	versions []string
@@ -72,7 +73,7 @@ type Handler struct {
 func New(reg *session.Registry, opts Options) *Handler {
 	opts = opts.withDefaults()
 	h := &Handler{
-		reg: reg, opts: opts, logger: opts.Logger, warns: newWarnGate(time.Now),
+		reg: reg, opts: opts, logger: opts.Logger, warns: warngate.New[replay.Reason](refusalWarnInterval, time.Now),
 		conns: newConnections(), versions: servedVersions(&opts),
 		router: fleet.NewRouter(reg.Leases(), fleet.RouterOptions{
 			Directory: opts.Directory, Self: opts.Advertised, KeepAlive: opts.KeepAlive, JSONResponse: opts.JSONResponse, Logger: opts.Logger,

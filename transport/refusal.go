@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/fleet"
+	"github.com/tidemark-mcp/tidemark/internal/warngate"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -113,11 +115,17 @@ type errorObject struct {
 	Data    map[string]any `json:"data"`
 }
 
+// refusalWarnInterval is the least time between two WARN lines of one
+// refusal reason; the lines between are counted in the next one's
+// suppressed.
+const refusalWarnInterval = time.Second
+
 // write sends the refusal as the response and logs it: at WARN for 5xx, at
 // INFO for 409, at DEBUG for a client's other mistakes, which are routine
 // and cheap to cause in bulk. WARN lines pass gate (nil: all of them):
-// one per reason per second, the next one saying how many were held back.
-func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warnGate) {
+// one per reason per refusalWarnInterval, the next one saying how many
+// were held back.
+func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warngate.Gate[replay.Reason]) {
 	status := ref.reason.Status()
 	data := map[string]any{"reason": ref.reason}
 	for k, v := range ref.data {
@@ -159,7 +167,7 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warn
 	switch {
 	case status >= 500:
 		level = slog.LevelWarn
-		ok, n := gate.pass(ref.reason)
+		ok, n := gate.Pass(ref.reason)
 		if !ok {
 			return
 		}
