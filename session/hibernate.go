@@ -357,8 +357,10 @@ func (r *Registry) hibernate(ctx context.Context, l *Live, cause hibCause) (stor
 		l.mu.Lock()
 		n := l.hibFailures
 		l.mu.Unlock()
-		l.logger.Warn("hibernation failed; the session stays awake at its generation, and the sweep tries again later",
-			"reason", storeReason(err), "failures", n, "retry_in", hibernateRetry(n, r.opts.HibernateAfter), "error", err)
+		reason := storeReason(err)
+		r.warnHibFailure(l, hibFailure{awake: true, reason: reason},
+			"hibernation failed; the session stays awake at its generation, and the sweep tries again later",
+			"reason", reason, "failures", n, "retry_in", hibernateRetry(n, r.opts.HibernateAfter), "error", err)
 		return false, err
 	}
 	r.mu.Lock()
@@ -372,14 +374,45 @@ func (r *Registry) hibernate(ctx context.Context, l *Live, cause hibCause) (stor
 	r.doneStartingLocked(l.token)
 	r.mu.Unlock()
 	if err != nil {
-		l.logger.Warn("hibernation failed: this generation ends here; the next request re-creates the session at generation+1",
-			"reason", storeReason(err), "error", err)
+		reason := storeReason(err)
+		r.warnHibFailure(l, hibFailure{reason: reason},
+			"hibernation failed: this generation ends here; the next request re-creates the session at generation+1",
+			"reason", reason, "error", err)
 	} else {
 		l.logger.Log(context.Background(), cause.logLevel(), "session hibernated", "exact", exact)
 		r.opts.Metrics.SessionHibernated()
 	}
 	r.closeInBackground(l, replay.ReasonHibernated)
 	return err == nil, nil
+}
+
+// hibWarnInterval is the least time between two WARN lines of one kind
+// of hibernation failure (hibFailure): a store outage fails the
+// hibernation of every idle session at every sweep, the same way.
+const hibWarnInterval = time.Second
+
+// hibFailure is a kind of hibernation failure, the key of
+// Registry.hibWarns: whether the session stays awake (keepsAwake) or its
+// generation ends, and the store's reason (storeReason).
+type hibFailure struct {
+	awake  bool
+	reason replay.Reason
+}
+
+// warnHibFailure logs msg with attrs on l's logger, which adds its
+// session token prefix and generation: at WARN when the gate lets a line
+// of kind through (one per hibWarnInterval), with suppressed, the number
+// of that kind's lines held back since the last one, when there were
+// any; at DEBUG otherwise.
+func (r *Registry) warnHibFailure(l *Live, kind hibFailure, msg string, attrs ...any) {
+	level := slog.LevelDebug
+	if ok, n := r.hibWarns.Pass(kind); ok {
+		level = slog.LevelWarn
+		if n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+	}
+	l.logger.Log(context.Background(), level, msg, attrs...)
 }
 
 // keepAwake puts l, whose hibernation the store refused, back in the

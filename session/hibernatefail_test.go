@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,14 +100,20 @@ func TestHibernateReplyLostKeepsGeneration(t *testing.T) {
 }
 
 // refused is a store whose Hibernate, while refuse is set, stores nothing
-// and reports store.ErrUnavailable, as during a Redis outage.
+// and reports store.ErrUnavailable, as during a Redis outage, or, for the
+// tokens in fenced, a *store.FencedError, as when another process claimed
+// the session. fenced is filled before refuse is set.
 type refused struct {
 	store.Store
 	refuse atomic.Bool
+	fenced map[string]bool
 }
 
 func (s *refused) Hibernate(ctx context.Context, token, owner string, gen uint64, state []byte) error {
 	if s.refuse.Load() {
+		if s.fenced[token] {
+			return &store.FencedError{Token: token, Op: "hibernate", Have: gen, Want: gen + 1}
+		}
 		return fmt.Errorf("redis store: hibernate session %s: %w: connection refused", store.Prefix(token), store.ErrUnavailable)
 	}
 	return s.Store.Hibernate(ctx, token, owner, gen, state)
@@ -207,5 +214,91 @@ func TestRoomRefusedHibernationKeepsSession(t *testing.T) {
 	}
 	if b.Token() == a.Token() || reg.Hibernated() != 1 {
 		t.Fatalf("after the room was made: %d hibernated; want the first session hibernated", reg.Hibernated())
+	}
+}
+
+// TestHibernateFailuresLogOncePerInterval: 300 idle sessions (more than
+// one batch of the sweep) whose hibernation the store refuses, every
+// other one unavailable (the session stays awake) and the rest fenced
+// (its generation ends), give one WARN line per kind of failure per
+// second, each naming its session and generation, and the other 149 of
+// each kind at DEBUG. The next sweep after the backoff, with the 150
+// sessions kept awake refused again, gives one more WARN line, saying
+// that 149 were held back (regression: one WARN line per session per
+// sweep, 450 here).
+func TestHibernateFailuresLogOncePerInterval(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC))
+	st := &refused{Store: memory.New(memory.Options{Now: clk.Now}), fenced: map[string]bool{}}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	lives := make([]*session.Live, 0, 300)
+	for i := range 300 {
+		l, err := reg.Create(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		initialize(t, f, l)
+		if i%2 == 1 {
+			st.fenced[l.Token()] = true
+		}
+		lives = append(lives, l)
+	}
+	for _, l := range lives {
+		waitFor(t, func() bool { return session.Idle(l) })
+	}
+	const (
+		awake = `msg="hibernation failed; the session stays awake at its generation`
+		ended = `msg="hibernation failed: this generation ends here`
+	)
+	// count returns the lines of msg at level, and how many of them there are.
+	count := func(level, msg string) ([]string, int) {
+		var out []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level="+level+" "+msg) {
+				out = append(out, line)
+			}
+		}
+		return out, len(out)
+	}
+	passed := regexp.MustCompile(` session=\S+ generation=1 reason=(unavailable|fenced) `)
+	st.refuse.Store(true)
+	clk.Advance(2 * time.Minute)
+	reg.Sweep(ctx)
+
+	warnAwake, nAwake := count("WARN", awake)
+	warnEnded, nEnded := count("WARN", ended)
+	_, dAwake := count("DEBUG", awake)
+	_, dEnded := count("DEBUG", ended)
+	if nAwake != 1 || nEnded != 1 || dAwake != 149 || dEnded != 149 {
+		t.Fatalf("after the first refused sweep: WARN %d kept awake and %d ended, DEBUG %d and %d; want 1, 1, 149, 149",
+			nAwake, nEnded, dAwake, dEnded)
+	}
+	for _, line := range append(warnAwake, warnEnded...) {
+		if !passed.MatchString(line) || strings.Contains(line, "suppressed=") {
+			t.Fatalf("WARN line %q: want its session and generation 1, and nothing held back yet", line)
+		}
+	}
+	if reg.Len() != 150 {
+		t.Fatalf("after the first refused sweep: %d live, want the 150 kept awake", reg.Len())
+	}
+
+	clk.Advance(session.HibernateRetry(1, time.Minute) + time.Second)
+	reg.Sweep(ctx)
+	warnAwake, nAwake = count("WARN", awake)
+	_, nEnded = count("WARN", ended)
+	_, dAwake = count("DEBUG", awake)
+	if nAwake != 2 || nEnded != 1 || dAwake != 149+149 {
+		t.Fatalf("after the second refused sweep: WARN %d kept awake and %d ended, DEBUG %d kept awake; want 2, 1, 298",
+			nAwake, nEnded, dAwake)
+	}
+	if last := warnAwake[1]; !passed.MatchString(last) || !strings.HasSuffix(last, " suppressed=149") {
+		t.Fatalf("second WARN line %q: want its session, generation 1 and suppressed=149", last)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/fleet"
+	"github.com/tidemark-mcp/tidemark/internal/warngate"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -149,6 +150,9 @@ type Registry struct {
 	lease  fleet.Leases
 	logger *slog.Logger
 	hib    engine.Hibernation // what eng says of hibernation
+	// hibWarns gates the WARN lines of failed hibernations
+	// (warnHibFailure).
+	hibWarns *warngate.Gate[hibFailure]
 
 	// mu guards live, starting, ending, hibernated, reserved, lru, closed and each Live's
 	// dropped, lruKey and lruIndex. Requests only read live (RLock);
@@ -231,6 +235,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		ending:     make(map[string]*store.EndedError),
 		hibernated: newHibIndex(),
 		hib:        engine.HibernationOf(eng),
+		hibWarns:   warngate.New[hibFailure](hibWarnInterval, opts.Now),
 	}
 	log.SetEvict(r.evictOverBudget)
 	if n, ok := st.(store.LossNotifier); ok {
