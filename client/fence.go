@@ -23,6 +23,11 @@ import (
 // its last call ends.
 func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
 	s := st.sess
+	// Retired before any call fails: a caller that sends its next
+	// message as soon as its call fails must find s retired, so that the
+	// message goes to the new session, never to s, which is ended once its
+	// calls are.
+	c.retire(s)
 	lost := make(map[jsonrpc.ID]bool, len(ref.LostRequests))
 	for _, id := range ref.LostRequests {
 		lost[id] = true
@@ -48,7 +53,6 @@ func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
 		c.emit(Event{Kind: EventStreamLost, Session: s.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason,
 			Err: statusError("GET", ref)})
 	}
-	c.retire(s)
 }
 
 // retire stops new messages from going to s and starts a

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,4 +461,48 @@ func TestCancelledCallEndsRetiredSession(t *testing.T) {
 	if n := rec.count(client.EventSessionNotFound); n != 0 {
 		t.Errorf("session-not-found events = %d, want 0", n)
 	}
+}
+
+// TestNextCallAfterFenceGoesToNewSession: a's resume answers 409 listing
+// a, and the caller sends its next call, d, the moment it hears of the
+// fence (here from OnEvent, before the transport has done anything else).
+// d goes to the new session and completes; the old session is ended with
+// DELETE. Regression: the session was retired only after its calls had
+// failed and the fence was reported, so a call sent in between went to the
+// old session, which was then ended under it (404 session_not_found).
+func TestNextCallAfterFenceGoesToNewSession(t *testing.T) {
+	s, cl, url, _ := lostServer(t)
+	script(s, cl, func(name string, w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) {
+		if name == "d" {
+			write(w, resultFrame("d1", req, "d done"))
+		}
+	})
+	s.resume = func(w http.ResponseWriter, r *http.Request, cursor string) {
+		conflict(w, replay.ReasonGenerationMismatch, []jsonrpc.ID{cl.id("a")})
+	}
+	rec := newRecorder()
+	ctx := t.Context()
+	var session atomic.Pointer[mcp.ClientSession]
+	d := make(chan (<-chan callResult), 1)
+	cs := connect(t, url, rec, func(tr *client.Transport) {
+		tr.OnEvent = func(e client.Event) {
+			rec.onEvent(e)
+			if e.Kind != client.EventFenced {
+				return
+			}
+			d <- start(ctx, session.Load(), "d")
+			for deadline := time.Now().Add(2 * time.Second); cl.session("d") == "" && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	})
+	session.Store(cs)
+	wantLost(t, "a", await(t, start(ctx, cs, "a"), "call a", atOnce+time.Second), replay.ReasonGenerationMismatch)
+	if r := await(t, <-d, "call d", 5*time.Second); r.err != nil || r.text != "d done" {
+		t.Errorf("call d = %q, %v; want d done", r.text, r.err)
+	}
+	if got := cl.session("d"); got != secondSession {
+		t.Errorf("call d sent on %q, want the new session %s", got, secondSession)
+	}
+	waitFor(t, func() bool { return s.seenIndex("DELETE "+firstSession) >= 0 })
 }
