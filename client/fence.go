@@ -67,7 +67,7 @@ func (c *conn) retire(s *session) {
 	}
 	s.retired = true
 	canRenew := c.initialized && c.initParams != nil && !c.defersLocked(s)
-	drained := s.calls == 0
+	drained := s.drainedLocked()
 	if !drained {
 		c.retiring = append(c.retiring, s)
 	}
@@ -90,10 +90,16 @@ func (c *conn) untrackLocked(cl *call) *session {
 		return nil
 	}
 	s.calls--
-	if s.retired && s.calls == 0 {
+	if s.drainedLocked() {
 		return s
 	}
 	return nil
+}
+
+// drainedLocked reports whether s is retired and carries no call any more,
+// accepted or on its way: it is then ended (endRetired). c.mu is held.
+func (s *session) drainedLocked() bool {
+	return s.retired && s.calls == 0 && s.posting == 0
 }
 
 // endRetired ends the retired session s: it stops its standalone stream,

@@ -506,3 +506,55 @@ func TestNextCallAfterFenceGoesToNewSession(t *testing.T) {
 	}
 	waitFor(t, func() bool { return s.seenIndex("DELETE "+firstSession) >= 0 })
 }
+
+// TestFenceWaitsForCallOnItsWay: call d's POST has reached the server,
+// which has not answered it yet, when a's resume answers 409 listing a,
+// the session's only other call. The old session is ended with DELETE
+// only after d, which it accepted, has completed on it. Regression: a
+// call counted on its session only once its answer's headers came, so the
+// fence found no call left and sent the DELETE while d was on its way,
+// ending d under it (404 session_not_found, "may have run").
+func TestFenceWaitsForCallOnItsWay(t *testing.T) {
+	s, cl, url, done := lostServer(t)
+	fenced := make(chan struct{})
+	var deletedEarly atomic.Bool
+	s.call = func(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) {
+		name := cl.note(r, req)
+		if name != "d" {
+			write(w, fmt.Sprintf("id: %s0\nretry: 10\ndata:\n\n", name))
+			return
+		}
+		if !until(fenced, r, done) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // room for a DELETE sent too early
+		deletedEarly.Store(s.seenIndex("DELETE "+firstSession) >= 0)
+		write(w, "id: d0\ndata:\n\n", resultFrame("d1", req, "d done"))
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, cursor string) {
+		conflict(w, replay.ReasonGenerationMismatch, []jsonrpc.ID{cl.id("a")})
+	}
+	rec := newRecorder()
+	ctx := t.Context()
+	cs := connect(t, url, rec, func(tr *client.Transport) {
+		tr.OnEvent = func(e client.Event) {
+			rec.onEvent(e)
+			if e.Kind == client.EventFenced {
+				close(fenced)
+			}
+		}
+	})
+	d := start(ctx, cs, "d")
+	waitFor(t, func() bool { return cl.session("d") != "" })
+	wantLost(t, "a", await(t, start(ctx, cs, "a"), "call a", atOnce+time.Second), replay.ReasonGenerationMismatch)
+	if r := await(t, d, "call d", 5*time.Second); r.err != nil || r.text != "d done" {
+		t.Errorf("call d = %q, %v; want d done", r.text, r.err)
+	}
+	if deletedEarly.Load() {
+		t.Error("the old session was deleted while call d's POST to it was on its way")
+	}
+	if got := cl.session("d"); got != firstSession {
+		t.Errorf("call d sent on %q, want %s (sent before the fence)", got, firstSession)
+	}
+	waitFor(t, func() bool { return s.seenIndex("DELETE "+firstSession) >= 0 })
+}

@@ -86,6 +86,41 @@ func (c *conn) sessionFor(ctx context.Context, method string) (*session, error) 
 	return c.renew(ctx, s, false)
 }
 
+// startPost counts a call's POST to s (nil: none, an initialize) as on
+// its way, so that a retirement of s meanwhile ends s only after the
+// POST's answer (endPost, or the call's end once s accepted it). It
+// reports false, counting nothing, when s was retired or lost since
+// sessionFor chose it while a new session can be made: the caller
+// chooses again.
+func (c *conn) startPost(s *session) bool {
+	if s == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if (s.retired || s.isLost()) && c.initialized {
+		return false
+	}
+	s.posting++
+	return true
+}
+
+// endPost records that a call's POST to s (nil: none) got an answer that
+// s did not accept as a call (an error, a refusal), or none; a retired s
+// whose last call this was is ended.
+func (c *conn) endPost(s *session) {
+	if s == nil {
+		return
+	}
+	c.mu.Lock()
+	s.posting--
+	drained := s.drainedLocked()
+	c.mu.Unlock()
+	if drained {
+		c.endRetired(s)
+	}
+}
+
 // sendCall POSTs a request of the SDK and arranges for its response to
 // reach Read: from a JSON body, or from an SSE stream read (and resumed) by
 // a goroutine.
@@ -139,8 +174,15 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if err != nil {
 			return fail(err)
 		}
+		if !c.startPost(s) {
+			continue
+		}
 		c.use(s)
+		posted := s
 		resp, err := c.post(ctx, cctx, s, data, headerBound)
+		if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+			c.endPost(posted)
+		}
 		if err != nil {
 			if errors.Is(err, ErrNoAnswer) {
 				return fail(&CallError{Method: req.Method, ID: req.ID, Session: sessionID(s), Err: ErrStreamLost, Cause: err})
@@ -203,13 +245,22 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 			c.sess = s
 			c.mu.Unlock()
 		}
+		// Accepted on s as its POST stops being on its way, in one step,
+		// so that a retired s never looks drained in between.
 		c.mu.Lock()
 		pending := c.calls[req.ID] == cl
 		if pending && s != nil {
 			cl.sess = s
 			s.calls++
 		}
+		if posted != nil {
+			posted.posting--
+		}
+		drained := posted != nil && posted.drainedLocked()
 		c.mu.Unlock()
+		if drained {
+			c.endRetired(posted)
+		}
 		if !pending {
 			// Answered elsewhere (the standalone stream), failed or
 			// cancelled meanwhile.

@@ -270,13 +270,16 @@ type session struct {
 
 	// Guarded by conn.mu: retired is set when a 409 listed the lost
 	// requests of one of its streams (no new message goes to s); calls
-	// counts the pending calls accepted on s; ended is set once s was
+	// counts the pending calls accepted on s; posting counts the calls
+	// whose POSTs to s are on their way (no answer's headers yet), which
+	// a retired s also waits for before its DELETE; ended is set once s was
 	// ended with DELETE after it retired; own is set when the transport
 	// opened s on its own, after a loss and not for a message of the
 	// SDK's; used once a message of the SDK's was sent on s
 	// (Transport.DeferIdleRenewal).
 	retired bool
 	calls   int
+	posting int
 	ended   bool
 	own     bool
 	used    bool
