@@ -26,11 +26,18 @@ import (
 // request lives in reqCtx (the response stream is read in it) but is
 // abandoned, before its answer arrives, when ctx ends, or, when
 // headerBound is positive, when its answer's headers have not arrived
-// within headerBound (an error wrapping ErrNoAnswer).
-func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte, headerBound time.Duration) (*http.Response, error) {
+// within headerBound (an error wrapping ErrNoAnswer). twice says that
+// body is safe to send twice (replayable).
+func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte, headerBound time.Duration, twice bool) (*http.Response, error) {
 	req, err := c.newRequest(reqCtx, http.MethodPost, s, body)
 	if err != nil {
 		return nil, err
+	}
+	if twice {
+		// net/http sends a request marked this way again on a new
+		// connection when a reused one turns out closed before any answer
+		// (a proxy or server that dropped it), and writes no such header.
+		req.Header["Idempotency-Key"] = nil
 	}
 	rctx, cancel := context.WithCancel(reqCtx)
 	var expired atomic.Bool
@@ -67,6 +74,15 @@ func (c *conn) post(ctx, reqCtx context.Context, s *session, body []byte, header
 	}
 	resp.Body = wire.CancelOnClose(resp.Body, cancel)
 	return resp, nil
+}
+
+// replayable reports whether a message of method is safe to send twice:
+// initialize (a second one makes a second session, and the first is left
+// to the server's idle timeout; README: initializing again is always
+// safe) and notifications/initialized (a server that has it already
+// ignores it; MCP 2025-11-25, "Lifecycle").
+func replayable(method string) bool {
+	return method == "initialize" || method == "notifications/initialized"
 }
 
 // sessionFor returns the session a message of method is sent on: none for
@@ -179,7 +195,7 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		}
 		c.use(s)
 		posted := s
-		resp, err := c.post(ctx, cctx, s, data, headerBound)
+		resp, err := c.post(ctx, cctx, s, data, headerBound, replayable(req.Method))
 		if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
 			c.endPost(posted)
 		}
@@ -190,9 +206,10 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 			if ctx.Err() != nil || cctx.Err() != nil {
 				return fail(fmt.Errorf("client: %s: %w", req.Method, err))
 			}
-			if notSent(err) {
-				// The server never saw the request: sending it again cannot
-				// run it twice.
+			if notSent(err) || req.Method == "initialize" {
+				// The server never saw the request, or it is an initialize,
+				// whose answer was cut: sending it again cannot run it
+				// twice (replayable).
 				if retryingSince.IsZero() {
 					retryingSince = time.Now()
 				}
@@ -359,7 +376,7 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 			return rejected{err}
 		}
 		c.use(s)
-		resp, err := c.post(ctx, c.ctx, s, data, c.opts.HeaderTimeout)
+		resp, err := c.post(ctx, c.ctx, s, data, c.opts.HeaderTimeout, replayable(method))
 		if err != nil {
 			if ctx.Err() == nil && notSent(err) {
 				if unreachableSince.IsZero() {

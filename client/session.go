@@ -186,7 +186,7 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 	}
 	ctx, cancel := context.WithDeadline(c.ctx, deadline)
 	defer cancel()
-	resp, err := c.post(ctx, ctx, nil, data, 0)
+	resp, err := c.post(ctx, ctx, nil, data, 0, true)
 	if err != nil {
 		return nil, fmt.Errorf("client: initialize: %w", err)
 	}
@@ -213,7 +213,7 @@ func (c *conn) handshake(params json.RawMessage, deadline time.Time) (*session, 
 	if err != nil {
 		return nil, err
 	}
-	nresp, err := c.post(ctx, ctx, s, note, 0)
+	nresp, err := c.post(ctx, ctx, s, note, 0, true)
 	if err != nil {
 		return nil, fmt.Errorf("client: notifications/initialized: %w", err)
 	}
@@ -241,7 +241,7 @@ func (c *conn) restore(ctx context.Context, s *session, m *jsonrpc.Request) erro
 	if err != nil {
 		return fmt.Errorf("client: restore %s: %w", m.Method, err)
 	}
-	resp, err := c.post(ctx, ctx, s, data, 0)
+	resp, err := c.post(ctx, ctx, s, data, 0, false)
 	if err != nil {
 		return fmt.Errorf("client: restore %s: %w", m.Method, err)
 	}
