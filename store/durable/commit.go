@@ -244,7 +244,12 @@ func (c *committer) commitGroup(group []commitReq) {
 	var err error
 	if len(members) > 0 {
 		p.writeMeta(gb)
+		c.s.committing.Store(time.Now().UnixNano())
+		if hold := c.s.beforeCommit.Load(); hold != nil {
+			(*hold)()
+		}
 		err = gb.Commit(pebble.Sync)
+		c.s.committing.Store(0)
 		c.s.groups.Add(1)
 	}
 	gb.Close()
@@ -276,12 +281,20 @@ func (c *committer) answer(r commitReq, p *pipelined, err error) {
 	}
 }
 
+// diskStalled is how long a group commit (a write and an fsync) may take
+// before Check reports the disk stalled: Pebble's disk-health check logs
+// "disk slow" at the same bound (open.go).
+const diskStalled = 5 * time.Second
+
 // Check reports whether the store can take new data, as a readiness
 // probe asks: an error wrapping store.ErrUnavailable when the data
 // directory is gone or is no longer a directory (every write would fail),
-// and also ErrNoSpace when its file system has less than MinFreeBytes
-// free (every write that adds data is refused, see Options.MinFreeBytes);
-// nil otherwise. It reads the file system only, never the engine.
+// when a commit has waited on the disk for more than 5 s (a stalled or
+// frozen disk: every write waits behind it), and also ErrNoSpace when
+// its file system has less than MinFreeBytes free (every write that adds
+// data is refused, see Options.MinFreeBytes); nil otherwise. It reads
+// the file system only, never the engine, so that it answers while the
+// disk does not.
 func (s *Store) Check(ctx context.Context) error {
 	fi, err := os.Stat(s.dir)
 	switch {
@@ -289,6 +302,12 @@ func (s *Store) Check(ctx context.Context) error {
 		return fmt.Errorf("durable store: data directory %s: %w: %v: restore it, or restart with another --data-dir", s.dir, store.ErrUnavailable, err)
 	case !fi.IsDir():
 		return fmt.Errorf("durable store: data directory %s: %w: no longer a directory: restore it, or restart with another --data-dir", s.dir, store.ErrUnavailable)
+	}
+	if since := s.committing.Load(); since != 0 {
+		if d := time.Since(time.Unix(0, since)); d > time.Duration(s.stalled.Load()) {
+			return fmt.Errorf("durable store: data directory %s: %w: a write to its disk has not finished for %v, and every write waits behind it: "+
+				"check the disk (stalled, frozen, or failing); writes go on when it answers", s.dir, store.ErrUnavailable, d.Round(time.Second))
+		}
 	}
 	return s.checkSpace()
 }

@@ -254,6 +254,16 @@ type Store struct {
 	// (the total and the bound's queue) before it applies the bound.
 	publishing sync.Mutex
 	groups     atomic.Int64 // group commits (fsyncs) so far, for tests
+	// committing is when the group commit in progress began, in Unix
+	// nanoseconds; 0 while none is. Check reads it: a commit the disk has
+	// not finished for stalled means every write waits.
+	committing atomic.Int64
+	// stalled is how long, in nanoseconds, a commit may take before Check
+	// reports the disk stalled (diskStalled; tests shorten it);
+	// beforeCommit, when set, runs before each group commit (tests hold
+	// one there).
+	stalled      atomic.Int64
+	beforeCommit atomic.Pointer[func()]
 	// low is set while the last group that added data found the file
 	// system low on space: Append then checks the space itself and fails
 	// at once, losing nothing, instead of accepting events whose group

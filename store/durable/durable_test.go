@@ -747,3 +747,38 @@ func TestBadByteCountRecounted(t *testing.T) {
 		t.Fatalf("log: %s; want a WARN line with the stored and counted bytes", line)
 	}
 }
+
+// TestCheckStalledDisk: while a commit waits on the disk for longer than
+// the stall bound (a frozen or failing disk: every write waits behind it),
+// Check, what /readyz asks, reports the store unavailable and says what
+// to check; once the commit finishes, Check is nil again and the write
+// is stored. Regression: Check read only the directory and its free
+// space, and /readyz said ready while every request hung.
+func TestCheckStalledDisk(t *testing.T) {
+	s := open(t, t.TempDir(), durable.Options{Logger: quiet()})
+	defer s.Close()
+	held, release := s.HoldCommits(50 * time.Millisecond)
+	defer release()
+	created := make(chan error, 1)
+	go func() { created <- s.Create(ctx, rec("tok", "p", time.Now())) }()
+	<-held
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check as the commit begins = %v, want nil", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	err := s.Check(ctx)
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "a write to its disk has not finished for") ||
+		!strings.HasSuffix(err.Error(), "check the disk (stalled, frozen, or failing); writes go on when it answers") {
+		t.Fatalf("Check with a commit held 100 ms = %v, want ErrUnavailable saying the disk is stalled", err)
+	}
+	release()
+	if err := <-created; err != nil {
+		t.Fatalf("Create once the disk answers: %v", err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check once the commit finished = %v, want nil", err)
+	}
+	if r, err := s.Get(ctx, "tok"); err != nil || r.Generation != 1 {
+		t.Fatalf("record after the stall: generation %d, %v; want 1", r.Generation, err)
+	}
+}

@@ -2,6 +2,8 @@ package durable
 
 import (
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -86,4 +88,20 @@ func (s *Store) HeldRoom() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.heldMax
+}
+
+// HoldCommits makes Check report a commit stalled after stalled, and holds
+// the next group commit before its write until release is called.
+func (s *Store) HoldCommits(stalled time.Duration) (held <-chan struct{}, release func()) {
+	s.stalled.Store(int64(stalled))
+	reached, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func() {
+		once.Do(func() {
+			close(reached)
+			<-gate
+		})
+	}
+	s.beforeCommit.Store(&hold)
+	return reached, sync.OnceFunc(func() { close(gate) })
 }

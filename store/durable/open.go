@@ -109,7 +109,7 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 	// The disk-health checking wrapper Pebble would add itself, made here
 	// so that it is closed when Open fails too (Pebble leaks its goroutine
 	// then).
-	fsys, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+	fsys, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, diskStalled, nil, func(info vfs.DiskSlowInfo) {
 		logger.Warn("disk slow", "file", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	})
 	popts := &pebble.Options{
@@ -140,6 +140,7 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 		sweepDone:  make(chan struct{}),
 		pendLimits: pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes}.OrDefault(),
 	}
+	s.stalled.Store(int64(diskStalled))
 	if err := s.load(); err != nil {
 		db.Close()
 		fsCloser.Close()
