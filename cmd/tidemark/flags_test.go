@@ -251,3 +251,59 @@ func TestUpstreamHeaderRefusedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagsOfAnotherFlagRefused: a flag whose help says it applies with
+// another flag only (the fleet's flags with --redis, the used-requestState
+// bound with --request-state-single-use and without --redis) is refused at
+// start, exit 2, in one line naming it and what to do, whether the command
+// line or the environment gives it, whatever its value, the default's
+// included. They were accepted and did nothing: serve --redis-replicas 1
+// without --redis ran on the memory store, no write waiting for anything.
+// With the flag they need, they pass.
+func TestFlagsOfAnotherFlagRefused(t *testing.T) {
+	const redisURL = "redis://127.0.0.1:1/0"
+	withRedis := func(flag string) string {
+		return "tidemark serve: --" + flag + " applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --" + flag + " out\n"
+	}
+	for _, tc := range []struct {
+		args []string
+		env  []string // NAME=VALUE
+		want string
+	}{
+		{[]string{"--redis-replicas", "1"}, nil, withRedis("redis-replicas")},
+		{[]string{"--redis-replicas", "0"}, nil, withRedis("redis-replicas")},
+		{[]string{"--redis-replication-timeout", "500ms"}, nil, withRedis("redis-replication-timeout")},
+		{[]string{"--lease-ttl", "10s"}, nil, withRedis("lease-ttl")},
+		{[]string{"--lease-renew", "1s"}, nil, withRedis("lease-renew")},
+		{[]string{"--advertise-url", "http://10.0.0.1:8080/mcp"}, nil, withRedis("advertise-url")},
+		{[]string{"--replica-id", "r1"}, nil, withRedis("replica-id")},
+		{[]string{"--data-dir", t.TempDir(), "--lease-ttl", "5s"}, nil, withRedis("lease-ttl")},
+		{nil, []string{"TIDEMARK_REDIS_REPLICAS=1"},
+			"tidemark serve: --redis-replicas (from TIDEMARK_REDIS_REPLICAS) applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --redis-replicas out\n"},
+		{[]string{"--request-state-used-max", "10"}, nil,
+			"tidemark serve: --request-state-used-max applies with --request-state-single-use only, and without it does nothing: want --request-state-single-use too, or leave --request-state-used-max out\n"},
+		{[]string{"--request-state-single-use", "--request-state-used-max", "10", "--redis", redisURL}, nil,
+			"tidemark serve: --request-state-used-max applies without --redis only: a fleet remembers the used requestStates in Redis until they expire; leave --request-state-used-max out\n"},
+	} {
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+			t.Parallel()
+			code, stderr := runBinary(t, tc.env, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+			if code != 2 || stderr != tc.want {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"--redis", redisURL, "--redis-replicas", "1", "--redis-replication-timeout", "500ms", "--lease-ttl", "10s",
+			"--lease-renew", "1s", "--advertise-url", "http://10.0.0.1:8080/mcp", "--replica-id", "r1"},
+		{"--request-state-single-use", "--request-state-used-max", "10"},
+	} {
+		fs, c := serveFlags(io.Discard)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.checkArgs(fs, nil); err != nil {
+			t.Errorf("serve %v: %v; want the flags accepted", args, err)
+		}
+	}
+}

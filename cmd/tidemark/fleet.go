@@ -49,7 +49,7 @@ type fleetConfig struct {
 // fleetFlags declares the fleet flags on fs.
 func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
 	fs.StringVar(&c.redisURL, "redis", "", "run as a replica of a fleet: keep sessions and event logs in Redis at this URL, shared by every replica; any replica serves any session: redis://HOST:PORT/DB, Sentinel redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&addr=SENTINEL3:PORT, Cluster redis://NODE:PORT?addr=NODE2:PORT&addr=NODE3:PORT; Redis must run with maxmemory-policy noeviction, warned at start otherwise (URL; empty: no fleet)")
-	fs.StringVar(&c.replicaID, "replica-id", "", "this replica's ID in session records and in the replica directory, unique in the fleet (text; empty: hostname-RANDOM, new at each start)")
+	fs.StringVar(&c.replicaID, "replica-id", "", "with --redis: this replica's ID in session records and in the replica directory, unique in the fleet (text; empty: hostname-RANDOM, new at each start)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", defaultLeaseTTL, "with --redis: how long this replica's ownership of a session lasts unless renewed; another replica takes over a session this long after its owner died (duration)")
 	fs.DurationVar(&c.leaseRenew, "lease-renew", defaultLeaseRenew, "with --redis: how often leases are renewed and this replica re-announced; well below --lease-ttl (duration)")
 	fs.IntVar(&c.replicas, "redis-replicas", 0, "with --redis: how many Redis replicas must hold a write (WAIT) before it counts and its events become visible (replicas; 0: every replica connected to the primary, the ones a failover may promote; -1: none, so a failover can lose the last writes)")
@@ -57,9 +57,21 @@ func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
 	fs.StringVar(&c.advertiseURL, "advertise-url", "", "with --redis: the URL other replicas forward this replica's sessions' requests to (URL; empty: http://HOST:PORT of the listener plus --path, with the host name when listening on all interfaces)")
 }
 
-// check validates the fleet flags; the error is a usage error.
-func (c *fleetConfig) check(dataDir string) error {
+// withRedisOnly are the flags that apply with --redis only, as their help
+// says: without a fleet they would do nothing, and an operator who forgot
+// --redis would believe in a guarantee no process gives.
+// (--redis-password-file is refused without --redis by withRedisPassword.)
+var withRedisOnly = []string{"replica-id", "lease-ttl", "lease-renew", "redis-replicas", "redis-replication-timeout", "advertise-url"}
+
+// check validates the fleet flags; given reports whether a flag was given,
+// on the command line or by the environment. The error is a usage error.
+func (c *fleetConfig) check(dataDir string, given func(name string) bool) error {
 	if c.redisURL == "" {
+		for _, name := range withRedisOnly {
+			if given(name) {
+				return fmt.Errorf("--%s applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --%s out", name, name)
+			}
+		}
 		return nil
 	}
 	switch {

@@ -132,7 +132,13 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 
 // checkArgs checks the arguments after the flags, then the flags (check,
 // and those of the upstream, of the operator's listener and of the fleet).
-func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
+// fromEnv are the flags the environment set (applyEnv), by name: given
+// on the command line or there, a flag that applies with another one only
+// is refused without it, whatever its value.
+func (c *serveConfig) checkArgs(fs *flag.FlagSet, fromEnv map[string]string) error {
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	given := func(name string) bool { return onCommandLine[name] || fromEnv[name] != "" }
 	switch {
 	case c.stdio && fs.NArg() == 0:
 		return errors.New("--stdio needs the server command after --, e.g. tidemark serve --stdio -- npx @modelcontextprotocol/server-everything stdio")
@@ -144,6 +150,9 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 		return errors.New("--stdio-hibernate applies to --stdio subprocesses only: want --stdio too, or leave it out")
 	}
 	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.state.checkGiven(given, c.fleet.redisURL != ""); err != nil {
 		return err
 	}
 	if err := c.upstream.check(c.stdio, os.LookupEnv); err != nil {
@@ -158,7 +167,7 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet) error {
 	if err := c.auth.check(os.LookupEnv); err != nil {
 		return err
 	}
-	return c.fleet.check(c.dataDir)
+	return c.fleet.check(c.dataDir, given)
 }
 
 // check refuses flag values that have no meaning, rather than reading them
@@ -264,7 +273,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	// The error lines name the variable of a flag the environment set.
 	errOut := &annotating{w: stderr, fromEnv: fromEnv}
-	if err := c.checkArgs(fs); err != nil {
+	if err := c.checkArgs(fs, fromEnv); err != nil {
 		fmt.Fprintf(errOut, "tidemark serve: %v\n", err)
 		return 2
 	}
