@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -171,8 +172,15 @@ func TestBadInput(t *testing.T) {
 			status: 400, reason: "protocol_version", code: -32022,
 			check: wantUnsupported(`MCP-Protocol-Version "latest" is not a protocol version (YYYY-MM-DD): this server serves 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05`,
 				"latest", served...)},
+		// Repeated, equal or not: error.data lists the versions served, as
+		// for a single one not served, so that a client can pick one to
+		// send once.
 		{name: "repeated protocol version", req: with(post(echo(1)), func(r *http.Request) { r.Header.Add("Mcp-Protocol-Version", "2025-11-25") }),
-			status: 400, reason: "protocol_version", code: -32600, id: "1"},
+			status: 400, reason: "protocol_version", code: -32600, id: "1",
+			check: wantRepeatedVersion},
+		{name: "repeated protocol version, two values", req: with(get(cursor), func(r *http.Request) { r.Header.Add("Mcp-Protocol-Version", "2025-03-26") }),
+			status: 400, reason: "protocol_version", code: -32600,
+			check: wantRepeatedVersion},
 		{name: "hostile Origin on POST", req: with(post(echo(1)), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
 			status: 403, reason: "origin_forbidden", code: -32000},
 		{name: "hostile Origin on resume", req: with(get(cursor), func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }),
@@ -407,6 +415,18 @@ func wantUnsupported(msg, requested string, supported ...string) func(*testing.T
 		if got := fmt.Sprint(se.Body.Data["supported"]); got != fmt.Sprint(supported) {
 			t.Fatalf("error.data.supported = %s, want %v", got, supported)
 		}
+	}
+}
+
+// wantRepeatedVersion checks the refusal of a repeated MCP-Protocol-Version
+// header: its message, and error.data holding the reason and the versions
+// served, newest first, and nothing else (no version was requested alone).
+func wantRepeatedVersion(t *testing.T, se *mcptest.StatusError) {
+	t.Helper()
+	wantMessage("MCP-Protocol-Version header is repeated")(t, se)
+	want := map[string]any{"reason": "protocol_version", "supported": []any{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}}
+	if !reflect.DeepEqual(se.Body.Data, want) {
+		t.Fatalf("error.data = %v, want %v", se.Body.Data, want)
 	}
 }
 

@@ -61,14 +61,20 @@ const (
 // protocolVersion returns the MCP-Protocol-Version header ("" when absent),
 // or a refusal when it is repeated, or names a version that is not one of
 // served (MCP 2025-11-25, basic/transports, "Protocol Version Header": 400
-// for an invalid or unsupported version; unsupportedVersion).
+// for an invalid or unsupported version; unsupportedVersion). Both
+// refusals list served in error.data.supported, for the client to send
+// one of them, once.
 func protocolVersion(r *http.Request, served []string) (string, *refusal) {
 	vals := r.Header.Values(wire.HeaderProtocolVersion)
 	switch {
 	case len(vals) == 0:
 		return "", nil
 	case len(vals) > 1:
-		return "", refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version header is repeated")
+		// Not -32022: no one version was asked for, so error.data has no
+		// requested.
+		ref := refuse(replay.ReasonProtocolVersion, "MCP-Protocol-Version header is repeated")
+		ref.data = map[string]any{"supported": served}
+		return "", ref
 	}
 	v := vals[0]
 	if slices.Contains(served, v) {
