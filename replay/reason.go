@@ -464,10 +464,12 @@ const (
 	// of this replica.
 	ReasonNotificationsLost Reason = "notifications_lost"
 	// ReasonListenerStalled: a subscriptions/listen stream did not take
-	// its notifications as fast as they came, until more than its queue
-	// holds were waiting (its client stopped reading); the stream is cut
-	// so that nothing else waits on it, and the notifications raised
-	// until its client listens again never reach it.
+	// its notifications as fast as they came (its client stopped
+	// reading): more than its queue holds were waiting (fanout), or a
+	// write to it waited the write timeout (transport,
+	// Options.WriteTimeout); the stream is cut so that nothing else waits
+	// on it, and the notifications raised until its client listens again
+	// never reach it.
 	ReasonListenerStalled Reason = "listener_stalled"
 )
 

@@ -4,7 +4,9 @@
 package transport
 
 import (
+	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,7 @@ type deadlineWriter struct {
 	started   bool      // the status line is written
 	lineStart bool      // the last byte written ends a line
 	last      time.Time // when the last write was
+	timedOut  bool      // a write or flush waited timeout and failed
 }
 
 func newDeadlineWriter(w http.ResponseWriter, timeout time.Duration) *deadlineWriter {
@@ -68,7 +71,24 @@ func (d *deadlineWriter) writeLocked(b []byte) (int, error) {
 		d.lineStart = b[n-1] == '\n'
 		d.last = now
 	}
+	d.noteLocked(err)
 	return n, err
+}
+
+// noteLocked records that err, the error of a write or flush, is the
+// write deadline's: the client took nothing for timeout.
+func (d *deadlineWriter) noteLocked(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		d.timedOut = true
+	}
+}
+
+// cutByDeadline reports whether a write or flush failed at the write
+// deadline, which ended the answer.
+func (d *deadlineWriter) cutByDeadline() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.timedOut
 }
 
 // FlushError flushes the response under the deadline; http.ResponseController
@@ -81,7 +101,9 @@ func (d *deadlineWriter) FlushError() error {
 
 func (d *deadlineWriter) flushLocked() error {
 	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
-	return d.rc.Flush()
+	err := d.rc.Flush()
+	d.noteLocked(err)
+	return err
 }
 
 func (d *deadlineWriter) Flush() { d.FlushError() }

@@ -82,7 +82,8 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	// Counted (or, a listen stream, registered) before the drain check: a
 	// POST that passes it is one Drain, which closes draining before it
 	// counts and ends listens, waits for or ends.
-	if h.isListen(r, hdr) {
+	listen := h.isListen(r, hdr)
+	if listen {
 		// A listen stream is no call in flight: Drain ends it at once
 		// (the handler then answers it and returns), and its client
 		// listens again, elsewhere or after the restart.
@@ -116,6 +117,12 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	stop := dw.keepAlive(h.opts.KeepAlive)
 	h.opts.Sessionless.ServeHTTP(answer, r)
 	stop()
+	if listen && dw.cutByDeadline() {
+		// The reason of a listen stream cut for its full queue (fanout):
+		// either way its client stopped reading.
+		h.opts.Logger.Warn("a subscriptions/listen stream took no write for the write timeout, its client having stopped reading; it is cut, and its client listens again: if many are, look at the clients' network path",
+			"write_timeout", h.opts.WriteTimeout, "reason", replay.ReasonListenerStalled)
+	}
 	// The go-sdk serves a request only when Mcp-Method names its method
 	// (MCP 2026-07-28, basic/transports, "Routing Headers").
 	if method := r.Header.Get(wire.HeaderMethod); method != "" {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/listentest"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
@@ -75,12 +77,23 @@ func dialSmallBuffer(t *testing.T, ctx context.Context, addr string) net.Conn {
 // Options.WriteTimeout, as Tidemark's own streams do, and the notifier
 // writing to it goes on. The failing input (a tester's): a listener on a
 // 4 KiB receive buffer that never read held its connection, and the
-// tools/call raising the next update of its URI, for over 300 s.
+// tools/call raising the next update of its URI, for over 300 s. The cut
+// is logged in one WARN line with the reason of a listener cut for its full
+// queue (fanout), listener_stalled: it was logged nowhere.
 func TestSessionlessListenWriteTimeout(t *testing.T) {
 	ctx := testContext(t)
 	const writeTimeout = 200 * time.Millisecond
 	server, ended := listenServer()
-	st := newStackOn(t, server, &tidemark.Options{Transport: transport.Options{WriteTimeout: writeTimeout}}, nil, func(c net.Conn) {
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	st := newStackOn(t, server, &tidemark.Options{Transport: transport.Options{WriteTimeout: writeTimeout, Logger: logger}}, nil, func(c net.Conn) {
 		// A small send buffer, so that a few events fill the path.
 		c.(*net.TCPConn).SetWriteBuffer(4096)
 	})
@@ -139,6 +152,16 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("the connection is still open after its listen stream ended: %v", err)
+	}
+
+	// The line comes once the handler has returned, after the stream's end.
+	const want = `level=WARN msg="a subscriptions/listen stream took no write for the write timeout, its client having stopped reading; it is cut, and its client listens again: if many are, look at the clients' network path" write_timeout=200ms reason=listener_stalled` + "\n"
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := strings.Count(logs.String(), want); got != 1 {
+		t.Errorf("%d lines saying the listen stream was cut, want 1: %q; log:\n%s", got, want, logs.String())
 	}
 }
 
