@@ -34,8 +34,9 @@ var ErrSessionLost = errors.New("client: session lost")
 // not list the call, the POST broke after it was sent but before an
 // answer arrived, resuming failed for longer than Transport.ResumeTimeout,
 // or the stream held an event over Transport.MaxEventSize
-// (EventTooLargeError). The call may or may not have taken effect. Test
-// with errors.Is.
+// (EventTooLargeError); or, with TaskTransport, the application/json
+// answer of a tools/call broke before its end. The call may or may not
+// have taken effect. Test with errors.Is.
 var ErrStreamLost = errors.New("client: stream lost")
 
 // ErrNoAnswer is the cause of a call whose POST got no answer headers

@@ -122,6 +122,15 @@ const inputState = "tidemark-task-input:"
 // answers with tasks/update and polls on, and the call's final answer
 // goes to the SDK's last request.
 //
+// The tools/call that creates a task goes through Transport. When
+// Transport is an *mcp.StreamableClientTransport, the application/json
+// answer of every tools/call is read whole before the SDK sees it, on a
+// copy of the transport whose HTTPClient does so: an answer cut in its
+// body fails that call with a *CallError wrapping ErrStreamLost (NotSent
+// false; the call may run, as a task whose ID the client never read), and
+// the connection goes on, where the SDK reading the body itself would end
+// the whole ClientSession.
+//
 // Without the extension in server/discover (a server that does not offer
 // it, or the stateful era, where the SDK sends initialize instead), every
 // message passes through unchanged. Use each TaskTransport for one
@@ -187,6 +196,9 @@ func (t *TaskTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = http.DefaultClient
+	}
+	if st, ok := o.Transport.(*mcp.StreamableClientTransport); ok && st != nil {
+		o.Transport = withWholeAnswers(st)
 	}
 	if o.InitialBackoff <= 0 {
 		o.InitialBackoff = DefaultInitialBackoff
@@ -420,12 +432,18 @@ func (c *taskConn) writeCall(ctx context.Context, req *jsonrpc.Request) error {
 	c.mu.Lock()
 	c.calls[req.ID] = tc
 	c.mu.Unlock()
-	if err := c.inner.Write(ctx, out); err != nil {
+	if err := c.inner.Write(markWholeAnswer(ctx), out); err != nil {
 		c.mu.Lock()
 		if c.calls[req.ID] == tc {
 			delete(c.calls, req.ID)
 		}
 		c.mu.Unlock()
+		var cut *answerCutError
+		if ctx.Err() == nil && errors.As(err, &cut) {
+			// The SDK's Write marks the error as concerning this call
+			// only; so does rejected.
+			return rejected{&CallError{Method: req.Method, ID: req.ID, Session: c.SessionID(), Err: ErrStreamLost, Cause: cut}}
+		}
 		return err
 	}
 	return nil

@@ -443,3 +443,65 @@ func TestTaskInputRequired(t *testing.T) {
 		t.Errorf("%d tools/call and %d tasks/update sent, want 1 and 1", created, updates)
 	}
 }
+
+// cutMarkedOnce returns a proxy filter that cuts, once, the connection whose
+// chunk holds marker, forwarding the chunk up to marker's start: the
+// client gets the answer's headers and part of its body. The int64 counts
+// the cuts.
+func cutMarkedOnce(marker string) (faultproxy.Filter, *atomic.Int64) {
+	var cuts atomic.Int64
+	return func(_ int, chunk []byte) faultproxy.Decision {
+		if i := bytes.Index(chunk, []byte(marker)); i >= 0 && cuts.CompareAndSwap(0, 1) {
+			return faultproxy.Decision{Forward: i, Cut: true}
+		}
+		return faultproxy.Decision{Forward: len(chunk)}
+	}, &cuts
+}
+
+// TestTaskCreateAnswerCut: the proxy cuts the application/json answer
+// that creates the task inside its body. That call fails with
+// ErrStreamLost, saying it was sent (NotSent false), and is not sent
+// again; the next call on the same ClientSession runs as a task and
+// returns its result.
+func TestTaskCreateAnswerCut(t *testing.T) {
+	rec, serveURL := inProcess(t, map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}})
+	u, err := url.Parse(serveURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter, cuts := cutMarkedOnce(`"resultType":"task"`)
+	p := proxyTo(t, u.Host, filter)
+	cs := taskClient(t, "http://"+p.Addr(), nil, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	_, err = callCountdown(ctx, cs, 3, 10)
+	if cuts.Load() != 1 {
+		t.Fatalf("the proxy cut %d answers, want 1", cuts.Load())
+	}
+	var ce *client.CallError
+	if !errors.As(err, &ce) || !errors.Is(err, client.ErrStreamLost) || ce.NotSent || ce.Method != "tools/call" {
+		t.Errorf("cut call: error %v (%T), want a *client.CallError of tools/call wrapping ErrStreamLost, NotSent false", err, err)
+	}
+	if err != nil && !strings.Contains(err.Error(), "may run") {
+		t.Errorf("cut call: error %q does not say the call may run", err)
+	}
+	t.Logf("cut call: %v", err)
+
+	res, err := callCountdown(ctx, cs, 2, 10)
+	if err != nil {
+		t.Fatalf("the next call on the same session: %v", err)
+	}
+	if got, want := contentJSON(t, res), `[{"type":"text","text":"countdown of 2 finished"}]`; got != want {
+		t.Errorf("next call: content %s, want %s", got, want)
+	}
+	var calls int
+	for _, b := range rec.posts() {
+		if strings.Contains(b, `"method":"tools/call"`) {
+			calls++
+		}
+	}
+	if calls != 2 {
+		t.Errorf("%d tools/call sent, want 2 (the cut one is not sent again)", calls)
+	}
+}
