@@ -131,6 +131,14 @@ const inputState = "tidemark-task-input:"
 // the connection goes on, where the SDK reading the body itself would end
 // the whole ClientSession.
 //
+// At Connect the SDK sends server/discover, and falls back to initialize
+// (the stateful era, where no call runs as a task) on any failure of it. A
+// discover has no side effects, so one whose answer is cut (sent, and its
+// connection broke before the answer was read) is sent again after the
+// resume backoff, within ResumeTimeout of the first failure; when none is
+// answered by then, the SDK falls back and the transport logs one WARN
+// line. A discover that cannot connect is not sent again.
+//
 // Without the extension in server/discover (a server that does not offer
 // it, or the stateful era, where the SDK sends initialize instead), every
 // message passes through unchanged. Use each TaskTransport for one
@@ -226,7 +234,7 @@ func (t *TaskTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		out:    make(chan jsonrpc.Message),
 		ended:  make(chan struct{}),
 		done:   make(chan struct{}),
-		probes: make(map[jsonrpc.ID]struct{}),
+		probes: make(map[jsonrpc.ID]*probe),
 		calls:  make(map[jsonrpc.ID]*taskCall),
 		parked: make(map[string]*taskCall),
 	}
@@ -252,10 +260,11 @@ type taskConn struct {
 
 	mu      sync.Mutex
 	offered bool                     // server/discover listed the extension
-	probes  map[jsonrpc.ID]struct{}  // server/discover requests awaiting their answer
+	probes  map[jsonrpc.ID]*probe    // server/discover requests awaiting their answer
 	calls   map[jsonrpc.ID]*taskCall // tools/call awaiting their answer, by the SDK's ID
 	parked  map[string]*taskCall     // tasks awaiting the SDK's input answers, by requestState
 	closed  bool
+	lost    bool // a server/discover got no answer within ResumeTimeout
 }
 
 // taskCall is a tools/call of the SDK, and its task once it has one.
@@ -323,13 +332,12 @@ func (c *taskConn) inbound(m jsonrpc.Message) jsonrpc.Message {
 		return m
 	}
 	c.mu.Lock()
-	if _, ok := c.probes[r.ID]; ok {
-		delete(c.probes, r.ID)
-		if r.Error == nil && offersTasks(r.Result) {
-			c.offered = true
-		}
+	if pr := c.probes[r.ID]; pr != nil {
 		c.mu.Unlock()
-		return m
+		if r = c.discoverAnswer(pr, r); r == nil {
+			return nil
+		}
+		return r
 	}
 	tc := c.calls[r.ID]
 	if tc == nil {
@@ -382,9 +390,9 @@ func (c *taskConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if req, ok := msg.(*jsonrpc.Request); ok {
 		switch {
 		case req.IsCall() && req.Method == "server/discover":
-			c.mu.Lock()
-			c.probes[req.ID] = struct{}{}
-			c.mu.Unlock()
+			return c.writeDiscover(ctx, req)
+		case req.IsCall() && req.Method == "initialize":
+			c.warnFallback()
 		case req.IsCall() && req.Method == "tools/call":
 			return c.writeCall(ctx, req)
 		case !req.IsCall() && req.Method == "notifications/cancelled":

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -503,5 +504,123 @@ func TestTaskCreateAnswerCut(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Errorf("%d tools/call sent, want 2 (the cut one is not sent again)", calls)
+	}
+}
+
+// TestTaskDiscoverCut: the proxy cuts the answer to server/discover at
+// Connect, before its headers or inside its body. The transport sends the
+// discover again, so the session is of the sessionless era (2026-07-28)
+// and a call runs as a task, instead of the SDK falling back to
+// initialize, where nothing runs as a task.
+func TestTaskDiscoverCut(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		marker string // the cut comes where this begins
+	}{
+		{"headers", "HTTP/1.1 200"},
+		{"body", `"supportedVersions"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, serveURL := inProcess(t, map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}})
+			u, err := url.Parse(serveURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			filter, cuts := cutMarkedOnce(tc.marker)
+			p := proxyTo(t, u.Host, filter)
+			cs := taskClient(t, "http://"+p.Addr(), nil, nil)
+			if cuts.Load() != 1 {
+				t.Fatalf("the proxy cut %d answers, want 1", cuts.Load())
+			}
+			if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+				t.Errorf("negotiated %q, want the sessionless 2026-07-28 (server/discover sent again)", v)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			res, err := callCountdown(ctx, cs, 2, 10)
+			if err != nil {
+				t.Fatalf("countdown: %v", err)
+			}
+			if got, want := contentJSON(t, res), `[{"type":"text","text":"countdown of 2 finished"}]`; got != want {
+				t.Errorf("content %s, want %s", got, want)
+			}
+			var discovers, initializes, polls int
+			for _, b := range rec.posts() {
+				switch {
+				case strings.Contains(b, `"method":"server/discover"`):
+					discovers++
+				case strings.Contains(b, `"method":"initialize"`):
+					initializes++
+				case strings.Contains(b, `"method":"tasks/get"`):
+					polls++
+				}
+			}
+			if discovers != 2 || initializes != 0 || polls == 0 {
+				t.Errorf("server got %d server/discover, %d initialize, %d tasks/get; want 2, 0 and at least 1", discovers, initializes, polls)
+			}
+		})
+	}
+}
+
+// TestTaskDiscoverNeverAnswered: every server/discover answer is cut in
+// its body. The transport sends it again within ResumeTimeout (300 ms);
+// then the SDK falls back to initialize, and the transport logs one WARN
+// line saying that no call of the session runs as a task.
+func TestTaskDiscoverNeverAnswered(t *testing.T) {
+	rec, serveURL := inProcess(t, map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}})
+	u, err := url.Parse(serveURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxyTo(t, u.Host, func(_ int, chunk []byte) faultproxy.Decision {
+		if i := bytes.Index(chunk, []byte(`"supportedVersions"`)); i >= 0 {
+			return faultproxy.Decision{Forward: i, Cut: true}
+		}
+		return faultproxy.Decision{Forward: len(chunk)}
+	})
+	var logs testenv.LogBuffer
+	start := time.Now()
+	cs := taskClient(t, "http://"+p.Addr(), nil, func(tr *client.TaskTransport) {
+		tr.ResumeTimeout = 300 * time.Millisecond
+		tr.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	took := time.Since(start)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Errorf("negotiated %q, want the SDK's fallback 2025-11-25", v)
+	}
+	var discovers int
+	for _, b := range rec.posts() {
+		if strings.Contains(b, `"method":"server/discover"`) {
+			discovers++
+		}
+	}
+	if discovers < 2 {
+		t.Errorf("%d server/discover sent, want at least 2", discovers)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "falls back to initialize, and no call of this session runs as a task") {
+		t.Errorf("%d WARN lines, want 1 saying the session fell back:\n%s", n, logs.String())
+	}
+	t.Logf("Connect took %v with %d server/discover", took.Round(time.Millisecond), discovers)
+}
+
+// TestTaskDiscoverCannotConnect: nothing listens at the endpoint. The
+// server/discover that cannot connect is not sent again, and Connect
+// fails, as it does without a TaskTransport.
+func TestTaskDiscoverCannotConnect(t *testing.T) {
+	endpoint := fmt.Sprintf("http://127.0.0.1:%d/mcp", testenv.FreePort(t))
+	var logs testenv.LogBuffer
+	tr := &client.TaskTransport{
+		Transport:     &mcp.StreamableClientTransport{Endpoint: endpoint},
+		ResumeTimeout: 10 * time.Second,
+		Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "tasks-test", Version: "1.0.0"}, nil)
+	cs, err := c.Connect(t.Context(), tr, nil)
+	if err == nil {
+		cs.Close()
+		t.Fatal("Connect succeeded with nothing listening")
+	}
+	if strings.Contains(logs.String(), "sending it again") {
+		t.Errorf("Connect (error %v) sent server/discover again:\n%s", err, logs.String())
 	}
 }
