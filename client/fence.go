@@ -26,8 +26,10 @@ func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
 	// Retired before any call fails: a caller that sends its next
 	// message as soon as its call fails must find s retired, so that the
 	// message goes to the new session, never to s, which is ended once its
-	// calls are.
-	c.retire(s)
+	// calls are. The rest of the retirement (finish) waits until the
+	// fence is reported.
+	finish := c.retire(s)
+	defer finish()
 	lost := make(map[jsonrpc.ID]bool, len(ref.LostRequests))
 	for _, id := range ref.LostRequests {
 		lost[id] = true
@@ -55,28 +57,37 @@ func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
 	}
 }
 
-// retire stops new messages from going to s and starts a
-// re-initialization; s is ended (DELETE) at once if no call is pending on
-// it, else when its last call ends (see untrack). Only the first call for
-// s has an effect, and none once s is lost.
-func (c *conn) retire(s *session) {
+// retire stops new messages from going to s, at once, and returns what
+// completes the retirement, which the caller runs once it has reported
+// the fence, so that the re-initialization is reported after it: a
+// re-initialization starts, and s is ended (DELETE) at once if no call is
+// pending on it, else when its last call ends (see untrack). Only the
+// first call for s has an effect, and none once s is lost.
+func (c *conn) retire(s *session) (finish func()) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if s.retired || s.isLost() {
-		c.mu.Unlock()
-		return
+		return func() {}
 	}
 	s.retired = true
-	canRenew := c.initialized && c.initParams != nil && !c.defersLocked(s)
-	drained := s.drainedLocked()
-	if !drained {
-		c.retiring = append(c.retiring, s)
-	}
-	c.mu.Unlock()
-	if drained {
-		c.endRetired(s)
-	}
-	if canRenew {
-		c.spawn(func() { c.renew(c.ctx, s, true) })
+	return func() {
+		c.mu.Lock()
+		if s.isLost() {
+			c.mu.Unlock()
+			return
+		}
+		canRenew := c.initialized && c.initParams != nil && !c.defersLocked(s)
+		drained := s.drainedLocked()
+		if !drained && !s.ended {
+			c.retiring = append(c.retiring, s)
+		}
+		c.mu.Unlock()
+		if drained {
+			c.endRetired(s)
+		}
+		if canRenew {
+			c.spawn(func() { c.renew(c.ctx, s, true) })
+		}
 	}
 }
 
