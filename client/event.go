@@ -23,7 +23,8 @@ const (
 	// generations or skip events, so calls failed with ErrSessionLost
 	// (Event.Calls of them): those the 409 listed as lost, or, when its
 	// body does not say which (no error.data.lostRequests), every call
-	// streaming on the session. A new session follows: a 409 forces a new
+	// streaming on the session, unless the cursor was compacted, which
+	// loses the refused stream only. A new session follows: a 409 forces a new
 	// initialize (DESIGN.md, "Where the rule comes from"). One event is reported per refusal that
 	// lists the lost requests, and one per session otherwise.
 	EventFenced

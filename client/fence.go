@@ -12,7 +12,8 @@ import (
 )
 
 // fenceStream handles a resume of st answered 409 with ref, whose body
-// lists the lost requests (ref.LostKnown). The calls pending on st's
+// lists the lost requests (ref.LostKnown), or which refuses a compacted
+// cursor (none of the session's other calls is lost then). The calls pending on st's
 // session whose ids are listed fail at once with ErrSessionLost and the
 // 409's status and reason; st's own call, if still pending and not listed,
 // fails with ErrStreamLost, since this stream was its only way to an

@@ -393,8 +393,20 @@ func TestLostRequestsAbsentFailsAll(t *testing.T) {
 // TestLostRequestsOmitStreamsCall: a 409 on a call's stream whose
 // lostRequests does not list that call leaves the call no way to its
 // answer: it fails with ErrStreamLost (status 409), not ErrSessionLost, and
-// the other call runs on.
+// the other call runs on. So does a cursor_compacted 409 that has no
+// lostRequests (a server that keeps no ledger of the stream): the
+// session serves on (regression: every call of the session failed with
+// ErrSessionLost, "may send again", though some had run).
 func TestLostRequestsOmitStreamsCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lost []jsonrpc.ID
+	}{{"listed none", []jsonrpc.ID{}}, {"no list", nil}} {
+		t.Run(tc.name, func(t *testing.T) { omitStreamsCall(t, tc.lost) })
+	}
+}
+
+func omitStreamsCall(t *testing.T, lost []jsonrpc.ID) {
 	s, cl, url, done := lostServer(t)
 	finishB := make(chan struct{})
 	script(s, cl, func(name string, w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) {
@@ -403,7 +415,7 @@ func TestLostRequestsOmitStreamsCall(t *testing.T) {
 		}
 	})
 	s.resume = func(w http.ResponseWriter, r *http.Request, cursor string) {
-		conflict(w, replay.ReasonCursorCompacted, []jsonrpc.ID{})
+		conflict(w, replay.ReasonCursorCompacted, lost)
 	}
 	rec := newRecorder()
 	cs := connect(t, url, rec, nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/resume"
 	"github.com/tidemark-mcp/tidemark/internal/sse"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // errNoCursor is the cause of ErrStreamLost when a stream broke before the
@@ -281,7 +282,10 @@ func (c *conn) reconnect(ctx context.Context, st *stream) *http.Response {
 				c.emit(Event{Kind: EventResumed, Session: st.sess.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status})
 			}
 			return res.Response
-		case res.Kind == resume.GenerationLost && ref.LostKnown:
+		case res.Kind == resume.GenerationLost && (ref.LostKnown || ref.Reason == string(replay.ReasonCursorCompacted)):
+			// A compacted cursor loses this stream only: its session
+			// serves on at its generation, so its other calls run to
+			// their ends, whether or not the 409 lists any request.
 			c.fenceStream(st, ref)
 			return nil
 		case res.Kind == resume.SessionLost, res.Kind == resume.GenerationLost:
