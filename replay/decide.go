@@ -189,8 +189,32 @@ type Decision struct {
 }
 
 // Message returns a one-sentence human explanation of d that says what the
-// client should do next.
+// client should do next: its Cause, and for a 409 (GenerationMismatch,
+// CursorCompacted) the advice of a server that cannot tell which of the
+// stream's requests are lost, to send them again. A server that can tell
+// writes its own advice after Cause (transport, resumeRefusal).
 func (d Decision) Message() string {
+	switch d.Outcome {
+	case GenerationMismatch:
+		if d.Cursor.Generation > d.Session.Generation {
+			return d.Cause() + "; send the stream's requests again, or initialize a new session"
+		}
+		return d.Cause() + "; the requests the stream carried are lost (error.data.lostRequests lists them, when known): " +
+			"send them again, or initialize a new session"
+	case CursorCompacted:
+		if d.Detail != "" {
+			return d.Cause() + " and its requests are lost: send them again, or initialize a new session"
+		}
+		return d.Cause() + ": send its requests again, or initialize a new session"
+	}
+	return d.Cause()
+}
+
+// Cause returns what d found, the opening of Message: for a 409, why the
+// stream cannot be resumed, without saying which of its requests to send
+// again (a server that keeps a ledger of the stream's requests knows
+// more than d: session.Live.Refused); for every other outcome, Message.
+func (d Decision) Cause() string {
 	s, c := d.Session, d.Cursor
 	switch d.Outcome {
 	case Replay:
@@ -206,17 +230,17 @@ func (d Decision) Message() string {
 			// No generation above the live one has existed: the cursor was
 			// not issued for this session's state (forged, or from a store
 			// that lost data).
-			return fmt.Sprintf("cursor generation %d > live generation %d: no such generation was issued, refusing cross-generation replay; "+
-				"send the stream's requests again, or initialize a new session", c.Generation, s.Generation)
+			return fmt.Sprintf("cursor generation %d > live generation %d: no such generation was issued, refusing cross-generation replay",
+				c.Generation, s.Generation)
 		}
-		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay; "+
-			"the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session", c.Generation, s.Generation)
+		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay",
+			c.Generation, s.Generation)
 	case CursorCompacted:
 		if d.Detail != "" {
-			return d.Detail + "; the stream cannot be resumed and its requests are lost: send them again, or initialize a new session"
+			return d.Detail + "; the stream cannot be resumed"
 		}
-		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; "+
-			"the stream cannot be resumed: send its requests again, or initialize a new session", c.Sequence, s.Floor)
+		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; the stream cannot be resumed",
+			c.Sequence, s.Floor)
 	case CursorAhead:
 		return fmt.Sprintf("cursor sequence %d is above the high-water mark %d: refusing to clamp", c.Sequence, s.HWM)
 	case NeedEvent:

@@ -323,6 +323,40 @@ func TestGenerationMismatchMessage(t *testing.T) {
 	}
 }
 
+// TestCause: the cause of a 409 is its message without the advice of a
+// server that cannot tell which requests are lost, the part a server that
+// can tell writes after it (transport); every other outcome's cause is its
+// message.
+func TestCause(t *testing.T) {
+	s := replay.Session{Status: replay.Live, Generation: 4, Floor: 10, HWM: 20}
+	for _, tc := range []struct {
+		d            replay.Decision
+		cause, after string
+	}{
+		{replay.Decision{Outcome: replay.GenerationMismatch, Session: s, Cursor: replay.Cursor{Generation: 3}},
+			"cursor generation 3 != live generation 4: the session's state was re-created, refusing cross-generation replay",
+			"; the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session"},
+		{replay.Decision{Outcome: replay.GenerationMismatch, Session: s, Cursor: replay.Cursor{Generation: 5}},
+			"cursor generation 5 > live generation 4: no such generation was issued, refusing cross-generation replay",
+			"; send the stream's requests again, or initialize a new session"},
+		{replay.Decision{Outcome: replay.CursorCompacted, Session: s, Cursor: replay.Cursor{Sequence: 9}},
+			"cursor sequence 9 is below the replay floor 10: events were compacted; the stream cannot be resumed",
+			": send its requests again, or initialize a new session"},
+		{replay.Decision{Outcome: replay.CursorCompacted, Session: s, Cursor: replay.Cursor{Sequence: 12}, Detail: "the log is gone"},
+			"the log is gone; the stream cannot be resumed",
+			" and its requests are lost: send them again, or initialize a new session"},
+		{replay.Decision{Outcome: replay.CursorAhead, Session: s, Cursor: replay.Cursor{Sequence: 21}},
+			"cursor sequence 21 is above the high-water mark 20: refusing to clamp", ""},
+	} {
+		if got := tc.d.Cause(); got != tc.cause {
+			t.Errorf("%s: Cause() = %q, want %q", tc.d.Outcome.Reason(), got, tc.cause)
+		}
+		if got, want := tc.d.Message(), tc.cause+tc.after; got != want {
+			t.Errorf("%s: Message() = %q, want %q", tc.d.Outcome.Reason(), got, want)
+		}
+	}
+}
+
 // TestOutcomeReasons pins every final outcome's reason word and status, the
 // values clients and alerting rules match on.
 func TestOutcomeReasons(t *testing.T) {

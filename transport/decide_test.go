@@ -201,14 +201,21 @@ func TestDecideGenerationMismatch(t *testing.T) {
 				if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != tc.lost {
 					t.Fatalf("error.data.lostRequests = %s, want %s", lost, tc.lost)
 				}
+			} else if want := (replay.Decision{Outcome: replay.GenerationMismatch, Cursor: c, Session: replay.Session{Generation: 2}}).Message(); se.Body.Message != want {
+				// No ledger of the stream: the decision's own message.
+				t.Errorf("error.message = %q, want %q", se.Body.Message, want)
 			}
 			if tc.answered != "" {
 				keys++
 				if answered, _ := json.Marshal(se.Body.Data["answeredRequests"]); string(answered) != tc.answered {
 					t.Fatalf("error.data.answeredRequests = %s, want %s", answered, tc.answered)
 				}
-				if want := "; the requests " + tc.answered + " of that stream finished, but their responses come after the cursor and cannot be sent: do not send them again, since they ran"; !strings.HasSuffix(se.Body.Message, want) {
-					t.Errorf("error.message = %q, want it to end with %q", se.Body.Message, want)
+				// Nothing is lost: the message sends nothing again,
+				// and says why the answered request must not be.
+				if want := "cursor generation 1 != live generation 2: the session's state was re-created, refusing cross-generation replay; " +
+					"no request of that stream is lost: send none of them again; the requests " + tc.answered +
+					" of that stream finished, but their responses come after the cursor and cannot be sent: do not send them again, since they ran"; se.Body.Message != want {
+					t.Errorf("error.message = %q, want %q", se.Body.Message, want)
 				}
 			}
 			if se.Body.Data["generation"] != json.Number("2") ||
@@ -270,9 +277,19 @@ func TestDecideCursorCompacted(t *testing.T) {
 	// response at seq 4, which the client has not read and no resume can
 	// send: answeredRequests lists it (none is lost). At seq 4 the client
 	// read that response: nothing is listed.
-	for _, tc := range []struct{ cursor, answered string }{{streams[0][0].ID, "[2]"}, {streams[0][1].ID, "null"}} {
+	// Either way the message sends nothing again.
+	for _, tc := range []struct{ cursor, answered, message string }{
+		{streams[0][0].ID, "[2]", "cursor sequence 3 is below the replay floor 5: events were compacted; the stream cannot be resumed; " +
+			"no request of that stream is lost: send none of them again; the requests [2] of that stream finished, " +
+			"but their responses come after the cursor and cannot be sent: do not send them again, since they ran"},
+		{streams[0][1].ID, "null", "cursor sequence 4 is below the replay floor 5: events were compacted; the stream cannot be resumed; " +
+			"no request of that stream is lost: send none of them again"},
+	} {
 		_, err := s.Resume(ctx, tc.cursor)
 		se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
+		if se.Body.Message != tc.message {
+			t.Errorf("error.message = %q, want %q", se.Body.Message, tc.message)
+		}
 		c := parseCursor(t, tc.cursor)
 		if se.Body.Data["floor"] != json.Number("5") || se.Body.Data["cursorSequence"] != json.Number(jsonUint(c.Sequence)) {
 			t.Fatalf("error.data = %v, want floor 5, cursorSequence %d", se.Body.Data, c.Sequence)
@@ -541,6 +558,15 @@ func TestDecideGenerationMismatchInFlight(t *testing.T) {
 	se := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
 	if se.Body.Data["generation"] != json.Number("2") || se.Body.Data["cursorGeneration"] != json.Number("1") {
 		t.Fatalf("error.data = %v, want generation 2, cursorGeneration 1", se.Body.Data)
+	}
+	if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != "[2]" {
+		t.Fatalf("error.data.lostRequests = %s, want [2]", lost)
+	}
+	// The message sends again exactly the request lostRequests lists.
+	if want := "cursor generation 1 != live generation 2: the session's state was re-created, refusing cross-generation replay; " +
+		"the requests [2] of that stream are lost, since their calls did not finish before their generation ended: " +
+		"send them again, or initialize a new session"; se.Body.Message != want {
+		t.Errorf("error.message = %q, want %q", se.Body.Message, want)
 	}
 	if after := st.bounds(t, s.Token); after != b {
 		t.Fatalf("the refused resume changed the log: %+v → %+v", b, after)

@@ -221,8 +221,10 @@ func repeatedCursor(d replay.Decision, repeated bool) replay.Decision {
 // answeredRequests, those whose calls finished with responses after the
 // cursor, and runningRequests, those whose calls the live generation still
 // runs: the client never receives those responses, and must not send those
-// requests again. A session found live logs the refusal with the
-// session's attributes and the cursor; write then does not log it again.
+// requests again. error.message then says the same (refusedMessage); when
+// the session keeps no ledger of the stream, it is d's own message. A
+// session found live logs the refusal with the session's attributes and
+// the cursor; write then does not log it again.
 func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusal {
 	ref := refuse(d.Outcome.Reason(), d.Message())
 	ref.data = d.Data()
@@ -231,21 +233,45 @@ func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusa
 			ref.data["lostRequests"] = r.Lost // the requests lost with the refused stream
 			if len(r.Answered) > 0 {
 				ref.data["answeredRequests"] = r.Answered
-				ids, _ := r.Answered.MarshalJSON() // ids the client sent, which encode
-				ref.message += "; the requests " + string(ids) + " of that stream finished, but their responses come after the cursor " +
-					"and cannot be sent: do not send them again, since they ran"
 			}
 			if len(r.Running) > 0 {
 				ref.data["runningRequests"] = r.Running
-				ids, _ := r.Running.MarshalJSON()
-				ref.message += "; the requests " + string(ids) + " of that stream are still running, and their responses will come after " +
-					"the cursor, where no resume reaches them: do not send them again, since they run"
 			}
+			ref.message = refusedMessage(d, r)
 		}
 		live.Logger().Info("resume refused", "reason", d.Outcome.Reason(), "cursor", clip(cursor), "status", d.Outcome.HTTPStatus())
 		ref.logged = true
 	}
 	return ref
+}
+
+// refusedMessage returns the error.message of the 409 d on a session that
+// knows what became of the refused stream's requests (r): why the stream
+// cannot be resumed (replay.Decision.Cause), then which requests to send
+// again, the lost ones, or that none is lost when r.Lost is empty, then,
+// when there are any, the answered and the running ones, not to send
+// again. Each list is written as error.data carries it, a JSON array of
+// the ids as the client sent them.
+func refusedMessage(d replay.Decision, r session.Refused) string {
+	m := d.Cause()
+	if len(r.Lost) > 0 {
+		ids, _ := r.Lost.MarshalJSON() // ids the client sent, which encode
+		m += "; the requests " + string(ids) + " of that stream are lost, since their calls did not finish " +
+			"before their generation ended: send them again, or initialize a new session"
+	} else {
+		m += "; no request of that stream is lost: send none of them again"
+	}
+	if len(r.Answered) > 0 {
+		ids, _ := r.Answered.MarshalJSON()
+		m += "; the requests " + string(ids) + " of that stream finished, but their responses come after the cursor " +
+			"and cannot be sent: do not send them again, since they ran"
+	}
+	if len(r.Running) > 0 {
+		ids, _ := r.Running.MarshalJSON()
+		m += "; the requests " + string(ids) + " of that stream are still running, and their responses will come after " +
+			"the cursor, where no resume reaches them: do not send them again, since they run"
+	}
+	return m
 }
 
 // resumePriming returns the priming event a stream resumed at cursor c opens

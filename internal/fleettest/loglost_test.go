@@ -51,9 +51,11 @@ func TestResumeLogLost(t *testing.T) {
 
 	_, err = f.on(0, token).Resume(ctx, last)
 	se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
+	// The cursor is the call's response: no request of the stream is
+	// lost, and the message sends none again.
 	want := fmt.Sprintf("the session's event log is missing from the store, although the session's record says sequences 1 to %d "+
-		"are retained (it was deleted outside Tidemark, or evicted by Redis); the stream cannot be resumed and its requests are lost: "+
-		"send them again, or initialize a new session", b.HWM)
+		"are retained (it was deleted outside Tidemark, or evicted by Redis); the stream cannot be resumed; "+
+		"no request of that stream is lost: send none of them again", b.HWM)
 	if se.Body.Message != want {
 		t.Errorf("message %q\nwant %q", se.Body.Message, want)
 	}
