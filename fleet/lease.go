@@ -159,14 +159,16 @@ func (l Leases) MustRenew(until, now time.Time) bool {
 
 // TakeoverReason returns why the previous generation of the session is
 // over when this replica claims the next one from prev, the record it
-// read: engineEnded (this process saw that generation's engine session end
-// on its own) gives engine_ended; another owner's lease that lapsed gives
-// lease_expired; otherwise the owner was a process without leases that is
-// gone (owner_gone).
-func (l Leases) TakeoverReason(prev store.Record, engineEnded bool) replay.Reason {
+// read: endedHere, when this process saw that generation end itself
+// (engine_ended: its engine session ended on its own; generation_lost:
+// its events were not stored, and this process dropped it), non-empty;
+// else another owner's lease that lapsed gives lease_expired; otherwise
+// the owner was a process without leases, or an earlier process with this
+// replica's ID, that is gone (owner_gone).
+func (l Leases) TakeoverReason(prev store.Record, endedHere replay.Reason) replay.Reason {
 	switch {
-	case engineEnded:
-		return replay.ReasonEngineEnded
+	case endedHere != "":
+		return endedHere
 	case prev.Owner != l.Owner && !prev.LeaseUntil.IsZero():
 		return replay.ReasonLeaseExpired
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/tidemark-mcp/tidemark/fleet"
+	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -21,11 +22,13 @@ import (
 // epoch (+10s), "none" is the zero time (no lease). Commands:
 //
 //	rules owner=O lease=DUR                  the replica's identity and lease
-//	lookup owner=O gen=G lease=T now=T [since=T] [engine-ended]
+//	lookup owner=O gen=G lease=T now=T [since=T] [ended=REASON]
 //	                                         a replica that does not hold the
 //	                                         session meets its record; its
 //	                                         store answered again at since
-//	                                         after a break (default none)
+//	                                         after a break (default none); it
+//	                                         saw the generation end itself,
+//	                                         for REASON (default: it did not)
 //	contact                                  what a replica sees of its store:
 //	T answered|unanswered                    one line per call, each printed
 //	                                         with since (Contact.Answering)
@@ -88,7 +91,7 @@ func TestLeaseRules(t *testing.T) {
 				return fmt.Sprintf("remote: owner %s, generation %d, lease until %s\n", re.Owner, re.Generation, show(re.LeaseUntil))
 			}
 			return fmt.Sprintf("claim generation %d, lease until %s; previous generation over: %s\n",
-				gen+1, show(lr.Grant(now)), lr.TakeoverReason(rec, d.HasArg("engine-ended")))
+				gen+1, show(lr.Grant(now)), lr.TakeoverReason(rec, endedHere(t, d)))
 		case "serve":
 			now := at(str("now"))
 			if lr.MustRenew(at(str("lease")), now) {
@@ -150,4 +153,15 @@ func TestLeaseRules(t *testing.T) {
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""
 	})
+}
+
+// endedHere returns the value of d's ended argument, the reason the
+// lookup's process saw the previous generation end itself ("" without it).
+func endedHere(t *testing.T, d *datadriven.TestData) replay.Reason {
+	if !d.HasArg("ended") {
+		return ""
+	}
+	var s string
+	d.ScanArgs(t, "ended", &s)
+	return replay.Reason(s)
 }

@@ -75,7 +75,9 @@ type Sessions interface {
 	// GenerationCreated records a session's live state re-created at
 	// generation+1, and why: replay.ReasonOwnerGone (restart),
 	// ReasonLeaseExpired (takeover), ReasonEngineEnded (the engine
-	// session ended, a gateway's subprocess exited).
+	// session ended, a gateway's subprocess exited),
+	// ReasonGenerationLost (this process ended the generation, whose
+	// events were not stored), ReasonHibernated.
 	GenerationCreated(cause replay.Reason)
 	// SessionHibernated records a session hibernated (DESIGN.md,
 	// "Hibernation"); SessionWoke, one woken by a request, at the same

@@ -306,9 +306,13 @@ const (
 	// ReasonStoreError: the store failed a write for another cause; the
 	// generation ends rather than leave a gap a client cannot see.
 	ReasonStoreError Reason = "store_error"
-	// ReasonGenerationLost: events a pipelined store had accepted could
-	// not be stored (store.ErrLost); the generation ends, so that no
-	// client ever sees a gap.
+	// ReasonGenerationLost: events of the generation could not be stored,
+	// or not confirmed stored: a pipelined store lost a batch it had
+	// accepted (store.ErrLost), or the store was unavailable for an event
+	// or a state the generation had to store (store.ErrUnavailable); the
+	// generation ends, so that no client ever sees a gap. Also the reason
+	// of the re-creation that follows in the same process, which still
+	// owns the record.
 	ReasonGenerationLost Reason = "generation_lost"
 )
 

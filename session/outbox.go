@@ -182,10 +182,13 @@ func (l *Live) settle(stream uint64, id jsonrpc.ID, ev *store.Event, stored bool
 // gap the client cannot see. Ending the generation turns that into an
 // explicit 409 generation_mismatch when the client resumes, and the next
 // request re-creates the session at generation+1 once the store is back.
+// It is the event a pipelined store's lost batch is (store.ErrLost), and
+// has its reason, generation_lost (replay.ReasonGenerationLost): the
+// reason names what became of the generation, the error why.
 // Cancelled contexts (a cancelled call) do not count.
 func (l *Live) abandonIfUnavailable(err error) {
 	if errors.Is(err, store.ErrUnavailable) {
-		l.reg.drop(l, replay.ReasonUnavailable, err)
+		l.reg.drop(l, replay.ReasonGenerationLost, err)
 	}
 }
 

@@ -162,6 +162,12 @@ func (r *Registry) Answering(now time.Time) time.Time {
 	return r.contact.Answering(now)
 }
 
+// lostHereMax bounds Registry.lostHere: 4096 entries of a token and a
+// generation, about 300 KiB, which names the reason of every re-creation
+// after a store failure that ended the generations of up to 4096 sessions
+// at once.
+const lostHereMax = 4096
+
 // drop ends l's hold on its session in this process, for reason (logged
 // with err): it leaves the registry and its engine session closes, which
 // stops its handlers and the connections serving its streams. The record
@@ -175,6 +181,9 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	held := false
 	if r.removeLocked(l) {
 		held = true
+		if reason == replay.ReasonGenerationLost && len(r.lostHere) < lostHereMax {
+			r.lostHere[l.token] = l.gen
+		}
 	}
 	// After Close every engine session is closed or closing already.
 	first := !l.dropped && !r.closed
@@ -189,7 +198,7 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	if held {
 		r.log.Forget(l.token)
 		msg := "live state dropped: this process no longer owns the generation"
-		if reason == replay.ReasonUnavailable || reason == replay.ReasonGenerationLost {
+		if reason == replay.ReasonGenerationLost {
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it, and the line says so.
 			msg = "live state dropped: an event was not stored, or not confirmed stored, so this generation ends; the next request re-creates the session at generation+1"

@@ -230,7 +230,19 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, err
 		}
-		reason := r.lease.TakeoverReason(rec, engineEnded)
+		endedHere := replay.Reason("")
+		r.mu.Lock()
+		if gen, ok := r.lostHere[token]; ok {
+			delete(r.lostHere, token)
+			if gen == from && prevOwner == r.opts.Owner {
+				endedHere = replay.ReasonGenerationLost
+			}
+		}
+		r.mu.Unlock()
+		if engineEnded {
+			endedHere = replay.ReasonEngineEnded
+		}
+		reason := r.lease.TakeoverReason(rec, endedHere)
 		if prevOwner == "" {
 			// Only Hibernate leaves a record without an owner.
 			reason = replay.ReasonHibernated

@@ -176,10 +176,17 @@ type Registry struct {
 	// ends those idle for IdleTTL and a request wakes them with one store
 	// operation: nothing else of them is held here (hibernate.go).
 	hibernated hibIndex
-	reserved   int     // room taken by sessions being started (see reserve)
-	lru        recency // eviction order of the sessions in live not known to be busy (room.go)
-	closed     bool
-	clock      atomic.Uint64 // recency stamps: each use takes the next
+	// lostHere holds the generation of each session whose live state this
+	// registry dropped because its events were not stored
+	// (ReasonGenerationLost), until the session is re-created or ends, so
+	// that the re-creation says so rather than owner_gone: the record
+	// still names this registry as its owner. At most lostHereMax
+	// entries; a session past them is re-created as owner_gone.
+	lostHere map[string]uint64
+	reserved int     // room taken by sessions being started (see reserve)
+	lru      recency // eviction order of the sessions in live not known to be busy (room.go)
+	closed   bool
+	clock    atomic.Uint64 // recency stamps: each use takes the next
 
 	closing sync.WaitGroup // engine sessions closing after drop
 
@@ -234,6 +241,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		starting:   make(map[string]chan struct{}),
 		ending:     make(map[string]*store.EndedError),
 		hibernated: newHibIndex(),
+		lostHere:   make(map[string]uint64),
 		hib:        engine.HibernationOf(eng),
 		hibWarns:   warngate.New[hibFailure](hibWarnInterval, opts.Now),
 	}
@@ -420,6 +428,7 @@ func (r *Registry) endLocked(ctx context.Context, token string, reason store.End
 		userID = l.userID
 	}
 	r.hibernated.del(token)
+	delete(r.lostHere, token)
 	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)

@@ -113,7 +113,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_generations_created_total",
-			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation).",
+			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation), generation_lost (this process ended the generation, whose events were not stored).",
 		}, []string{"cause"}),
 		hibernated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidemark_sessions_hibernated_total",

@@ -90,7 +90,7 @@ tidemark_sessions_hibernated 3
 # HELP tidemark_sessions_created_total Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).
 # TYPE tidemark_sessions_created_total counter
 tidemark_sessions_created_total 1
-# HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation).
+# HELP tidemark_generations_created_total Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation), generation_lost (this process ended the generation, whose events were not stored).
 # TYPE tidemark_generations_created_total counter
 tidemark_generations_created_total{cause="lease_expired"} 1
 # HELP tidemark_events_appended_total Events appended to session event logs.
