@@ -237,8 +237,10 @@ const (
 	// truncated, not base64url, or not sealed by this server's key ring.
 	ReasonStateInvalid Reason = "state_invalid"
 	// ReasonStateKeyUnknown: the requestState names a key the key ring
-	// does not hold: the replicas' rings differ, or the key was retired
-	// while the state was in flight.
+	// does not hold: the process was started without the ring the state
+	// was issued under (the replicas' rings differ, the key was retired
+	// while the state was in flight, or the process restarted without a
+	// ring, with a random key of its own).
 	ReasonStateKeyUnknown Reason = "state_key_unknown"
 	// ReasonStatePrincipalMismatch: the requestState was issued to another
 	// principal (go-sdk auth.TokenInfo.UserID) than the retry's.

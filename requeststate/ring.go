@@ -42,7 +42,8 @@ type Key struct {
 // valid one seals (see the package documentation). It is safe for
 // concurrent use.
 type Ring struct {
-	keys []ringKey // in the order given
+	keys   []ringKey // in the order given
+	random bool      // RandomRing's: no other process, nor a later one, holds its key
 }
 
 type ringKey struct {
@@ -91,7 +92,24 @@ func RandomRing() *Ring {
 	if err != nil {
 		panic(err) // a fresh random key of the right size is always valid
 	}
+	r.random = true
 	return r
+}
+
+// unknownKey says why a state sealed with a key r does not hold does not
+// open, the end of the state_key_unknown message. A RandomRing's process
+// was started without a key ring: its key is its own, so a state sealed
+// before it started (by the process it replaced) or by another process is
+// sealed with a key no ring of it holds. A configured ring lacks the key
+// when this process was started without the ring the state was issued
+// under.
+func (r *Ring) unknownKey() string {
+	if r.random {
+		return "which this process does not hold: it was started without a key ring, and its key is random to it, " +
+			"so a state issued before it started, or by another process, does not open here"
+	}
+	return "which this process's key ring does not hold: it was started without the key ring the state was issued under " +
+		"(the replicas' key rings differ, or the key was retired)"
 }
 
 // keyID names a key in the states it seals, without revealing it: the first

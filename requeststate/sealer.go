@@ -189,8 +189,7 @@ func (s *Sealer) decrypt(state string) (envelope, string, error) {
 	k := s.ring.lookup(raw[1:headerSize])
 	if k == nil {
 		kid := hex.EncodeToString(raw[1:headerSize])
-		return env, "", invalid(replay.ReasonStateKeyUnknown,
-			"requestState was sealed with key "+kid+", which this server's key ring does not hold (the replicas' key rings differ, or the key was retired)",
+		return env, "", invalid(replay.ReasonStateKeyUnknown, "requestState was sealed with key "+kid+", "+s.ring.unknownKey(),
 			map[string]any{"key": kid})
 	}
 	header, sealed := raw[:headerSize], raw[headerSize:]

@@ -24,6 +24,7 @@ import (
 //
 //	ring name=R            input: one key per line, "NAME HEXBYTE [NOT-BEFORE]";
 //	                       the key's secret is 32 copies of HEXBYTE
+//	ring name=R random     RandomRing: a process started without a key ring
 //	ledger name=L max=N    a MemoryLedger of N entries
 //	seal name=S ring=R at=T [ttl=D] [principal=P] [method=M] target=X [payload=JSON]
 //	                       input: the arguments (JSON, may be empty)
@@ -90,6 +91,10 @@ type sealEnv struct {
 func (e *sealEnv) ring(t *testing.T, d *datadriven.TestData) string {
 	var name string
 	d.ScanArgs(t, "name", &name)
+	if d.HasArg("random") {
+		e.rings[name] = requeststate.RandomRing()
+		return "a random key\n"
+	}
 	var keys []requeststate.Key
 	var names []string
 	for line := range strings.SplitSeq(strings.TrimSpace(d.Input), "\n") {
