@@ -126,6 +126,17 @@ func open(dir string, lock *pebble.Lock, opts Options) (*Store, error) {
 	// L0 inherit the setting).
 	popts.Levels[0].BlockSizeThreshold = 1
 	db, err := pebble.Open(dir, popts)
+	if err == nil && fresh {
+		// Pebble writes the first log of a new directory before it raises
+		// the directory to FormatNewest, so that log lacks the synced
+		// offsets (FormatWALSyncChunks) by which a later Open tells a
+		// damaged log from a torn tail and refuses it; opened once more,
+		// the directory writes only logs that have them.
+		if err = db.Close(); err == nil {
+			popts.ErrorIfNotExists = true
+			db, err = pebble.Open(dir, popts)
+		}
+	}
 	if err != nil {
 		fsCloser.Close()
 		return nil, openErr(dir, "open", err)
