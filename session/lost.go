@@ -267,16 +267,6 @@ func (g *ledger) prune() {
 	}
 }
 
-// pick returns pick of stream's calls, and false when g knows no such
-// stream.
-func (g *ledger) pick(stream uint64, pick func(*streamCalls) RequestIDs) (RequestIDs, bool) {
-	s := g.find(stream)
-	if s == nil {
-		return nil, false
-	}
-	return pick(s), true
-}
-
 // Refused is what a 409 on a resume (generation_mismatch or
 // cursor_compacted) says of the requests the refused stream carried, each
 // list in the 409's error.data (transport, resumeRefusal). Every request
@@ -297,23 +287,33 @@ type Refused struct {
 	// They are not lost, so a client that sent them again would run them
 	// twice; it fails them as calls whose stream is gone.
 	Running RequestIDs
+	// Forgotten says that the generation's ledger no longer keeps the
+	// stream: it keeps every stream with a call unfinished, so the
+	// stream's calls all finished (or its number names no stream), and
+	// which of their responses come after the cursor is not known.
+	// Answered is then empty although some may have been.
+	Forgotten bool
 }
 
 // Refused returns what a 409 on a resume from the stream cursor c says
 // of the requests that stream carried, read at one moment (see Refused).
 // Its lists are empty for the standalone stream, which carries no
-// request, and ok is false when the session cannot tell (a generation or
-// a stream it keeps no ledger of: see ledgerFinished and
-// priorGenerations).
+// request, and for a stream the ledger of c's generation no longer keeps
+// (Refused.Forgotten: see ledgerFinished); ok is false when the session
+// keeps no ledger of c's generation (see priorGenerations).
 func (l *Live) Refused(c replay.Cursor) (r Refused, ok bool) {
-	_, ok = l.streamRequests(c, func(s *streamCalls, live bool) RequestIDs {
+	_, ok = l.streamRequests(c, func(s *streamCalls, live bool) (RequestIDs, bool) {
+		if s == nil {
+			r = Refused{Lost: RequestIDs{}, Running: RequestIDs{}, Forgotten: true}
+			return nil, true
+		}
 		r.Answered = s.answered(c.Sequence)
 		if live {
 			r.Lost, r.Running = RequestIDs{}, s.unfinished()
 		} else {
 			r.Lost, r.Running = s.unfinished(), RequestIDs{}
 		}
-		return nil
+		return nil, true
 	})
 	if c.Stream == replay.StandaloneStream {
 		r = Refused{Lost: RequestIDs{}, Answered: RequestIDs{}, Running: RequestIDs{}}
@@ -327,15 +327,21 @@ func (l *Live) Refused(c replay.Cursor) (r Refused, ok bool) {
 // by DELETE, the transport answers these on the stream, whose log is gone
 // (transport, deletedAnswers). ok is as Refused's.
 func (l *Live) Undelivered(c replay.Cursor) (ids RequestIDs, ok bool) {
-	return l.streamRequests(c, func(s *streamCalls, _ bool) RequestIDs { return s.undelivered(c.Sequence) })
+	return l.streamRequests(c, func(s *streamCalls, _ bool) (RequestIDs, bool) {
+		if s == nil {
+			return nil, false
+		}
+		return s.undelivered(c.Sequence), true
+	})
 }
 
 // streamRequests returns pick of the calls of the stream cursor c names,
 // once no response of that stream is being stored; pick's live says
 // whether the stream is of the live generation, whose unanswered calls
-// still run. It returns empty for the standalone stream, and ok false for
-// a generation or a stream the session keeps no ledger of.
-func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bool) RequestIDs) (ids RequestIDs, ok bool) {
+// still run, and s is nil when the generation's ledger does not keep the
+// stream (see Refused.Forgotten). It returns empty for the standalone
+// stream, and ok false for a generation the session keeps no ledger of.
+func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bool) (RequestIDs, bool)) (ids RequestIDs, ok bool) {
 	if c.Stream == replay.StandaloneStream {
 		return RequestIDs{}, true
 	}
@@ -348,11 +354,11 @@ func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bo
 			}
 			l.settled.Wait()
 		}
-		return l.ledger.pick(c.Stream, func(s *streamCalls) RequestIDs { return pick(s, true) })
+		return pick(l.ledger.find(c.Stream), true)
 	}
 	for i := range l.prior {
 		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
-			return g.pick(c.Stream, func(s *streamCalls) RequestIDs { return pick(s, false) })
+			return pick(g.find(c.Stream), false)
 		}
 	}
 	return nil, false

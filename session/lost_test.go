@@ -37,7 +37,8 @@ func streamEvents(t *testing.T, l *session.Live, s uint64) []store.Event {
 // wantLost checks what l says of the requests of the stream a client at
 // cursor c holds (Live.Refused): want is its lost requests, then
 // " answered " and the answered ones and " running " and the running ones
-// when there are any; "unknown" when l cannot tell.
+// when there are any, then " forgotten" for a stream the ledger no longer
+// keeps; "unknown" when l keeps no ledger of c's generation.
 func wantLost(t *testing.T, l *session.Live, c replay.Cursor, want string) {
 	t.Helper()
 	r, ok := l.Refused(c)
@@ -49,6 +50,9 @@ func wantLost(t *testing.T, l *session.Live, c replay.Cursor, want string) {
 		}
 		if len(r.Running) > 0 {
 			got += " running " + marshalIDs(t, r.Running)
+		}
+		if r.Forgotten {
+			got += " forgotten"
 		}
 	}
 	if got != want {
@@ -140,7 +144,7 @@ func TestLostRequests(t *testing.T) {
 		wantLost(t, on, cur(1, s1, last), `[]`)
 		wantLost(t, on, cur(1, s2, s2), unfinished)
 		wantLost(t, on, cur(1, replay.StandaloneStream, 1), `[]`)
-		wantLost(t, on, cur(1, s2+100, s2), "unknown")
+		wantLost(t, on, cur(1, s2+100, s2), "[] forgotten")
 	}
 	checks(l, `[] running [9]`)
 
@@ -149,7 +153,7 @@ func TestLostRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	checks(l2, `[9]`)
-	wantLost(t, l2, cur(2, s1, s1), "unknown")
+	wantLost(t, l2, cur(2, s1, s1), "[] forgotten")
 	wantLost(t, l2, cur(7, s1, s1), "unknown")
 	wantLost(t, l2, cur(2, replay.StandaloneStream, 1), `[]`)
 	// The record still holds the engine state as engine.State reads it.
@@ -213,8 +217,11 @@ func TestLostRequestsTakeover(t *testing.T) {
 }
 
 // TestLostRequestsBound: a generation keeps the newest 32 finished
-// streams (it tells that none of their calls is lost); an older one's
-// cursor cannot be told, while a stream with a call unanswered is kept
+// streams (it tells that none of their calls is lost, and which were
+// answered after the cursor); of an older one it tells that it finished
+// (forgotten: none lost or running, regression: it told nothing, and the
+// 409 said to send the stream's requests again, which had run), while a
+// stream with a call unanswered is kept
 // however old.
 func TestLostRequestsBound(t *testing.T) {
 	ctx := context.Background()
@@ -242,7 +249,7 @@ func TestLostRequestsBound(t *testing.T) {
 	cur := func(s uint64) replay.Cursor {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
 	}
-	wantLost(t, l, cur(streams[0]), "unknown")
+	wantLost(t, l, cur(streams[0]), "[] forgotten")
 	wantLost(t, l, cur(streams[1]), `[] answered [101]`)
 	wantLost(t, l, cur(streams[32]), `[] answered [132]`)
 	wantLost(t, l, cur(sOpen), `[] running ["open"]`)
@@ -333,7 +340,7 @@ func TestLostRequestsTrimmedOpening(t *testing.T) {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: stream, Sequence: stream}
 	}
 	wantLost(t, l2, cur(s2), `["slow"]`)
-	wantLost(t, l2, cur(s1), "unknown")
+	wantLost(t, l2, cur(s1), "[] forgotten")
 }
 
 // TestUndelivered: for a cursor of a POST stream, Undelivered names the

@@ -679,3 +679,42 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 		t.Fatalf("in-flight call ended with %+v, want the result of 2", evs[2])
 	}
 }
+
+// TestDecideCursorCompactedForgotten: a compacted cursor of a stream that
+// finished longer ago than the session's ledger keeps finished streams
+// (32) answers 409 with lostRequests [] and says that its calls all
+// finished and are not to be sent again. Regression: the 409 had no
+// lists, and its message said to send the stream's requests again,
+// which had run.
+func TestDecideCursorCompactedForgotten(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxEvents: 4}}, nil)
+	s := st.initialize(t, ctx, "")
+	var first string
+	for i := int64(2); i <= 35; i++ {
+		cs, err := s.Call(ctx, mcptest.ToolCall(i, "echo", map[string]any{"text": "e"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := cs.Collect()
+		cs.Close()
+		if err != nil || len(evs) != 2 {
+			t.Fatalf("echo %d: %v, %v", i, evs, err)
+		}
+		if i == 2 {
+			first = evs[0].ID
+		}
+	}
+	_, err := s.Resume(ctx, first)
+	se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
+	lost, _ := json.Marshal(se.Body.Data["lostRequests"])
+	if _, answered := se.Body.Data["answeredRequests"]; string(lost) != "[]" || answered {
+		t.Errorf("lostRequests %s, answeredRequests present %v; want [] and absent (%s)", lost, answered, se.RawBody)
+	}
+	want := "; no request of that stream is lost: send none of them again; its calls all finished, and the session no longer keeps " +
+		"which of their responses come after the cursor (it keeps its newest finished streams only): any whose response the client " +
+		"has not read ran, and cannot be sent"
+	if !strings.HasSuffix(se.Body.Message, want) {
+		t.Errorf("message %q\nwant it to end %q", se.Body.Message, want)
+	}
+}

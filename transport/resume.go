@@ -261,6 +261,10 @@ func refusedMessage(d replay.Decision, r session.Refused) string {
 	} else {
 		m += "; no request of that stream is lost: send none of them again"
 	}
+	if r.Forgotten {
+		m += "; its calls all finished, and the session no longer keeps which of their responses come after the cursor " +
+			"(it keeps its newest finished streams only): any whose response the client has not read ran, and cannot be sent"
+	}
 	if len(r.Answered) > 0 {
 		ids, _ := r.Answered.MarshalJSON()
 		m += "; the requests " + string(ids) + " of that stream finished, but their responses come after the cursor " +
