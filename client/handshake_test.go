@@ -58,8 +58,9 @@ func (h *cutOnce) count() int {
 }
 
 // TestConnectSurvivesCutHandshake: the connection is cut once during the
-// handshake, in the answer to initialize (inside its header block) or
-// while notifications/initialized is sent on the reused connection. Both
+// handshake, in the answer to initialize (inside its header block), while
+// notifications/initialized is sent on the reused connection, or inside
+// the header block of its answer. Both
 // are safe to send twice, so Connect sends them again and succeeds; a
 // call then works. Regression: Connect failed ("malformed MIME header",
 // "unexpected EOF"), leaving the application without a session.
@@ -67,6 +68,7 @@ func TestConnectSurvivesCutHandshake(t *testing.T) {
 	for _, tc := range []struct{ name, what, partial string }{
 		{"initialize answer", `"method":"initialize"`, "HTTP/1.1 200 OK\r\nContent-Ty"},
 		{"notifications/initialized", `"method":"notifications/initialized"`, ""},
+		{"notifications/initialized answer", `"method":"notifications/initialized"`, "HTTP/1.1 202 Acc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, cl := &scripted{t: t}, newCalls()

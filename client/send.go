@@ -378,7 +378,9 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 		c.use(s)
 		resp, err := c.post(ctx, c.ctx, s, data, c.opts.HeaderTimeout, replayable(method))
 		if err != nil {
-			if ctx.Err() == nil && notSent(err) {
+			// A message that is safe to send twice is sent again when its
+			// answer was cut too, not only when it could not be sent.
+			if ctx.Err() == nil && (notSent(err) || replayable(method)) {
 				if unreachableSince.IsZero() {
 					unreachableSince = time.Now()
 				}
