@@ -21,7 +21,9 @@ import (
 type wholeAnswerKey struct{}
 
 // wholeAnswers reads the application/json answer (2xx) of a request whose
-// context carries wholeAnswerKey before the go-sdk's transport sees it. The
+// context carries wholeAnswerKey before the go-sdk's transport sees it,
+// and reports such a request cut after it was sent, before its answer's
+// headers, as its body's cut is reported. The
 // go-sdk reads such a body after its Write has returned, and a read error
 // there fails the whole connection (go-sdk v1.8.0 streamableClientConn
 // handleJSON), so one cut answer would end the ClientSession. Read here, a
@@ -35,9 +37,17 @@ type wholeAnswers struct {
 // RoundTrip implements http.RoundTripper.
 func (w wholeAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := w.base.RoundTrip(req)
-	if err != nil || req.Context().Value(wholeAnswerKey{}) == nil ||
-		resp.StatusCode < 200 || resp.StatusCode > 299 || wire.MediaType(resp) != wire.MediaJSON {
-		return resp, err
+	marked := req.Context().Value(wholeAnswerKey{}) != nil
+	if err != nil {
+		if marked && !notSent(err) && req.Context().Err() == nil {
+			// Sent, and cut before its answer's headers were read whole:
+			// the call may run, as when its body is cut.
+			return nil, &answerCutError{err: err}
+		}
+		return nil, err
+	}
+	if !marked || resp.StatusCode < 200 || resp.StatusCode > 299 || wire.MediaType(resp) != wire.MediaJSON {
+		return resp, nil
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -459,18 +459,43 @@ func cutMarkedOnce(marker string) (faultproxy.Filter, *atomic.Int64) {
 	}, &cuts
 }
 
+// cutNthMarked is cutMarkedOnce for the nth chunk (from 1) that holds
+// marker.
+func cutNthMarked(marker string, n int64) (faultproxy.Filter, *atomic.Int64) {
+	var seen, cuts atomic.Int64
+	return func(_ int, chunk []byte) faultproxy.Decision {
+		if i := bytes.Index(chunk, []byte(marker)); i >= 0 && seen.Add(1) == n && cuts.CompareAndSwap(0, 1) {
+			return faultproxy.Decision{Forward: i, Cut: true}
+		}
+		return faultproxy.Decision{Forward: len(chunk)}
+	}, &cuts
+}
+
 // TestTaskCreateAnswerCut: the proxy cuts the application/json answer
-// that creates the task inside its body. That call fails with
+// that creates the task inside its body, or inside its header block (the
+// second answer, after the discover's). That call fails with
 // ErrStreamLost, saying it was sent (NotSent false), and is not sent
 // again; the next call on the same ClientSession runs as a task and
-// returns its result.
+// returns its result. Regression for the header block: the call failed
+// with the SDK's own "rejected by transport" error, which no caller can
+// tell from a call that was not sent.
 func TestTaskCreateAnswerCut(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		marker string
+		n      int64
+	}{{"body", `"resultType":"task"`, 1}, {"headers", "HTTP/1.1 200", 2}} {
+		t.Run(tc.name, func(t *testing.T) { createAnswerCut(t, tc.marker, tc.n) })
+	}
+}
+
+func createAnswerCut(t *testing.T, marker string, n int64) {
 	rec, serveURL := inProcess(t, map[string]taskrun.Tool{"countdown": {Support: tasks.Optional}})
 	u, err := url.Parse(serveURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter, cuts := cutMarkedOnce(`"resultType":"task"`)
+	filter, cuts := cutNthMarked(marker, n)
 	p := proxyTo(t, u.Host, filter)
 	cs := taskClient(t, "http://"+p.Addr(), nil, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
