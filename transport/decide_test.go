@@ -243,14 +243,12 @@ func TestDecideGenerationMismatch(t *testing.T) {
 	}
 }
 
-// Row 5: a cursor below the replay floor, and the floor itself (accepted).
-func TestDecideCursorCompacted(t *testing.T) {
-	ctx := testContext(t)
-	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxEvents: 4}}, nil)
-	s := st.initialize(t, ctx, "")
-	// Three echo calls: streams 3, 5, 7 with seq (3,4), (5,6), (7,8).
+// echoStreams calls echo on s with the ids from to to, one after the
+// other, and returns each call's stream: its priming event and response.
+func echoStreams(t *testing.T, ctx context.Context, s *mcptest.Session, from, to int64) [][]mcptest.Event {
+	t.Helper()
 	var streams [][]mcptest.Event
-	for i := int64(2); i <= 4; i++ {
+	for i := from; i <= to; i++ {
 		cs, err := s.Call(ctx, mcptest.ToolCall(i, "echo", map[string]any{"text": "e"}, nil))
 		if err != nil {
 			t.Fatal(err)
@@ -262,6 +260,16 @@ func TestDecideCursorCompacted(t *testing.T) {
 		}
 		streams = append(streams, evs)
 	}
+	return streams
+}
+
+// Row 5: a cursor below the replay floor, and the floor itself (accepted).
+func TestDecideCursorCompacted(t *testing.T) {
+	ctx := testContext(t)
+	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxEvents: 4}}, nil)
+	s := st.initialize(t, ctx, "")
+	// Three echo calls: streams 3, 5, 7 with seq (3,4), (5,6), (7,8).
+	streams := echoStreams(t, ctx, s, 2, 4)
 	// Retention runs right after each append, so the client may read the
 	// last response before its append has trimmed the log: wait for it.
 	b := st.bounds(t, s.Token)
@@ -690,21 +698,7 @@ func TestDecideCursorCompactedForgotten(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, &tidemark.Options{Retention: eventlog.Options{MaxEvents: 4}}, nil)
 	s := st.initialize(t, ctx, "")
-	var first string
-	for i := int64(2); i <= 35; i++ {
-		cs, err := s.Call(ctx, mcptest.ToolCall(i, "echo", map[string]any{"text": "e"}, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := cs.Collect()
-		cs.Close()
-		if err != nil || len(evs) != 2 {
-			t.Fatalf("echo %d: %v, %v", i, evs, err)
-		}
-		if i == 2 {
-			first = evs[0].ID
-		}
-	}
+	first := echoStreams(t, ctx, s, 2, 35)[0][0].ID
 	_, err := s.Resume(ctx, first)
 	se := wantRefusal(t, err, http.StatusConflict, "cursor_compacted")
 	lost, _ := json.Marshal(se.Body.Data["lostRequests"])
