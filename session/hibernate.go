@@ -393,9 +393,11 @@ const hibWarnInterval = time.Second
 
 // hibFailure is a kind of hibernation failure, the key of
 // Registry.hibWarns: whether the session stays awake (keepsAwake) or its
-// generation ends, and the store's reason (storeReason).
+// generation ends, whether it was a wake's letting go of the session
+// again (letGo), and the store's reason (storeReason).
 type hibFailure struct {
 	awake  bool
+	letGo  bool
 	reason replay.Reason
 }
 
@@ -405,6 +407,11 @@ type hibFailure struct {
 // of that kind's lines held back since the last one, when there were
 // any; at DEBUG otherwise.
 func (r *Registry) warnHibFailure(l *Live, kind hibFailure, msg string, attrs ...any) {
+	r.gatedWarn(l.logger, kind, msg, attrs...)
+}
+
+// gatedWarn is warnHibFailure on logger.
+func (r *Registry) gatedWarn(logger *slog.Logger, kind hibFailure, msg string, attrs ...any) {
 	level := slog.LevelDebug
 	if ok, n := r.hibWarns.Pass(kind); ok {
 		level = slog.LevelWarn
@@ -412,7 +419,7 @@ func (r *Registry) warnHibFailure(l *Live, kind hibFailure, msg string, attrs ..
 			attrs = append(attrs, "suppressed", n)
 		}
 	}
-	l.logger.Log(context.Background(), level, msg, attrs...)
+	logger.Log(context.Background(), level, msg, attrs...)
 }
 
 // keepAwake puts l, whose hibernation the store refused, back in the
@@ -653,8 +660,10 @@ func (l *Live) saveWake(ctx context.Context) error {
 // that does not go on.
 func (r *Registry) letGo(ctx context.Context, woken store.Record) {
 	if herr := r.st.Hibernate(context.WithoutCancel(ctx), woken.Token, r.opts.Owner, woken.Generation, woken.State); herr != nil {
-		r.logger.Warn("waking failed, and letting go of the session again failed too; the next request re-creates it at generation+1",
-			"session", store.Prefix(woken.Token), "generation", woken.Generation, "reason", storeReason(herr), "error", herr)
+		reason := storeReason(herr)
+		r.gatedWarn(r.logger, hibFailure{letGo: true, reason: reason},
+			"waking failed, and letting go of the session again failed too; the next request re-creates it at generation+1",
+			"session", store.Prefix(woken.Token), "generation", woken.Generation, "reason", reason, "error", herr)
 	}
 }
 

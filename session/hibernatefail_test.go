@@ -302,3 +302,53 @@ func TestHibernateFailuresLogOncePerInterval(t *testing.T) {
 		t.Fatalf("second WARN line %q: want its session, generation 1 and suppressed=149", last)
 	}
 }
+
+// TestLetGoFailuresLogOncePerInterval: 20 hibernated sessions are asked
+// for by another user while the store refuses hibernation: each wake
+// lets go of its session again, which the store refuses, and that gives
+// one WARN line per second (then DEBUG), not one per wake (regression: 20
+// WARN lines).
+func TestLetGoFailuresLogOncePerInterval(t *testing.T) {
+	ctx := context.Background()
+	clk := testenv.NewClock(time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC))
+	st := &refused{Store: memory.New(memory.Options{Now: clk.Now})}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	defer reg.Close()
+	f := &fixture{clk: clk}
+	var tokens []string
+	for range 20 {
+		l, err := reg.Create(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		initialize(t, f, l)
+		waitFor(t, func() bool { return session.Idle(l) })
+		tokens = append(tokens, l.Token())
+	}
+	clk.Advance(2 * time.Minute)
+	waitFor(t, func() bool { reg.Sweep(ctx); return reg.Hibernated() == 20 })
+	st.refuse.Store(true)
+	for _, tok := range tokens {
+		if l, err := reg.Get(ctx, tok, "mallory"); err == nil {
+			t.Fatalf("session %s woken for another user: generation %d", tok, l.Generation())
+		}
+	}
+	const msg = `msg="waking failed, and letting go of the session again failed too`
+	var warn, debug int
+	for _, line := range strings.Split(logs.String(), "\n") {
+		switch {
+		case strings.Contains(line, "level=WARN "+msg):
+			warn++
+		case strings.Contains(line, "level=DEBUG "+msg):
+			debug++
+		}
+	}
+	if warn != 1 || debug != 19 {
+		t.Fatalf("letting go failed for 20 wakes: %d WARN and %d DEBUG lines, want 1 and 19", warn, debug)
+	}
+}
