@@ -142,7 +142,7 @@ func (c *taskConn) warnFallback() {
 	c.lost = false
 	c.mu.Unlock()
 	if lost {
-		c.opts.Logger.Warn("client: server/discover got no answer within the resume timeout; the SDK falls back to initialize, and no call of this session runs as a task",
+		c.opts.Logger.Warn("client: server/discover got no answer, and one more try would end past the resume timeout; the SDK falls back to initialize, and no call of this session runs as a task",
 			"timeout", c.opts.ResumeTimeout)
 	}
 }

@@ -622,7 +622,7 @@ func TestTaskDiscoverNeverAnswered(t *testing.T) {
 	if discovers < 2 {
 		t.Errorf("%d server/discover sent, want at least 2", discovers)
 	}
-	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "falls back to initialize, and no call of this session runs as a task") {
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "got no answer, and one more try would end past the resume timeout; the SDK falls back to initialize, and no call of this session runs as a task") {
 		t.Errorf("%d WARN lines, want 1 saying the session fell back:\n%s", n, logs.String())
 	}
 	t.Logf("Connect took %v with %d server/discover", took.Round(time.Millisecond), discovers)
