@@ -144,7 +144,8 @@ type Result struct {
 	Response *http.Response
 	// Expired reports that the resume gave up because Policy.Timeout
 	// passed, or would have before the next GET was allowed; Outcome is
-	// then the last one that was to be retried.
+	// then the last one that was to be retried, not counting a GET the
+	// deadline cut after one the server answered.
 	Expired bool
 }
 
@@ -215,7 +216,13 @@ func (s *Stream) run(ctx context.Context, r Request, last Outcome, a Action) (Re
 		if a = s.next(o); a.Do == Continue {
 			return Result{Outcome: o, Response: resp}, nil
 		}
-		last = o
+		// A GET that our own deadline cut tells nothing of the server:
+		// an expired resume reports the answer before it, when a GET had
+		// one (a server that refused every resume is not one that could
+		// not be reached).
+		if !errors.Is(o.Err, ErrDeadline) || last.Status == 0 {
+			last = o
+		}
 	}
 }
 

@@ -297,3 +297,28 @@ func TestGetUnreachable(t *testing.T) {
 		t.Error("Get of an invalid URL: no error")
 	}
 }
+
+// TestResumeDeadlineAfterRefusal: the server answers the first GET 503
+// (to be retried) and holds the next until the deadline cuts it: the
+// expired result reports the 503, the server's last answer, not
+// ErrDeadline, which would read as a server that could not be reached.
+// Regression: the upstream gateway's TestCutResumeRefused failed so on a
+// loaded machine, its last GET cut by the deadline.
+func TestResumeDeadlineAfterRefusal(t *testing.T) {
+	release := make(chan struct{})
+	_, url := start(t, status(http.StatusServiceUnavailable, "", ""), func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	st := &resume.Stream{Policy: resume.Policy{Base: time.Millisecond, Timeout: 300 * time.Millisecond}}
+	res, err := st.Resume(t.Context(), resume.Request{URL: url, Session: "s", LastEventID: "c1"}, io.EOF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Expired || res.Status != http.StatusServiceUnavailable || res.Err != nil {
+		t.Errorf("result %v (status %d, err %v) expired=%v, want expired with the 503", res.Outcome, res.Status, res.Err, res.Expired)
+	}
+}
