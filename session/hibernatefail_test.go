@@ -217,6 +217,24 @@ func TestRoomRefusedHibernationKeepsSession(t *testing.T) {
 	}
 }
 
+// refusingRegistry returns a registry on a refused memory store, with an
+// engine that restores state exactly, hibernating after a minute of the
+// returned clock, and the buffer its log lines, DEBUG included, go to.
+// The test's cleanup closes the registry.
+func refusingRegistry(t *testing.T) (*testenv.Clock, *refused, *session.Registry, *testenv.LogBuffer) {
+	t.Helper()
+	clk := testenv.NewClock(time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC))
+	st := &refused{Store: memory.New(memory.Options{Now: clk.Now}), fenced: map[string]bool{}}
+	eng := gosdk.New(demo.NewServer())
+	eng.Restorable = true
+	logs := &testenv.LogBuffer{}
+	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
+		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	t.Cleanup(func() { reg.Close() })
+	return clk, st, reg, logs
+}
+
 // TestHibernateFailuresLogOncePerInterval: 300 idle sessions (more than
 // one batch of the sweep) whose hibernation the store refuses, every
 // other one unavailable (the session stays awake) and the rest fenced
@@ -228,15 +246,7 @@ func TestRoomRefusedHibernationKeepsSession(t *testing.T) {
 // sweep, 450 here).
 func TestHibernateFailuresLogOncePerInterval(t *testing.T) {
 	ctx := context.Background()
-	clk := testenv.NewClock(time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC))
-	st := &refused{Store: memory.New(memory.Options{Now: clk.Now}), fenced: map[string]bool{}}
-	eng := gosdk.New(demo.NewServer())
-	eng.Restorable = true
-	logs := &testenv.LogBuffer{}
-	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
-		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	defer reg.Close()
+	clk, st, reg, logs := refusingRegistry(t)
 	f := &fixture{clk: clk}
 	lives := make([]*session.Live, 0, 300)
 	for i := range 300 {
@@ -310,15 +320,7 @@ func TestHibernateFailuresLogOncePerInterval(t *testing.T) {
 // WARN lines).
 func TestLetGoFailuresLogOncePerInterval(t *testing.T) {
 	ctx := context.Background()
-	clk := testenv.NewClock(time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC))
-	st := &refused{Store: memory.New(memory.Options{Now: clk.Now})}
-	eng := gosdk.New(demo.NewServer())
-	eng.Restorable = true
-	logs := &testenv.LogBuffer{}
-	reg := session.New(st, eventlog.New(st, eventlog.Options{Now: clk.Now}), eng, session.Options{
-		HibernateAfter: time.Minute, IdleTTL: -1, Owner: "p1", Now: clk.Now,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	defer reg.Close()
+	clk, st, reg, logs := refusingRegistry(t)
 	f := &fixture{clk: clk}
 	var tokens []string
 	for range 20 {
