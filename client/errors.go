@@ -31,7 +31,8 @@ var ErrSessionLost = errors.New("client: session lost")
 // cursor to resume from), the server refused the resume with a status other
 // than 404 or 409 (for example 400 cursor_ahead, or 405 when the server
 // does not resume streams) or with a 409 whose error.data.lostRequests did
-// not list the call, the POST broke after it was sent but before an
+// not list the call (CallError.Ran reports whether it listed the call as
+// answered or running instead), the POST broke after it was sent but before an
 // answer arrived, resuming failed for longer than Transport.ResumeTimeout,
 // or the stream held an event over Transport.MaxEventSize
 // (EventTooLargeError); or, with TaskTransport, the application/json
@@ -107,6 +108,13 @@ type CallError struct {
 	// body written, its answer begun, or its stream broken), when the call
 	// may or may not have run.
 	NotSent bool
+	// Ran reports that the server said the call ran: the 409 that refused
+	// its stream listed its id in error.data.answeredRequests (it finished
+	// in a generation that has ended, and its answer cannot be read) or in
+	// error.data.runningRequests (it still runs, and its answer comes where
+	// no resume reaches). Sending it again runs it twice. False when the
+	// server did not say so, and whenever NotSent.
+	Ran bool
 	// Cause is the network or protocol failure behind Err; nil if none.
 	Cause error
 }
@@ -142,6 +150,9 @@ func (e *CallError) Error() string {
 	if e.Cursor != "" {
 		b = append(b, " at cursor "...)
 		b = append(b, e.Cursor...)
+	}
+	if e.Ran {
+		b = append(b, "; the server says it ran"...)
 	}
 	if e.Cause != nil {
 		b = append(b, ": "...)

@@ -6,6 +6,8 @@
 package client
 
 import (
+	"slices"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/internal/wire"
@@ -17,7 +19,8 @@ import (
 // session whose ids are listed fail at once with ErrSessionLost and the
 // 409's status and reason; st's own call, if still pending and not listed,
 // fails with ErrStreamLost, since this stream was its only way to an
-// answer. The other calls go on. The session is retired: the rule has the
+// answer, and with CallError.Ran when the 409 lists it as answered or
+// running. The other calls go on. The session is retired: the rule has the
 // client initialize again after a 409 (DESIGN.md, "Where the rule comes
 // from"), so new
 // messages go to a new session, and the old one is ended with DELETE once
@@ -52,7 +55,8 @@ func (c *conn) fenceStream(st *stream, ref wire.Refusal) {
 	}
 	c.emit(Event{Kind: EventFenced, Session: s.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason, Calls: failed})
 	if st.call != nil && c.failCall(st.call, &CallError{Method: st.call.method, ID: st.call.id, Session: s.id, Cursor: st.lastID,
-		Status: ref.Status, Reason: ref.Reason, Err: ErrStreamLost, Cause: statusError("GET", ref)}) {
+		Status: ref.Status, Reason: ref.Reason, Err: ErrStreamLost, Ran: slices.Contains(ref.RanRequests, st.call.id),
+		Cause: statusError("GET", ref)}) {
 		c.emit(Event{Kind: EventStreamLost, Session: s.id, Stream: st.label, Cursor: st.lastID, Status: ref.Status, Reason: ref.Reason,
 			Err: statusError("GET", ref)})
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,14 +127,26 @@ func resultFrame(id string, req *jsonrpc.Request, text string) string {
 // conflict answers 409 with reason and, when lost is not nil, the
 // error.data.lostRequests lost (ids as the client sent them).
 func conflict(w http.ResponseWriter, reason replay.Reason, lost []jsonrpc.ID) {
-	data := map[string]any{"reason": reason}
+	data := map[string]any{}
 	if lost != nil {
-		raws := make([]any, len(lost))
-		for i, id := range lost {
-			raws[i] = id.Raw()
-		}
-		data["lostRequests"] = raws
+		data["lostRequests"] = rawIDs(lost)
 	}
+	conflictData(w, reason, data)
+}
+
+// rawIDs renders ids as a JSON list holds them.
+func rawIDs(ids []jsonrpc.ID) []any {
+	raws := make([]any, len(ids))
+	for i, id := range ids {
+		raws[i] = id.Raw()
+	}
+	return raws
+}
+
+// conflictData answers 409 with reason and the other error.data members
+// of data.
+func conflictData(w http.ResponseWriter, reason replay.Reason, data map[string]any) {
+	data["reason"] = reason
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
 		"error": map[string]any{"code": -32001, "message": "the stream cannot be resumed", "data": data}})
 	w.Header().Set("Content-Type", "application/json")
@@ -437,6 +450,44 @@ func omitStreamsCall(t *testing.T, lost []jsonrpc.ID) {
 	waitFor(t, func() bool { return len(fencedEvents(rec)) > 0 })
 	if fenced := fencedEvents(rec); len(fenced) != 1 || fenced[0].Calls != 0 {
 		t.Errorf("fenced events = %+v, want one with Calls 0", fenced)
+	}
+}
+
+// TestStreamLostCallRan: a 409 cursor_compacted that lists the refused
+// stream's call in error.data.answeredRequests or runningRequests, as
+// Tidemark's does, fails it with ErrStreamLost and CallError.Ran, and the
+// error says so: sending it again would run it twice. When the lists
+// name another call only, Ran is false.
+func TestStreamLostCallRan(t *testing.T) {
+	for _, tc := range []struct {
+		name, list string
+		listed     bool
+	}{
+		{"answered", "answeredRequests", true},
+		{"running", "runningRequests", true},
+		{"another call answered", "answeredRequests", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, cl, url, _ := lostServer(t)
+			script(s, cl, nil)
+			s.resume = func(w http.ResponseWriter, r *http.Request, cursor string) {
+				ran := cl.id("a")
+				if !tc.listed {
+					ran, _ = jsonrpc.MakeID("not-a")
+				}
+				conflictData(w, replay.ReasonCursorCompacted, map[string]any{
+					"lostRequests": []any{}, tc.list: rawIDs([]jsonrpc.ID{ran})})
+			}
+			cs := connect(t, url, newRecorder(), nil)
+			r := await(t, start(t.Context(), cs, "a"), "call a", atOnce+time.Second)
+			var ce *client.CallError
+			if !errors.Is(r.err, client.ErrStreamLost) || !errors.As(r.err, &ce) || ce.Status != http.StatusConflict {
+				t.Fatalf("call a = %v; want ErrStreamLost with 409", r.err)
+			}
+			if ce.Ran != tc.listed || strings.Contains(ce.Error(), "; the server says it ran") != tc.listed {
+				t.Errorf("call a: Ran %v, error %q; want Ran %v, said in the error", ce.Ran, ce.Error(), tc.listed)
+			}
+		})
 	}
 }
 

@@ -220,6 +220,13 @@ type Refusal struct {
 	// an array. False when the key is absent (the server cannot tell), null
 	// or not an array.
 	LostKnown bool
+	// RanRequests holds the ids of error.data.answeredRequests and then of
+	// error.data.runningRequests, which Tidemark adds to a 409 beside
+	// lostRequests: the refused stream's requests that finished in the
+	// generation that ended, and those the live generation still runs.
+	// Each has run, or runs, on the server, so sending it again runs it
+	// twice. Nil when the body has neither.
+	RanRequests []jsonrpc.ID
 }
 
 // String renders the refusal for an error message: "HTTP 404", then " "
@@ -238,7 +245,8 @@ func (r Refusal) String() string {
 // ReadRefusal reads up to MaxRefusalBody bytes of resp's body, closes it,
 // and returns the refusal it holds. It never fails: a body that cannot be
 // read or is not a JSON-RPC error yields its start as Message. An element
-// of lostRequests that is neither a string nor a number is skipped.
+// of a list of request ids that is neither a string nor a number is
+// skipped.
 func ReadRefusal(resp *http.Response) Refusal {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxRefusalBody))
@@ -253,8 +261,10 @@ func ParseRefusal(status int, body []byte) Refusal {
 		Error *struct {
 			Message string `json:"message"`
 			Data    struct {
-				Reason       string          `json:"reason"`
-				LostRequests json.RawMessage `json:"lostRequests"`
+				Reason           string          `json:"reason"`
+				LostRequests     json.RawMessage `json:"lostRequests"`
+				AnsweredRequests json.RawMessage `json:"answeredRequests"`
+				RunningRequests  json.RawMessage `json:"runningRequests"`
 			} `json:"data"`
 		} `json:"error"`
 	}
@@ -263,15 +273,22 @@ func ParseRefusal(status int, body []byte) Refusal {
 		return r
 	}
 	r.Reason, r.Message = env.Error.Data.Reason, env.Error.Message
-	r.LostRequests, r.LostKnown = lostRequests(env.Error.Data.LostRequests)
+	d := env.Error.Data
+	r.LostRequests, r.LostKnown = requestIDs(d.LostRequests)
+	answered, _ := requestIDs(d.AnsweredRequests)
+	running, _ := requestIDs(d.RunningRequests)
+	if len(answered)+len(running) > 0 {
+		r.RanRequests = append(answered, running...)
+	}
 	return r
 }
 
-// lostRequests decodes error.data.lostRequests: ok is false unless raw is
-// a JSON array. Ids are decoded as the go-sdk decodes a message's id (a
+// requestIDs decodes a list of request ids of error.data (lostRequests,
+// answeredRequests, runningRequests): ok is false unless raw is a JSON
+// array. Ids are decoded as the go-sdk decodes a message's id (a
 // number becomes an integer id, a string a string id), so they compare
 // equal to the ids of the requests sent.
-func lostRequests(raw json.RawMessage) (ids []jsonrpc.ID, ok bool) {
+func requestIDs(raw json.RawMessage) (ids []jsonrpc.ID, ok bool) {
 	var vals []any
 	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &vals) != nil {
 		return nil, false

@@ -107,6 +107,13 @@ func TestReadRefusal(t *testing.T) {
 			Refusal{Status: 409, Message: "m"}},
 		{"invalid ids skipped", `{"error":{"message":"m","data":{"lostRequests":[null,{"a":1},true,5]}}}`,
 			Refusal{Status: 409, Message: "m", LostKnown: true, LostRequests: []jsonrpc.ID{id(float64(5))}}},
+		{"answered and running", `{"error":{"message":"m","data":{"reason":"cursor_compacted","lostRequests":[],"answeredRequests":[8,"b"],"runningRequests":[7]}}}`,
+			Refusal{Status: 409, Reason: "cursor_compacted", Message: "m", LostKnown: true, LostRequests: []jsonrpc.ID{},
+				RanRequests: []jsonrpc.ID{id(float64(8)), id("b"), id(float64(7))}}},
+		{"running only", `{"error":{"message":"m","data":{"runningRequests":[7],"answeredRequests":null}}}`,
+			Refusal{Status: 409, Message: "m", RanRequests: []jsonrpc.ID{id(float64(7))}}},
+		{"empty ran lists", `{"error":{"message":"m","data":{"answeredRequests":[],"runningRequests":[]}}}`,
+			Refusal{Status: 409, Message: "m"}},
 		{"plain text", "  Method Not Allowed\n", Refusal{Status: 409, Message: "Method Not Allowed"}},
 		{"long text clipped at a character", long, Refusal{Status: 409, Message: strings.Repeat("é", 100) + "…"}},
 		{"JSON without error", `{"result":{}}`, Refusal{Status: 409, Message: `{"result":{}}`}},
@@ -114,7 +121,8 @@ func TestReadRefusal(t *testing.T) {
 		got := ReadRefusal(response(409, MediaJSON, tc.body))
 		if got.Status != tc.want.Status || got.Reason != tc.want.Reason || got.Message != tc.want.Message ||
 			got.LostKnown != tc.want.LostKnown || !slices.Equal(got.LostRequests, tc.want.LostRequests) ||
-			(got.LostRequests == nil) != (tc.want.LostRequests == nil) {
+			(got.LostRequests == nil) != (tc.want.LostRequests == nil) ||
+			!slices.Equal(got.RanRequests, tc.want.RanRequests) || (got.RanRequests == nil) != (tc.want.RanRequests == nil) {
 			t.Errorf("%s: ReadRefusal = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
