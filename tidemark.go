@@ -43,7 +43,9 @@ import (
 // documented defaults of each part.
 type Options struct {
 	// Store keeps session records and event logs. Default: a new
-	// memory.Store (sessions end with the process). The Handler closes it.
+	// memory.Store (sessions end with the process, so Close releases what
+	// hibernated sessions keep outside it: session.Options.ReleaseOnClose).
+	// The Handler closes it.
 	Store store.Store
 	// Retention bounds each session's event log and the process's total;
 	// see eventlog.Options.
@@ -200,6 +202,9 @@ func NewEngineHandler(eng engine.Engine, opts *Options) *Handler {
 	}
 	if o.Store == nil {
 		o.Store = memory.New(memory.Options{})
+	}
+	if _, ok := o.Store.(*memory.Store); ok {
+		o.Sessions.ReleaseOnClose = true
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = defaultSweepInterval(o.Sessions.IdleTTL, o.Sessions.HibernateAfter, o.Retention.MaxAge)

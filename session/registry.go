@@ -87,6 +87,15 @@ type Options struct {
 	// ends with the process (store/memory), whose sessions have no next
 	// process to wake in.
 	HandOver bool
+	// ReleaseOnClose says the store's records end with the process (the
+	// memory store), so that Close hands what each session this registry
+	// hibernated keeps outside the process to the engine
+	// (engine.Releaser), as the session's end would: no later process can
+	// wake such a session, and a gateway's upstream session gets its
+	// DELETE at once rather than at the upstream's idle timeout.
+	// tidemark.NewHandler sets it for a memory.Store. Default false: the
+	// kept state waits in the store for the next process.
+	ReleaseOnClose bool
 	// MaxSessions is the most sessions whose live state this process holds;
 	// creating or waking one more hibernates the least recently used
 	// session that is not busy, or evicts it (its open streams end) when
@@ -610,7 +619,8 @@ func (r *Registry) Len() int {
 
 // Close closes every live session's engine state and refuses new work. It
 // does not end the sessions in the store: a durable store keeps them for
-// the next process. With leases (Options.Lease > 0) it makes the leases
+// the next process. With Options.ReleaseOnClose it releases what the
+// sessions it hibernated keep outside the process (engine.Releaser). With leases (Options.Lease > 0) it makes the leases
 // it held lapse at once, so that other replicas take those sessions over
 // at the next request instead of after the lease.
 func (r *Registry) Close() error {
@@ -627,12 +637,21 @@ func (r *Registry) Close() error {
 		l.lruIndex = -1
 	}
 	r.lru = nil
+	var hibernated []string
+	if r.opts.ReleaseOnClose {
+		hibernated = r.hibernatedTokensLocked()
+	}
 	r.mu.Unlock()
 	for _, l := range all {
 		l.close(replay.ReasonShutdown)
 	}
 	r.releaseLeases(all)
 	r.closing.Wait()
+	for _, token := range hibernated {
+		if rec, err := r.st.Get(context.Background(), token); err == nil {
+			r.release(rec)
+		}
+	}
 	return nil
 }
 

@@ -26,3 +26,18 @@ func (r *Registry) release(rec store.Record) {
 	}
 	rel.Release(st.Suspended)
 }
+
+// hibernatedTokensLocked returns the token of every session this
+// registry hibernated, and empties its index of them. r.mu is held.
+func (r *Registry) hibernatedTokensLocked() []string {
+	tokens := make([]string, 0, r.hibernated.len())
+	r.hibernated.each(func(k tokenKey, long string, _ hibernation) bool {
+		if long == "" {
+			long = k.String()
+		}
+		tokens = append(tokens, long)
+		return true
+	})
+	r.hibernated = newHibIndex()
+	return tokens
+}

@@ -345,10 +345,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	op.attach(h, readiness(b.st, b.fleet, c.fleet.replicaID, c.fleet.advertise(ln, c.path)))
 	// closeHandler ends every session's live state; in gateway mode all
 	// subprocesses (or upstream sessions) end at once first, so none
-	// outlives us.
+	// outlives us. On the memory store the handler's Close then releases
+	// the upstream sessions that hibernated sessions keep
+	// (session.Options.ReleaseOnClose), and the engine's second Close
+	// waits for those DELETEs.
 	closeHandler := func() {
 		closeEngine()
 		h.Close()
+		closeEngine()
 	}
 	return c.run(ln, h, b, op, closeHandler, c.servedAttrs(fs), logger)
 }

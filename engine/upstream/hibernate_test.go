@@ -334,3 +334,40 @@ func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
 		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
 	}
 }
+
+// TestMemoryCloseReleasesHibernated: on the memory store, whose sessions
+// end with the process, closing the gateway ends the kept upstream
+// session of every hibernated session with exactly one DELETE, as it
+// ends a live one's; a session woken before the close is ended once
+// too. tidemark serve closes the engine, then the handler, then the
+// engine again, which waits for those DELETEs.
+func TestMemoryCloseReleasesHibernated(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	g, clk := hibernatingGateway(t, up.URL(), upstream.Options{})
+	ctx := testContext(t)
+	a := g.initialize(t, ctx)
+	g.initialize(t, ctx)
+	g.initialize(t, ctx)
+	g.hibernate(t, clk, 3)
+	if _, err := a.Call(ctx, mcptest.ToolCall(2, "echo", map[string]string{"text": "hi"}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	up.mu.Lock()
+	ids := slices.Clone(up.sessions)
+	up.mu.Unlock()
+
+	g.eng.Close()
+	if err := g.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.eng.Close()
+	var got []string
+	for _, r := range up.requests(http.MethodDelete, "") {
+		got = append(got, r.header.Get("Mcp-Session-Id"))
+	}
+	slices.Sort(got)
+	slices.Sort(ids)
+	if !slices.Equal(got, ids) {
+		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
+	}
+}

@@ -284,9 +284,11 @@ func (e *Engine) release(c *conn) {
 }
 
 // Close ends every generation's live state, as Session.Close does, waits
-// (at most Options.Timeout) for the DELETEs of their upstream sessions,
-// and makes later Starts fail. Call it on shutdown, after the handler's
-// Close.
+// (at most Options.Timeout) for the DELETEs of their upstream sessions
+// and of those Release has started, and makes later Starts fail. Call it
+// on shutdown, after the handler's Close, whose release of hibernated
+// sessions on the memory store (session.Options.ReleaseOnClose) starts
+// DELETEs; called again, it waits for those started since.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
