@@ -638,7 +638,9 @@ func (r *Registry) Close() error {
 	}
 	r.lru = nil
 	var hibernated []string
-	if r.opts.ReleaseOnClose {
+	if _, releases := r.engine.(engine.Releaser); releases && r.opts.ReleaseOnClose {
+		// A read of each hibernated record, at shutdown, only for an
+		// engine that has something to release.
 		hibernated = r.hibernatedTokensLocked()
 	}
 	r.mu.Unlock()
