@@ -70,132 +70,69 @@ type taskCollectors struct {
 // when reg already has collectors of the same names (a second Recorder on
 // one registry).
 func New(reg prometheus.Registerer) (*Recorder, error) {
+	m := &registrar{reg: reg}
 	r := &Recorder{
 		reg: reg,
-		operation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "mcp_server_operation_duration_seconds",
-			Help:    "MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent (OpenTelemetry mcp.server.operation.duration).",
-			Buckets: mcpBuckets,
-		}, []string{"mcp_method_name", "error_type"}),
-		session: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "mcp_server_session_duration_seconds",
-			Help:    "The duration of the MCP session as observed on the MCP server (OpenTelemetry mcp.server.session.duration), by the reason it ended.",
-			Buckets: mcpBuckets,
-		}, []string{"reason"}),
-		created: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_sessions_created_total",
-			Help: "Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed).",
-		}),
-		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tidemark_streams_open",
-			Help: "SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID), listen (a 2026-07-28 subscriptions/listen stream).",
-		}, []string{"kind"}),
-		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_resumes_total",
-			Help: "GETs with Last-Event-ID answered, by outcome (accepted, refused) and reason (replay, or the refusal's reason).",
-		}, []string{"outcome", "reason"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_refusals_total",
-			Help: "Requests refused with an HTTP error status and a JSON-RPC error body, by status and reason.",
-		}, []string{"status", "reason"}),
-		appended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_events_appended_total",
-			Help: "Events appended to session event logs.",
-		}),
-		replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_events_replayed_total",
-			Help: "Events replayed to resumed streams (those below the high-water mark the resume found).",
-		}),
-		replayTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tidemark_replay_duration_seconds",
-			Help:    "Time from an accepted resume until its stream has replayed every event up to the high-water mark it found.",
-			Buckets: fastBuckets,
-		}),
-		generations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_generations_created_total",
-			Help: "Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation), generation_lost (this process ended the generation, whose events were not stored).",
-		}, []string{"cause"}),
-		hibernated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_sessions_hibernated_total",
-			Help: "Idle sessions hibernated: their live state given up, their record kept in the store.",
-		}),
-		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_session_wakes_total",
-			Help: "Hibernated sessions woken by a request, by generation: same (the engine restored the state exactly) or next (generation+1).",
-		}, []string{"generation"}),
-		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_fenced_writes_total",
-			Help: "Store writes refused because they carried a generation the session has moved past, by store operation.",
-		}, []string{"operation"}),
-		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_retention_trimmed_events_total",
-			Help: "Events removed from session logs by retention (events, bytes, age, budget).",
-		}),
-		floorRaises: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_replay_floor_raises_total",
-			Help: "Times retention raised a session's replay floor.",
-		}),
-		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tidemark_store_operation_duration_seconds",
-			Help:    "Duration of store calls, by store (memory, durable, redis) and operation.",
-			Buckets: fastBuckets,
-		}, []string{"store", "operation"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_store_errors_total",
-			Help: "Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation.",
-		}, []string{"store", "operation"}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_takeovers_total",
-			Help: "Sessions this replica took over from a replica whose lease lapsed (fleet mode).",
-		}),
-		processes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_subprocesses_running",
-			Help: "Gateway subprocesses running (serve --stdio).",
-		}),
-		exits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_subprocess_exits_total",
-			Help: "Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own).",
-		}, []string{"reason"}),
+		operation: m.histogramVec("mcp_server_operation_duration_seconds", mcpBuckets, []string{"mcp_method_name", "error_type"},
+			"MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent (OpenTelemetry mcp.server.operation.duration)."),
+		session: m.histogramVec("mcp_server_session_duration_seconds", mcpBuckets, []string{"reason"},
+			"The duration of the MCP session as observed on the MCP server (OpenTelemetry mcp.server.session.duration), by the reason it ended."),
+		created: m.counter("tidemark_sessions_created_total",
+			"Sessions created at generation 1 by an initialize request in this process, those whose initialize then failed included (they end with reason initialize_failed)."),
+		streams: m.gaugeVec("tidemark_streams_open", []string{"kind"},
+			"SSE streams writing to a connection, by kind: post (a POST's response), standalone (GET), resumed (GET with Last-Event-ID), listen (a 2026-07-28 subscriptions/listen stream)."),
+		resumes: m.counterVec("tidemark_resumes_total", []string{"outcome", "reason"},
+			"GETs with Last-Event-ID answered, by outcome (accepted, refused) and reason (replay, or the refusal's reason)."),
+		refusals: m.counterVec("tidemark_refusals_total", []string{"status", "reason"},
+			"Requests refused with an HTTP error status and a JSON-RPC error body, by status and reason."),
+		appended: m.counter("tidemark_events_appended_total",
+			"Events appended to session event logs."),
+		replayed: m.counter("tidemark_events_replayed_total",
+			"Events replayed to resumed streams (those below the high-water mark the resume found)."),
+		replayTime: m.histogram("tidemark_replay_duration_seconds", fastBuckets,
+			"Time from an accepted resume until its stream has replayed every event up to the high-water mark it found."),
+		generations: m.counterVec("tidemark_generations_created_total", []string{"cause"},
+			"Sessions' live state re-created at generation+1, by cause: owner_gone (restart), lease_expired (takeover), engine_ended (the engine session or subprocess ended), hibernated (woken from a hibernation that could not keep the generation), generation_lost (this process ended the generation, whose events were not stored)."),
+		hibernated: m.counter("tidemark_sessions_hibernated_total",
+			"Idle sessions hibernated: their live state given up, their record kept in the store."),
+		wakes: m.counterVec("tidemark_session_wakes_total", []string{"generation"},
+			"Hibernated sessions woken by a request, by generation: same (the engine restored the state exactly) or next (generation+1)."),
+		fenced: m.counterVec("tidemark_fenced_writes_total", []string{"operation"},
+			"Store writes refused because they carried a generation the session has moved past, by store operation."),
+		trimmed: m.counter("tidemark_retention_trimmed_events_total",
+			"Events removed from session logs by retention (events, bytes, age, budget)."),
+		floorRaises: m.counter("tidemark_replay_floor_raises_total",
+			"Times retention raised a session's replay floor."),
+		storeTime: m.histogramVec("tidemark_store_operation_duration_seconds", fastBuckets, []string{"store", "operation"},
+			"Duration of store calls, by store (memory, durable, redis) and operation."),
+		storeErrors: m.counterVec("tidemark_store_errors_total", []string{"store", "operation"},
+			"Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation."),
+		takeovers: m.counter("tidemark_takeovers_total",
+			"Sessions this replica took over from a replica whose lease lapsed (fleet mode)."),
+		processes: m.gauge("tidemark_subprocesses_running",
+			"Gateway subprocesses running (serve --stdio)."),
+		exits: m.counterVec("tidemark_subprocess_exits_total", []string{"reason"},
+			"Gateway subprocesses that exited, by reason: closed (their session ended or the server stopped), fenced, initialize_timeout, server_exited (on their own)."),
 		tasks: taskCollectors{
-			created: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "tidemark_tasks_created_total",
-				Help: "Tasks created by this process (Tasks extension).",
-			}),
-			settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "tidemark_tasks_settled_total",
-				Help: "Tasks this process stored as terminal, by status (completed, failed, cancelled) and reason: none when the call's own outcome settled it, else why Tidemark did (executor_lost, task_expired, result_too_large).",
-			}, []string{"status", "reason"}),
-			cancels: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "tidemark_tasks_cancel_requests_total",
-				Help: "tasks/cancel requests received by this process that asked a working or input_required task to stop.",
-			}),
-			reruns: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "tidemark_tasks_reruns_total",
-				Help: "Calls of idempotent tools run again by this process after their executor was lost (--task-rerun).",
-			}),
-			running: prometheus.NewGauge(prometheus.GaugeOpts{
-				Name: "tidemark_tasks_running",
-				Help: "Rounds of tasks running in this process.",
-			}),
-			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name:    "tidemark_task_duration_seconds",
-				Help:    "Time from a task's creation until this process stored it as terminal, by status.",
-				Buckets: mcpBuckets,
-			}, []string{"status"}),
+			created: m.counter("tidemark_tasks_created_total",
+				"Tasks created by this process (Tasks extension)."),
+			settled: m.counterVec("tidemark_tasks_settled_total", []string{"status", "reason"},
+				"Tasks this process stored as terminal, by status (completed, failed, cancelled) and reason: none when the call's own outcome settled it, else why Tidemark did (executor_lost, task_expired, result_too_large)."),
+			cancels: m.counter("tidemark_tasks_cancel_requests_total",
+				"tasks/cancel requests received by this process that asked a working or input_required task to stop."),
+			reruns: m.counter("tidemark_tasks_reruns_total",
+				"Calls of idempotent tools run again by this process after their executor was lost (--task-rerun)."),
+			running: m.gauge("tidemark_tasks_running",
+				"Rounds of tasks running in this process."),
+			duration: m.histogramVec("tidemark_task_duration_seconds", mcpBuckets, []string{"status"},
+				"Time from a task's creation until this process stored it as terminal, by status."),
 		},
 	}
 	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed, metrics.StreamListen} {
 		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
 	}
-	for _, c := range []prometheus.Collector{
-		r.operation, r.session, r.created, r.streams, r.resumes, r.refusals,
-		r.appended, r.replayed, r.replayTime, r.generations, r.hibernated, r.wakes, r.fenced, r.trimmed,
-		r.floorRaises, r.storeTime, r.storeErrors, r.takeovers, r.processes, r.exits,
-		r.tasks.created, r.tasks.settled, r.tasks.cancels, r.tasks.reruns, r.tasks.running, r.tasks.duration,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if m.err != nil {
+		return nil, m.err
 	}
 	return r, nil
 }
@@ -207,23 +144,65 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 // session this replica holds, it holds under a lease. It fails as New
 // does.
 func (r *Recorder) WatchSessions(live, hibernated func() int, leased bool) error {
-	err := r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tidemark_sessions_live",
-		Help: "Sessions whose live state this process holds.",
-	}, func() float64 { return float64(live()) }))
-	if err == nil {
-		err = r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tidemark_sessions_hibernated",
-			Help: "Sessions this process hibernated since it started that it has not seen woken or ended since: only their record is kept, in the store.",
-		}, func() float64 { return float64(hibernated()) }))
+	m := &registrar{reg: r.reg}
+	m.gaugeFunc("tidemark_sessions_live",
+		"Sessions whose live state this process holds.", live)
+	m.gaugeFunc("tidemark_sessions_hibernated",
+		"Sessions this process hibernated since it started that it has not seen woken or ended since: only their record is kept, in the store.", hibernated)
+	if leased {
+		m.gaugeFunc("tidemark_leases_held",
+			"Session leases this replica holds (fleet mode).", live)
 	}
-	if err != nil || !leased {
-		return err
+	return m.err
+}
+
+// registrar creates collectors and registers each on reg as it creates
+// it, in that order. After the first registration that fails it
+// registers no more, and err holds that failure, so a caller declares its
+// collectors one after another and checks err once.
+type registrar struct {
+	reg prometheus.Registerer
+	err error
+}
+
+// register registers c on m.reg unless an earlier registration failed,
+// and returns c.
+func register[C prometheus.Collector](m *registrar, c C) C {
+	if m.err == nil {
+		m.err = m.reg.Register(c)
 	}
-	return r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tidemark_leases_held",
-		Help: "Session leases this replica holds (fleet mode).",
-	}, func() float64 { return float64(live()) }))
+	return c
+}
+
+func (m *registrar) counter(name, help string) prometheus.Counter {
+	return register(m, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+func (m *registrar) counterVec(name string, labels []string, help string) *prometheus.CounterVec {
+	return register(m, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func (m *registrar) gauge(name, help string) prometheus.Gauge {
+	return register(m, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
+func (m *registrar) gaugeVec(name string, labels []string, help string) *prometheus.GaugeVec {
+	return register(m, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
+// gaugeFunc registers a gauge whose value is read from value at each
+// scrape.
+func (m *registrar) gaugeFunc(name, help string, value func() int) {
+	register(m, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(value()) }))
+}
+
+// histogram and histogramVec take their bucket boundaries in seconds.
+func (m *registrar) histogram(name string, buckets []float64, help string) prometheus.Histogram {
+	return register(m, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+func (m *registrar) histogramVec(name string, buckets []float64, labels []string, help string) *prometheus.HistogramVec {
+	return register(m, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
 // RegisterBuildInfo registers on reg the gauge tidemark_build_info, whose
