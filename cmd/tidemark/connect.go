@@ -98,12 +98,8 @@ func addHeader(h http.Header, s string, lookup func(string) (string, bool)) erro
 // cannot be read, 2 on a usage error.
 func runConnect(args []string, stdout, stderr io.Writer) int {
 	fs, c := connectFlags(stderr)
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	if code, ok := parseCommand(fs, args, &c.version, stdout, stderr); !ok {
 		return code
-	}
-	if c.version {
-		printVersion(stdout)
-		return 0
 	}
 	if fs.NArg() != 1 {
 		hint := ""

@@ -48,6 +48,21 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok
 	return 2, false
 }
 
+// parseCommand parses args with fs as parseFlags does, for a command
+// whose --version flag sets *version: given it, the command prints the
+// build on stdout (printVersion) and exits 0 before it checks anything
+// else, so ok is false with code 0.
+func parseCommand(fs *flag.FlagSet, args []string, version *bool, stdout, stderr io.Writer) (code int, ok bool) {
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code, false
+	}
+	if *version {
+		printVersion(stdout)
+		return 0, false
+	}
+	return 0, true
+}
+
 // setFailure is a value a flag refused: the flag, the value as given and
 // the flag's error.
 type setFailure struct {

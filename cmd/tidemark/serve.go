@@ -259,12 +259,8 @@ func (c *serveConfig) check() error {
 
 func serve(args []string, stdout, stderr io.Writer) int {
 	fs, c := serveFlags(stderr)
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	if code, ok := parseCommand(fs, args, &c.version, stdout, stderr); !ok {
 		return code
-	}
-	if c.version {
-		printVersion(stdout)
-		return 0
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)
 	if err != nil {
