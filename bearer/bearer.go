@@ -307,12 +307,13 @@ func (s *stringList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// verifyJWT checks token's signature against ks (fetching the set when
-// it lacks the token's key), its issuer (go-oidc), then its claims. It
+// verifyJWT checks token, a JWS in the compact serialization, the only
+// one a JWT has (RFC 7519, section 7.2), and its signature against ks
+// (fetching the set when it lacks the token's key), its issuer (go-oidc), then its claims. It
 // also returns the key set's epoch read before the signature check, so
 // that a key set changed during the check voids the finding.
 func (v *Verifier) verifyJWT(ctx context.Context, ks *keySet, token string) (*auth.TokenInfo, uint64, error) {
-	jws, err := jose.ParseSigned(token, signingAlgs)
+	jws, err := jose.ParseSignedCompact(token, signingAlgs)
 	if err != nil || len(jws.Signatures) != 1 {
 		return nil, 0, invalid("the token is not a JWT signed with one asymmetric key")
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,6 +139,7 @@ func TestJWT(t *testing.T) {
 		{"known kid, other key", sign(t, other, "k1", claims(is, nil)),
 			"invalid token: failed to verify signature: no key of the issuer's key set verifies the signature"},
 		{"opaque", "abc.def", "invalid token: the token is not a JWT, and no introspection endpoint is configured"},
+		{"valid JWS in JSON serialization", jsonSerialized(good), "invalid token: the token is not a JWT signed with one asymmetric key"},
 	} {
 		_, err := v.Verify(ctx, c.token, nil)
 		if !errors.Is(err, auth.ErrInvalidToken) || err.Error() != c.want {
@@ -153,6 +155,15 @@ func TestJWT(t *testing.T) {
 			t.Errorf("within the skew: %v", err)
 		}
 	}
+}
+
+// jsonSerialized returns the JWS of the compact JWT token in the JWS JSON
+// serialization (RFC 7515, section 7.2), signature intact, with an
+// unprotected header that brings its dots to two, as a JWT's: a JWT is
+// compact only (RFC 7519, section 7.2).
+func jsonSerialized(token string) string {
+	p := strings.Split(token, ".")
+	return `{"protected":"` + p[0] + `","header":{"x":"a.b."},"payload":"` + p[1] + `","signature":"` + p[2] + `"}`
 }
 
 // TestKeyRotation: a token naming a key the set does not hold fetches the

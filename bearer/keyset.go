@@ -162,7 +162,7 @@ func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error
 }
 
 func (k *keySet) verifySignature(jwt string) ([]byte, error) {
-	jws, err := jose.ParseSigned(jwt, signingAlgs)
+	jws, err := jose.ParseSignedCompact(jwt, signingAlgs)
 	if err != nil {
 		return nil, err
 	}
