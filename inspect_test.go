@@ -194,7 +194,7 @@ func TestTaskInspector(t *testing.T) {
 		}
 		line := ""
 		for _, kv := range sp.Attributes() {
-			line += " " + string(kv.Key) + "=" + kv.Value.Emit()
+			line += " " + string(kv.Key) + "=" + kv.Value.String()
 		}
 		if l := sp.Links(); len(l) == 1 {
 			line += " link=" + l[0].SpanContext.TraceID().String()

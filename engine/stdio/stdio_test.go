@@ -561,7 +561,7 @@ func TestCrashFailsCallsInFlight(t *testing.T) {
 		errs[fmt.Sprint(r.ID.Raw())] = fmt.Sprintf("%d %s %s", we.Code, we.Data, we.Message)
 	}
 	for _, callID := range []string{"4", "other"} {
-		want := fmt.Sprintf(`-32603 {"generation":1,"reason":"server_exited"} the MCP server process of this session exited (signal: killed) before answering; the session's next request starts a new one at generation 2`)
+		want := `-32603 {"generation":1,"reason":"server_exited"} the MCP server process of this session exited (signal: killed) before answering; the session's next request starts a new one at generation 2`
 		if errs[callID] != want {
 			t.Errorf("call %s: error %q, want %q", callID, errs[callID], want)
 		}

@@ -115,7 +115,6 @@ func TestInputRequiredResultHasNoNull(t *testing.T) {
 	ctx := testContext(t)
 	up := newUpstream(t, mcp.StreamableHTTPOptions{Stateless: true})
 	g := newGateway(t, up.URL(), upstream.Options{})
-	req := sessionlessRequest(t, ctx, g, 9, "tools/call")
 	body, err := jsonrpc.EncodeMessage(mcptest.MustCall(9, "tools/call", map[string]any{
 		"name": "confirm", "arguments": map[string]any{"question": "Proceed?"},
 		"_meta": map[string]any{
@@ -127,7 +126,7 @@ func TestInputRequiredResultHasNoNull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err = g.client.NewRequest(ctx, http.MethodPost, body)
+	req, err := g.client.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 type stormRun struct {
 	status     int
 	firstEvent time.Duration // from the release to the first event
-	done       time.Duration // from the release to the call's response
 	repeated   int
 	diff       string
 	err        error
@@ -110,7 +109,6 @@ func (p stormSession) resume(ctx context.Context, t0 time.Time, sigs []string) s
 			break
 		}
 	}
-	r.done = time.Since(t0)
 	all := append(p.before, after...)
 	r.repeated = repeats(all)
 	r.diff = compare(signatures(all), sigs)
@@ -123,7 +121,7 @@ func (p stormSession) resume(ctx context.Context, t0 time.Time, sigs []string) s
 func judgeStorm(runs []stormRun, total time.Duration) Result {
 	var statuses []int
 	errCount, dup, incomplete := 0, 0, 0
-	var firsts, dones []time.Duration
+	var firsts []time.Duration
 	firstErr := ""
 	for _, r := range runs {
 		statuses = append(statuses, r.status)
@@ -141,7 +139,6 @@ func judgeStorm(runs []stormRun, total time.Duration) Result {
 			}
 		default:
 			firsts = append(firsts, r.firstEvent)
-			dones = append(dones, r.done)
 		}
 	}
 	codes := map[int]int{}
