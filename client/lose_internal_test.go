@@ -37,6 +37,7 @@ func TestLoseSessionTakesCallsBeforeLostCloses(t *testing.T) {
 		cancel:   cancel,
 		incoming: make(chan jsonrpc.Message, 4),
 		done:     make(chan struct{}),
+		closing:  make(chan struct{}),
 		calls:    map[jsonrpc.ID]*call{},
 	}
 	s := newSession("S1")

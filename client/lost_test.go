@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -304,6 +305,54 @@ func TestLostRequestsFailExactlyThose(t *testing.T) {
 	waitFor(t, func() bool { return s.seenIndex("DELETE "+firstSession) >= 0 })
 	if s.seenIndex("DELETE "+secondSession) >= 0 {
 		t.Errorf("the new session was deleted: %v", s.seen)
+	}
+}
+
+// TestCloseOpensNoSession: Close DELETEs the session. A server that ends
+// the session's streams first, answering their resume 404 while the
+// DELETE is still under way (a --stdio gateway whose server takes a
+// second to stop), gets no second initialize: a session opened then would
+// be left to the server's idle timeout.
+func TestCloseOpensNoSession(t *testing.T) {
+	s, _, url, done := lostServer(t)
+	opened, ended := make(chan struct{}, 1), make(chan struct{})
+	s.standalone = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		write(w, "id: g0\nretry: 10\ndata:\n\n")
+		select {
+		case opened <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ended:
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}
+	s.resume = func(w http.ResponseWriter, r *http.Request, cursor string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"session not found","data":{"reason":"session_not_found"}}}`)
+	}
+	s.del = func(r *http.Request) {
+		close(ended)
+		time.Sleep(300 * time.Millisecond) // the server stops meanwhile
+	}
+	rec := newRecorder()
+	cs := connect(t, url, rec, nil)
+	select {
+	case <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no standalone GET within 5s")
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // what a late re-initialization would send
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions != 1 {
+		t.Errorf("initialize answered %d times, want 1: requests %v", s.sessions, s.seen)
 	}
 }
 

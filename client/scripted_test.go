@@ -33,6 +33,8 @@ type scripted struct {
 	resume func(w http.ResponseWriter, r *http.Request, cursor string)
 	// standalone, when set, answers a GET without Last-Event-ID; nil: 405.
 	standalone func(w http.ResponseWriter, r *http.Request)
+	// del, when set, runs before a DELETE is answered 204.
+	del func(r *http.Request)
 
 	mu       sync.Mutex
 	token    any        // the progress token of the last tools/call
@@ -73,6 +75,9 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case http.MethodDelete:
 		s.saw("DELETE " + r.Header.Get("Mcp-Session-Id"))
+		if s.del != nil {
+			s.del(r)
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}

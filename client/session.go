@@ -108,7 +108,7 @@ func (c *conn) renew(ctx context.Context, lost *session, own bool) (*session, er
 		c.mu.Unlock()
 		return s, nil
 	}
-	if c.renewing == nil && !c.closed {
+	if c.renewing == nil && !c.closingLocked() {
 		ch := make(chan struct{})
 		c.renewing = ch
 		params := c.initParams
@@ -123,6 +123,9 @@ func (c *conn) renew(ctx context.Context, lost *session, own bool) (*session, er
 			c.renewing = nil
 			close(ch)
 			c.mu.Unlock()
+			if errors.Is(err, errClosing) {
+				return
+			}
 			if err != nil {
 				c.logger.Warn("client: re-initialization failed", "session", prefix(lost.id), "error", err)
 				return
@@ -134,14 +137,14 @@ func (c *conn) renew(ctx context.Context, lost *session, own bool) (*session, er
 	ch := c.renewing
 	c.mu.Unlock()
 	if ch == nil {
-		return nil, errors.New("client: connection closed")
+		return nil, errClosing
 	}
 	select {
 	case <-ch:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-c.done:
-		return nil, errors.New("client: connection closed")
+		return nil, errClosing
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,11 +154,31 @@ func (c *conn) renew(ctx context.Context, lost *session, own bool) (*session, er
 	return c.sess, nil
 }
 
+// errClosing is the error of a re-initialization that Close stopped, or
+// that did not start because Close had begun.
+var errClosing = errors.New("client: connection closed")
+
+// closingLocked reports whether Close has begun. c.mu is held.
+func (c *conn) closingLocked() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // reinitialize runs the initialize handshake again with params, retrying
 // transient failures with backoff; all of it within ResumeTimeout.
 func (c *conn) reinitialize(params json.RawMessage) (*session, error) {
 	deadline := time.Now().Add(c.opts.ResumeTimeout)
 	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		closing := c.closingLocked()
+		c.mu.Unlock()
+		if closing {
+			return nil, errClosing
+		}
 		s, err := c.handshake(params, deadline)
 		if err == nil {
 			return s, nil
@@ -165,7 +188,7 @@ func (c *conn) reinitialize(params json.RawMessage) (*session, error) {
 			return nil, err // the server refuses the handshake itself
 		}
 		left := time.Until(deadline)
-		if left <= 0 || !c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), nil) {
+		if left <= 0 || !c.sleep(min(resume.Backoff(c.backoffPolicy(), attempt, 0), left), c.closing) {
 			return nil, err
 		}
 	}

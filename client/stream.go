@@ -241,7 +241,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch
 		}
 		c.noteOrigin(msg, st.sess)
 		if !c.deliver(msg) {
-			return errors.New("client: connection closed")
+			return errClosing
 		}
 		if r, ok := msg.(*jsonrpc.Response); ok && st.call != nil && r.ID == st.call.id {
 			st.done = true

@@ -218,6 +218,7 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 		cancel:   cancel,
 		incoming: make(chan jsonrpc.Message, 16),
 		done:     make(chan struct{}),
+		closing:  make(chan struct{}),
 		calls:    make(map[jsonrpc.ID]*call),
 		origin:   make(map[jsonrpc.ID]*session),
 	}, nil
@@ -230,8 +231,11 @@ type conn struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	incoming  chan jsonrpc.Message
-	done      chan struct{} // closed by Close
+	incoming chan jsonrpc.Message
+	done     chan struct{} // closed by Close
+	// closing is closed when Close begins: no re-initialization starts
+	// from then, and one waiting out a backoff stops.
+	closing   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup // every goroutine the conn starts
@@ -374,9 +378,20 @@ func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // Close implements mcp.Connection: it ends the session, and any retired
 // session still running calls, with DELETE (MCP 2025-11-25, "Session
 // Management"; best-effort, bounded by 5 seconds), stops every stream and
-// waits for the transport's goroutines.
+// waits for the transport's goroutines. A session lost meanwhile (its
+// server may end it first, answering its streams 404) is not opened
+// again; a re-initialization already under way is waited for, since its
+// initialize may have reached the server, and the session it opened is
+// ended too.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		close(c.closing)
+		renewing := c.renewing
+		c.mu.Unlock()
+		if renewing != nil {
+			<-renewing
+		}
 		c.mu.Lock()
 		s := c.sess
 		retiring := append([]*session(nil), c.retiring...)
