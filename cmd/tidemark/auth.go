@@ -61,20 +61,7 @@ func authFlags(fs *flag.FlagSet, c *authConfig) {
 func (c *authConfig) check(lookup func(string) (string, bool)) error {
 	envSecret, inEnv := lookup(secretEnv)
 	if c.issuer == "" {
-		for _, f := range [...]struct {
-			name string
-			set  bool
-		}{
-			{"auth-audience", c.audience != ""}, {"auth-resource", c.resource != ""}, {"auth-jwks", c.jwks != ""},
-			{"auth-introspection", c.introspection != ""}, {"auth-introspection-client-id", c.clientID != ""},
-			{"auth-introspection-client-secret-file", c.secretFile != ""}, {"auth-tool-scope", len(c.toolScopes) > 0},
-			{"auth-introspection-cache", c.introCache != 0},
-		} {
-			if f.set {
-				return fmt.Errorf("--%s applies with --auth-issuer only: want --auth-issuer, the issuer of the tokens, too", f.name)
-			}
-		}
-		return nil
+		return nil // its flags are refused without it by checkOnlyWith
 	}
 	if _, err := bearer.MetadataURLs(c.issuer); err != nil {
 		return fmt.Errorf("--auth-issuer %q: want the issuer identifier, an absolute http:// or https:// URL without query or fragment", c.issuer)
@@ -93,10 +80,6 @@ func (c *authConfig) check(lookup func(string) (string, bool)) error {
 	switch {
 	case c.introCache < 0:
 		return fmt.Errorf("--auth-introspection-cache %v: want a duration of zero (every request asks) or more", c.introCache)
-	case c.introCache != 0 && c.introspection == "":
-		return errors.New("--auth-introspection-cache applies with --auth-introspection only: want --auth-introspection too")
-	case c.clientID != "" && c.introspection == "":
-		return errors.New("--auth-introspection-client-id applies with --auth-introspection only: want --auth-introspection too")
 	case c.secretFile != "" && inEnv:
 		return fmt.Errorf("the introspection client secret is named by $%s and --auth-introspection-client-secret-file: want one of them", secretEnv)
 	case (c.secretFile != "" || inEnv) && c.clientID == "":

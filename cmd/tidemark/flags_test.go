@@ -253,18 +253,37 @@ func TestUpstreamHeaderRefusedAtStart(t *testing.T) {
 }
 
 // TestFlagsOfAnotherFlagRefused: a flag whose help says it applies with
-// another flag only (the fleet's flags with --redis, the used-requestState
-// bound with --request-state-single-use and without --redis) is refused at
-// start, exit 2, in one line naming it and what to do, whether the command
-// line or the environment gives it, whatever its value, the default's
-// included. They were accepted and did nothing: serve --redis-replicas 1
-// without --redis ran on the memory store, no write waiting for anything.
-// With the flag they need, they pass.
+// another flag only (flagsOnlyWith: the fleet's flags with --redis, the
+// used-requestState bound with --request-state-single-use and without
+// --redis, --max-processes and the --stdio-* flags with --stdio, the
+// --upstream-* flags with --upstream, the task flags with a gateway, the
+// --auth-* flags with --auth-issuer) is refused at start, exit 2, in one
+// line naming it and what to do, whether the command line or the
+// environment gives it, whatever its value, the default's included. They
+// were accepted and did nothing: serve --redis-replicas 1 without --redis
+// ran on the memory store, no write waiting for anything; serve
+// --max-processes 10 or --upstream-timeout 5s without their gateway served
+// the demo server. With the flag they need, they pass.
 func TestFlagsOfAnotherFlagRefused(t *testing.T) {
-	const redisURL = "redis://127.0.0.1:1/0"
-	withRedis := func(flag string) string {
-		return "tidemark serve: --" + flag + " applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --" + flag + " out\n"
+	const (
+		redisURL = "redis://127.0.0.1:1/0"
+		up, tok  = "http://127.0.0.1:1/mcp", "http://127.0.0.1:1/token"
+		issuer   = "http://127.0.0.1:1/"
+	)
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
+	refusal := func(flag, needs, what string) string {
+		if what != "" {
+			what = ", " + what + ","
+		}
+		return "tidemark serve: --" + flag + " applies with --" + needs + " only, and without it does nothing: want --" + needs + what + " too, or leave --" + flag + " out\n"
+	}
+	withRedis := func(flag string) string { return refusal(flag, "redis", "the fleet's Redis") }
+	withStdio := func(flag string) string { return refusal(flag, "stdio", "the gateway to a stdio MCP server") }
+	withUpstream := func(flag string) string { return refusal(flag, "upstream", "the URL of the MCP server to serve") }
+	withIssuer := func(flag string) string { return refusal(flag, "auth-issuer", "the issuer of the tokens") }
 	for _, tc := range []struct {
 		args []string
 		env  []string // NAME=VALUE
@@ -277,13 +296,41 @@ func TestFlagsOfAnotherFlagRefused(t *testing.T) {
 		{[]string{"--lease-renew", "1s"}, nil, withRedis("lease-renew")},
 		{[]string{"--advertise-url", "http://10.0.0.1:8080/mcp"}, nil, withRedis("advertise-url")},
 		{[]string{"--replica-id", "r1"}, nil, withRedis("replica-id")},
+		{[]string{"--redis-password-file", secretFile}, nil, withRedis("redis-password-file")},
 		{[]string{"--data-dir", t.TempDir(), "--lease-ttl", "5s"}, nil, withRedis("lease-ttl")},
 		{nil, []string{"TIDEMARK_REDIS_REPLICAS=1"},
 			"tidemark serve: --redis-replicas (from TIDEMARK_REDIS_REPLICAS) applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --redis-replicas out\n"},
-		{[]string{"--request-state-used-max", "10"}, nil,
-			"tidemark serve: --request-state-used-max applies with --request-state-single-use only, and without it does nothing: want --request-state-single-use too, or leave --request-state-used-max out\n"},
+		{[]string{"--request-state-used-max", "10"}, nil, refusal("request-state-used-max", "request-state-single-use", "")},
 		{[]string{"--request-state-single-use", "--request-state-used-max", "10", "--redis", redisURL}, nil,
 			"tidemark serve: --request-state-used-max applies without --redis only: a fleet remembers the used requestStates in Redis until they expire; leave --request-state-used-max out\n"},
+		{[]string{"--max-processes", "10"}, nil, withStdio("max-processes")},
+		{[]string{"--max-processes", "100"}, nil, withStdio("max-processes")},
+		{[]string{"--max-processes", "0"}, nil, withStdio("max-processes")},
+		{[]string{"--env", "A=1"}, nil, withStdio("env")},
+		{[]string{"--stdio-hibernate"}, nil, withStdio("stdio-hibernate")},
+		{[]string{"--stdio-cancel-grace", "1s"}, nil, withStdio("stdio-cancel-grace")},
+		{[]string{"--stdio-init-timeout", "10s"}, nil, withStdio("stdio-init-timeout")},
+		{[]string{"--upstream", up, "--stdio-init-timeout", "10s"}, nil, withStdio("stdio-init-timeout")},
+		{nil, []string{"TIDEMARK_MAX_PROCESSES=10"},
+			"tidemark serve: --max-processes (from TIDEMARK_MAX_PROCESSES) applies with --stdio only, and without it does nothing: want --stdio, the gateway to a stdio MCP server, too, or leave --max-processes out\n"},
+		{[]string{"--upstream-header", "X-A: b"}, nil, withUpstream("upstream-header")},
+		{[]string{"--upstream-forward-header", "Authorization"}, nil, withUpstream("upstream-forward-header")},
+		{[]string{"--upstream-connect-timeout", "1s"}, nil, withUpstream("upstream-connect-timeout")},
+		{[]string{"--upstream-timeout", "5s"}, nil, withUpstream("upstream-timeout")},
+		{[]string{"--upstream-timeout", "30s", "--stdio", "--", "cat"}, nil, withUpstream("upstream-timeout")},
+		{[]string{"--upstream-resume-timeout", "5s"}, nil, withUpstream("upstream-resume-timeout")},
+		{[]string{"--upstream-oauth-token-url", tok, "--stdio", "--", "cat"}, nil, withUpstream("upstream-oauth-token-url")},
+		{[]string{"--upstream-oauth-scope", "s"}, nil, withUpstream("upstream-oauth-scope")},
+		{nil, []string{"TIDEMARK_UPSTREAM_TIMEOUT=5s"},
+			"tidemark serve: --upstream-timeout (from TIDEMARK_UPSTREAM_TIMEOUT) applies with --upstream only, and without it does nothing: want --upstream, the URL of the MCP server to serve, too, or leave --upstream-timeout out\n"},
+		{[]string{"--upstream", up, "--upstream-oauth-client-id", "gw"}, nil, refusal("upstream-oauth-client-id", "upstream-oauth-token-url", "the token endpoint")},
+		{[]string{"--task-tools", "all"}, nil,
+			"tidemark serve: --task-tools applies with --stdio or --upstream only, and without either does nothing: want --stdio or --upstream, a gateway, too, or leave --task-tools out\n"},
+		{[]string{"--auth-audience", "urn:x"}, nil, withIssuer("auth-audience")},
+		{[]string{"--auth-introspection-cache", "0s"}, nil, withIssuer("auth-introspection-cache")},
+		{[]string{"--auth-issuer", issuer, "--auth-introspection-client-id", "gw"}, nil, refusal("auth-introspection-client-id", "auth-introspection", "")},
+		{[]string{"--auth-issuer", issuer, "--auth-introspection", issuer + "introspect", "--auth-introspection-client-secret-file", secretFile}, nil,
+			refusal("auth-introspection-client-secret-file", "auth-introspection-client-id", "")},
 	} {
 		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
@@ -295,8 +342,16 @@ func TestFlagsOfAnotherFlagRefused(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--redis", redisURL, "--redis-replicas", "1", "--redis-replication-timeout", "500ms", "--lease-ttl", "10s",
-			"--lease-renew", "1s", "--advertise-url", "http://10.0.0.1:8080/mcp", "--replica-id", "r1"},
+			"--lease-renew", "1s", "--advertise-url", "http://10.0.0.1:8080/mcp", "--replica-id", "r1", "--redis-password-file", secretFile},
 		{"--request-state-single-use", "--request-state-used-max", "10"},
+		{"--stdio", "--env", "A=1", "--max-processes", "10", "--stdio-hibernate", "--stdio-cancel-grace", "1s", "--stdio-init-timeout", "10s",
+			"--task-tools", "all", "--", "cat"},
+		{"--upstream", up, "--upstream-header", "X-A: b", "--upstream-forward-header", "X-Tenant", "--upstream-connect-timeout", "1s",
+			"--upstream-timeout", "5s", "--upstream-resume-timeout", "5s", "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw",
+			"--upstream-oauth-client-secret-file", secretFile, "--upstream-oauth-scope", "s", "--task-required", "echo"},
+		{"--auth-issuer", issuer, "--auth-audience", "urn:x", "--auth-resource", "http://127.0.0.1:8080/mcp", "--auth-jwks", issuer + "jwks",
+			"--auth-introspection", issuer + "introspect", "--auth-introspection-cache", "1s", "--auth-introspection-client-id", "gw",
+			"--auth-introspection-client-secret-file", secretFile, "--auth-tool-scope", "echo=x"},
 	} {
 		fs, c := serveFlags(io.Discard)
 		if err := fs.Parse(args); err != nil {
@@ -306,4 +361,29 @@ func TestFlagsOfAnotherFlagRefused(t *testing.T) {
 			t.Errorf("serve %v: %v; want the flags accepted", args, err)
 		}
 	}
+}
+
+// TestFlagsOnlyWithAsTheirHelpSays: the flags of flagsOnlyWith are exactly
+// the flags of tidemark serve whose help says they apply with another
+// ("with --X: ...", "gateway mode: ..."), but for the gateways' own
+// --stdio and --upstream, and each flag they need is a flag too.
+func TestFlagsOnlyWithAsTheirHelpSays(t *testing.T) {
+	fs, _ := serveFlags(io.Discard)
+	inTable := map[string]bool{}
+	for _, r := range flagsOnlyWith {
+		for _, name := range append(slices.Clone(r.flags), r.needs...) {
+			if fs.Lookup(name) == nil {
+				t.Errorf("flagsOnlyWith names --%s, which tidemark serve does not declare", name)
+			}
+		}
+		for _, name := range r.flags {
+			inTable[name] = true
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		saysSo := (strings.HasPrefix(f.Usage, "with --") || strings.HasPrefix(f.Usage, "gateway mode:")) && f.Name != "stdio" && f.Name != "upstream"
+		if saysSo != inTable[f.Name] {
+			t.Errorf("--%s: in flagsOnlyWith %v, its help %q", f.Name, inTable[f.Name], f.Usage)
+		}
+	})
 }

@@ -57,21 +57,10 @@ func fleetFlags(fs *flag.FlagSet, c *fleetConfig) {
 	fs.StringVar(&c.advertiseURL, "advertise-url", "", "with --redis: the URL other replicas forward this replica's sessions' requests to (URL; empty: http://HOST:PORT of the listener plus --path, with the host name when listening on all interfaces)")
 }
 
-// withRedisOnly are the flags that apply with --redis only, as their help
-// says: without a fleet they would do nothing, and an operator who forgot
-// --redis would believe in a guarantee no process gives.
-// (--redis-password-file is refused without --redis by withRedisPassword.)
-var withRedisOnly = []string{"replica-id", "lease-ttl", "lease-renew", "redis-replicas", "redis-replication-timeout", "advertise-url"}
-
-// check validates the fleet flags; given reports whether a flag was given,
-// on the command line or by the environment. The error is a usage error.
-func (c *fleetConfig) check(dataDir string, given func(name string) bool) error {
+// check validates the fleet flags; the error is a usage error. The flags
+// that apply with --redis only are refused without it by checkOnlyWith.
+func (c *fleetConfig) check(dataDir string) error {
 	if c.redisURL == "" {
-		for _, name := range withRedisOnly {
-			if given(name) {
-				return fmt.Errorf("--%s applies with --redis only, and without it does nothing: want --redis, the fleet's Redis, too, or leave --%s out", name, name)
-			}
-		}
 		return nil
 	}
 	switch {

@@ -47,7 +47,7 @@ type upstreamConfig struct {
 func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 	c.header = make(http.Header)
 	fs.StringVar(&c.url, "upstream", "", "gateway mode: serve the Streamable HTTP MCP server at this URL, one upstream session per session generation (URL; empty: no upstream)")
-	fs.Func("upstream-header", "NAME: VALUE added to every request to the --upstream server, e.g. an Authorization of the gateway's own (repeatable)", func(s string) error {
+	fs.Func("upstream-header", "with --upstream: NAME: VALUE added to every request to the upstream server, e.g. an Authorization of the gateway's own (repeatable)", func(s string) error {
 		name, value, ok := strings.Cut(s, ":")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
 		// The value is never repeated: it may hold a credential. A name or
@@ -59,7 +59,7 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 		c.header.Add(name, value)
 		return nil
 	})
-	fs.Func("upstream-forward-header", "NAME of a client request header copied to the --upstream requests made for it, e.g. Authorization (repeatable)", func(s string) error {
+	fs.Func("upstream-forward-header", "with --upstream: NAME of a client request header copied to the upstream requests made for it, e.g. Authorization (repeatable)", func(s string) error {
 		if !httpguts.ValidHeaderFieldName(s) {
 			return fmt.Errorf("want a header name, not %q", s)
 		}
@@ -67,21 +67,18 @@ func upstreamFlags(fs *flag.FlagSet, c *upstreamConfig) {
 		return nil
 	})
 	upstreamOAuthFlags(fs, &c.oauth)
-	fs.DurationVar(&c.connectTimeout, "upstream-connect-timeout", upstream.DefaultConnectTimeout, "bound on connecting to the --upstream server (TCP and TLS); a message for which no connection could be made by then gets 503 upstream_unreachable (duration)")
-	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "bound on writing a message to the --upstream server, and on each exchange with it but the answer to a client request other than initialize: initialize until answered (else it fails with reason upstream_unreachable and the session does not begin), a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
-	fs.DurationVar(&c.resumeTimeout, "upstream-resume-timeout", upstream.DefaultResumeTimeout, "how long a call whose --upstream answer stream was cut is resumed upstream, or its upstream session checked, before the call fails (duration)")
+	fs.DurationVar(&c.connectTimeout, "upstream-connect-timeout", upstream.DefaultConnectTimeout, "with --upstream: bound on connecting to the upstream server (TCP and TLS); a message for which no connection could be made by then gets 503 upstream_unreachable (duration)")
+	fs.DurationVar(&c.timeout, "upstream-timeout", upstream.DefaultTimeout, "with --upstream: bound on writing a message to the upstream server, and on each exchange with it but the answer to a client request other than initialize: initialize until answered (else it fails with reason upstream_unreachable and the session does not begin), a notification or response until accepted, the restore of a re-created session, pings, DELETE (duration)")
+	fs.DurationVar(&c.resumeTimeout, "upstream-resume-timeout", upstream.DefaultResumeTimeout, "with --upstream: how long a call whose upstream answer stream was cut is resumed upstream, or its upstream session checked, before the call fails (duration)")
 }
 
 // check validates the --upstream flags; the error is a usage error.
 func (c *upstreamConfig) check(stdioMode bool, lookup func(string) (string, bool)) error {
-	if err := c.oauth.check(c.url, c.header, c.forward, lookup); err != nil {
+	if err := c.oauth.check(c.header, c.forward, lookup); err != nil {
 		return err
 	}
 	if c.url == "" {
-		if len(c.header) > 0 || len(c.forward) > 0 {
-			return errors.New("--upstream-header and --upstream-forward-header apply with --upstream only")
-		}
-		return nil
+		return nil // its flags are refused without it by checkOnlyWith
 	}
 	switch {
 	case stdioMode:

@@ -17,15 +17,11 @@ func TestServeUpstreamUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--upstream", up, "--stdio", "--", "cat"}, "--upstream and --stdio exclude each other"},
-		{[]string{"--upstream-header", "X-A: b"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
-		{[]string{"--upstream-forward-header", "Authorization"}, "--upstream-header and --upstream-forward-header apply with --upstream only"},
 		{[]string{"--upstream", up, "--upstream-header", "no colon"}, `tidemark serve: --upstream-header: want NAME: VALUE, e.g. "Authorization: Bearer TOKEN"`},
 		{[]string{"--upstream", up, "--upstream-forward-header", "A: b"}, `want a header name, not "A: b"`},
 		{[]string{"--upstream", up, "--upstream-timeout", "0s"}, "must be positive"},
 		{[]string{"--upstream", "ftp://127.0.0.1/mcp"}, `--upstream "ftp://127.0.0.1/mcp": want an absolute http:// or https:// URL`},
 		{[]string{"--upstream", up, "--upstream-forward-header", "Mcp-Session-Id"}, "header Mcp-Session-Id is set by the gateway itself"},
-		{[]string{"--upstream-oauth-token-url", tok, "--stdio", "--", "cat"}, "--upstream-oauth-token-url applies with --upstream only (a --stdio server is given no token)"},
-		{[]string{"--upstream-oauth-client-id", "gw"}, "--upstream-oauth-client-id applies with --upstream-oauth-token-url only"},
 		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok}, "want --upstream-oauth-client-id too"},
 		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw"}, "--upstream-oauth-client-id needs its secret"},
 		{[]string{"--upstream", up, "--upstream-oauth-token-url", tok, "--upstream-oauth-client-id", "gw", "--upstream-oauth-client-secret-file", "/nonexistent"}, `--upstream-oauth-client-secret-file "/nonexistent": no such file`},

@@ -51,18 +51,13 @@ func (c *stateConfig) check(upstream bool) error {
 	return nil
 }
 
-// checkGiven refuses --request-state-used-max where it does nothing, as
-// its help says: without --request-state-single-use (no state is
-// remembered), and with --redis (inFleet: the used states are remembered
-// in Redis). given reports whether a flag was given, on the command line
-// or by the environment.
+// checkGiven refuses --request-state-used-max with --redis (inFleet),
+// where it does nothing, as its help says: the used states are remembered
+// in Redis. (Without --request-state-single-use it is refused by
+// checkOnlyWith.) given reports whether a flag was given, on the command
+// line or by the environment.
 func (c *stateConfig) checkGiven(given func(name string) bool, inFleet bool) error {
-	switch {
-	case !given("request-state-used-max"):
-		return nil
-	case !c.singleUse:
-		return errors.New("--request-state-used-max applies with --request-state-single-use only, and without it does nothing: want --request-state-single-use too, or leave --request-state-used-max out")
-	case inFleet:
+	if given("request-state-used-max") && inFleet {
 		return errors.New("--request-state-used-max applies without --redis only: a fleet remembers the used requestStates in Redis until they expire; leave --request-state-used-max out")
 	}
 	return nil

@@ -32,7 +32,7 @@ func TestServeRequestStateFlags(t *testing.T) {
 		want string
 	}{
 		{"", []string{"--request-state-ttl", "0s"}, 2, "--request-state-ttl 0s: want a positive duration"},
-		{"", []string{"--request-state-used-max", "0"}, 2, "--request-state-used-max 0: want a positive number of states"},
+		{"", []string{"--request-state-single-use", "--request-state-used-max", "0"}, 2, "--request-state-used-max 0: want a positive number of states"},
 		{"", []string{"--request-state-keys", good, "--upstream", "http://127.0.0.1:9/mcp"}, 2,
 			"--request-state-keys and --request-state-single-use apply to the demo server and --stdio, not to --upstream"},
 		{"", []string{"--request-state-keys", bad}, 1,

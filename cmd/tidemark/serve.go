@@ -107,7 +107,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&c.stdio, "stdio", false, "gateway mode: serve the stdio MCP server named after -- (serve --stdio -- COMMAND [ARGS...]), one subprocess per session generation")
-	fs.Func("env", "KEY=VALUE added to the environment of --stdio subprocesses, which otherwise holds only PATH and HOME (repeatable)", func(kv string) error {
+	fs.Func("env", "with --stdio: KEY=VALUE added to the environment of its subprocesses, which otherwise holds only PATH and HOME (repeatable)", func(kv string) error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("want KEY=VALUE, not %q", kv)
 		}
@@ -119,10 +119,10 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	secretFlags(fs, &c.secrets)
 	stateFlags(fs, &c.state)
 	operatorFlags(fs, &c.operator)
-	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "most --stdio subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
+	fs.IntVar(&c.maxProcesses, "max-processes", stdio.DefaultMaxProcesses, "with --stdio: most subprocesses running at once; a session beyond it gets 503 capacity (processes; -1: no limit)")
 	fs.BoolVar(&c.stdioHibernate, "stdio-hibernate", false, "with --stdio: end a session's subprocess when the session hibernates (--hibernate-after); it wakes at generation+1 with a new subprocess, and streams from before it cannot be resumed")
-	fs.DurationVar(&c.cancelGrace, "stdio-cancel-grace", stdio.DefaultCancelGrace, "how long a --stdio subprocess may still answer a call the client cancelled; then the call is answered with reason cancelled, its stream ends, and a later answer is dropped (duration)")
-	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "how long a --stdio subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
+	fs.DurationVar(&c.cancelGrace, "stdio-cancel-grace", stdio.DefaultCancelGrace, "with --stdio: how long a subprocess may still answer a call the client cancelled; then the call is answered with reason cancelled, its stream ends, and a later answer is dropped (duration)")
+	fs.DurationVar(&c.initTimeout, "stdio-init-timeout", stdio.DefaultInitializeTimeout, "with --stdio: how long a subprocess may take to answer initialize; then its process group is killed and the initialize fails with reason initialize_timeout (duration; -1s: no limit)")
 	upstreamFlags(fs, &c.upstream)
 	taskFlags(fs, &c.tasks)
 	authFlags(fs, &c.auth)
@@ -130,11 +130,12 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	return fs, c
 }
 
-// checkArgs checks the arguments after the flags, then the flags (check,
-// and those of the upstream, of the operator's listener and of the fleet).
-// fromEnv are the flags the environment set (applyEnv), by name: given
-// on the command line or there, a flag that applies with another one only
-// is refused without it, whatever its value.
+// checkArgs checks the arguments after the flags, then the flags: those
+// that apply with another one only (checkOnlyWith), then their values
+// (check, and those of the upstream, of the operator's listener and of
+// the fleet). fromEnv are the flags the environment set (applyEnv), by
+// name: given on the command line or there, a flag that applies with
+// another one only is refused without it, whatever its value.
 func (c *serveConfig) checkArgs(fs *flag.FlagSet, fromEnv map[string]string) error {
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
@@ -144,10 +145,9 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet, fromEnv map[string]string) err
 		return errors.New("--stdio needs the server command after --, e.g. tidemark serve --stdio -- npx @modelcontextprotocol/server-everything stdio")
 	case !c.stdio && fs.NArg() > 0:
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case !c.stdio && len(c.env) > 0:
-		return errors.New("--env applies to --stdio subprocesses only")
-	case !c.stdio && c.stdioHibernate:
-		return errors.New("--stdio-hibernate applies to --stdio subprocesses only: want --stdio too, or leave it out")
+	}
+	if err := checkOnlyWith(fs, given); err != nil {
+		return err
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -158,7 +158,7 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet, fromEnv map[string]string) err
 	if err := c.upstream.check(c.stdio, os.LookupEnv); err != nil {
 		return err
 	}
-	if err := c.tasks.check(c.stdio || c.upstream.url != ""); err != nil {
+	if err := c.tasks.check(); err != nil {
 		return err
 	}
 	if err := c.operator.check(c.addr); err != nil {
@@ -167,7 +167,7 @@ func (c *serveConfig) checkArgs(fs *flag.FlagSet, fromEnv map[string]string) err
 	if err := c.auth.check(os.LookupEnv); err != nil {
 		return err
 	}
-	return c.fleet.check(c.dataDir, given)
+	return c.fleet.check(c.dataDir)
 }
 
 // check refuses flag values that have no meaning, rather than reading them

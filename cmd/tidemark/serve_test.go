@@ -32,12 +32,10 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		{[]string{"--retention-bytes", "0"}, "--retention-bytes 0: want a positive number, or -1 for no limit"},
 		{[]string{"--retry", "0s"}, "--retry 0: want a positive duration, or a negative one for no retry field"},
 		{[]string{"--shutdown-grace", "-1s"}, "--shutdown-grace -1s: want zero or a positive duration"},
-		{[]string{"--max-processes", "0"}, "--max-processes 0: want a positive number, or -1 for no limit"},
+		{[]string{"--max-processes", "0", "--stdio", "--", "cat"}, "--max-processes 0: want a positive number, or -1 for no limit"},
 		{[]string{"--hibernate-after", "-1s"}, "--hibernate-after -1s: want a positive duration, or 0 for never"},
-		{[]string{"--stdio-hibernate"}, "--stdio-hibernate applies to --stdio subprocesses only"},
 		{[]string{"--task-ttl", "2h"}, "--task-ttl 2h0m0s: want a positive duration of at most 1h0m0s"},
 		{[]string{"--task-max", "0"}, "--task-max 0: want a positive number of tasks"},
-		{[]string{"--task-tools", "all"}, "--task-tools and --task-required apply to --stdio and --upstream"},
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...), &bytes.Buffer{}, &stderr)

@@ -39,8 +39,9 @@ func taskFlags(fs *flag.FlagSet, c *taskConfig) {
 	fs.StringVar(&c.required, "task-required", "", "gateway mode: tools that run only as tasks; a request that does not declare the Tasks extension is refused with -32021 (NAME,...; empty: none)")
 }
 
-// check validates the task flags; gateway reports --stdio or --upstream.
-func (c *taskConfig) check(gateway bool) error {
+// check validates the task flags. --task-tools and --task-required are
+// refused without a gateway by checkOnlyWith.
+func (c *taskConfig) check() error {
 	switch {
 	case c.ttl <= 0 || c.ttl > taskrun.DefaultTTL:
 		return fmt.Errorf("--task-ttl %v: want a positive duration of at most %v", c.ttl, taskrun.DefaultTTL)
@@ -50,8 +51,6 @@ func (c *taskConfig) check(gateway bool) error {
 		return fmt.Errorf("--task-rerun %d: want 0 or a positive number of runs", c.reruns)
 	case c.max <= 0:
 		return fmt.Errorf("--task-max %d: want a positive number of tasks", c.max)
-	case !gateway && (c.tools != "" || c.required != ""):
-		return errors.New("--task-tools and --task-required apply to --stdio and --upstream only: want them with a gateway (the demo server's countdown runs as a task already)")
 	}
 	for _, name := range names(c.required) {
 		if name == "all" {

@@ -51,25 +51,11 @@ func upstreamOAuthFlags(fs *flag.FlagSet, c *upstreamOAuth) {
 }
 
 // check refuses --upstream-oauth-* values that cannot work, given the
-// --upstream URL upstream (empty: none) and the headers the gateway adds
-// and forwards, and resolves the client secret (never shown in an error).
-func (c *upstreamOAuth) check(upstream string, header http.Header, forward []string, lookup func(string) (string, bool)) error {
+// headers the gateway adds and forwards, and resolves the client secret
+// (never shown in an error).
+func (c *upstreamOAuth) check(header http.Header, forward []string, lookup func(string) (string, bool)) error {
 	if c.tokenURL == "" {
-		for _, f := range [...]struct {
-			name string
-			set  bool
-		}{
-			{"upstream-oauth-client-id", c.clientID != ""}, {"upstream-oauth-client-secret-file", c.secretFile != ""},
-			{"upstream-oauth-scope", len(c.scopes) > 0},
-		} {
-			if f.set {
-				return fmt.Errorf("--%s applies with --upstream-oauth-token-url only: want --upstream-oauth-token-url, the token endpoint, too", f.name)
-			}
-		}
-		return nil
-	}
-	if upstream == "" {
-		return errors.New("--upstream-oauth-token-url applies with --upstream only (a --stdio server is given no token): want --upstream, the MCP server the token is for, too")
+		return nil // its flags are refused without it by checkOnlyWith
 	}
 	if err := checkHTTPURL("upstream-oauth-token-url", c.tokenURL, "the token endpoint of the upstream's authorization server"); err != nil {
 		return err

@@ -745,7 +745,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--stdio"}, "tidemark serve: --stdio needs the server command after --"},
 		{[]string{"--stdio", "--"}, "tidemark serve: --stdio needs the server command after --"},
 		{[]string{"--", "cat"}, `tidemark serve: unexpected argument "cat"`},
-		{[]string{"--env", "A=1"}, "tidemark serve: --env applies to --stdio subprocesses only"},
+		{[]string{"--env", "A=1"}, "tidemark serve: --env applies with --stdio only, and without it does nothing: want --stdio, the gateway to a stdio MCP server, too, or leave --env out"},
 		{[]string{"--env", "NOVALUE", "--stdio", "--", "cat"}, `tidemark serve: --env "NOVALUE": want KEY=VALUE, not "NOVALUE"`},
 		{[]string{"--stdio-init-timeout", "0s", "--stdio", "--", "cat"}, "tidemark serve: --stdio-init-timeout 0: want a positive duration, or a negative one for no limit"},
 		{[]string{"--stdio", "--", "tidemark-no-such-command"}, `tidemark serve: stdio: command "tidemark-no-such-command": exec: "tidemark-no-such-command": executable file not found in $PATH`},
