@@ -180,15 +180,7 @@ func TestSessionlessCallsRefusedWhileDraining(t *testing.T) {
 		{"plain", nil},
 		{"task-augmented", map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}},
 	} {
-		body := mcptest.SessionlessBody(7, "tools/call", map[string]any{"name": "mark", "arguments": map[string]any{}}, tc.caps)
-		req, err := st.client.NewRequest(ctx, http.MethodPost, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", "mark")
-		resp, err := st.client.Do(req)
+		resp, err := st.client.Do(sessionlessCall(t, ctx, st, 7, "mark", nil, tc.caps))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,18 +245,23 @@ func addHold(server *mcp.Server) (started <-chan struct{}, let func()) {
 	return start, func() { once.Do(func() { close(release) }) }
 }
 
-// holdCall returns the 2026-07-28 POST of a tools/call of hold (addHold),
-// id 3, to st.
-func holdCall(t *testing.T, ctx context.Context, st *stack) *http.Request {
+// sessionlessCall returns the 2026-07-28 POST to st of a tools/call of
+// the tool name with the arguments args (nil: none) and the JSON-RPC id
+// id, declaring the client capabilities caps (nil: none), with the
+// headers that name the call.
+func sessionlessCall(t *testing.T, ctx context.Context, st *stack, id int64, name string, args, caps map[string]any) *http.Request {
 	t.Helper()
-	body := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
+	if args == nil {
+		args = map[string]any{}
+	}
+	body := mcptest.SessionlessBody(id, "tools/call", map[string]any{"name": name, "arguments": args}, caps)
 	req, err := st.client.NewRequest(ctx, http.MethodPost, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", "hold")
+	req.Header.Set("Mcp-Name", name)
 	return req
 }
 
@@ -280,7 +277,7 @@ func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	started, let := addHold(server)
 	st := newStack(t, server, nil, nil)
 	t.Cleanup(let) // before the server's close, which waits for the call
-	req := holdCall(t, ctx, st)
+	req := sessionlessCall(t, ctx, st, 3, "hold", nil, nil)
 	answered := make(chan *mcptest.StatusError, 1)
 	go func() {
 		resp, err := st.client.Do(req)
@@ -481,15 +478,7 @@ func TestSessionlessOperations(t *testing.T) {
 	st := newStack(t, nil, &tidemark.Options{Metrics: rec}, nil)
 	post := func(id int64, name string, args map[string]any) {
 		t.Helper()
-		body := mcptest.SessionlessBody(id, "tools/call", map[string]any{"name": name, "arguments": args}, nil)
-		req, err := st.client.NewRequest(ctx, http.MethodPost, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", name)
-		resp, err := st.client.HTTP.Do(req)
+		resp, err := st.client.HTTP.Do(sessionlessCall(t, ctx, st, id, name, args, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

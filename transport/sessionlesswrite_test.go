@@ -183,7 +183,7 @@ func TestDrainEndsSessionlessListens(t *testing.T) {
 	}
 	defer resp.Body.Close()
 
-	call := holdCall(t, ctx, st)
+	call := sessionlessCall(t, ctx, st, 3, "hold", nil, nil)
 	answered := make(chan string, 1)
 	go func() {
 		resp, err := st.client.Do(call)
