@@ -99,8 +99,16 @@ func (e *Engine) startProcess() (*exec.Cmd, pipes, error) {
 		Stdout: ends[1][1],
 		Stderr: ends[2][1],
 		// Its own process group, so that ending the session ends every
-		// process the server started too.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// process the server started too. Pdeathsig: the kernel kills it
+		// when Tidemark dies without ending it (kill -9, a crash, the OOM
+		// killer), since a server that ignores the end of its stdin would
+		// otherwise run on under PID 1, unknown to the next process. It
+		// follows the thread that started the subprocess, which Go ends
+		// only when a goroutine locked to it exits still locked; Tidemark
+		// leaves none locked. The processes the server started get no
+		// signal: the end of the stdin they share with it is theirs to
+		// heed.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start %s: %w", e.opts.Command, err))

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -681,6 +682,38 @@ func TestCloseEscalates(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// TestKilledGatewayEndsSubprocess: when the process running the engine
+// is killed with SIGKILL, so that it ends nothing itself, its subprocess,
+// a server that ignores the end of its stdin, SIGTERM and SIGPIPE (as
+// Python does), dies too instead of running on under PID 1.
+func TestKilledGatewayEndsSubprocess(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), roleEnv+"=gateway", noRaceExitSleep)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(stdout, &pid); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("the gateway wrote no subprocess pid: %v", err)
+	}
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	if len(groupMembers(t, pid)) != 1 {
+		t.Fatalf("subprocess %d is not running", pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitGroupGone(t, "after the gateway's SIGKILL", pid)
 }
 
 // TestCapacity checks MaxProcesses: one more Start fails with

@@ -23,12 +23,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
+
+	"github.com/tidemark-mcp/tidemark/engine"
 )
 
 // roleEnv makes this test binary act as something other than the tests:
 // "server" is the stdio MCP server the tests put behind the engine (and
 // behind `tidemark serve --stdio`), "stubborn" is that server ignoring
-// SIGTERM and the end of its stdin, "sleeper" is a grandchild that only
+// SIGTERM, SIGPIPE and the end of its stdin, "gateway" an engine running the
+// stubborn server (runGateway), "sleeper" is a grandchild that only
 // exists, started by the server's spawn tool (and, as a subprocess, a
 // command that never answers initialize, like `sleep 100`), "spew"
 // writes numbered lines that are not JSON-RPC to stdout without end, like
@@ -69,8 +72,33 @@ func TestMain(m *testing.M) {
 		os.Exit(runSpew())
 	case "oneline":
 		os.Exit(runOneLine())
+	case "gateway":
+		os.Exit(runGateway())
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// runGateway plays a Tidemark process: it starts an engine whose
+// subprocess is the stubborn server, writes that subprocess's pid to
+// stdout, and waits to be killed.
+func runGateway() int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	e, err := New(Options{Command: exe, Env: []string{roleEnv + "=stubborn", outliveEnv + "=1", noRaceExitSleep}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := e.Start(context.Background(), engine.Info{Token: "GATEWAYTOKENABCDEFGHIJKLMN", Generation: 1}, newOutbox())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(s.(*proc).pid)
+	select {}
 }
 
 // observed is what the test server saw of its session, returned by the
@@ -121,6 +149,11 @@ func exitWithParent() {
 	os.Exit(0)
 }
 
+// outliveEnv, set for the server, keeps it from ending with its parent
+// (exitWithParent): the test of a killed gateway sees whether something
+// else ends it.
+const outliveEnv = "TIDEMARK_STDIO_TEST_OUTLIVE"
+
 // exitFileEnv names the file whose creation ends the "oneline" role.
 const exitFileEnv = "TIDEMARK_STDIO_TEST_EXIT_FILE"
 
@@ -151,6 +184,12 @@ func runSpew() int {
 // runTestServer serves a go-sdk MCP server over stdin and stdout with the
 // tools the tests call, and returns the exit code.
 func runTestServer(stubborn bool) int {
+	if stubborn {
+		signal.Ignore(syscall.SIGTERM)
+		// A write to a stdout or stderr nobody reads fails instead of
+		// ending the process, as in a Python server.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	}
 	fmt.Fprintf(os.Stderr, "testserver ready pid=%d\n", os.Getpid())
 	n, _ := strconv.Atoi(os.Getenv(garbageEnv))
 	for i := 1; i <= n; i++ {
@@ -160,10 +199,9 @@ func runTestServer(stubborn bool) int {
 	for i := 1; i <= n; i++ {
 		fmt.Fprintf(os.Stderr, "stderr line %d of %d\n", i, n)
 	}
-	if stubborn {
-		signal.Ignore(syscall.SIGTERM)
+	if os.Getenv(outliveEnv) == "" {
+		go exitWithParent()
 	}
-	go exitWithParent()
 	lateInit := os.Getenv(lateInitEnv) != ""
 	stdin := &lateEOF{r: os.Stdin, ended: make(chan struct{}), delay: lateInitExit}
 	var mu sync.Mutex
