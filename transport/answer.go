@@ -62,9 +62,12 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 	// starts just before it.
 	after := streamID - 1
 	if asJSON {
-		return h.answerJSON(ctx, w, live, streamID, after, p.batch, p.calls)
+		return h.answerJSON(ctx, w, live, streamID, after, p.batch, p.calls, p.initialize == nil)
 	}
 	s := stream{live: live, stream: streamID, after: after, unprimed: !primed, kind: metrics.StreamPost}
+	if p.initialize == nil {
+		s.calls = callIDs(p.calls)
+	}
 	if primed {
 		s.opening = &store.Event{Seq: streamID, Generation: live.Generation(), Stream: streamID, Kind: store.KindPriming, Retry: max(h.opts.Retry, 0)}
 	}
@@ -133,12 +136,14 @@ func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, strea
 
 // answerJSON waits for the responses of the stream's calls and writes them
 // as one application/json body: an object, or an array for a batch. A JSON
-// answer cannot be resumed, so when the server shuts down, or the session
-// ends, before the calls are answered, it is refused with 503 unavailable
-// instead of a connection cut without a body; when the client ended the
-// session with DELETE, the calls not answered yet get the error that says
-// so (deletedAnswers) in the body.
-func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool, calls []*jsonrpc.Request) *refusal {
+// answer cannot be resumed, so when the server shuts down before the calls
+// are answered, it is refused with 503 unavailable instead of a connection
+// cut without a body; when the client ended the session with DELETE, the
+// calls not answered yet get the error that says so (deletedAnswers) in
+// the body; when the session's generation ends otherwise, calls the
+// engine was handed (ran) get the error of lostAnswers, and an
+// initialize, which may be sent again, 503.
+func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *session.Live, streamID, after uint64, batch bool, calls []*jsonrpc.Request, ran bool) *refusal {
 	rd := live.Reader(streamID, after)
 	var out []json.RawMessage
 	ctx, cancel := context.WithCancel(ctx)
@@ -157,6 +162,13 @@ func (h *Handler) answerJSON(ctx context.Context, w http.ResponseWriter, live *s
 					// The client ended the session: the calls not
 					// answered yet are answered with that.
 					out = append(out, answers...)
+					done = true
+					continue
+				}
+				if ran {
+					// The calls were handed to the engine: sending them
+					// again could run them twice.
+					out = append(out, h.lostAnswers(live, unanswered(calls, out), err)...)
 					done = true
 					continue
 				}

@@ -53,6 +53,10 @@ type stream struct {
 	fresh bool
 	// kind labels the stream in metrics.
 	kind metrics.StreamKind
+	// calls are the ids of a POST stream's calls, handed to the engine
+	// before the stream is served; nil for a GET stream and for an
+	// initialize, which sending again cannot run twice (answerUnstored).
+	calls session.RequestIDs
 	// opening is a POST stream's opening event (priming) as it was
 	// stored, until the first events are written: when retention trims it
 	// before it was written, serve writes it from here (nil: not primed).
@@ -197,8 +201,14 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, s stream) *r
 		}
 		s.opening = nil
 		if err != nil {
-			if ref := h.refuseUnstored(reqCtx, l, sw, err); ref != nil {
-				return ref
+			if lost := h.unstored(reqCtx, l, sw, err); lost != nil {
+				if len(s.calls) > 0 {
+					h.answerUnstored(l, s.calls, lost, sw)
+					return nil
+				}
+				if sw.refuseUnstarted() {
+					return deliveryRefusal(l, lost)
+				}
 			}
 			switch {
 			case h.shuttingDown():
@@ -241,15 +251,16 @@ func nextWithin(ctx context.Context, rd *eventlog.Reader, window *context.Contex
 	return evs, false, err
 }
 
-// refuseUnstored returns the refusal of a stream whose reader stopped
-// with err before anything was written, when its events could not be
-// stored (the store's *store.LostError, 503 unavailable; or the session's
-// end, 404): the request failed and the client may send it again. The
-// reader may stop with the loss itself, or first see the session's
-// generation dropped for it; the store's Sync tells which. It returns nil,
-// and the stream ends, when the client went away, the server shuts down,
-// something was written, or nothing was lost.
-func (h *Handler) refuseUnstored(reqCtx context.Context, l *session.Live, sw *sseWriter, err error) *refusal {
+// unstored returns why the events of a stream whose reader stopped with
+// err before anything was written could not be stored (the store's
+// *store.LostError; the store unavailable; the session's end): a GET
+// stream is then refused (503 unavailable, or 404) and may be opened
+// again, and a POST stream's calls are answered with the loss
+// (answerUnstored). The reader may stop with the loss itself, or first
+// see the session's generation dropped for it; the store's Sync tells
+// which. It returns nil, and the stream ends, when the client went away,
+// the server shuts down, something was written, or nothing was lost.
+func (h *Handler) unstored(reqCtx context.Context, l *session.Live, sw *sseWriter, err error) error {
 	if reqCtx.Err() != nil || h.shuttingDown() || sw.wrote() {
 		return nil
 	}
@@ -260,10 +271,7 @@ func (h *Handler) refuseUnstored(reqCtx context.Context, l *session.Live, sw *ss
 			return nil
 		}
 	}
-	if !sw.refuseUnstarted() {
-		return nil
-	}
-	return deliveryRefusal(l, err)
+	return err
 }
 
 // start returns the position a new standalone stream's reader starts
@@ -325,13 +333,7 @@ func (h *Handler) endDeleted(l *session.Live, stream, after uint64, sw *sseWrite
 	if len(answers) == 0 {
 		return
 	}
-	var b []byte
-	for _, a := range answers {
-		b = append(b, "data: "...)
-		b = append(b, a...)
-		b = append(b, '\n', '\n')
-	}
-	sw.writeFinal(b)
+	sw.writeFinal(dataFrames(answers))
 }
 
 // watchStream ends a connection's context when a newer connection takes its
