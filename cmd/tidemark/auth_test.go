@@ -26,6 +26,18 @@ func startTSAuthServer(t *testing.T, endpoint string) string {
 	t.Helper()
 	testenv.NeedNode(t)
 	issuer := fmt.Sprintf("http://127.0.0.1:%d/", testenv.FreePort(t))
+	startTSAuthServerAt(t, issuer, endpoint)
+	return issuer
+}
+
+// startTSAuthServerAt runs the TypeScript SDK's example authorization
+// server at issuer (an http://127.0.0.1:PORT/ URL) for the MCP endpoint
+// endpoint, and returns its process once its metadata is served. The
+// server keeps its clients and tokens in memory: a new process knows none
+// of its predecessor's.
+func startTSAuthServerAt(t *testing.T, issuer, endpoint string) *testenv.Process {
+	t.Helper()
+	testenv.NeedNode(t)
 	cmd := exec.Command(testenv.Node(t), "testdata/tsauthserver.mjs")
 	cmd.Env = append(os.Environ(), "SDK_DIR="+filepath.Join(testenv.NodeModules(t), "@modelcontextprotocol", "sdk"),
 		"AUTH_URL="+issuer, "MCP_URL="+endpoint)
@@ -36,7 +48,7 @@ func startTSAuthServer(t *testing.T, endpoint string) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return issuer
+				return p
 			}
 		}
 		if time.Now().After(deadline) {

@@ -2,6 +2,7 @@ package oauthclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,10 @@ import (
 // callbackPath is the path of the redirect URI on the loopback listener
 // (RFC 8252, section 7.3: a loopback IP literal, not "localhost").
 const callbackPath = "/callback"
+
+// probeTimeout bounds probe's request to the authorization URL; an
+// authorization server slower than that is left to the person.
+const probeTimeout = 10 * time.Second
 
 // answerLimit bounds the body of the last response read in BrowserFetch,
 // in bytes.
@@ -69,6 +74,8 @@ func (cb *callback) serve(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	res := callbackResult{code: q.Get("code"), state: q.Get("state"), iss: q.Get("iss")}
 	switch {
+	case q.Get("error") == "invalid_client":
+		res.err = fmt.Errorf("%w: %s", errClientRefused, q.Get("error_description"))
 	case q.Get("error") != "":
 		res.err = fmt.Errorf("the authorization server refused: %s %s", q.Get("error"), q.Get("error_description"))
 	case res.code == "":
@@ -109,6 +116,12 @@ func (cb *callback) wait() <-chan callbackResult {
 func (t *Transport) fetchCode(ctx context.Context, cb *callback, a *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
 	if err := t.obs.checkPKCE(a.URL); err != nil {
 		return nil, err
+	}
+	if t.cfg.Browser != BrowserFetch && t.registered != nil {
+		// Called within the authorization, under authMu.
+		if err := t.probe(ctx, a.URL); err != nil {
+			return nil, err
+		}
 	}
 	got := cb.wait()
 	fetched := make(chan error, 1)
@@ -170,7 +183,51 @@ func (t *Transport) fetch(ctx context.Context, authURL string) error {
 	if resp.Request.URL.Path == callbackPath && loopback(resp.Request.URL.Hostname()) {
 		return nil
 	}
-	return fmt.Errorf("the redirects ended at %s with HTTP %d: %q", resp.Request.URL.Redacted(), resp.StatusCode, body)
+	err = fmt.Errorf("the redirects ended at %s with HTTP %d: %q", resp.Request.URL.Redacted(), resp.StatusCode, body)
+	if resp.StatusCode >= 400 && errorCode(body) == "invalid_client" {
+		return fmt.Errorf("%w: %w", errClientRefused, err)
+	}
+	return err
+}
+
+// probe GETs the authorization URL without following its redirects, to
+// learn whether the authorization server still knows the client kept
+// from an earlier authorization before a person is sent there: a
+// refusal of the client_id shows in the person's browser only (RFC 6749,
+// section 4.1.2.1), where the bridge would wait for a redirect that never
+// comes. An error answer whose JSON body says invalid_client is
+// errClientRefused; anything else (a redirect to a login page, a page,
+// no answer) is left to the person.
+func (t *Transport) probe(ctx context.Context, authURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	hc := &http.Client{Transport: t.base, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, authURL, nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, answerLimit))
+	if resp.StatusCode >= 400 && errorCode(body) == "invalid_client" {
+		return fmt.Errorf("%w: the authorization endpoint answered HTTP %d: %q", errClientRefused, resp.StatusCode, body)
+	}
+	return nil
+}
+
+// errorCode returns the error of an OAuth error answer's JSON body (RFC
+// 6749, section 5.2), or "".
+func errorCode(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error
 }
 
 // openBrowser asks the system to open u in the user's browser.

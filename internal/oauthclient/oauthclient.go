@@ -19,6 +19,9 @@
 //     challenge else the resource metadata's scopes_supported, and on 403
 //     insufficient_scope a new authorization for the union of the scopes
 //     granted and challenged, by the client the first one registered;
+//   - a new dynamic registration when the authorization server refuses
+//     the registered client (invalid_client: it forgot the registration),
+//     once per refusal;
 //   - refresh tokens, and tokens kept per server in a file of mode 0600
 //     (store.go), so that a later run needs no new authorization.
 //
@@ -135,7 +138,8 @@ type Transport struct {
 	handler *auth.AuthorizationCodeHandler // built at the first authorization
 	cb      *callback
 	// registered is the client dynamic registration gave at the first
-	// authorization, used by every later one; granted the scopes the
+	// authorization, used by every later one until the authorization
+	// server refuses it (forgetRegisteredLocked); granted the scopes the
 	// last authorization asked for, kept in each later request (a
 	// step-up asks for their union with the challenge's). Both under
 	// authMu.
@@ -145,6 +149,9 @@ type Transport struct {
 
 	mu sync.Mutex
 	ts oauth2.TokenSource // nil: no token yet
+	// refreshRefused is the client_id the token endpoint refused with
+	// invalid_client at a refresh, for the next authorization to drop.
+	refreshRefused string
 }
 
 // New returns the transport for cfg.Server, with the token stored for it
@@ -239,6 +246,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if err := t.authorize(req, resp, body, ts); err != nil {
 		t.logger.Error("oauth: authorization failed; the request goes back refused", "server", t.cfg.Server, "status", resp.StatusCode, "error", err)
+		body = unauthorizedBody(body, err)
+		resp.Header.Set("Content-Type", "application/json")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = int64(len(body))
 		return refused(), nil
 	}
 	_, tok = t.token()
@@ -306,7 +317,13 @@ func (t *Transport) token() (oauth2.TokenSource, *oauth2.Token) {
 
 // authorize runs one authorization for the refusal resp of req, whose
 // body was read into body, unless another request's authorization
-// replaced the token source ts that req was sent with.
+// replaced the token source ts that req was sent with. When the
+// authorization server refuses the dynamically registered client
+// (invalid_client, RFC 6749 sections 4.1.2.1 and 5.2: it no longer knows
+// the registration, e.g. it restarted without keeping it), the
+// registration is dropped and the authorization runs once more with a new
+// one (RFC 7591): once per refusal, so an authorization server that
+// refuses every client gets two attempts.
 func (t *Transport) authorize(req *http.Request, resp *http.Response, body []byte, ts oauth2.TokenSource) error {
 	// The sender's bound on the answer's headers is for the server, not
 	// for the person at the browser: it starts over once this returns.
@@ -315,23 +332,47 @@ func (t *Transport) authorize(req *http.Request, resp *http.Response, body []byt
 	defer t.authMu.Unlock()
 	t.mu.Lock()
 	replaced := t.ts != nil && t.ts != ts
+	refreshRefused := t.refreshRefused
+	t.refreshRefused = ""
 	t.mu.Unlock()
 	if replaced {
 		return nil
 	}
+	t.logger.Info("oauth: the server asks for authorization", "server", t.cfg.Server, "status", resp.StatusCode, "browser", string(t.cfg.Browser))
+	ctx, cancel := context.WithTimeout(req.Context(), AuthorizeTimeout)
+	defer cancel()
+	if refreshRefused != "" {
+		// The token endpoint refused the client at a refresh: sending the
+		// user to authorize it would only show them the same refusal.
+		if t.registered != nil && t.registered.ClientID == refreshRefused {
+			t.forgetRegisteredLocked(errors.New("the token endpoint answered invalid_client to a refresh"))
+			return t.authorizeOnce(ctx, req, resp, body)
+		}
+		if err := t.store.removeClient(t.cfg.Server, refreshRefused); err != nil {
+			t.logger.Warn("oauth: token file of the refused client not removed", "file", t.TokenFile(), "error", err)
+		}
+	}
+	err := t.authorizeOnce(ctx, req, resp, body)
+	if err != nil && clientRefused(err) && t.forgetRegisteredLocked(err) {
+		err = t.authorizeOnce(ctx, req, resp, body)
+	}
+	return err
+}
+
+// authorizeOnce runs the authorization code flow once, with the handler
+// of the client in use (handlerLocked), and makes its token the current
+// one. Called with authMu.
+func (t *Transport) authorizeOnce(ctx context.Context, req *http.Request, resp *http.Response, body []byte) error {
 	h, err := t.handlerLocked()
 	if err != nil {
 		return err
 	}
-	t.logger.Info("oauth: the server asks for authorization", "server", t.cfg.Server, "status", resp.StatusCode, "browser", string(t.cfg.Browser))
-	ctx, cancel := context.WithTimeout(req.Context(), AuthorizeTimeout)
-	defer cancel()
 	copied := *resp
 	copied.Body = io.NopCloser(bytes.NewReader(body))
 	if err := h.Authorize(ctx, req, &copied); err != nil {
 		return err
 	}
-	ts, err = h.TokenSource(ctx)
+	ts, err := h.TokenSource(ctx)
 	if err != nil || ts == nil {
 		return fmt.Errorf("no token after the authorization: %v", err)
 	}
@@ -348,6 +389,62 @@ func (t *Transport) authorize(req *http.Request, resp *http.Response, body []byt
 	t.mu.Unlock()
 	t.logger.Info("oauth: authorized", "server", t.cfg.Server, "file", t.TokenFile())
 	return nil
+}
+
+// forgetRegisteredLocked drops the dynamically registered client that
+// the authorization server refused with why, so that the next
+// authorization registers anew: in memory, and in the token file when
+// the file's token is that client's. It reports false when there is no
+// such client: the user's --oauth-client-id, a client ID metadata
+// document, or a registration this very authorization made, which a new
+// one would not mend. Called with authMu.
+func (t *Transport) forgetRegisteredLocked(why error) bool {
+	if t.registered == nil {
+		return false
+	}
+	id := t.registered.ClientID
+	t.registered, t.lastClient, t.handler = nil, nil, nil
+	t.logger.Warn("oauth: the authorization server refuses the registered client; registering again", "server", t.cfg.Server, "client_id", id, "error", why)
+	if err := t.store.removeClient(t.cfg.Server, id); err != nil {
+		t.logger.Warn("oauth: token file of the refused client not removed", "file", t.TokenFile(), "error", err)
+	}
+	return true
+}
+
+// clientRefused reports whether err says the authorization server
+// refused the client itself: invalid_client from the token endpoint (RFC
+// 6749, section 5.2), or from the authorization endpoint
+// (errClientRefused).
+func clientRefused(err error) bool {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) && re.ErrorCode == "invalid_client" {
+		return true
+	}
+	return errors.Is(err, errClientRefused)
+}
+
+// errClientRefused marks the authorization endpoint's refusal of the
+// client_id: an error answer whose JSON body says invalid_client instead
+// of a redirect to the callback (RFC 6749, section 4.1.2.1: a server
+// that does not know the client must not redirect), or a redirect whose
+// error is invalid_client.
+var errClientRefused = errors.New("the authorization server refuses the client (invalid_client)")
+
+// unauthorizedBody returns the body that replaces the server's refusal
+// when the authorization failed with err: a JSON-RPC error that keeps the
+// server's error.data.reason and tells the user what they can do, since
+// the server's own message asks for a token, which only tidemark connect
+// can obtain.
+func unauthorizedBody(server []byte, err error) []byte {
+	r := wire.ParseRefusal(http.StatusUnauthorized, server)
+	msg := "tidemark connect could not obtain a token from the MCP server's authorization server, so the call was not run: " + err.Error() +
+		". Send the call again to authorize again (with --oauth-browser open or print, complete the authorization in the browser within 5 minutes); if it keeps failing, check the authorization server, and the --oauth-client-id given to tidemark connect, if any"
+	e := map[string]any{"code": -32000, "message": msg}
+	if r.Reason != "" {
+		e["data"] = map[string]string{"reason": r.Reason}
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": e}) // strings and maps always encode
+	return b
 }
 
 // handlerLocked returns the authorization code handler, building it with
@@ -469,6 +566,11 @@ type savingSource struct {
 func (s *savingSource) Token() (*oauth2.Token, error) {
 	tok, err := s.src.Token()
 	if err != nil {
+		if clientRefused(err) {
+			s.t.mu.Lock()
+			s.t.refreshRefused = s.rec.ClientID
+			s.t.mu.Unlock()
+		}
 		return nil, err
 	}
 	s.mu.Lock()

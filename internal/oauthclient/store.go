@@ -140,3 +140,17 @@ func (s store) save(r *Record) error {
 	}
 	return os.Rename(f.Name(), s.path(r.Server))
 }
+
+// removeClient removes server's record when it holds a token of the
+// client clientID, which the authorization server refused; a record of
+// another client (written by another run since) stays.
+func (s store) removeClient(server, clientID string) error {
+	r, err := s.load(server)
+	if err != nil || r == nil || r.ClientID != clientID {
+		return err
+	}
+	if err := os.Remove(s.path(server)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
