@@ -6,6 +6,7 @@
 package client
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -119,9 +120,10 @@ func (s *session) drainedLocked() bool {
 }
 
 // endRetired ends the retired session s: it stops its standalone stream,
-// forgets the server requests it sent, and DELETEs it in the background
-// (MCP 2025-11-25, "Session Management"). Only the first call for s has an
-// effect, and none once s is lost (loseSession ended it).
+// forgets the server requests it sent, which the SDK gets
+// notifications/cancelled for (cancelOrphans), and DELETEs it in the
+// background (MCP 2025-11-25, "Session Management"). Only the first call
+// for s has an effect, and none once s is lost (loseSession ended it).
 func (c *conn) endRetired(s *session) {
 	c.mu.Lock()
 	if s.ended || s.isLost() {
@@ -129,48 +131,40 @@ func (c *conn) endRetired(s *session) {
 		return
 	}
 	s.ended = true
-	c.forgetLocked(s)
+	orphans := c.forgetLocked(s)
 	if s.stopStandalone != nil {
 		s.stopStandalone()
 	}
 	c.mu.Unlock()
+	c.cancelOrphans(orphans, "the MCP session that sent this request has ended, so an answer would reach no one")
 	if s.id != "" {
 		c.spawn(func() { c.deleteSession(s) })
 	}
 }
 
 // forgetLocked drops what the connection keeps of s: its place among the
-// retiring sessions and the origins of the server requests it sent.
-func (c *conn) forgetLocked(s *session) {
+// retiring sessions and the origins of the server requests it sent, whose
+// ids as the SDK saw them it returns, in the order the server sent them.
+func (c *conn) forgetLocked(s *session) []jsonrpc.ID {
 	for i, r := range c.retiring {
 		if r == s {
 			c.retiring = append(c.retiring[:i], c.retiring[i+1:]...)
 			break
 		}
 	}
+	var orphans []origin
 	for id, o := range c.origin {
-		if o == s {
+		if o.sess == s {
 			delete(c.origin, id)
+			delete(c.asked, asked{s, o.id})
+			o.id = id
+			orphans = append(orphans, o)
 		}
 	}
-}
-
-// noteOrigin records that the server request msg (if it is one) came on
-// s, so that the SDK's response goes back to s even after s is retired.
-func (c *conn) noteOrigin(msg jsonrpc.Message, s *session) {
-	if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
-		c.mu.Lock()
-		c.origin[r.ID] = s
-		c.mu.Unlock()
+	slices.SortFunc(orphans, func(a, b origin) int { return cmp.Compare(a.seq, b.seq) })
+	ids := make([]jsonrpc.ID, len(orphans))
+	for i, o := range orphans {
+		ids[i] = o.id
 	}
-}
-
-// takeOrigin returns and forgets the session the server request id came
-// on; nil when unknown.
-func (c *conn) takeOrigin(id jsonrpc.ID) *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.origin[id]
-	delete(c.origin, id)
-	return s
+	return ids
 }

@@ -369,6 +369,11 @@ func (c *conn) sendOneWay(ctx context.Context, msg jsonrpc.Message, method strin
 	renewed := false
 	for attempt := 0; ; attempt++ {
 		s, err := target, error(nil)
+		if method == "response" && s != nil && s.isLost() {
+			// The answer belongs to the lost session's request alone.
+			c.logger.Warn("client: an answer to a request of the server's whose session is gone; dropped", "session", prefix(s.id))
+			return nil
+		}
 		if s == nil || s.isLost() {
 			s, err = c.sessionFor(ctx, method)
 		}

@@ -35,6 +35,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 	// report counts every call (TestLoseSessionTakesCallsBeforeLostCloses).
 	first := false
 	var victims []*call
+	var orphans []jsonrpc.ID
 	canRenew, deferred := false, false
 	s.lostOnce.Do(func() {
 		first = true
@@ -50,7 +51,7 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 			}
 		}
 		s.calls = 0
-		c.forgetLocked(s)
+		orphans = c.forgetLocked(s)
 		canRenew = c.initialized && c.initParams != nil
 		deferred = canRenew && c.defersLocked(s)
 		s.lostStatus, s.lostReason = status, reason
@@ -60,6 +61,11 @@ func (c *conn) loseSession(s *session, status int, reason, stream, cursor string
 		return
 	}
 
+	why := "the MCP session that sent this request was lost (HTTP " + strconv.Itoa(status)
+	if reason != "" {
+		why += " " + reason
+	}
+	c.cancelOrphans(orphans, why+"), so an answer would reach no one")
 	for _, cl := range victims {
 		cl.cancel()
 		c.push(&jsonrpc.Response{ID: cl.id, Error: &CallError{

@@ -239,7 +239,7 @@ func (c *conn) readStream(ctx context.Context, st *stream, body io.Reader, watch
 			// call with ErrSessionLost as any end of the session does.
 			return nil
 		}
-		c.noteOrigin(msg, st.sess)
+		msg = c.noteOrigin(msg, st.sess)
 		if !c.deliver(msg) {
 			return errClosing
 		}

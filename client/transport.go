@@ -27,6 +27,15 @@
 //     other calls run on to their end, their server requests answered on
 //     it. New messages go to a new session, as after any 409, and the old
 //     one is ended with DELETE when its last call ends.
+//   - A request of the server's (elicitation, sampling, roots/list, ping)
+//     reaches the SDK under an id of the transport's own, "tidemark-N",
+//     never given twice on the connection: a server numbers its requests
+//     per session, from 1 again on a new one, so that its ids would let
+//     the SDK's answer to a lost session's question answer the next
+//     session's. The answer goes to the session that asked, under the
+//     server's id. When that session is lost or ended, the SDK gets
+//     notifications/cancelled for each of its requests still unanswered,
+//     and an answer that still comes is dropped.
 //   - No call hangs on a broken stream or a lost session (the bounds
 //     below).
 //
@@ -220,7 +229,8 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 		done:     make(chan struct{}),
 		closing:  make(chan struct{}),
 		calls:    make(map[jsonrpc.ID]*call),
-		origin:   make(map[jsonrpc.ID]*session),
+		origin:   make(map[jsonrpc.ID]origin),
+		asked:    make(map[asked]jsonrpc.ID),
 	}, nil
 }
 
@@ -248,13 +258,16 @@ type conn struct {
 	// retiring are the retired sessions that still carry calls (see
 	// retire); each is ended when its last call ends.
 	retiring []*session
-	// origin maps a server request's id to the session it came on, until
-	// the SDK answers it.
-	origin     map[jsonrpc.ID]*session
-	closed     bool          // Close has begun: no goroutine may start
-	renewing   chan struct{} // non-nil while a re-initialization runs; closed at its end
-	renewErr   error         // outcome of the last re-initialization
-	internalID int64         // numbers the transport's own initialize requests
+	// origin maps the id under which the SDK got a server request to
+	// where it came from, until the SDK answers it (origin.go); asked is
+	// its inverse.
+	origin         map[jsonrpc.ID]origin
+	asked          map[asked]jsonrpc.ID
+	serverRequests int64         // the server requests the SDK got
+	closed         bool          // Close has begun: no goroutine may start
+	renewing       chan struct{} // non-nil while a re-initialization runs; closed at its end
+	renewErr       error         // outcome of the last re-initialization
+	internalID     int64         // numbers the transport's own initialize requests
 }
 
 // session is one Mcp-Session-Id and what the transport knows of it.
@@ -368,8 +381,14 @@ func (c *conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		return c.sendCall(ctx, m)
 	case *jsonrpc.Response:
 		// The answer goes to the session that asked, which may be
-		// retired (fenceStream) and still running calls.
-		return c.sendOneWay(ctx, m, "response", c.takeOrigin(m.ID))
+		// retired (fenceStream) and still running calls, under the
+		// server's id; never to another session.
+		o, ok := c.takeOrigin(m.ID)
+		if !ok {
+			c.logger.Warn("client: an answer to a request of the server's whose session is gone, or that the server cancelled; dropped", "id", m.ID.Raw())
+			return nil
+		}
+		return c.sendOneWay(ctx, &jsonrpc.Response{ID: o.id, Result: m.Result, Error: m.Error}, "response", o.sess)
 	default:
 		return rejected{fmt.Errorf("client: cannot send message of type %T", msg)}
 	}

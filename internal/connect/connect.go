@@ -41,7 +41,10 @@
 //     returns an error that wraps ErrUnreachable.
 //
 // Server-to-client requests (elicitation, sampling, roots/list, ping) go
-// to the host and its answers back to the session that asked;
+// to the host under ids of the transport's own ("tidemark-N", unique for
+// the run; client.Transport) and its answers back to the session that
+// asked; one whose session is lost or ended gets notifications/cancelled
+// toward the host, and a late answer to it is dropped.
 // notifications/cancelled and progress pass both ways, and a call the host
 // cancelled gets no answer.
 package connect

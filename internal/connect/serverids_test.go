@@ -1,0 +1,243 @@
+package connect_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/tidemark-mcp/tidemark/internal/connect"
+	"github.com/tidemark-mcp/tidemark/replay"
+)
+
+// confirming is a scripted MCP server of the stateful era whose sessions
+// are S1, S2... in the order of the initializes it gets. Each tools/call
+// is answered on an SSE stream that first asks the client
+// elicitation/create, with id 1 on every session as a server that numbers
+// its requests per session does, and the question the call's
+// arguments.question; the call's result is then the action of the
+// answer. The call's stream of a session in cut ends when the test closes
+// cut, without the answer, and its resume is answered refusal. It offers
+// no standalone stream (GET without Last-Event-ID: 405). It records every
+// request it gets (log).
+type confirming struct {
+	t       *testing.T
+	cut     map[string]bool
+	refusal func(w http.ResponseWriter)
+	closed  chan struct{} // closed by the test: the streams of the sessions in cut end
+
+	mu       sync.Mutex
+	sessions int
+	log      []string
+	answers  map[string]chan string // by session: the actions of the answers it got
+}
+
+func newConfirming(t *testing.T, refusal func(w http.ResponseWriter), cut ...string) (*confirming, *httptest.Server) {
+	c := &confirming{t: t, cut: make(map[string]bool), refusal: refusal, closed: make(chan struct{}), answers: make(map[string]chan string)}
+	for _, s := range cut {
+		c.cut[s] = true
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return c, srv
+}
+
+// record notes one request the server got.
+func (c *confirming) record(format string, args ...any) {
+	c.mu.Lock()
+	c.log = append(c.log, fmt.Sprintf(format, args...))
+	c.mu.Unlock()
+}
+
+// seen returns the requests recorded so far whose text passes keep.
+func (c *confirming) seen(keep func(string) bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, l := range c.log {
+		if keep(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (c *confirming) answered(sid string) chan string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.answers[sid]
+	if ch == nil {
+		ch = make(chan string, 4)
+		c.answers[sid] = ch
+	}
+	return ch
+}
+
+func (c *confirming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	switch r.Method {
+	case http.MethodDelete:
+		c.record("DELETE %s", sid)
+		return
+	case http.MethodGet:
+		last := r.Header.Get("Last-Event-ID")
+		if last == "" {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		c.record("GET %s %s", sid, last)
+		c.refusal(w)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if a, ok := msg.(*jsonrpc.Response); ok {
+		var res struct {
+			Action string `json:"action"`
+		}
+		json.Unmarshal(a.Result, &res)
+		c.record("POST %s answer %v %s", sid, a.ID.Raw(), res.Action)
+		c.answered(sid) <- res.Action
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	req := msg.(*jsonrpc.Request)
+	id, _ := json.Marshal(req.ID.Raw())
+	switch {
+	case req.Method == "initialize":
+		c.mu.Lock()
+		c.sessions++
+		sid = "S" + strconv.Itoa(c.sessions)
+		c.mu.Unlock()
+		c.record("POST - initialize -> %s", sid)
+		w.Header().Set("Mcp-Session-Id", sid)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"confirming","version":"1"}}}`, id)
+	case !req.IsCall():
+		c.record("POST %s %s", sid, req.Method)
+		w.WriteHeader(http.StatusAccepted)
+	case req.Method == "tools/call":
+		c.record("POST %s tools/call %s", sid, id)
+		var p struct {
+			Arguments struct {
+				Question string `json:"question"`
+			} `json:"arguments"`
+		}
+		json.Unmarshal(req.Params, &p)
+		q, _ := json.Marshal(p.Arguments.Question)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "id: %s-1\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"elicitation/create\",\"params\":{\"mode\":\"form\",\"message\":%s,\"requestedSchema\":{\"type\":\"object\",\"properties\":{}}}}\n\n", sid, q)
+		w.(http.Flusher).Flush()
+		if c.cut[sid] {
+			select {
+			case <-c.closed:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		select {
+		case action := <-c.answered(sid):
+			fmt.Fprintf(w, "id: %s-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":%q}]}}\n\n", sid, id, action)
+		case <-r.Context().Done():
+		case <-time.After(hostTimeout):
+		}
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+	}
+}
+
+// refuse writes a refusal of the server's: status, and error.data as
+// data.
+func refuse(status int, data string) func(w http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"refused","data":%s}}`, data)
+	}
+}
+
+// TestServerRequestIDsAcrossSessions: the server asks the host, through
+// elicitation/create id 1, a question on session S1; S1 is then lost (a
+// 409 listing the call, or a 404) and the host's next call asks another
+// question on S2, again under the server's id 1. The host sees each
+// question under an id of the bridge's own, "tidemark-1" then
+// "tidemark-2"; it gets notifications/cancelled for the first (MCP
+// 2025-11-25, "Cancellation") beside the lost call's request_lost error;
+// its late answer to the first reaches no session, and its answer to the
+// second reaches S2 under the server's id 1.
+func TestServerRequestIDsAcrossSessions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refusal func(w http.ResponseWriter)
+		why     string
+	}{
+		{"409 lists the call", refuse(http.StatusConflict, `{"reason":"generation_mismatch","lostRequests":["c1"]}`),
+			"the MCP session that sent this request has ended, so an answer would reach no one"},
+		{"404", refuse(http.StatusNotFound, `{"reason":"session_not_found"}`),
+			"the MCP session that sent this request was lost (HTTP 404 session_not_found), so an answer would reach no one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, url := newConfirming(t, tc.refusal, "S1")
+			h := startBridge(t, url.URL, connect.Options{Protocol: connect.ProtocolStateful, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+			h.initialize(`{"elicitation":{}}`)
+			h.send(`{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"confirm","arguments":{"question":"ok to READ the file?"}}}`)
+			read := h.request()
+			if want := `{"mode":"form","message":"ok to READ the file?","requestedSchema":{"type":"object","properties":{}}}`; read.Method != "elicitation/create" || read.ID.Raw() != "tidemark-1" || !sameJSON(t, read.Params, want) {
+				t.Fatalf("the host got %s id %v %s, want elicitation/create id \"tidemark-1\" %s", read.Method, read.ID.Raw(), read.Params, want)
+			}
+			close(srv.closed) // S1's call stream ends; its resume is refused
+
+			cancelled := h.next()
+			if n, ok := cancelled.(*jsonrpc.Request); !ok || n.Method != "notifications/cancelled" || !sameJSON(t, n.Params, `{"requestId":"tidemark-1","reason":"`+tc.why+`"}`) {
+				t.Fatalf("the host got %s, want notifications/cancelled of tidemark-1 with the reason %q", describe(cancelled), tc.why)
+			}
+			lost, before := h.answer("c1")
+			if len(before) != 0 {
+				t.Errorf("the host got %d messages between the cancellation and c1's answer: %v", len(before), before)
+			}
+			wantFailure(t, lost, replay.ReasonRequestLost, "lost this call with its session")
+
+			h.send(`{"jsonrpc":"2.0","id":"c2","method":"tools/call","params":{"name":"confirm","arguments":{"question":"ok to DELETE everything?"}}}`)
+			del := h.request()
+			if del.Method != "elicitation/create" || del.ID.Raw() != "tidemark-2" || !sameJSON(t, del.Params, `{"mode":"form","message":"ok to DELETE everything?","requestedSchema":{"type":"object","properties":{}}}`) {
+				t.Fatalf("the host got %s id %v %s, want elicitation/create id \"tidemark-2\" asking to DELETE", del.Method, del.ID.Raw(), del.Params)
+			}
+			h.reply(read, `{"action":"accept","content":{}}`) // the user's late answer to the READ question
+			h.reply(del, `{"action":"decline"}`)
+			r, _ := h.answer("c2")
+			if got := toolText(t, r); got != "decline" {
+				t.Errorf("c2's result: %q, want %q (the host's answer to the DELETE question)", got, "decline")
+			}
+			answers := srv.seen(func(l string) bool { f := strings.Fields(l); return len(f) > 2 && f[2] == "answer" })
+			if want := []string{"POST S2 answer 1 decline"}; !slices.Equal(answers, want) {
+				t.Errorf("the answers the server got: %q, want %q", answers, want)
+			}
+		})
+	}
+}
+
+// describe returns a message for a test's failure.
+func describe(m jsonrpc.Message) string {
+	data, err := jsonrpc.EncodeMessage(m)
+	if err != nil {
+		return fmt.Sprintf("%T", m)
+	}
+	return string(data)
+}
