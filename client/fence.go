@@ -97,6 +97,33 @@ func (c *conn) retire(s *session) (finish func()) {
 	}
 }
 
+// supersede retires old (nil: none), the session that the SDK's own
+// initialize replaced: no message goes to it any more, and it is ended
+// with DELETE once its last call ends, at once when it carries none, as a
+// retired session is (MCP 2025-11-25, "Session Management": a client
+// that no longer needs a session ends it). Its calls still running get
+// their answers, and its server requests theirs. No re-initialization
+// starts: the SDK's initialize is the new session.
+func (c *conn) supersede(old *session) {
+	if old == nil {
+		return
+	}
+	c.mu.Lock()
+	if old.retired || old.isLost() {
+		c.mu.Unlock()
+		return
+	}
+	old.retired = true
+	drained := old.drainedLocked()
+	if !drained {
+		c.retiring = append(c.retiring, old)
+	}
+	c.mu.Unlock()
+	if drained {
+		c.endRetired(old)
+	}
+}
+
 // untrackLocked records that cl, just removed from c.calls, no longer
 // runs on its session, and returns that session when it is retired and
 // cl was its last call: the caller ends it with endRetired after

@@ -259,8 +259,10 @@ func (c *conn) sendCall(ctx context.Context, req *jsonrpc.Request) error {
 		if req.Method == "initialize" {
 			s = newSession(resp.Header.Get(wire.HeaderSession))
 			c.mu.Lock()
+			old := c.sess
 			c.sess = s
 			c.mu.Unlock()
+			c.supersede(old)
 		}
 		// Accepted on s as its POST stops being on its way, in one step,
 		// so that a retired s never looks drained in between.

@@ -36,6 +36,9 @@
 //     server's id. When that session is lost or ended, the SDK gets
 //     notifications/cancelled for each of its requests still unanswered,
 //     and an answer that still comes is dropped.
+//   - An initialize of the SDK's on a connection that has a session opens
+//     a new one; the old one is ended with DELETE once its last call ends
+//     (at once when it carries none), its calls running on to their end.
 //   - No call hangs on a broken stream or a lost session (the bounds
 //     below).
 //

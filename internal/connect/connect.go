@@ -32,6 +32,9 @@
 //     Options.MaxQueued; beyond, a call is answered too_many_calls and
 //     never sent), so that the burst does not meet the server's
 //     per-session bound (admit.go).
+//   - A host that sends initialize again gets a new session; the old one
+//     is ended with DELETE once its last call ends (client.Transport), at
+//     once when it carries none.
 //   - A host whose initialize failed (refused, lost, or answered with an
 //     error) has no session: until its next initialize the bridge answers
 //     its calls and drops its notifications, as before its first.

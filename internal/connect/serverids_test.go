@@ -241,3 +241,51 @@ func describe(m jsonrpc.Message) string {
 	}
 	return string(data)
 }
+
+// TestSecondInitializeEndsOldSession: a host that sends initialize again
+// on the same bridge gets a new session (S2), and the old one (S1) is
+// ended with DELETE once its last call ends (MCP 2025-11-25, "Session
+// Management"), at once when it carries none. The call still running on
+// S1 gets its answer: the host's answer to S1's question reaches S1.
+func TestSecondInitializeEndsOldSession(t *testing.T) {
+	t.Run("a call runs on the old session", func(t *testing.T) {
+		srv, url := newConfirming(t, refuse(http.StatusNotFound, `{}`))
+		h := startBridge(t, url.URL, connect.Options{Protocol: connect.ProtocolStateful})
+		h.initialize(`{"elicitation":{}}`)
+		h.send(`{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"confirm","arguments":{"question":"ok?"}}}`)
+		ask := h.request()
+		h.initialize(`{"elicitation":{}}`)
+		h.reply(ask, `{"action":"accept","content":{}}`)
+		r, _ := h.answer("c1")
+		if got := toolText(t, r); got != "accept" {
+			t.Errorf("c1's result: %q, want %q", got, "accept")
+		}
+		srv.wantLog(t, []string{"POST - initialize -> S1", "POST S1 notifications/initialized", `POST S1 tools/call "c1"`,
+			"POST - initialize -> S2", "POST S2 notifications/initialized", "POST S1 answer 1 accept", "DELETE S1"})
+	})
+	t.Run("no call on the old session", func(t *testing.T) {
+		srv, url := newConfirming(t, refuse(http.StatusNotFound, `{}`))
+		h := startBridge(t, url.URL, connect.Options{Protocol: connect.ProtocolStateful})
+		h.initialize(`{}`)
+		h.send(`{"jsonrpc":"2.0","id":"again","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+		if r, _ := h.answer("again"); r.Error != nil {
+			t.Fatalf("the second initialize: %v", r.Error)
+		}
+		srv.wantLog(t, []string{"POST - initialize -> S1", "POST S1 notifications/initialized", "POST - initialize -> S2", "DELETE S1"})
+	})
+}
+
+// wantLog requires the requests the server got to become want within
+// hostTimeout, and to stay so for a moment (no DELETE comes late).
+func (c *confirming) wantLog(t *testing.T, want []string) {
+	t.Helper()
+	all := func(string) bool { return true }
+	deadline := time.Now().Add(hostTimeout)
+	for !slices.Equal(c.seen(all), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := c.seen(all); !slices.Equal(got, want) {
+		t.Errorf("the server got:\n%q\nwant:\n%q", got, want)
+	}
+}
