@@ -69,6 +69,16 @@ type gate struct {
 	mu      sync.Mutex
 	running map[jsonrpc.ID]bool
 	queue   []queuedCall
+	// watches are the sets of calls that watch returned a channel for,
+	// each closed once its set is empty.
+	watches []*watch
+}
+
+// watch is a set of calls in flight, and the channel closed once each of
+// them is done.
+type watch struct {
+	calls map[jsonrpc.ID]bool
+	ended chan struct{}
 }
 
 type queuedCall struct {
@@ -109,6 +119,16 @@ func (g *gate) done(id jsonrpc.ID) {
 		return
 	}
 	delete(g.running, id)
+	kept := g.watches[:0]
+	for _, w := range g.watches {
+		delete(w.calls, id)
+		if len(w.calls) == 0 {
+			close(w.ended)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	g.watches = kept
 	var next []func()
 	for len(g.queue) > 0 && len(g.running) < g.maxCalls {
 		q := g.queue[0]
@@ -120,6 +140,24 @@ func (g *gate) done(id jsonrpc.ID) {
 	for _, start := range next {
 		start()
 	}
+}
+
+// watch returns a channel closed once each call in flight now is done
+// (at once when none is): answered, cancelled by the host, or failed. The
+// calls queued now, and those started later, are not waited for.
+func (g *gate) watch() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := &watch{calls: make(map[jsonrpc.ID]bool, len(g.running)), ended: make(chan struct{})}
+	for id := range g.running {
+		w.calls[id] = true
+	}
+	if len(w.calls) == 0 {
+		close(w.ended)
+		return w.ended
+	}
+	g.watches = append(g.watches, w)
+	return w.ended
 }
 
 // drop removes the call id from the queue, reporting whether it was

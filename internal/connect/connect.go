@@ -20,9 +20,12 @@
 //     answer), the log level and resource subscriptions the host set are
 //     set again on it (the session-state rule, engine.State), and the host
 //     gets notifications/tools/list_changed (and prompts, resources, where
-//     the server has them) so that it reads its lists again. A session the
-//     bridge opened so on its own, lost in turn before the host sent
-//     anything on it, is opened again only at the host's next message
+//     the server has them) so that it reads its lists again, once every
+//     call in flight at the loss has ended, so that a lost call's error
+//     comes first even when the server reports it only on the call's own
+//     stream, after the new session opened. A session the bridge opened
+//     so on its own, lost in turn before the host sent anything on it, is
+//     opened again only at the host's next message
 //     (client.Transport.DeferIdleRenewal).
 //   - 503 with Retry-After, and 429: the POST is sent again no sooner than
 //     asked, within Options.ResumeTimeout, then the call fails
@@ -165,6 +168,10 @@ type bridge struct {
 	lists []string
 	// started reports that the host's first initialize was sent.
 	started bool
+	// settled holds, by the token of a session lost or retired (404,
+	// 409), the channel closed once every call in flight at its loss has
+	// ended (gate.watch): the host is told of the new session after that.
+	settled map[string]<-chan struct{}
 	// sending are the host's calls from their reading to the return of
 	// their POST, each true once the host cancelled it meanwhile: such a
 	// call's failed POST gets no answer toward the host.
@@ -218,7 +225,8 @@ func Run(ctx context.Context, host mcp.Connection, o Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &bridge{o: o, host: host, logger: o.Logger, ctx: ctx, gate: newGate(o.MaxCalls, o.MaxQueued),
-		pending: make(map[jsonrpc.ID]*jsonrpc.Request), sending: make(map[jsonrpc.ID]bool)}
+		pending: make(map[jsonrpc.ID]*jsonrpc.Request), sending: make(map[jsonrpc.ID]bool),
+		settled: make(map[string]<-chan struct{})}
 	t := &client.Transport{
 		Endpoint:       o.URL,
 		HTTPClient:     o.HTTPClient,
@@ -633,8 +641,20 @@ func (b *bridge) restore() []*jsonrpc.Request {
 
 // onEvent is the transport's OnEvent. After a re-initialization the host
 // is told that the lists it read may have changed, so that it reads them
-// again; it must not block, so the notices go from a goroutine.
+// again, once every call in flight when the old session was lost or
+// retired has ended: the calls the loss fails get their errors first, as
+// docs/connect.md tells, even when the server reports the loss of a call
+// only on its own stream, after another stream's 409 (the standalone
+// stream's lists no call) has opened the new session. It must not block,
+// so the notices go from a goroutine.
 func (b *bridge) onEvent(e client.Event) {
+	if e.Kind == client.EventFenced || e.Kind == client.EventSessionNotFound {
+		b.mu.Lock()
+		if _, ok := b.settled[e.Session]; !ok {
+			b.settled[e.Session] = b.gate.watch()
+		}
+		b.mu.Unlock()
+	}
 	var large *client.EventTooLargeError
 	if e.Kind == client.EventStreamLost && errors.As(e.Err, &large) && large.Standalone {
 		b.oversized(e, large)
@@ -649,9 +669,18 @@ func (b *bridge) onEvent(e client.Event) {
 	}
 	b.mu.Lock()
 	lists := b.lists
+	settled := b.settled[e.Session]
+	delete(b.settled, e.Session)
 	b.mu.Unlock()
 	b.logger.Info("connect: new session; the host is told to read its lists again", "session", prefix(e.Session), "new_session", prefix(e.NewSession), "notifications", len(lists))
 	b.wg.Go(func() {
+		if settled != nil {
+			select {
+			case <-settled:
+			case <-b.ctx.Done():
+				return
+			}
+		}
 		for _, m := range lists {
 			b.toHost(&jsonrpc.Request{Method: m, Params: json.RawMessage("{}")})
 		}

@@ -26,14 +26,17 @@ import (
 // its requests per session does, and the question the call's
 // arguments.question; the call's result is then the action of the
 // answer. The call's stream of a session in cut ends when the test closes
-// cut, without the answer, and its resume is answered refusal. It offers
-// no standalone stream (GET without Last-Event-ID: 405). It records every
-// request it gets (log).
+// closed, without the answer. Only session S1 has a standalone stream,
+// when standalone is not nil: it sends a priming event (id S1-g1) and
+// ends when the test closes standalone; other sessions have none (GET
+// without Last-Event-ID: 405). Every resume (GET with Last-Event-ID) is
+// answered refusal. It records every request it gets (log).
 type confirming struct {
-	t       *testing.T
-	cut     map[string]bool
-	refusal func(w http.ResponseWriter)
-	closed  chan struct{} // closed by the test: the streams of the sessions in cut end
+	t          *testing.T
+	cut        map[string]bool
+	refusal    func(w http.ResponseWriter, lastEventID string)
+	closed     chan struct{} // closed by the test: the call streams of the sessions in cut end
+	standalone chan struct{} // closed by the test: S1's standalone stream ends
 
 	mu       sync.Mutex
 	sessions int
@@ -41,7 +44,7 @@ type confirming struct {
 	answers  map[string]chan string // by session: the actions of the answers it got
 }
 
-func newConfirming(t *testing.T, refusal func(w http.ResponseWriter), cut ...string) (*confirming, *httptest.Server) {
+func newConfirming(t *testing.T, refusal func(w http.ResponseWriter, lastEventID string), cut ...string) (*confirming, *httptest.Server) {
 	c := &confirming{t: t, cut: make(map[string]bool), refusal: refusal, closed: make(chan struct{}), answers: make(map[string]chan string)}
 	for _, s := range cut {
 		c.cut[s] = true
@@ -93,12 +96,23 @@ func (c *confirming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case http.MethodGet:
 		last := r.Header.Get("Last-Event-ID")
+		if last == "" && sid == "S1" && c.standalone != nil {
+			c.record("GET %s", sid)
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "id: S1-g1\ndata: \n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-c.standalone:
+			case <-r.Context().Done():
+			}
+			return
+		}
 		if last == "" {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
 		c.record("GET %s %s", sid, last)
-		c.refusal(w)
+		c.refusal(w, last)
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
@@ -165,8 +179,8 @@ func (c *confirming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refuse writes a refusal of the server's: status, and error.data as
 // data.
-func refuse(status int, data string) func(w http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
+func refuse(status int, data string) func(w http.ResponseWriter, lastEventID string) {
+	return func(w http.ResponseWriter, _ string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"refused","data":%s}}`, data)
@@ -185,7 +199,7 @@ func refuse(status int, data string) func(w http.ResponseWriter) {
 func TestServerRequestIDsAcrossSessions(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		refusal func(w http.ResponseWriter)
+		refusal func(w http.ResponseWriter, lastEventID string)
 		why     string
 	}{
 		{"409 lists the call", refuse(http.StatusConflict, `{"reason":"generation_mismatch","lostRequests":["c1"]}`),
@@ -287,5 +301,46 @@ func (c *confirming) wantLog(t *testing.T, want []string) {
 	time.Sleep(100 * time.Millisecond)
 	if got := c.seen(all); !slices.Equal(got, want) {
 		t.Errorf("the server got:\n%q\nwant:\n%q", got, want)
+	}
+}
+
+// TestLostCallFailsBeforeListChanged: the server refuses the resume of
+// S1's standalone stream with a 409 that lists no lost request (that
+// stream carried none), so the bridge opens S2 while S1's call c1 is
+// still in flight; c1's own stream is then refused with a 409 that lists
+// it. The host gets the lost call's request_lost error (after the
+// notifications/cancelled of its open question) before
+// notifications/tools/list_changed, as docs/connect.md tells: the lost
+// calls fail first, then the host hears of the new session.
+func TestLostCallFailsBeforeListChanged(t *testing.T) {
+	srv, url := newConfirming(t, func(w http.ResponseWriter, last string) {
+		lost := `[]`
+		if last == "S1-1" {
+			lost = `["c1"]`
+		}
+		refuse(http.StatusConflict, `{"reason":"generation_mismatch","lostRequests":`+lost+`}`)(w, last)
+	}, "S1")
+	srv.standalone = make(chan struct{})
+	h := startBridge(t, url.URL, connect.Options{Protocol: connect.ProtocolStateful, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	h.initialize(`{"elicitation":{}}`)
+	h.send(`{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"confirm","arguments":{"question":"ok?"}}}`)
+	h.request()
+	close(srv.standalone)
+	srv.wantLog(t, []string{"POST - initialize -> S1", "POST S1 notifications/initialized", "GET S1", `POST S1 tools/call "c1"`,
+		"GET S1 S1-g1", "POST - initialize -> S2", "POST S2 notifications/initialized"})
+	close(srv.closed) // c1's stream ends; its resume is refused, listing c1
+
+	var got []string
+	for len(got) < 3 {
+		switch m := h.next().(type) {
+		case *jsonrpc.Request:
+			got = append(got, m.Method)
+		case *jsonrpc.Response:
+			got = append(got, fmt.Sprintf("answer %v", m.ID.Raw()))
+			wantFailure(t, m, replay.ReasonRequestLost, "lost this call with its session")
+		}
+	}
+	if want := []string{"notifications/cancelled", "answer c1", "notifications/tools/list_changed"}; !slices.Equal(got, want) {
+		t.Errorf("the host got %q, want %q", got, want)
 	}
 }
