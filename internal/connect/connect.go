@@ -382,7 +382,7 @@ func (b *bridge) admit(req *jsonrpc.Request) {
 		b.mu.Lock()
 		delete(b.sending, req.ID)
 		b.mu.Unlock()
-		b.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, "id", req.ID.Raw(), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
+		b.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, callID(b.host, req.ID), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
 		b.toHost(&jsonrpc.Response{ID: req.ID, Error: busyError(b.o.MaxCalls, b.o.MaxQueued)})
 	}
 }
@@ -438,10 +438,11 @@ func (b *bridge) call(req *jsonrpc.Request) (sent bool, _ error) {
 	defer b.gate.done(req.ID)
 	b.untrack(req.ID)
 	if cancelled {
-		b.logger.Debug("connect: call cancelled by the host before the server took it; no answer", "method", req.Method, "id", req.ID.Raw(), "error", err)
+		b.logger.Debug("connect: call cancelled by the host before the server took it; no answer", "method", req.Method, callID(b.host, req.ID), "error", err)
 		return false, nil
 	}
 	werr := b.hostError(err)
+	id := callID(b.host, req.ID) // before the answer frees the host's id
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
 	if req.Method == "initialize" && reasonOf(werr) == replay.ReasonServerUnreachable.String() {
 		// Run's error is the one line that says it.
@@ -451,7 +452,7 @@ func (b *bridge) call(req *jsonrpc.Request) (sent bool, _ error) {
 		}
 		return false, fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
 	}
-	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
+	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, id, "reason", reasonOf(werr), "error", err)
 	return false, nil
 }
 
@@ -475,11 +476,11 @@ func (b *bridge) unstart() {
 // answers; sent, it would be refused 400 session_required.
 func (b *bridge) beforeInitialize(req *jsonrpc.Request) {
 	if req.Method == "ping" {
-		b.logger.Debug("connect: ping before the host's initialize; answered by tidemark connect", "id", req.ID.Raw())
+		b.logger.Debug("connect: ping before the host's initialize; answered by tidemark connect", callID(b.host, req.ID))
 		b.toHost(&jsonrpc.Response{ID: req.ID, Result: json.RawMessage("{}")})
 		return
 	}
-	b.logger.Warn("connect: call before the host's initialize; answered with an error", "method", req.Method, "id", req.ID.Raw(), "reason", replay.ReasonSessionRequired)
+	b.logger.Warn("connect: call before the host's initialize; answered with an error", "method", req.Method, callID(b.host, req.ID), "reason", replay.ReasonSessionRequired)
 	data, _ := json.Marshal(map[string]string{"reason": replay.ReasonSessionRequired.String()}) // a string always encodes
 	b.toHost(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
 		Message: "send initialize first: tidemark connect sends no call to the MCP server before the host's initialize, and answers ping itself (MCP 2025-11-25, \"Lifecycle\")", Data: data}})
@@ -539,7 +540,7 @@ func (b *bridge) fromServer() {
 			if r.Error != nil {
 				if _, wire := r.Error.(*jsonrpc.Error); !wire {
 					werr := b.hostError(r.Error)
-					b.logger.Warn("connect: call failed", "id", r.ID.Raw(), "reason", reasonOf(werr), "error", r.Error)
+					b.logger.Warn("connect: call failed", callID(b.host, r.ID), "reason", reasonOf(werr), "error", r.Error)
 					msg = &jsonrpc.Response{ID: r.ID, Error: werr}
 				}
 			}

@@ -380,6 +380,33 @@ func (c *hostConn) cancelled(req *jsonrpc.Request) jsonrpc.Message {
 	return &jsonrpc.Request{Method: req.Method, Params: raw}
 }
 
+// hostID returns the id of the call of bridge id id in flight, as the
+// host wrote it; false when no such call is in flight.
+func (c *hostConn) hostID(id jsonrpc.ID) (json.RawMessage, bool) {
+	bid, _ := id.Raw().(int64)
+	c.idmu.Lock()
+	defer c.idmu.Unlock()
+	raw, ok := c.byBridge[bid]
+	return raw, ok
+}
+
+// callID is the log field of the host's call id: host_id, the id as the
+// host wrote it. The bridge's stdio connection (HostTransport) gives the
+// calls ids of its own and knows the host's while the call is in flight;
+// once the host cancelled the call it is forgotten, and the field is
+// bridge_id, the bridge's number. Toward another connection the id is
+// the host's as received.
+func callID(host mcp.Connection, id jsonrpc.ID) slog.Attr {
+	c, ok := host.(*hostConn)
+	if !ok {
+		return slog.Any("host_id", id.Raw())
+	}
+	if raw, ok := c.hostID(id); ok {
+		return slog.String("host_id", string(raw))
+	}
+	return slog.Any("bridge_id", id.Raw())
+}
+
 // bridgeID is the jsonrpc.ID of bridge id n.
 func bridgeID(n int64) jsonrpc.ID {
 	id, _ := jsonrpc.MakeID(float64(n)) // exact below 2^53

@@ -122,6 +122,32 @@ func TestCallBeforeInitialize(t *testing.T) {
 	}
 }
 
+// TestCallBeforeInitializeLogsHostID: the WARN line of a call before
+// the host's initialize names the call by its id as the host wrote it
+// (host_id, as the line of a duplicate id does), not by the number the
+// bridge gave it.
+func TestCallBeforeInitializeLogsHostID(t *testing.T) {
+	srv := serve(t, demo.NewServer(), nil)
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful}, logger)
+	host.send(`{"jsonrpc":"2.0","id":42,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":"abc","method":"tools/list"}`)
+	host.answers(`"abc"`)
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if strings.Contains(l, "call before the host's initialize") {
+			got = append(got, l[strings.Index(l, "level="):])
+		}
+	}
+	want := []string{
+		`level=WARN msg="connect: call before the host's initialize; answered with an error" method=tools/list host_id=42 reason=session_required`,
+		`level=WARN msg="connect: call before the host's initialize; answered with an error" method=tools/list host_id="\"abc\"" reason=session_required`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the WARN lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestNotificationBeforeInitialize: the host's notifications before its
 // initialize are dropped, never sent (there is no session for them, and
 // the server would refuse them 400 session_required); a WARN line names

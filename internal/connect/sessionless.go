@@ -332,7 +332,7 @@ func (s *sessionless) admit(req *jsonrpc.Request) {
 			s.logger.Info("connect: calls queued: the host has the most calls in flight --max-calls allows", "in_flight", inFlight, "max_calls", s.o.MaxCalls)
 		}
 	case AdmitRefuse:
-		s.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, "id", req.ID.Raw(), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
+		s.logger.Warn("connect: call refused: the bridge's queue is full; not sent", "method", req.Method, callID(s.host, req.ID), "in_flight", inFlight, "queued", queued, "reason", replay.ReasonTooManyCalls)
 		s.toHost(&jsonrpc.Response{ID: req.ID, Error: busyError(s.o.MaxCalls, s.o.MaxQueued)})
 	}
 }
@@ -365,7 +365,7 @@ func (s *sessionless) start(req *jsonrpc.Request) {
 		if err != nil {
 			werr := s.hostError(err)
 			if _, wire := err.(*jsonrpc.Error); !wire {
-				s.logger.Warn("connect: call failed", "method", req.Method, "id", req.ID.Raw(), "reason", reasonOf(werr), "error", err)
+				s.logger.Warn("connect: call failed", "method", req.Method, callID(s.host, req.ID), "reason", reasonOf(werr), "error", err)
 			}
 			s.toHost(&jsonrpc.Response{ID: req.ID, Error: werr})
 			return
