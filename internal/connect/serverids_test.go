@@ -37,6 +37,10 @@ type confirming struct {
 	refusal    func(w http.ResponseWriter, lastEventID string)
 	closed     chan struct{} // closed by the test: the call streams of the sessions in cut end
 	standalone chan struct{} // closed by the test: S1's standalone stream ends
+	// withdraw: the server cancels its question right after asking it
+	// (notifications/cancelled, reason "timed out"), and answers the call
+	// "withdrawn" once the test closes closed.
+	withdraw bool
 
 	mu       sync.Mutex
 	sessions int
@@ -158,6 +162,16 @@ func (c *confirming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "id: %s-1\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"elicitation/create\",\"params\":{\"mode\":\"form\",\"message\":%s,\"requestedSchema\":{\"type\":\"object\",\"properties\":{}}}}\n\n", sid, q)
 		w.(http.Flusher).Flush()
+		if c.withdraw {
+			fmt.Fprintf(w, "id: %s-c\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1,\"reason\":\"timed out\"}}\n\n", sid)
+			w.(http.Flusher).Flush()
+			select {
+			case <-c.closed:
+				fmt.Fprintf(w, "id: %s-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"withdrawn\"}]}}\n\n", sid, id)
+			case <-r.Context().Done():
+			}
+			return
+		}
 		if c.cut[sid] {
 			select {
 			case <-c.closed:
@@ -172,6 +186,7 @@ func (c *confirming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(hostTimeout):
 		}
 	default:
+		c.record("POST %s %s %s", sid, req.Method, id)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
 	}
@@ -343,4 +358,35 @@ func TestLostCallFailsBeforeListChanged(t *testing.T) {
 	if want := []string{"notifications/cancelled", "answer c1", "notifications/tools/list_changed"}; !slices.Equal(got, want) {
 		t.Errorf("the host got %q, want %q", got, want)
 	}
+}
+
+// TestServerCancelsItsRequest: the server cancels its own question
+// (notifications/cancelled of its request id 1); the host gets the
+// cancellation under the id it saw the question under, tidemark-1, with
+// the server's reason, and its answer that comes after it reaches the
+// server not at all (MCP 2025-11-25, "Cancellation": the receiver of a
+// cancellation does not answer the request).
+func TestServerCancelsItsRequest(t *testing.T) {
+	srv, url := newConfirming(t, refuse(http.StatusNotFound, `{}`))
+	srv.withdraw = true
+	h := startBridge(t, url.URL, connect.Options{Protocol: connect.ProtocolStateful})
+	h.initialize(`{"elicitation":{}}`)
+	h.send(`{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"confirm","arguments":{"question":"ok?"}}}`)
+	ask := h.request()
+	if ask.ID.Raw() != "tidemark-1" {
+		t.Fatalf("the question's id: %v, want \"tidemark-1\"", ask.ID.Raw())
+	}
+	cancelled := h.next()
+	if n, ok := cancelled.(*jsonrpc.Request); !ok || n.Method != "notifications/cancelled" || !sameJSON(t, n.Params, `{"requestId":"tidemark-1","reason":"timed out"}`) {
+		t.Fatalf("the host got %s, want notifications/cancelled of tidemark-1, reason timed out", describe(cancelled))
+	}
+	h.reply(ask, `{"action":"accept","content":{}}`)
+	h.send(`{"jsonrpc":"2.0","id":"p","method":"ping"}`) // sent after the answer, which is dropped first
+	h.answer("p")
+	close(srv.closed)
+	r, _ := h.answer("c1")
+	if got := toolText(t, r); got != "withdrawn" {
+		t.Errorf("c1's result: %q, want %q", got, "withdrawn")
+	}
+	srv.wantLog(t, []string{"POST - initialize -> S1", "POST S1 notifications/initialized", `POST S1 tools/call "c1"`, `POST S1 ping "p"`})
 }
