@@ -187,7 +187,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, req *jsonrpc.Re
 		h.log.Warn("task not created", "task", tasks.Prefix(rec.ID), "tool", name, "reason", replay.ReasonUnavailable, "error", err)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, req, replay.ReasonUnavailable.Status(), jsonrpc.CodeInternalError,
-			"the task store cannot take the task now: "+err.Error()+"; try again shortly", replay.ReasonUnavailable, nil)
+			"the task store cannot take the task now: try again shortly", replay.ReasonUnavailable, nil)
 		return
 	}
 	h.opts.Metrics.TaskCreated()
@@ -283,9 +283,10 @@ func (h *Handler) serveTask(w http.ResponseWriter, r *http.Request, req *jsonrpc
 		notFound(w, req, id)
 		return
 	case err != nil:
+		h.log.Warn("task not read", "task", tasks.Prefix(id), "method", req.Method, "reason", replay.ReasonUnavailable, "error", err)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, req, replay.ReasonUnavailable.Status(), jsonrpc.CodeInternalError,
-			"the task store cannot be read now: "+err.Error()+"; try again shortly", replay.ReasonUnavailable, nil)
+			"the task store cannot be read now: try again shortly", replay.ReasonUnavailable, nil)
 		return
 	}
 	switch req.Method {

@@ -604,7 +604,15 @@ func TestExpiredWhileWorking(t *testing.T) {
 // cannot be reached fails (store.ErrUnavailable), then work again.
 type unreachable struct {
 	store.Tasks
-	fail atomic.Int32 // writes still to fail
+	fail       atomic.Int32 // writes still to fail
+	failCreate atomic.Bool  // every CreateTask fails
+}
+
+func (u *unreachable) CreateTask(ctx context.Context, rec tasks.Record) error {
+	if u.failCreate.Load() {
+		return fmt.Errorf("test store: %w: dial tcp 127.0.0.1:6379: connection refused", store.ErrUnavailable)
+	}
+	return u.Tasks.CreateTask(ctx, rec)
 }
 
 func (u *unreachable) UpdateTask(ctx context.Context, rec tasks.Record, rev uint64) (uint64, error) {
@@ -612,6 +620,31 @@ func (u *unreachable) UpdateTask(ctx context.Context, rec tasks.Record, rev uint
 		return 0, fmt.Errorf("test store: %w: connection refused", store.ErrUnavailable)
 	}
 	return u.Tasks.UpdateTask(ctx, rec, rev)
+}
+
+// TestStoreErrorsStayInTheLog: when the task store cannot be reached, a
+// tools/call and a tasks/get are answered 503 unavailable with a message
+// that says so, never with the store's error, which names this host's
+// addresses (and, for Redis, its scripts' hashes).
+func TestStoreErrorsStayInTheLog(t *testing.T) {
+	u := &unreachable{}
+	f := newFixtureStore(t, 0, func(st store.Tasks) store.Tasks { u.Tasks = st; return u })
+	id := f.create("work")
+	u.fail.Store(1)
+	u.failCreate.Store(true)
+	for _, c := range []struct {
+		method string
+		params map[string]any
+		want   string
+	}{
+		{"tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, "the task store cannot take the task now: try again shortly"},
+		{"tasks/cancel", map[string]any{"taskId": id}, "the task store cannot be read now: try again shortly"},
+	} {
+		r := f.post(c.method, c.params, true, nil)
+		if r.status != http.StatusServiceUnavailable || r.err == nil || r.err.Message != c.want {
+			t.Errorf("%s: %d %v; want 503 %q", c.method, r.status, r.err, c.want)
+		}
+	}
 }
 
 // TestOutcomeOutlivesAnOutage: the store cannot be reached when the call

@@ -137,12 +137,14 @@ func New(opts Options) *Bridge {
 // Retry-After.
 func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, err := b.backend(r.Context()); err != nil {
-		reason := replay.ReasonUnavailable
+		// The error names processes and addresses of this host: it goes
+		// to the log, not to the client.
+		reason, message := replay.ReasonUnavailable, "the MCP server behind this gateway cannot be reached now: try again shortly"
 		if errors.Is(err, engine.ErrCapacity) {
-			reason = replay.ReasonCapacity
+			reason, message = replay.ReasonCapacity, "the gateway runs as many MCP server processes as it may: try again shortly"
 		}
 		b.logger.Warn("sessionless request refused: the backend cannot be reached", "reason", reason, "error", err)
-		writeRefusal(w, reason, "the MCP server behind this gateway cannot be reached: "+err.Error())
+		writeRefusal(w, reason, message)
 		return
 	}
 	b.handler.ServeHTTP(w, r)
