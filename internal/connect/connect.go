@@ -452,8 +452,27 @@ func (b *bridge) call(req *jsonrpc.Request) (sent bool, _ error) {
 		}
 		return false, fmt.Errorf("%w at %s: %v", ErrUnreachable, redact.URL(b.o.URL), cause)
 	}
-	b.logger.Warn("connect: call failed before the server took it", "method", req.Method, id, "reason", reasonOf(werr), "error", err)
+	b.logger.Warn(failedLine(err), "method", req.Method, id, "reason", reasonOf(werr), "error", err)
 	return false, nil
+}
+
+// failedLine is the log message of a call the transport gave up with err:
+// whether it never reached the server, the server refused it, or it was
+// sent and may have run, or ran (client.CallError's NotSent and Ran).
+func failedLine(err error) string {
+	var ce *client.CallError
+	var se *client.StatusError
+	switch {
+	case errors.As(err, &ce) && ce.NotSent:
+		return "connect: call failed before it reached the server"
+	case errors.As(err, &ce) && ce.Ran:
+		return "connect: call failed after the server ran it"
+	case errors.As(err, &ce):
+		return "connect: call failed after it was sent; it may have run"
+	case errors.As(err, &se):
+		return "connect: call refused by the server"
+	}
+	return "connect: call failed before the server took it"
 }
 
 // unstart records that the host's first initialize failed: the host has

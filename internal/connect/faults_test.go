@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark-mcp/tidemark/internal/connect"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
 
@@ -171,6 +172,37 @@ func TestSilentServerMidSession(t *testing.T) {
 	h.send(`{"jsonrpc":"2.0","id":"ping","method":"ping"}`)
 	if r, _ := h.answer("ping"); r.Error != nil {
 		t.Errorf("ping after the failed call: %v", r.Error)
+	}
+}
+
+// TestSilentServerLogsMayHaveRun: the WARN line of a call whose POST the
+// server took and never answered says it was sent and may have run, as
+// the host's error does, never that it failed before the server took it.
+func TestSilentServerLogsMayHaveRun(t *testing.T) {
+	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
+				<-r.Context().Done()
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	var logs testenv.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, ResumeTimeout: 200 * time.Millisecond}, logger)
+	host.send(rawInitialize)
+	host.answers("6")
+	host.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
+	host.answers(`"call"`)
+	deadline := time.Now().Add(2 * time.Second) // the line follows the host's answer
+	for !strings.Contains(logs.String(), "connect: call ") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `msg="connect: call failed after it was sent; it may have run"`) || strings.Contains(out, "before the server took it") {
+		t.Errorf("the log does not say the call was sent and may have run:\n%s", out)
 	}
 }
 
