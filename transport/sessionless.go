@@ -114,9 +114,7 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	dw := newDeadlineWriter(w, h.opts.WriteTimeout)
 	answer := &answerWatcher{w: dw}
 	start := time.Now()
-	stop := dw.keepAlive(h.opts.KeepAlive)
-	h.opts.Sessionless.ServeHTTP(answer, r)
-	stop()
+	serveKeptAlive(dw, h.opts.KeepAlive, h.opts.Sessionless, answer, r)
 	if listen && dw.cutByDeadline() {
 		// The reason of a listen stream cut for its full queue (fanout):
 		// either way its client stopped reading.
@@ -129,6 +127,15 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		h.opts.Metrics.Operation(method, answer.errorType(method), time.Since(start))
 	}
 	return nil
+}
+
+// serveKeptAlive serves r with handler, writing to w, while dw's
+// keep-alive runs every interval. The keep-alive stops however handler
+// ends, a panic included: httputil.ReverseProxy aborts an answer its
+// upstream cut with http.ErrAbortHandler, which net/http recovers.
+func serveKeptAlive(dw *deadlineWriter, interval time.Duration, handler http.Handler, w http.ResponseWriter, r *http.Request) {
+	defer dw.keepAlive(interval)()
+	handler.ServeHTTP(w, r)
 }
 
 // refuseStateful refuses r, a request of the stateful era, when

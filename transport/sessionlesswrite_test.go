@@ -6,6 +6,7 @@ package transport_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,13 +23,17 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
 	"github.com/tidemark-mcp/tidemark/internal/listentest"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/metrics"
+	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store/memory"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -299,4 +305,43 @@ func TestSessionlessListenKeepAlive(t *testing.T) {
 			t.Fatalf("%d listen streams still counted open 10s after they ended", rec.open(metrics.StreamListen))
 		}
 	}
+}
+
+// TestSessionlessPanicStopsKeepAlive: a sessionless handler that aborts
+// its answer mid-body with http.ErrAbortHandler (as httputil.ReverseProxy
+// does when its upstream cuts the answer, in the HTTP upstream gateway)
+// leaves no keep-alive writer behind: it stopped only when the handler
+// returned, so each such answer left a goroutine ticking for ever.
+func TestSessionlessPanicStopsKeepAlive(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	quiet := slog.New(slog.DiscardHandler)
+	st := memory.New(memory.Options{})
+	reg := session.New(st, eventlog.New(st, eventlog.Options{}), answerEngine{}, session.Options{Logger: quiet})
+	h := transport.New(reg, transport.Options{Logger: quiet, KeepAlive: 20 * time.Millisecond,
+		Sessionless: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		})})
+	srv := httptest.NewServer(h)
+	req, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(sessionlessEcho))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "echo")
+	if resp, err := srv.Client().Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	srv.CloseClientConnections()
+	srv.Close()
+	reg.Close()
+	st.Close()
+	goleak.VerifyNone(t, before)
 }
