@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -50,6 +51,10 @@ func (e *Engine) Sessionless() http.Handler {
 		Transport:     e.http.Transport,
 		FlushInterval: -1,
 		ErrorHandler:  e.sessionlessError,
+		// What the proxy reports on its own (an upstream answer cut
+		// mid-body) goes to the engine's log, not to the standard
+		// logger's unstructured stderr.
+		ErrorLog: slog.NewLogLogger(e.opts.Logger.Handler(), slog.LevelWarn),
 	}
 }
 

@@ -7,7 +7,9 @@ package upstream_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -367,4 +369,34 @@ func postSessionless(t *testing.T, g *gateway, req *http.Request, status int) []
 		t.Fatalf("answer: %v (%d messages)", err, len(msgs))
 	}
 	return msgs
+}
+
+// TestSessionlessCutLogged: an upstream that cuts its answer to a
+// sessionless request mid-body is reported in the gateway's structured
+// log (the reverse proxy's own line, at WARN), not on the standard
+// logger's stderr.
+func TestSessionlessCutLogged(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(up.Close)
+	ctx := testContext(t)
+	g := newGateway(t, up.URL, upstream.Options{})
+	resp, err := g.client.HTTP.Do(sessionlessRequest(t, ctx, g, 7, "tools/list"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(g.logs.String(), "level=WARN msg=\"httputil: ReverseProxy read error during body copy") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN line of the cut answer in the gateway's log:\n%s", g.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
