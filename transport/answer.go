@@ -26,8 +26,24 @@ import (
 // session and answers: as an SSE stream, or as one application/json body
 // when Options.JSONResponse is set. The SSE stream opens with a priming
 // event (SEP-1699) under 2025-11-25 and later only; earlier clients see the
-// stream's messages.
+// stream's messages. An initialize it refuses (the stream's opening event
+// or the delivery not stored, the answer not read) ends the session it
+// created with store.EndInitializeFailed: a refusal names no session
+// (refusal.write), so the client never learns the token and the session
+// never began (MCP 2025-11-25, lifecycle). When the store cannot end the
+// record, End still drops the session's live state and with it the lease
+// this process renews, and the record is left to the store's own rules.
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.Live, p post, req engine.Request, version string) *refusal {
+	ref := h.answerCalls(w, r, live, p, req, version)
+	if ref != nil && p.initialize != nil {
+		h.reg.End(context.WithoutCancel(r.Context()), live.Token(), store.EndInitializeFailed)
+	}
+	return ref
+}
+
+// answerCalls is answer but for the end of a refused initialize's
+// session; it settles an initialize it answers (settleInitialize).
+func (h *Handler) answerCalls(w http.ResponseWriter, r *http.Request, live *session.Live, p post, req engine.Request, version string) (ref *refusal) {
 	// The calls' spans (started by OpenStream) are children of the HTTP
 	// request's trace context unless their params._meta names another.
 	ctx := h.opts.Tracer.Extract(r.Context(), r.Header)
@@ -56,7 +72,11 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, live *session.L
 			h.supersede(ctx, p.supersedes, userID(r))
 			p.supersedes = ""
 		}
-		defer h.settleInitialize(ctx, live, p.supersedes, userID(r))
+		defer func() {
+			if ref == nil {
+				h.settleInitialize(ctx, live, p.supersedes, userID(r))
+			}
+		}()
 	}
 	// The stream's number is the sequence of its opening event; its reader
 	// starts just before it.
@@ -106,8 +126,8 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 
 // deliver hands p's messages to live's session. When one fails, the calls
 // not handed over will never be answered: their ids are freed, so the
-// client can send them again as it is told to, and a session whose
-// initialize never reached the server is ended (it never began).
+// client can send them again as it is told to (a session whose initialize
+// never reached the server is then ended by answer).
 func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, streamID uint64, req engine.Request) *refusal {
 	for i, m := range p.msgs {
 		err := h.deliverMessage(ctx, live, m, req)
@@ -126,9 +146,6 @@ func (h *Handler) deliver(ctx context.Context, live *session.Live, p post, strea
 			why = replay.ReasonClientGone // the client's connection was cut during the delivery
 		}
 		live.ReleaseCalls(ctx, streamID, undelivered, why)
-		if p.initialize != nil {
-			h.reg.End(context.WithoutCancel(ctx), live.Token(), store.EndInitializeFailed)
-		}
 		return ref
 	}
 	return nil
