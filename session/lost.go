@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -83,6 +84,15 @@ func (ids RequestIDs) MarshalJSON() ([]byte, error) {
 		b = append(b, v...)
 	}
 	return append(b, ']'), nil
+}
+
+// LogValue renders ids in log lines as their JSON array, e.g. [3,"a"].
+func (ids RequestIDs) LogValue() slog.Value {
+	b, err := ids.MarshalJSON()
+	if err != nil {
+		return slog.AnyValue([]jsonrpc.ID(ids))
+	}
+	return slog.StringValue(string(b))
 }
 
 // UnmarshalJSON decodes a JSON array of strings and integers, as the

@@ -4,8 +4,12 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,8 +259,16 @@ func TestLostRequestsBound(t *testing.T) {
 	wantLost(t, l, cur(sOpen), `[] running ["open"]`)
 }
 
+// dropTime removes the time from a log line.
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
 // TestRequestIDsJSON: ids encode as the client sent them, and an empty
-// list as [].
+// list as []; a log line shows the same array.
 func TestRequestIDsJSON(t *testing.T) {
 	a, _ := jsonrpc.MakeID("a")
 	n, _ := jsonrpc.MakeID(float64(-7))
@@ -272,6 +284,15 @@ func TestRequestIDsJSON(t *testing.T) {
 		b, err := json.Marshal(c.ids)
 		if err != nil || string(b) != c.want {
 			t.Fatalf("Marshal(%v) = %s, %v; want %s", c.ids, b, err, c.want)
+		}
+		var line bytes.Buffer
+		slog.New(slog.NewTextHandler(&line, &slog.HandlerOptions{ReplaceAttr: dropTime})).Info("m", "ids", c.ids)
+		want := c.want
+		if strings.Contains(want, `"`) {
+			want = strconv.Quote(want)
+		}
+		if line.String() != "level=INFO msg=m ids="+want+"\n" {
+			t.Errorf("log line of %v: %q, want ids as %s", c.ids, line.String(), c.want)
 		}
 		var back session.RequestIDs
 		if err := json.Unmarshal(b, &back); err != nil || len(back) != len(c.ids) {
