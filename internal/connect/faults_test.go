@@ -150,20 +150,24 @@ func callMethod(r *http.Request) string {
 	return ""
 }
 
+// silentOnCalls serves what h serves, but takes each tools/call POST and
+// never answers it, as a stopped server does.
+func silentOnCalls(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
+			<-r.Context().Done()
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // TestSilentServerMidSession: a server that takes a call's POST and sends
 // no answer headers (stopped, SIGSTOP) fails the call with stream_lost
 // within the resume timeout, saying it may or may not have run; the
 // bridge stays up.
 func TestSilentServerMidSession(t *testing.T) {
-	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
-				<-r.Context().Done()
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	srv := serve(t, demo.NewServer(), silentOnCalls)
 	h := startBridge(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, ResumeTimeout: 200 * time.Millisecond})
 	h.initialize(`{}`)
 	h.send(`{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
@@ -179,15 +183,7 @@ func TestSilentServerMidSession(t *testing.T) {
 // server took and never answered says it was sent and may have run, as
 // the host's error does, never that it failed before the server took it.
 func TestSilentServerLogsMayHaveRun(t *testing.T) {
-	srv := serve(t, demo.NewServer(), func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && callMethod(r) == "tools/call" {
-				<-r.Context().Done()
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	srv := serve(t, demo.NewServer(), silentOnCalls)
 	var logs testenv.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	host := startRawHost(t, srv.URL, connect.Options{Protocol: connect.ProtocolStateful, ResumeTimeout: 200 * time.Millisecond}, logger)
