@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
@@ -164,7 +165,10 @@ func TestRedisRestart(t *testing.T) {
 // TestRedisRestartWithoutPersistence: a Redis without persistence forgets
 // every session when it restarts; every replica then answers 404
 // session_not_found for them (never a replay of a state Redis lost), and
-// new sessions work.
+// new sessions work. A replica that learns of it only from the call it
+// had handed to its live session already answers that call 200 with a
+// JSON-RPC error, session_not_found, saying it may have run; the next
+// request gets the 404.
 func TestRedisRestartWithoutPersistence(t *testing.T) {
 	testenv.NeedRedis(t)
 	f := newFleet(t, 2, redistest.Options{})
@@ -188,12 +192,38 @@ func TestRedisRestartWithoutPersistence(t *testing.T) {
 			}
 			resp.Body.Close() // a pooled connection that died with Redis
 		}
+		if resp.StatusCode == http.StatusOK {
+			wantRanLost(t, resp, 3, string(replay.ReasonSessionNotFound))
+			if resp, err = f.on(i, a).Post(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "x"}, nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		wantRefusal(t, mcptest.ReadStatusError(resp), http.StatusNotFound, "session_not_found")
 		_, err := f.on(i, a).Resume(ctx, evs[1].ID)
 		wantRefusal(t, err, http.StatusNotFound, "session_not_found")
 		if _, err := f.r[i].client.Initialize(ctx, ""); err != nil {
 			t.Fatalf("initialize on %s after the restart: %v", f.r[i].id, err)
 		}
+	}
+}
+
+// wantRanLost checks that resp, a 200 SSE answer to call id, holds its
+// JSON-RPC error with error.data.reason reason, saying it may have run.
+func wantRanLost(t *testing.T, resp *http.Response, id int64, reason string) {
+	t.Helper()
+	st, err := mcptest.OpenStream(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := evs[len(evs)-1].Response()
+	var werr *jsonrpc.Error
+	if len(evs) != 1 || !ok || r.ID != mcptest.ID(id) || !errors.As(r.Error, &werr) ||
+		!strings.Contains(string(werr.Data), `"reason":"`+reason+`"`) || !strings.Contains(werr.Message, "it may have run") {
+		t.Fatalf("answer %v; want one event, the error of call %d with reason %s, saying it may have run", evs, id, reason)
 	}
 }
 
