@@ -267,6 +267,11 @@ type Bounds struct {
 //     kill -9; Redis: what Redis acknowledged).
 //   - Fencing: Claim, Renew, SaveState, Hibernate and Wake compare the generation they carry
 //     with the record's inside the same atomic step as their write.
+//   - Expiry: a backend may forget a session that no call has written for
+//     longer than its documented idle bound (store/redis: Options.IdleTTL
+//     and its margins). Its record and its log then go together, as seen
+//     by every read (never the record without its log), no tombstone is
+//     left, and every later call for the token fails with ErrNotFound.
 type Sessions interface {
 	// Create stores a new record. It fails with ErrExists if the token is
 	// known, live or tombstoned.

@@ -80,11 +80,16 @@ func (c *fleetConfig) check(dataDir string) error {
 
 // openRedis connects to --redis and reports how Redis persists data. An
 // unreachable Redis is an error that names the URL and what to do.
-func (c *fleetConfig) openRedis(logger *slog.Logger) (*redis.Store, error) {
+// idleTTL is --session-idle-ttl: a session's keys expire in Redis once
+// nothing has written them for about that long (redis.Options.IdleTTL),
+// with a margin that also covers this replica's lease renewals, which
+// are below --lease-ttl.
+func (c *fleetConfig) openRedis(logger *slog.Logger, idleTTL time.Duration) (*redis.Store, error) {
 	// go-redis reports each failed dial on its own logger (stderr); the
 	// store's errors already say it, in this process's log format.
 	goredis.SetLogger(redisLog{logger})
-	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL, Replicas: c.replicas, ReplicationTimeout: c.replTimeout})
+	st, err := redis.New(context.Background(), redis.Options{URL: c.redisURL, Replicas: c.replicas, ReplicationTimeout: c.replTimeout,
+		IdleTTL: idleTTL, IdleMargin: redis.DefaultIdleMargin + c.leaseTTL})
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		return nil, fmt.Errorf("--redis %s: cannot reach Redis (%s): start redis-server there, or point --redis at a running one", redact.URL(c.redisURL), redact.URLError(c.redisURL, err))

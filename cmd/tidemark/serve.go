@@ -408,7 +408,7 @@ func (c *serveConfig) openStore(logger *slog.Logger) (*backing, error) {
 		c.budget = -1
 	}
 	if c.fleet.redisURL != "" {
-		fleet, err := c.fleet.openRedis(logger)
+		fleet, err := c.fleet.openRedis(logger, c.idleTTL)
 		if err != nil {
 			return nil, err
 		}

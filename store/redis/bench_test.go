@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tidemark-mcp/tidemark/internal/redistest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -259,5 +261,89 @@ func BenchmarkTakeover(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkAppendExpiry: BenchmarkAppendOneSession and
+// BenchmarkAppend64Sessions with the keys' expiry (Options.IdleTTL, the
+// default) and without (IdleTTL negative), in one run, each on a
+// redis-server of its own (a shared one's growing append-only file slows
+// whichever runs later), so that the cost of keeping each session's
+// expiry on the append path shows. Besides events/s, redis-ns/event is
+// the time Redis spent in the append scripts (INFO commandstats,
+// evalsha) per event appended, less noisy than the round trips on a
+// shared machine.
+func BenchmarkAppendExpiry(b *testing.B) {
+	testenv.NeedRedis(b)
+	ctx := context.Background()
+	// scriptTime reports Redis's script time per event since the
+	// sub-benchmark's CONFIG RESETSTAT.
+	scriptTime := func(b *testing.B, c *goredis.Client, events int) {
+		info := c.Info(ctx, "commandstats").Val()
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+				for f := range strings.SplitSeq(v, ",") {
+					if us, ok := strings.CutPrefix(f, "usec="); ok {
+						var x float64
+						fmt.Sscan(us, &x)
+						b.ReportMetric(x*1000/float64(events), "redis-ns/event")
+					}
+				}
+			}
+		}
+	}
+	for _, aof := range []bool{false, true} {
+		name := "redis"
+		if aof {
+			name = "redis-aof"
+		}
+		for _, exp := range []struct {
+			name string
+			ttl  time.Duration
+		}{{"none", -1}, {"idle-ttl", 0}} {
+			b.Run(name+"/one/"+exp.name, func(b *testing.B) {
+				srv := redistest.Start(b, redistest.Options{AppendOnly: aof})
+				c := client(b, srv)
+				s := open(b, srv, redis.Options{IdleTTL: exp.ttl})
+				tok := session(b, s)
+				c.ConfigResetStat(ctx)
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := s.Append(ctx, tok, 1, event()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perSecond(b, b.N)
+				scriptTime(b, c, b.N)
+			})
+			b.Run(name+"/64/"+exp.name, func(b *testing.B) {
+				srv := redistest.Start(b, redistest.Options{AppendOnly: aof})
+				c := client(b, srv)
+				s := open(b, srv, redis.Options{IdleTTL: exp.ttl, PoolSize: 64})
+				toks := make([]string, 64)
+				for i := range toks {
+					toks[i] = session(b, s)
+				}
+				c.ConfigResetStat(ctx)
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				var done atomic.Int64
+				per := max(b.N/64, 1)
+				for i := range 64 {
+					wg.Go(func() {
+						for range per {
+							if _, err := s.Append(ctx, toks[i], 1, event()); err != nil {
+								b.Error(err)
+								return
+							}
+							done.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				perSecond(b, int(done.Load()))
+				scriptTime(b, c, int(done.Load()))
+			})
+		}
 	}
 }

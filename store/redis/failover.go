@@ -55,6 +55,7 @@ local function guard(acked)
   redis.call('HSET', rec, 'floor', int(hwm + 1), 'vis', int(hwm), 'base', h[3], 'oldest', '')
   redis.call('DEL', log)
   poke('claim')
+  keep()
   return {'lost', int(g), int(hwm)}
 end
 `

@@ -13,6 +13,11 @@ package redis
 //	                               opened and not ended: member and score the
 //	                               stream's number (trimLua)
 //
+// Every key of a session but the tombstone expires once no write has
+// reached the session for a while, the record first (expiry.go); End
+// removes them and gives the tombstone and the wake stream TTLs of their
+// own.
+//
 // Besides the sessions, the replica directory (fleet.go) has one key per
 // replica, tidemark:replica:ID, a string holding the replica's URL, with
 // a TTL.

@@ -121,8 +121,10 @@ type psess struct {
 	pend pending.Count
 }
 
-func (p *pipeline) init(limits pending.Limits, linger time.Duration) {
-	p.script = goredis.NewScript(appendAtLua)
+// init prepares the pipeline; header is the Store's expiry header
+// (expiry.go), which starts every session script.
+func (p *pipeline) init(limits pending.Limits, linger time.Duration, header string) {
+	p.script = goredis.NewScript(header + appendAtLua)
 	p.limits = limits.OrDefault()
 	p.linger = linger
 	if linger == 0 {

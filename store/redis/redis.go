@@ -58,6 +58,8 @@
 // loses every session, which is safe, as clients get 404 and initialize
 // again. Redis must not evict keys (maxmemory-policy noeviction, the
 // default): an evicted record is a session lost without a tombstone.
+// Since every key of a session carries an expiry (Options.IdleTTL,
+// expiry.go), a volatile-* policy may evict any of them.
 //
 // # Sentinel, Cluster and failover
 //
@@ -199,6 +201,29 @@ type Options struct {
 	// in the same way. Default (zero) 4 MiB.
 	MaxPendingBytes int64
 
+	// IdleTTL is the fleet's idle TTL (tidemark serve --session-idle-ttl,
+	// session.Options.IdleTTL; every replica sets the same). Every key of
+	// a session expires in Redis once no write has reached the session
+	// for IdleTTL + IdleTTL/4 + IdleMargin, or at most an eighth more
+	// (expiry.go), so that a session no replica holds (its owner died, or
+	// hibernated it and went away) leaves Redis by itself; the token is
+	// then unknown (store.ErrNotFound). Its owner's writes keep it: a
+	// request's Touch, an append, a hibernation, and each lease renewal,
+	// so a session held under a lease (session.Options.Lease) never
+	// expires while its owner lives, and a hibernated one lasts at least
+	// that long after its hibernation. A registry without a lease writes
+	// nothing for a session whose only activity is an open stream: set a
+	// negative IdleTTL under it. Default (zero): DefaultIdleTTL, 30
+	// minutes; negative: keys never expire.
+	IdleTTL time.Duration
+
+	// IdleMargin is how much longer than IdleTTL + IdleTTL/4 a session's
+	// keys last after the last write: it covers the sweep interval (the
+	// owner's sweep ends an idle session up to one interval after its idle
+	// TTL, with a tombstone) and the lease renewal interval of every
+	// replica. Default (zero): DefaultIdleMargin, 1 minute.
+	IdleMargin time.Duration
+
 	// Now returns the current time; End turns a tombstone's expiry time
 	// into a Redis TTL (expiry − Now), so tombstones do not depend on the
 	// Redis server's clock. Default (nil): time.Now.
@@ -250,6 +275,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: URL %q: %s", redact.URL(opts.URL), redact.URLError(opts.URL, err))
 	}
+	exp := newExpiry(opts.IdleTTL, opts.IdleMargin)
 	s := &Store{
 		prefix:   opts.Prefix,
 		now:      opts.Now,
@@ -257,7 +283,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		poll:     opts.PollInterval,
 		blockFor: opts.WaitBlock,
 		maxWaits: opts.MaxWaits,
-		scripts:  newScripts(),
+		scripts:  newScripts(exp),
 		repl:     newReplication(opts.Replicas, opts.ReplicationTimeout, ep.kind),
 		idle:     make(map[*goredis.Client][]*waitConn),
 	}
@@ -290,7 +316,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.wdb = ep.client(tuning{timeout: s.timeout, pool: s.maxWaits, ctxTimeout: false})
 
 	s.closing, s.close = context.WithCancel(context.Background())
-	s.pl.init(pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes}, opts.Linger)
+	s.pl.init(pending.Limits{Events: opts.MaxPendingEvents, Bytes: opts.MaxPendingBytes}, opts.Linger, exp.header())
 	go s.commitLoop()
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -12,7 +12,9 @@ import "github.com/redis/go-redis/v9"
 // (go-redis Script.Run does this on NOSCRIPT).
 //
 // Every session script declares the same five keys (keys.all): KEYS[1]
-// rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb, KEYS[5] opens. Replies
+// rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb, KEYS[5] opens, starts
+// with the Store's expiry header, and calls keep() after its write
+// (expiry.go). Replies
 // are arrays whose first element is a status: "ok", "notfound", "ended"
 // TOMBSTONE, "fenced" GEN, "exists" WHY. A task script declares one key, the task's hash
 // (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
@@ -43,7 +45,7 @@ end
 local function poke(op)
   redis.call('XADD', wake, 'MAXLEN', '1', '*', 'op', op)
 end
-`
+` + keepLua
 
 // createLua: ARGV gen owner lease user state created seen.
 const createLua = prelude + `
@@ -53,6 +55,7 @@ redis.call('DEL', log, wake, opens)
 redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
   'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
   'floor', '1', 'hwm', '0', 'vis', '0', 'cum', '0', 'base', '0', 'oldest', '')
+keep()
 return {'ok'}
 `
 
@@ -68,6 +71,7 @@ redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
 redis.call('HDEL', rec, 'open')
 redis.call('DEL', log, opens)
 poke('claim')
+keep()
 local r = redis.call('HGETALL', rec)
 table.insert(r, 1, 'ok')
 return r
@@ -79,6 +83,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'lease', ARGV[3])
+keep()
 return {'ok'}
 `
 
@@ -88,6 +93,7 @@ local g = redis.call('HGET', rec, 'gen')
 if not g then return gone() end
 if g ~= ARGV[1] then return {'fenced', g} end
 redis.call('HSET', rec, 'state', ARGV[2])
+keep()
 return {'ok'}
 `
 
@@ -99,6 +105,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'state', ARGV[3], 'owner', '', 'lease', '')
+keep()
 return {'ok'}
 `
 
@@ -109,6 +116,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= '' then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3])
+keep()
 local r = redis.call('HGETALL', rec)
 table.insert(r, 1, 'ok')
 return r
@@ -133,6 +141,7 @@ end
 local seen = redis.call('HGET', rec, 'seen')
 if not seen then return gone() end
 if later(ARGV[1], seen) then redis.call('HSET', rec, 'seen', ARGV[1]) end
+keep()
 return {'ok'}
 `
 
@@ -171,7 +180,10 @@ local lost = guard(ARGV[3])
 if lost then return lost end
 h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum', 'floor')
 local n = tonumber(ARGV[2])
-if n == 0 then return bounds() end
+if n == 0 then
+  keep()
+  return bounds()
+end
 local hwm, cum = tonumber(h[2]), tonumber(h[3])
 if hwm < tonumber(h[4]) then
   redis.call('HSET', rec, 'oldest', ARGV[9])
@@ -198,6 +210,7 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
 if ARGV[4] == '1' then redis.call('HSET', rec, 'vis', int(hwm)) end
+keep()
 return bounds()
 `
 
@@ -263,6 +276,7 @@ end
 redis.call('XTRIM', log, 'MINID', int(nf) .. '-0')
 redis.call('HSET', rec, 'floor', int(nf), 'base', base, 'oldest', oldest)
 poke('trim')
+keep()
 return bounds()
 `
 
@@ -289,6 +303,7 @@ local to = math.min(tonumber(ARGV[2]), tonumber(h[3]))
 if tonumber(h[2] or '0') < to then
   redis.call('HSET', rec, 'vis', int(to))
   poke('publish')
+  keep()
 end
 return bounds()
 `
@@ -340,19 +355,22 @@ type scripts struct {
 	createTask, updateTask, deleteTask *redis.Script
 }
 
-func newScripts() scripts {
+// newScripts compiles the scripts, the session scripts with e's header
+// (keepLua).
+func newScripts(e expiry) scripts {
+	h := e.header()
 	return scripts{
-		create:    redis.NewScript(createLua),
-		claim:     redis.NewScript(claimLua),
-		renew:     redis.NewScript(renewLua),
-		saveState: redis.NewScript(saveStateLua),
-		hibernate: redis.NewScript(hibernateLua),
-		wake:      redis.NewScript(wakeLua),
-		touch:     redis.NewScript(touchLua),
-		end:       redis.NewScript(endLua),
-		append:    redis.NewScript(appendLua),
-		trim:      redis.NewScript(trimLua),
-		publish:   redis.NewScript(publishLua),
+		create:    redis.NewScript(h + createLua),
+		claim:     redis.NewScript(h + claimLua),
+		renew:     redis.NewScript(h + renewLua),
+		saveState: redis.NewScript(h + saveStateLua),
+		hibernate: redis.NewScript(h + hibernateLua),
+		wake:      redis.NewScript(h + wakeLua),
+		touch:     redis.NewScript(h + touchLua),
+		end:       redis.NewScript(h + endLua),
+		append:    redis.NewScript(h + appendLua),
+		trim:      redis.NewScript(h + trimLua),
+		publish:   redis.NewScript(h + publishLua),
 
 		announceFirst: redis.NewScript(announceFirstLua),
 
