@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -471,7 +472,10 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// Through the HTTP transport: a POST whose events cannot be stored
-	// answers 503 unavailable.
+	// answers 503 unavailable; the first one after the disk filled, handed
+	// to the server before its opening event was refused, may instead be
+	// answered 200 with its JSON-RPC error, generation_lost, saying it may
+	// have run, and the next one gets the 503.
 	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{Store: nopClose{s}, Retention: eventlog.Options{Budget: -1}, Transport: transport.Options{Logger: quiet()}})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -485,6 +489,17 @@ func TestDiskFull(t *testing.T) {
 	resp, err := sess.Post(ctx, mcptest.ToolCall(2, "echo", map[string]any{"text": "x"}, nil))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `"id":2,"error":{"code":-32603,`) || !strings.Contains(string(body), `"reason":"generation_lost"`) ||
+			!strings.Contains(string(body), "it may have run") {
+			t.Fatalf("POST on a full disk = 200 %s, want the call's error, generation_lost, saying it may have run", body)
+		}
+		if resp, err = sess.Post(ctx, mcptest.ToolCall(4, "echo", map[string]any{"text": "x"}, nil)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	se := mcptest.ReadStatusError(resp)
 	if se.Status != http.StatusServiceUnavailable || se.Reason() != "unavailable" {
