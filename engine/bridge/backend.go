@@ -28,6 +28,8 @@ type conn struct {
 	// client's per-request _meta.
 	modern bool
 	gen    uint64
+	// retired says the Bridge closed it for being idle (guarded by b.mu).
+	retired bool
 }
 
 // backend returns the connection to the backend, connecting when none is
@@ -82,6 +84,8 @@ func (b *Bridge) connect(done chan struct{}) {
 		return
 	}
 	b.conn = c
+	// The requests that waited for it may all have gone meanwhile.
+	b.armIdleLocked()
 	go b.watch(c)
 }
 
@@ -137,9 +141,9 @@ func (b *Bridge) watch(c *conn) {
 	if b.conn == c {
 		b.conn = nil
 	}
-	closed := b.closed
+	quiet := b.closed || c.retired
 	b.mu.Unlock()
-	if !closed {
+	if !quiet {
 		b.logger.Warn("the backend connection for sessionless requests ended; the next request opens a new one",
 			"connection", c.gen, "error", err)
 	}

@@ -6,7 +6,9 @@
 //
 // The fronted server (the backend) is one connection shared by every
 // sessionless request of this process, opened at the first request and
-// again after it ended. The go-sdk client probes it with server/discover:
+// again after it ended, and closed once no request has been served for
+// Options.IdleAfter (behind the stdio gateway it is a subprocess counted
+// in the engine's bound, which it then gives back). The go-sdk client probes it with server/discover:
 //
 //   - A backend that speaks 2026-07-28 gets each request as the client sent
 //     it, with the client's per-request _meta (protocol version, client
@@ -55,6 +57,18 @@ import (
 // DefaultConnectTimeout is the default bound on connecting to the backend.
 const DefaultConnectTimeout = 30 * time.Second
 
+// DefaultIdleAfter is the default of Options.IdleAfter: how long the
+// backend connection stays up while no sessionless request is served.
+// Keeping it costs, behind the stdio gateway, one subprocess of the
+// engine's bound (--max-processes); ending it costs the next request one
+// start of the backend, since no client's stream depends on it once its
+// requests are over (a listen stream keeps it up while open). A minute
+// lets a client's requests in a row share one backend, and gives the
+// slot back soon after the last. It is not --hibernate-after (10 minutes
+// by default), a session's bound: waking a session loses its streams, a
+// cost the shared backend does not have.
+const DefaultIdleAfter = time.Minute
+
 // ErrClosed is the error of requests after Close.
 var ErrClosed = errors.New("bridge: closed")
 
@@ -72,6 +86,13 @@ type Options struct {
 	// results and opens it on the retry. Default nil: states pass through
 	// as the backend wrote them.
 	Sealer *requeststate.Sealer
+	// IdleAfter is how long the backend connection stays up while no
+	// sessionless request is being served (an open subscriptions/listen
+	// stream is a request being served): then the Bridge closes it, which
+	// for EngineTransport ends the subprocess and frees its place in the
+	// engine's bound; the next request connects again. Default (zero)
+	// DefaultIdleAfter, one minute; negative: never.
+	IdleAfter time.Duration
 	// ConnectTimeout bounds connecting to the backend, its discovery or
 	// initialize included. Default (zero) DefaultConnectTimeout, 30 s.
 	ConnectTimeout time.Duration
@@ -105,6 +126,9 @@ type Bridge struct {
 	tools      map[string]bool // names of the tools mirrored on server
 	calls      *calls
 	closed     bool
+	active     int         // sessionless requests being served
+	idle       *time.Timer // ends the connection once idle; nil while none is due
+	idleSeq    uint64      // idle ends armed so far
 }
 
 // New returns a Bridge for opts. It connects to nothing until the first
@@ -112,6 +136,9 @@ type Bridge struct {
 func New(opts Options) *Bridge {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	if opts.IdleAfter == 0 {
+		opts.IdleAfter = DefaultIdleAfter
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -136,6 +163,8 @@ func New(opts Options) *Bridge {
 // capacity (the engine has no room for its process) or unavailable, and
 // Retry-After.
 func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.enter()
+	defer b.leave()
 	if _, err := b.backend(r.Context()); err != nil {
 		// The error names processes and addresses of this host: it goes
 		// to the log, not to the client.
@@ -170,6 +199,7 @@ func (b *Bridge) Close() error {
 	b.closed = true
 	c := b.conn
 	b.conn = nil
+	b.stopIdleLocked()
 	b.mu.Unlock()
 	if c != nil {
 		c.cs.Close()

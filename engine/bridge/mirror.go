@@ -70,7 +70,11 @@ func (b *Bridge) resyncTools(cs *mcp.ClientSession) {
 	if c == nil || c.cs != cs {
 		return
 	}
+	// The listing counts as a request served: the connection is not
+	// ended as idle under it.
+	b.enter()
 	go func() {
+		defer b.leave()
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.ConnectTimeout)
 		defer cancel()
 		b.syncTools(ctx, c)

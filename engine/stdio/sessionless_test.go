@@ -1,0 +1,171 @@
+package stdio
+
+// Tests of the bridge's shared subprocess (engine/bridge) as the stdio
+// gateway wires it: one more session of this engine, counted in
+// MaxProcesses.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/engine/bridge"
+	"github.com/tidemark-mcp/tidemark/internal/mcptest"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
+)
+
+// sessionlessIdle is the bridge's IdleAfter in these tests.
+const sessionlessIdle = 200 * time.Millisecond
+
+// bridgeStarted is the log line of each subprocess the bridge starts.
+const bridgeStarted = `msg="subprocess started" session=bridge`
+
+// sessionlessGateway serves a bridge over e on loopback, as `tidemark
+// serve --stdio` wires it, whose backend connection ends after
+// sessionlessIdle without a request; it returns the bridge's URL.
+func sessionlessGateway(t *testing.T, e *Engine, logs *testenv.LogBuffer) string {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	br := bridge.New(bridge.Options{
+		Dial: bridge.EngineTransport(e, "bridge", logger), IdleAfter: sessionlessIdle, Logger: logger,
+		HTTP: mcp.StreamableHTTPOptions{DisableLocalhostProtection: true},
+	})
+	srv := httptest.NewServer(br)
+	t.Cleanup(func() {
+		srv.Close()
+		br.Close()
+	})
+	return srv.URL
+}
+
+// sessionlessClient connects a go-sdk client (2026-07-28) to url with
+// opts.
+func sessionlessClient(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "sessionless-test", Version: "1"}, opts).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// waitRunning waits until e runs n subprocesses, for at most wait.
+func waitRunning(t *testing.T, e *Engine, n int, logs *testenv.LogBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for e.Running() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Running() = %d after %v, want %d; log:\n%s", e.Running(), wait, n, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSessionlessSubprocessEndsWhenIdle: the bridge's subprocess runs
+// while a sessionless call is in flight (longer than the idle bound),
+// then ends once idle, so that a stateful session can start under
+// MaxProcesses 1; the next sessionless request starts it again. The
+// failing input (a newcomer's): a server/discover probe left the
+// subprocess running for good, and with --max-processes 1 every
+// initialize got 503 capacity.
+func TestSessionlessSubprocessEndsWhenIdle(t *testing.T) {
+	logs := &testenv.LogBuffer{}
+	e := testEngine(t, logs, Options{MaxProcesses: 1})
+	url := sessionlessGateway(t, e, logs)
+	progressed := make(chan struct{}, 1)
+	cs := sessionlessClient(t, url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+
+	// 5 steps of 150 ms: the call is in flight for 3.75 idle bounds.
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 5, "delay_ms": 150, "label": "a"}}
+		p.SetProgressToken("t")
+		res, err := cs.CallTool(ctx, p)
+		done <- answer{res, err}
+	}()
+	select {
+	case <-progressed:
+	case a := <-done:
+		t.Fatalf("countdown answered before its progress: %v, %+v; log:\n%s", a.err, a.res, logs)
+	}
+	if _, err := e.Start(ctx, engine.Info{Token: "HELDTOKENABCDEFGHIJKLMNOPQ", Generation: 1}, newOutbox()); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("Start while the bridge's call is in flight: %v, want engine.ErrCapacity", err)
+	}
+	a := <-done
+	if a.err != nil || len(a.res.Content) != 1 || a.res.Content[0].(*mcp.TextContent).Text != "done 5" {
+		t.Fatalf("countdown: %v, %+v; want \"done 5\"", a.err, a.res)
+	}
+	if n := strings.Count(logs.String(), bridgeStarted); n != 1 {
+		t.Fatalf("%d subprocesses of the bridge started during the call, want 1; log:\n%s", n, logs)
+	}
+
+	waitRunning(t, e, 0, logs)
+	waitLog(t, logs, `msg="ended the idle backend connection for sessionless requests; the next request opens a new one" connection=1 idle_after=200ms`)
+	if strings.Contains(logs.String(), "backend connection for sessionless requests ended") {
+		t.Errorf("the idle end was logged as a lost backend:\n%s", logs)
+	}
+	s, _ := startSession(t, e, 1, nil, nil)
+	s.Close()
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 1, "delay_ms": 0, "label": "b"}})
+	if err != nil || res.Content[0].(*mcp.TextContent).Text != "done 1" {
+		t.Fatalf("countdown after the idle end: %v, %+v", err, res)
+	}
+	waitLog(t, logs, bridgeStarted+" generation=2")
+}
+
+// TestSessionlessListenKeepsSubprocess: an open subscriptions/listen
+// stream is a request in flight: the bridge's subprocess outlives the
+// idle bound under it, and ends once the stream is closed.
+func TestSessionlessListenKeepsSubprocess(t *testing.T) {
+	logs := &testenv.LogBuffer{}
+	e := testEngine(t, logs, Options{MaxProcesses: 1})
+	url := sessionlessGateway(t, e, logs)
+	c := &mcptest.Client{URL: url, HTTP: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(c.HTTP.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	resp, _, err := c.Listen(ctx, mcptest.SessionlessBody(1, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{"test://watched"}}}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five idle bounds with the stream open: an idle end would be due
+	// four times over.
+	time.Sleep(5 * sessionlessIdle)
+	if n := e.Running(); n != 1 || strings.Contains(logs.String(), "ended the idle backend") {
+		t.Fatalf("with a listen stream open past the idle bound: Running() = %d, want 1; log:\n%s", n, logs)
+	}
+	resp.Body.Close()
+	waitRunning(t, e, 0, logs)
+	if n := strings.Count(logs.String(), bridgeStarted); n != 1 {
+		t.Errorf("%d subprocesses of the bridge started, want 1; log:\n%s", n, logs)
+	}
+}
