@@ -29,14 +29,19 @@ const bridgeName = "bridge"
 // stdio.New's (the command is not found, an --env entry is malformed).
 func (c *serveConfig) stdioHandler(command []string, opts *tidemark.Options, sealer *requeststate.Sealer,
 	bus *fanout.Bus, logger *slog.Logger) (*tidemark.Handler, func(), error) {
+	// br is set before the Handler exists, so before any Start asks it.
+	var br *bridge.Bridge
 	gateway, err := stdio.New(stdio.Options{
 		Command: command[0], Args: command[1:], Env: c.env, MaxProcesses: c.maxProcesses,
 		InitializeTimeout: c.initTimeout, CancelGrace: c.cancelGrace, Hibernate: c.stdioHibernate, Logger: logger, Metrics: opts.Metrics,
+		// A session at the bound takes the place of the bridge's idle
+		// subprocess, which starts again at the next sessionless request.
+		Reclaim: func() bool { return br.EndIdle() },
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	br := bridge.New(bridge.Options{
+	br = bridge.New(bridge.Options{
 		Dial: bridge.EngineTransport(gateway, bridgeName, logger),
 		Bus:  bus, Sealer: sealer, Logger: logger, ProtocolVersions: c.protocolVersions(),
 		// The transport has already checked Host and Origin.

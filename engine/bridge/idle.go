@@ -54,12 +54,42 @@ func (b *Bridge) endIdle(seq uint64) {
 		b.mu.Unlock()
 		return
 	}
-	b.idle = nil
-	c := b.conn
-	b.conn = nil
-	c.retired = true
+	c := b.retireLocked()
 	b.mu.Unlock()
 	b.logger.Info("ended the idle backend connection for sessionless requests; the next request opens a new one",
 		"connection", c.gen, "idle_after", b.opts.IdleAfter)
 	c.cs.Close()
+}
+
+// EndIdle closes the backend connection at once when no sessionless
+// request is being served, and reports whether it closed one; it returns
+// once the connection is closed (for EngineTransport, once the
+// subprocess has been reaped and its place in the engine's bound is
+// free). The stdio gateway calls it when a session's start finds the
+// engine at its bound (stdio.Options.Reclaim): the session would hold
+// its subprocess for its life, while the shared one starts again at the
+// next sessionless request, so the session gets the place now rather
+// than a 503 until the idle end.
+func (b *Bridge) EndIdle() bool {
+	b.mu.Lock()
+	if b.active > 0 || b.conn == nil {
+		b.mu.Unlock()
+		return false
+	}
+	c := b.retireLocked()
+	b.mu.Unlock()
+	b.logger.Info("ended the idle backend connection for sessionless requests to make room for a session; the next request opens a new one",
+		"connection", c.gen)
+	c.cs.Close()
+	return true
+}
+
+// retireLocked takes the connection out of use as idle and returns it for
+// the caller to close. b.mu is held, and b.conn is not nil.
+func (b *Bridge) retireLocked() *conn {
+	b.stopIdleLocked()
+	c := b.conn
+	b.conn = nil
+	c.retired = true
+	return c
 }

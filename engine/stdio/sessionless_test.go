@@ -28,14 +28,17 @@ const sessionlessIdle = 200 * time.Millisecond
 // bridgeStarted is the log line of each subprocess the bridge starts.
 const bridgeStarted = `msg="subprocess started" session=bridge`
 
-// sessionlessGateway serves a bridge over e on loopback, as `tidemark
-// serve --stdio` wires it, whose backend connection ends after
-// sessionlessIdle without a request; it returns the bridge's URL.
-func sessionlessGateway(t *testing.T, e *Engine, logs *testenv.LogBuffer) string {
+// sessionlessGateway returns an engine of the test server (at most one
+// subprocess) and the URL of a bridge over it on loopback, wired as
+// `tidemark serve --stdio` wires them (the engine's Reclaim asks the
+// bridge), whose backend connection ends after idle without a request.
+func sessionlessGateway(t *testing.T, idle time.Duration, logs *testenv.LogBuffer) (*Engine, string) {
 	t.Helper()
+	var br *bridge.Bridge
+	e := testEngine(t, logs, Options{MaxProcesses: 1, Reclaim: func() bool { return br.EndIdle() }})
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	br := bridge.New(bridge.Options{
-		Dial: bridge.EngineTransport(e, "bridge", logger), IdleAfter: sessionlessIdle, Logger: logger,
+	br = bridge.New(bridge.Options{
+		Dial: bridge.EngineTransport(e, "bridge", logger), IdleAfter: idle, Logger: logger,
 		HTTP: mcp.StreamableHTTPOptions{DisableLocalhostProtection: true},
 	})
 	srv := httptest.NewServer(br)
@@ -43,7 +46,7 @@ func sessionlessGateway(t *testing.T, e *Engine, logs *testenv.LogBuffer) string
 		srv.Close()
 		br.Close()
 	})
-	return srv.URL
+	return e, srv.URL
 }
 
 // sessionlessClient connects a go-sdk client (2026-07-28) to url with
@@ -84,8 +87,7 @@ func waitRunning(t *testing.T, e *Engine, n int, logs *testenv.LogBuffer) {
 // initialize got 503 capacity.
 func TestSessionlessSubprocessEndsWhenIdle(t *testing.T) {
 	logs := &testenv.LogBuffer{}
-	e := testEngine(t, logs, Options{MaxProcesses: 1})
-	url := sessionlessGateway(t, e, logs)
+	e, url := sessionlessGateway(t, sessionlessIdle, logs)
 	progressed := make(chan struct{}, 1)
 	cs := sessionlessClient(t, url, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
@@ -146,8 +148,7 @@ func TestSessionlessSubprocessEndsWhenIdle(t *testing.T) {
 // idle bound under it, and ends once the stream is closed.
 func TestSessionlessListenKeepsSubprocess(t *testing.T) {
 	logs := &testenv.LogBuffer{}
-	e := testEngine(t, logs, Options{MaxProcesses: 1})
-	url := sessionlessGateway(t, e, logs)
+	e, url := sessionlessGateway(t, sessionlessIdle, logs)
 	c := &mcptest.Client{URL: url, HTTP: &http.Client{Transport: &http.Transport{}}}
 	t.Cleanup(c.HTTP.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
@@ -168,4 +169,78 @@ func TestSessionlessListenKeepsSubprocess(t *testing.T) {
 	if n := strings.Count(logs.String(), bridgeStarted); n != 1 {
 		t.Errorf("%d subprocesses of the bridge started, want 1; log:\n%s", n, logs)
 	}
+}
+
+// TestSessionStartEndsIdleSubprocess: under MaxProcesses 1, a stateful
+// session's start takes the place of the bridge's subprocess once no
+// sessionless request is in flight, without waiting for the idle end
+// (here never); a call in flight keeps it. Sessionless requests get 503
+// capacity while the session runs, and start the bridge's subprocess
+// again once it ended. The failing input: `tidemark connect --protocol
+// auto` probes with server/discover, then sends initialize at once,
+// which got 503 capacity.
+func TestSessionStartEndsIdleSubprocess(t *testing.T) {
+	logs := &testenv.LogBuffer{}
+	e, url := sessionlessGateway(t, -1, logs)
+	progressed := make(chan struct{}, 1)
+	cs := sessionlessClient(t, url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 2, "delay_ms": 200, "label": "a"}}
+		p.SetProgressToken("t")
+		_, err := cs.CallTool(ctx, p)
+		done <- err
+	}()
+	select {
+	case <-progressed:
+	case err := <-done:
+		t.Fatalf("countdown answered before its progress: %v", err)
+	}
+	if _, err := e.Start(ctx, engine.Info{Token: "HELDTOKENABCDEFGHIJKLMNOPQ", Generation: 1}, newOutbox()); !errors.Is(err, engine.ErrCapacity) {
+		t.Fatalf("Start while the bridge's call is in flight: %v, want engine.ErrCapacity", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("countdown: %v", err)
+	}
+
+	// The client may read its answer just before the bridge's handler
+	// returns: until then the request is in flight, and the start is
+	// refused.
+	var s engine.Session
+	deadline := time.Now().Add(wait)
+	for {
+		var err error
+		s, err = e.Start(ctx, engine.Info{Token: "TESTTOKENABCDEFGHIJKLMNOPQ", Generation: 1}, newOutbox())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Start with the bridge idle, for %v: %v; log:\n%s", wait, err, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { s.Close() })
+	waitLog(t, logs, `msg="ended the idle backend connection for sessionless requests to make room for a session; the next request opens a new one" connection=1`)
+	if n := e.Running(); n != 1 {
+		t.Errorf("Running() = %d with the session started, want 1", n)
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 1, "delay_ms": 0, "label": "b"}}); err == nil || !strings.Contains(err.Error(), "Service Unavailable") {
+		t.Errorf("sessionless call while the session holds the one subprocess: %v, want 503 Service Unavailable", err)
+	}
+	s.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "countdown", Arguments: map[string]any{"n": 1, "delay_ms": 0, "label": "c"}})
+	if err != nil || res.Content[0].(*mcp.TextContent).Text != "done 1" {
+		t.Fatalf("sessionless call after the session ended: %v, %+v", err, res)
+	}
+	// Generation 2 was the attempt refused at capacity.
+	waitLog(t, logs, bridgeStarted+" generation=3")
 }

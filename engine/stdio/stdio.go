@@ -32,8 +32,9 @@
 // client's responses are mapped back to the subprocess's IDs.
 //
 // Hygiene: at most Options.MaxProcesses subprocesses run at once (Start
-// then fails with engine.ErrCapacity, which the transport answers with 503
-// reason "capacity"); every subprocess leads its own process group, and
+// then asks Options.Reclaim for room, and without it fails with
+// engine.ErrCapacity, which the transport answers with 503 reason
+// "capacity"); every subprocess leads its own process group, and
 // ending a session (Close, idle eviction, DELETE, shutdown) ends the whole
 // group, so no grandchild outlives it; the environment is explicit (PATH and
 // HOME of Tidemark's own environment, then Options.Env). A subprocess that
@@ -101,9 +102,18 @@ type Options struct {
 	// Dir is the subprocess working directory. Default "": Tidemark's.
 	Dir string
 	// MaxProcesses is the most subprocesses running at once; Start of one
-	// more session fails with an error wrapping engine.ErrCapacity. Default
+	// more session fails with an error wrapping engine.ErrCapacity, unless
+	// Reclaim makes room. Default
 	// (zero) DefaultMaxProcesses; negative: no limit.
 	MaxProcesses int
+	// Reclaim, when not nil, is asked for room when Start finds
+	// MaxProcesses subprocesses running, before it refuses: it ends a
+	// subprocess that serves nothing at the moment (the stdio gateway's:
+	// the bridge's shared one with no sessionless request in flight,
+	// bridge.Bridge.EndIdle), returns once that subprocess has been
+	// reaped, and reports whether it ended one; Start then tries once
+	// more. It must not call Start. Default nil: Start refuses at once.
+	Reclaim func() bool
 	// StartTimeout bounds how long Start waits for a re-created subprocess
 	// to answer the replayed initialize, logging/setLevel and
 	// resources/subscribe requests. Default (zero) 30 seconds.
@@ -269,25 +279,15 @@ func (e *Engine) Running() int {
 // Start implements engine.Engine: it starts a subprocess for generation
 // info.Generation of session info.Token and, when info.State is non-nil,
 // replays the session's state to it. Errors: one wrapping
-// engine.ErrCapacity when MaxProcesses subprocesses run; one wrapping
+// engine.ErrCapacity when MaxProcesses subprocesses run and
+// Options.Reclaim ended none of them; one wrapping
 // ErrClosed after Close; the subprocess failing to start; the replayed
 // initialize (or setLevel, or subscribe) failing or not being answered
 // within StartTimeout.
 func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox) (engine.Session, error) {
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("stdio: start session %s gen %d: %w", redact.Token(info.Token), info.Generation, ErrClosed)
-	case e.opts.MaxProcesses > 0 && e.running >= e.opts.MaxProcesses:
-		n := e.running
-		e.mu.Unlock()
-		return nil, fmt.Errorf("stdio: start session %s gen %d: %w: %d subprocesses running (limit %d)",
-			redact.Token(info.Token), info.Generation, engine.ErrCapacity, n, e.opts.MaxProcesses)
+	if err := e.reserve(info); err != nil {
+		return nil, err
 	}
-	e.running++
-	e.mu.Unlock()
-
 	s, err := e.spawn(info, out)
 	if err != nil {
 		e.release(nil)
@@ -300,6 +300,35 @@ func (e *Engine) Start(ctx context.Context, info engine.Info, out engine.Outbox)
 		}
 	}
 	return s, nil
+}
+
+// reserve counts one more subprocess running for info, asking
+// Options.Reclaim for room once when MaxProcesses run. Errors: Start's
+// ErrClosed and engine.ErrCapacity.
+func (e *Engine) reserve(info engine.Info) error {
+	asked := false
+	for {
+		e.mu.Lock()
+		switch {
+		case e.closed:
+			e.mu.Unlock()
+			return fmt.Errorf("stdio: start session %s gen %d: %w", redact.Token(info.Token), info.Generation, ErrClosed)
+		case e.opts.MaxProcesses > 0 && e.running >= e.opts.MaxProcesses:
+			n := e.running
+			e.mu.Unlock()
+			if !asked && e.opts.Reclaim != nil {
+				asked = true
+				if e.opts.Reclaim() {
+					continue
+				}
+			}
+			return fmt.Errorf("stdio: start session %s gen %d: %w: %d subprocesses running (limit %d)",
+				redact.Token(info.Token), info.Generation, engine.ErrCapacity, n, e.opts.MaxProcesses)
+		}
+		e.running++
+		e.mu.Unlock()
+		return nil
+	}
 }
 
 // release frees the capacity a subprocess held, once it has been reaped.
