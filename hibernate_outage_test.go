@@ -36,9 +36,11 @@ func TestHibernationFailsDuringRedisOutage(t *testing.T) {
 	}
 	logs := &testenv.LogBuffer{}
 	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
-		Store:         st,
-		Restorable:    true,
-		Sessions:      session.Options{HibernateAfter: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		Store:      st,
+		Restorable: true,
+		// Long enough that Redis is down before the first sweep finds
+		// the session idle, even on a loaded machine.
+		Sessions:      session.Options{HibernateAfter: 1500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
 		SweepInterval: 20 * time.Millisecond,
 	})
 	hs := httptest.NewServer(h)
