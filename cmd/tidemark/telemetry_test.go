@@ -392,6 +392,36 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
 }
 
+// TestReadyzRedisPausedWrites: while Redis holds writes back (CLIENT
+// PAUSE WRITE: writes block, reads answer), /readyz answers 503
+// unavailable from its first probe, naming the write that was not
+// acknowledged, and keeps that reason after the replica's directory entry
+// has lapsed (its renewal is a write too); 200 again once Redis takes
+// writes (regression: 200 for the first lease TTL of the pause, then
+// not_registered).
+func TestReadyzRedisPausedWrites(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL(), "--lease-ttl", "1s", "--lease-renew", "300ms")
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	if err := rs.Do("CLIENT", "PAUSE", "4000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Do("CLIENT", "UNPAUSE") })
+	// The directory entry lapses 1 s into the pause: ask past that.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		code, body := get(t, "http://"+metricsAddr+"/readyz")
+		var r struct{ Reason, Error string }
+		json.Unmarshal([]byte(body), &r)
+		if code != http.StatusServiceUnavailable || r.Reason != "unavailable" || !strings.Contains(r.Error, "a write was not acknowledged within 500ms") {
+			t.Fatalf("/readyz while Redis pauses writes: %d %s; want 503 unavailable, a write not acknowledged", code, body)
+		}
+	}
+	if err := rs.Do("CLIENT", "UNPAUSE"); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+}
+
 // TestReadyzCountsRedisReplicas: with --redis-replicas 1, every write
 // waits for one replica, so a replica on a Redis without one answers
 // /readyz 503 unavailable, naming the count, and 200 once a replica is

@@ -20,7 +20,8 @@ package redis
 //
 // Besides the sessions, the replica directory (fleet.go) has one key per
 // replica, tidemark:replica:ID, a string holding the replica's URL, with
-// a TTL.
+// a TTL; and readiness probes (Check, check.go) write tidemark:readiness,
+// a string "1" with a TTL of a minute, shared by the fleet.
 //
 // A task (tasks.go) has one key, with the hash tag {t:ID} (the "t:" keeps
 // a task's tag apart from any session token's), so that it and any key a

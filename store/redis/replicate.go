@@ -98,13 +98,18 @@ func connected(role []any) int {
 }
 
 // Check reports whether the store would take new data, for readiness
-// probes: with Options.Replicas positive, every primary (each of a
-// Cluster's) must have that many replicas connected, since WAIT cannot
-// confirm a write on fewer and every write then fails (runOn). Its error
-// wraps store.ErrUnavailable and says how many are connected; nil with
-// Options.Replicas zero or negative, where the wait counts the replicas
-// there are.
+// probes. Redis must acknowledge one small write within 500 ms (writable,
+// check.go): a Redis that refuses writes or holds them back still answers
+// reads. With Options.Replicas positive, every primary (each of a
+// Cluster's) must also have that many replicas connected, since WAIT
+// cannot confirm a write on fewer and every write then fails (runOn).
+// Its error wraps store.ErrUnavailable and says which failed (with the
+// count of replicas connected); nil otherwise. Options.Replicas zero or
+// negative asks no count: the wait counts the replicas there are.
 func (s *Store) Check(ctx context.Context) error {
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
 	want := s.repl.want
 	if want <= 0 {
 		return nil
