@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -25,9 +26,16 @@ import (
 // request has no n parameter.
 const DefaultRecent = 20
 
-// readyTimeout bounds each readiness check: a store that does not answer
-// within it is not ready.
-const readyTimeout = 2 * time.Second
+// ReadyTimeout bounds /readyz: its checks share it, and when they have
+// not all passed within it /readyz answers 503 unavailable, so that the
+// answer comes before Kubernetes' default probe timeout of 1 s
+// (timeoutSeconds), past which a probe sees no body, only a timeout.
+const ReadyTimeout = 800 * time.Millisecond
+
+// readyGrace is how much sooner than ReadyTimeout the checks' context
+// ends, so that a check that stops at its context's end has the time to
+// say why (the store's own error) before /readyz answers without it.
+const readyGrace = 50 * time.Millisecond
 
 // Options configures Handler.
 type Options struct {
@@ -35,7 +43,8 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Ready are the readiness checks /readyz runs, in order; the first
 	// that fails decides the answer. Each returns nil when ready, else an
-	// error, preferably a *NotReadyError naming the reason.
+	// error, preferably a *NotReadyError naming the reason. They share a
+	// context that ends readyGrace before ReadyTimeout.
 	Ready []func(ctx context.Context) error
 	// Sessions answers the inspector; nil: /debug/sessions answers 404.
 	Sessions Inspector
@@ -125,24 +134,44 @@ func onlyGET(next http.Handler) http.Handler {
 }
 
 // serveReady answers 200 {"ready":true} when every check passes, else 503
-// with the first failure's reason and error.
+// with the first failure's reason and error; 503 unavailable when they
+// have not finished within ReadyTimeout, even if a check ignores its
+// context's end.
 func serveReady(w http.ResponseWriter, r *http.Request, checks []func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	bound := time.NewTimer(ReadyTimeout)
+	defer bound.Stop()
+	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout-readyGrace)
 	defer cancel()
-	for _, check := range checks {
-		err := check(ctx)
-		if err == nil {
-			continue
-		}
-		reason := replay.ReasonUnavailable
-		var nr *NotReadyError
-		if errors.As(err, &nr) {
-			reason = nr.Reason
-		}
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason, "error": err.Error()})
+	done := make(chan error, 1) // the checks' goroutine never waits on it
+	go func() { done <- runChecks(ctx, checks) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-r.Context().Done():
+		return
+	case <-bound.C:
+		err = &NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the readiness checks did not finish within %v", ReadyTimeout)}
+	}
+	if err == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	reason := replay.ReasonUnavailable
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		reason = nr.Reason
+	}
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason, "error": err.Error()})
+}
+
+// runChecks runs checks in order and returns the first failure, or nil.
+func runChecks(ctx context.Context, checks []func(context.Context) error) error {
+	for _, check := range checks {
+		if err := check(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serveSessions answers the session count and the n most recently used

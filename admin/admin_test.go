@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/metrics/prom"
@@ -289,5 +290,49 @@ func TestSessionsStoreDown(t *testing.T) {
 		if code, body := get(t, srv.URL+path); code != http.StatusServiceUnavailable || body != want {
 			t.Errorf("%s: %d\n%s\nwant 503\n%s", path, code, body, want)
 		}
+	}
+}
+
+// TestReadyzBound: /readyz answers within ReadyTimeout, under Kubernetes'
+// default probe timeout of 1 s, with 503 unavailable when its checks have
+// not finished by then: a check that stops at its context's end names its
+// own error, one that ignores it gets the bound's (regression: a store
+// that did not answer held /readyz for 2 s, and a check that ignored its
+// context held it for good).
+func TestReadyzBound(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	for _, tc := range []struct {
+		name  string
+		check func(context.Context) error
+		err   string
+	}{
+		{"stops at its context's end", func(ctx context.Context) error {
+			<-ctx.Done()
+			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: errors.New("the store cannot be reached: i/o timeout")}
+		}, "unavailable: the store cannot be reached: i/o timeout"},
+		{"ignores its context", func(context.Context) error {
+			<-release
+			return nil
+		}, "unavailable: the readiness checks did not finish within 800ms"},
+	} {
+		srv := httptest.NewServer(admin.Handler(admin.Options{Ready: []func(context.Context) error{tc.check}}))
+		probe := &http.Client{Timeout: time.Second}
+		resp, err := probe.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Errorf("%s: /readyz with a 1 s probe timeout: %v", tc.name, err)
+			srv.Close()
+			continue
+		}
+		var r struct {
+			Ready         bool
+			Reason, Error string
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || r.Ready || r.Reason != "unavailable" || r.Error != tc.err {
+			t.Errorf("%s: /readyz %d %+v; want 503 unavailable, error %q", tc.name, resp.StatusCode, r, tc.err)
+		}
+		srv.Close()
 	}
 }

@@ -422,6 +422,34 @@ func TestReadyzRedisPausedWrites(t *testing.T) {
 	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
 }
 
+// TestReadyzRedisStopped: while Redis is stopped (SIGSTOP: connections
+// open, nothing answers), /readyz answers 503 unavailable within
+// Kubernetes' default probe timeout of 1 s, naming the store, every time;
+// 200 again once Redis runs (regression: 2 s, so the probe saw a timeout,
+// not the answer).
+func TestReadyzRedisStopped(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL())
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	rs.Pause()
+	t.Cleanup(rs.Resume)
+	probe := &http.Client{Timeout: time.Second}
+	for range 3 {
+		resp, err := probe.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz with Redis stopped and a 1 s probe timeout: %v", err)
+		}
+		var r struct{ Reason, Error string }
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || r.Reason != "unavailable" || !strings.Contains(r.Error, "the store cannot be reached") {
+			t.Fatalf("/readyz with Redis stopped: %d %+v; want 503 unavailable, the store cannot be reached", resp.StatusCode, r)
+		}
+	}
+	rs.Resume()
+	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
+}
+
 // TestReadyzCountsRedisReplicas: with --redis-replicas 1, every write
 // waits for one replica, so a replica on a Redis without one answers
 // /readyz 503 unavailable, naming the count, and 200 once a replica is
