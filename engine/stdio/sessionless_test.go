@@ -78,6 +78,23 @@ func waitRunning(t *testing.T, e *Engine, n int, logs *testenv.LogBuffer) {
 	}
 }
 
+// progressClient connects a sessionless client to url; the channel
+// receives (without blocking the client) when a progress notification
+// came, so a test knows its call is in flight.
+func progressClient(t *testing.T, url string) (*mcp.ClientSession, <-chan struct{}) {
+	t.Helper()
+	progressed := make(chan struct{}, 1)
+	cs := sessionlessClient(t, url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	return cs, progressed
+}
+
 // TestSessionlessSubprocessEndsWhenIdle: the bridge's subprocess runs
 // while a sessionless call is in flight (longer than the idle bound),
 // then ends once idle, so that a stateful session can start under
@@ -88,15 +105,7 @@ func waitRunning(t *testing.T, e *Engine, n int, logs *testenv.LogBuffer) {
 func TestSessionlessSubprocessEndsWhenIdle(t *testing.T) {
 	logs := &testenv.LogBuffer{}
 	e, url := sessionlessGateway(t, sessionlessIdle, logs)
-	progressed := make(chan struct{}, 1)
-	cs := sessionlessClient(t, url, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progressed <- struct{}{}:
-			default:
-			}
-		},
-	})
+	cs, progressed := progressClient(t, url)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 
@@ -182,15 +191,7 @@ func TestSessionlessListenKeepsSubprocess(t *testing.T) {
 func TestSessionStartEndsIdleSubprocess(t *testing.T) {
 	logs := &testenv.LogBuffer{}
 	e, url := sessionlessGateway(t, -1, logs)
-	progressed := make(chan struct{}, 1)
-	cs := sessionlessClient(t, url, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progressed <- struct{}{}:
-			default:
-			}
-		},
-	})
+	cs, progressed := progressClient(t, url)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 	done := make(chan error, 1)
