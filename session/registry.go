@@ -258,6 +258,11 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 	if n, ok := st.(store.LossNotifier); ok {
 		n.NotifyLost(r.lost)
 	}
+	if n, ok := st.(store.EndNotifier); ok {
+		if _, releases := eng.(engine.Releaser); releases {
+			n.NotifyEnded(r.releaseKept)
+		}
+	}
 	return r
 }
 

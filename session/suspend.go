@@ -11,13 +11,26 @@ import (
 
 // release hands what the hibernated engine session of rec, a record
 // just ended, kept outside the process (engine.State.Suspended) to the
-// engine (engine.Releaser). Nothing when the engine releases nothing, or
-// when another process held the record (its live state used what was
-// kept); a record this process held without live state here (taken to
-// be ended as idle) still hands it over.
+// engine (engine.Releaser). Nothing when another process held the record
+// (its live state used what was kept); a record this process held
+// without live state here (taken to be ended as idle) still hands it
+// over.
 func (r *Registry) release(rec store.Record) {
+	if rec.Owner != "" && rec.Owner != r.opts.Owner {
+		return
+	}
+	r.releaseKept(rec)
+}
+
+// releaseKept hands what rec's hibernated engine session kept outside the
+// process to the engine, whoever held rec last; nothing when the engine
+// releases nothing or rec keeps nothing. It is also the store's
+// EndNotifier callback: the store ended rec's session because no process
+// held it (the durable store's sweep of sessions an earlier process left),
+// so what was kept is used by no one.
+func (r *Registry) releaseKept(rec store.Record) {
 	rel, ok := r.engine.(engine.Releaser)
-	if !ok || (rec.Owner != "" && rec.Owner != r.opts.Owner) {
+	if !ok {
 		return
 	}
 	st, _, err := decodeState(rec.State)

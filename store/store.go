@@ -481,6 +481,20 @@ type LossNotifier interface {
 	NotifyLost(f func(token string, gen uint64, err error))
 }
 
+// EndNotifier is implemented by a store that ends sessions by itself,
+// with no registry asking: the durable store's sweep of the sessions it
+// inherited from an earlier process once they have been idle past its
+// idle TTL. The session registry registers with it, so that what such a
+// session's hibernated engine session kept outside the process (an HTTP
+// upstream's session, engine.Releaser) is released, as the registry's own
+// end of the session would release it.
+type EndNotifier interface {
+	// NotifyEnded makes f hear of every session the store ends by
+	// itself, once, after the end is stored, with the session's record
+	// as it was before the end. f must not block on the store.
+	NotifyEnded(f func(rec Record))
+}
+
 // Store is a backend: sessions and their logs in one place, so that fencing
 // can be checked atomically across them.
 type Store interface {

@@ -19,6 +19,8 @@ import (
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
+	"github.com/tidemark-mcp/tidemark/store/durable"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -41,6 +43,13 @@ func TestHibernatesLossy(t *testing.T) {
 func hibernatingGateway(t testing.TB, upstreamURL string, opts upstream.Options) (*gateway, *testenv.Clock) {
 	t.Helper()
 	clk := testenv.NewClock(time.Now())
+	return hibernatingGatewayOn(t, upstreamURL, opts, nil, clk), clk
+}
+
+// hibernatingGatewayOn is hibernatingGateway on st (nil: the memory
+// store), on clk.
+func hibernatingGatewayOn(t testing.TB, upstreamURL string, opts upstream.Options, st store.Store, clk *testenv.Clock) *gateway {
+	t.Helper()
 	logs := &testenv.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if _, bench := t.(*testing.B); bench {
@@ -52,14 +61,15 @@ func hibernatingGateway(t testing.TB, upstreamURL string, opts upstream.Options)
 		t.Fatal(err)
 	}
 	h := tidemark.NewEngineHandler(eng, &tidemark.Options{
-		Sessions:      session.Options{Logger: logger, HibernateAfter: time.Minute, IdleTTL: 24 * time.Hour, MaxSessions: 100_000, Now: clk.Now},
+		Store:         st,
+		Sessions:      session.Options{Logger: logger, HibernateAfter: time.Minute, IdleTTL: 24 * time.Hour, MaxSessions: 100_000, Now: clk.Now, HandOver: st != nil},
 		Transport:     transport.Options{Sessionless: eng.Sessionless(), Logger: logger, Retry: 50 * time.Millisecond},
 		SweepInterval: time.Hour, // the test sweeps
 	})
 	srv := serveGateway(t, h, eng, logs)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(hc.CloseIdleConnections)
-	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: hc}}, clk
+	return &gateway{h: h, eng: eng, srv: srv, logs: logs, client: &mcptest.Client{URL: srv.URL, HTTP: hc}}
 }
 
 // hibernate advances clk past the hibernation delay and sweeps until n
@@ -332,6 +342,70 @@ func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
 	g.eng.Close() // waits for the DELETEs under way
 	if got := deletes(); len(got) != 2 {
 		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
+	}
+}
+
+// TestSweptInheritedReleasesUpstream: on a data directory, sessions
+// hibernated by one process outlive it with their upstream sessions kept;
+// when the next process's store ends them as idle (its sweep of sessions
+// an earlier process left, durable.Options.IdleTTL), each kept upstream
+// session gets exactly one DELETE, as when the registry that hibernated
+// them ends them (TestHibernatedSessionEndReleasesUpstream).
+func TestSweptInheritedReleasesUpstream(t *testing.T) {
+	up := newUpstream(t, mcp.StreamableHTTPOptions{})
+	dir := t.TempDir()
+	clk := testenv.NewClock(time.Now())
+	first, err := durable.Open(dir, durable.Options{Now: clk.Now, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := hibernatingGatewayOn(t, up.URL(), upstream.Options{}, first, clk)
+	ctx := testContext(t)
+	a := g.initialize(t, ctx)
+	b := g.initialize(t, ctx)
+	g.hibernate(t, clk, 2)
+	up.mu.Lock()
+	ids := slices.Clone(up.sessions)
+	up.mu.Unlock()
+	g.srv.Close()
+	g.eng.Close()
+	if err := g.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deletes := func() []string {
+		var out []string
+		for _, r := range up.requests(http.MethodDelete, "") {
+			out = append(out, r.header.Get("Mcp-Session-Id"))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := deletes(); len(got) != 0 {
+		t.Fatalf("the first process's close sent DELETE for upstream sessions %q, want none: its sessions outlive it", got)
+	}
+
+	clk.Advance(25 * time.Hour) // past the idle TTL
+	next, err := durable.Open(dir, durable.Options{Now: clk.Now, SweepInterval: -1, IdleTTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := hibernatingGatewayOn(t, up.URL(), upstream.Options{}, next, clk)
+	t.Cleanup(func() { next.Close() })
+	if err := next.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g2.eng.Close() // waits for the DELETEs under way
+	slices.Sort(ids)
+	if got := deletes(); !slices.Equal(got, ids) {
+		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
+	}
+	for _, s := range []*mcptest.Session{a, b} {
+		s2 := g2.client.SessionFor(s.Token, s.ProtocolVersion)
+		_, err := s2.Call(ctx, mcptest.ToolCall(2, "echo", map[string]string{"text": "hi"}, nil))
+		checkStatus(t, "a call of a session the sweep ended", err, http.StatusNotFound, replay.ReasonSessionNotFound)
 	}
 }
 

@@ -280,11 +280,13 @@ type Store struct {
 
 	pendLimits pending.Limits                                            // Options.MaxPending*
 	onLost     atomic.Pointer[func(token string, gen uint64, err error)] // see NotifyLost
+	onEnded    atomic.Pointer[func(rec store.Record)]                    // see NotifyEnded
 }
 
 var (
 	_ store.Store        = (*Store)(nil)
 	_ store.LossNotifier = (*Store)(nil)
+	_ store.EndNotifier  = (*Store)(nil)
 )
 
 // sess is one live session: its image (record and log bounds) exactly as

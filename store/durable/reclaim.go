@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,13 +64,22 @@ func (s *Store) Sweep(ctx context.Context) error {
 			}
 		}
 		s.mu.Unlock()
+		notify := s.onEnded.Load()
 		for _, token := range idle {
+			var rec store.Record
+			ended := false
 			err := s.write("end", token, func(ss *sess) error {
 				// Checked again under the write lock: a Claim may have won.
 				if s.isOwner(ss.Rec.Owner) || !ss.Rec.LastSeen.Before(cutoff) {
 					return nil
 				}
-				return s.end(ss, store.EndIdle, now.Add(s.opts.TombstoneTTL))
+				rec = ss.Rec
+				rec.State = bytes.Clone(rec.State)
+				if err := s.end(ss, store.EndIdle, now.Add(s.opts.TombstoneTTL)); err != nil {
+					return err
+				}
+				ended = true
+				return nil
 			})
 			if errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound) {
 				continue // ended meanwhile by its owner
@@ -77,8 +87,14 @@ func (s *Store) Sweep(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if !ended {
+				continue
+			}
 			s.logger.Info("session ended", "session", store.Prefix(token), "reason", string(store.EndIdle),
 				"detail", "inherited from a previous process and idle")
+			if notify != nil {
+				(*notify)(rec)
+			}
 		}
 	}
 	if err := s.dropTombstones(now); err != nil {
@@ -89,6 +105,13 @@ func (s *Store) Sweep(ctx context.Context) error {
 		s.logger.Debug("expired tasks deleted", "tasks", n)
 	}
 	return err
+}
+
+// NotifyEnded implements store.EndNotifier: f hears of each session Sweep
+// ends (inherited from an earlier process and idle past IdleTTL), on the
+// sweeping goroutine.
+func (s *Store) NotifyEnded(f func(rec store.Record)) {
+	s.onEnded.Store(&f)
 }
 
 // isOwner reports whether owner wrote through this Store since Open.

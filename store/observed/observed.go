@@ -195,6 +195,15 @@ func (s *Store) NotifyLost(f func(token string, gen uint64, err error)) {
 	}
 }
 
+// NotifyEnded implements store.EndNotifier with the wrapped store's, when
+// it has one; otherwise the store ends no session by itself and f is
+// never called.
+func (s *Store) NotifyEnded(f func(rec store.Record)) {
+	if n, ok := s.st.(store.EndNotifier); ok {
+		n.NotifyEnded(f)
+	}
+}
+
 // Wait implements store.Log; waiting is not timed (it lasts until an
 // event comes).
 func (s *Store) Wait(ctx context.Context, token string, after uint64) error {
