@@ -20,11 +20,18 @@ import (
 // sessions that hibernate after 50 ms idle, swept every 10 ms.
 func hibernatingServer(t *testing.T, restorable bool) (*tidemark.Handler, *mcptest.Client) {
 	t.Helper()
-	h := tidemark.NewHandler(demo.NewServer(), &tidemark.Options{
+	return serveHibernating(t, &tidemark.Options{
 		Restorable:    restorable,
 		Sessions:      session.Options{HibernateAfter: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
 		SweepInterval: 10 * time.Millisecond,
 	})
+}
+
+// serveHibernating serves the demo server with opts over real HTTP on
+// loopback.
+func serveHibernating(t *testing.T, opts *tidemark.Options) (*tidemark.Handler, *mcptest.Client) {
+	t.Helper()
+	h := tidemark.NewHandler(demo.NewServer(), opts)
 	srv := httptest.NewServer(h)
 	hc := &http.Client{}
 	t.Cleanup(func() {

@@ -47,3 +47,7 @@ func (r *Registry) LiveRoom() int {
 	defer r.mu.RUnlock()
 	return r.liveMax
 }
+
+// LedgerKey is ledgerKey, the member of a hibernated record's State that
+// holds the live generation's ledger.
+const LedgerKey = ledgerKey

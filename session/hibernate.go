@@ -52,29 +52,32 @@ func hibernatedExact(b []byte) bool {
 // priming event id of the generation is sent twice (DESIGN.md, "Cursors").
 const resumesKey = "hibernatedResumes"
 
-// hibernatedResumes returns the number a record's State carries under
-// resumesKey: 0 when it carries none or cannot be read.
-func hibernatedResumes(b []byte) uint64 {
-	if len(b) == 0 {
-		return 0
-	}
+// hibernatedLive returns what a record's State carries for the live
+// state that a wake at its generation, gen, starts: the number under
+// resumesKey (0 when it carries none) and the ledger under ledgerKey
+// (savedLedgerOf), both zero when the State cannot be read. One pass
+// over the State reads both: a wake reads it whole several times already.
+func hibernatedLive(b []byte, gen uint64) (resumes uint64, live ledger) {
 	var m struct {
-		Resumes uint64 `json:"hibernatedResumes"`
+		Resumes uint64          `json:"hibernatedResumes"`
+		Ledger  json.RawMessage `json:"hibernatedLedger"`
 	}
-	if json.Unmarshal(b, &m) != nil {
-		return 0
+	if len(b) == 0 || json.Unmarshal(b, &m) != nil {
+		return 0, ledger{Generation: gen}
 	}
-	return m.Resumes
+	return m.Resumes, savedLedgerOf(m.Ledger, gen)
 }
 
-// encodeHibernated is encodeState with exactKey set when exact, and then
-// resumes, the streams of the generation resumed so far, under resumesKey
-// when there were any. A hibernation that is not exact keeps no count:
-// its wake starts generation+1, whose priming event ids differ from every
-// earlier one in their generation part (replay.Cursor).
-func encodeHibernated(st *engine.State, prior []ledger, exact bool, resumes uint64) ([]byte, error) {
+// encodeHibernated is encodeState with live, the ledger of the generation
+// that hibernates, under ledgerKey when it has streams, and, when exact,
+// exactKey set and then resumes, the streams of the generation resumed so
+// far, under resumesKey when there were any. A hibernation that is not
+// exact keeps no count: its wake starts generation+1, whose priming event
+// ids differ from every earlier one in their generation part
+// (replay.Cursor).
+func encodeHibernated(st *engine.State, prior []ledger, live ledger, exact bool, resumes uint64) ([]byte, error) {
 	b, err := encodeState(st, prior)
-	if err != nil || !exact {
+	if err != nil || (!exact && len(live.Streams) == 0) {
 		return b, err
 	}
 	m := map[string]json.RawMessage{}
@@ -83,9 +86,16 @@ func encodeHibernated(st *engine.State, prior []ledger, exact bool, resumes uint
 			return nil, err
 		}
 	}
-	m[exactKey] = json.RawMessage("true")
-	if resumes > 0 {
-		m[resumesKey] = strconv.AppendUint(nil, resumes, 10)
+	if len(live.Streams) > 0 {
+		if m[ledgerKey], err = json.Marshal(savedLedger(live)); err != nil {
+			return nil, err
+		}
+	}
+	if exact {
+		m[exactKey] = json.RawMessage("true")
+		if resumes > 0 {
+			m[resumesKey] = strconv.AppendUint(nil, resumes, 10)
+		}
 	}
 	return json.Marshal(m)
 }
@@ -313,7 +323,9 @@ func (r *Registry) hibernate(ctx context.Context, l *Live, cause hibCause) (stor
 	}
 	attempted, exact := false, r.hib == engine.HibernateExact
 	l.mu.Lock()
-	st, seen := l.state, l.lastSeen
+	// No call is in flight once l is hibernating (beginHibernate): the
+	// ledger's streams change no more.
+	st, seen, live := l.state, l.lastSeen, l.ledger
 	l.mu.Unlock()
 	sp, keeps := l.eng.(engine.Suspender)
 	if err == nil {
@@ -326,7 +338,7 @@ func (r *Registry) hibernate(ctx context.Context, l *Live, cause hibCause) (stor
 		}
 		// No request is served from l once it is hibernating
 		// (beginHibernate): the count is final.
-		b, err = encodeHibernated(&st, l.prior, exact, l.resumes.Load())
+		b, err = encodeHibernated(&st, l.prior, live, exact, l.resumes.Load())
 	}
 	if err == nil {
 		// The store's LastSeen decides idle eviction of the record from

@@ -35,9 +35,17 @@ import (
 // lines included.
 func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture, *testenv.LogBuffer) {
 	t.Helper()
+	return hibernatingRetained(t, restorable, opts, eventlog.Options{})
+}
+
+// hibernatingRetained is hibernating with its log's retention set by
+// retention (its clock is the fixture's).
+func hibernatingRetained(t *testing.T, restorable bool, opts session.Options, retention eventlog.Options) (*fixture, *testenv.LogBuffer) {
+	t.Helper()
 	f := &fixture{clk: testenv.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), server: demo.NewServer()}
 	f.st = memory.New(memory.Options{Now: f.clk.Now})
-	f.log = eventlog.New(f.st, eventlog.Options{Now: f.clk.Now})
+	retention.Now = f.clk.Now
+	f.log = eventlog.New(f.st, retention)
 	logs := &testenv.LogBuffer{}
 	opts.Now = f.clk.Now
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -46,6 +54,15 @@ func hibernating(t *testing.T, restorable bool, opts session.Options) (*fixture,
 	f.reg = session.New(f.st, f.log, eng, opts)
 	t.Cleanup(func() { f.reg.Close() })
 	return f, logs
+}
+
+// hibernateIdle lets l, a session of f's registry with HibernateAfter a
+// minute, go idle past it, and sweeps until it has hibernated.
+func hibernateIdle(t *testing.T, f *fixture, l *session.Live) {
+	t.Helper()
+	waitFor(t, func() bool { return session.Idle(l) })
+	f.clk.Advance(2 * time.Minute)
+	waitFor(t, func() bool { f.reg.Sweep(context.Background()); return f.reg.Hibernated() == 1 })
 }
 
 // echo is a tools/call of the demo server's echo tool.

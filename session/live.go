@@ -116,7 +116,9 @@ func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, wo
 		l.state.Suspended = nil
 	}
 	if woken {
-		l.resumes.Store(hibernatedResumes(rec.State))
+		var resumes uint64
+		resumes, l.ledger = hibernatedLive(rec.State, rec.Generation)
+		l.resumes.Store(resumes)
 		l.wakeUnsaved = true
 	}
 	l.lh.parent, l.lh.live = r.logger.Handler(), l

@@ -183,16 +183,12 @@ type ledger struct {
 	Streams []streamCalls `json:"streams"`
 }
 
+// byStream orders a ledger's streams by number, for a binary search for
+// stream number n.
+func byStream(s streamCalls, n uint64) int { return cmp.Compare(s.Stream, n) }
+
 func (g *ledger) find(stream uint64) *streamCalls {
-	i, ok := slices.BinarySearchFunc(g.Streams, stream, func(s streamCalls, n uint64) int {
-		switch {
-		case s.Stream < n:
-			return -1
-		case s.Stream > n:
-			return 1
-		}
-		return 0
-	})
+	i, ok := slices.BinarySearchFunc(g.Streams, stream, byStream)
 	if !ok {
 		return nil
 	}
@@ -427,7 +423,7 @@ func (g *ledger) seed(openings store.Openings) {
 		if g.find(o.Stream) != nil || json.Unmarshal(o.Data, &ids) != nil {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(g.Streams, o.Stream, func(s streamCalls, n uint64) int { return cmp.Compare(s.Stream, n) })
+		i, _ := slices.BinarySearchFunc(g.Streams, o.Stream, byStream)
 		g.Streams = slices.Insert(g.Streams, i, streamCalls{Stream: o.Stream, IDs: ids, Answered: make([]uint64, len(ids))})
 	}
 }

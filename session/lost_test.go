@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/tidemark-mcp/tidemark/engine"
+	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -84,6 +86,23 @@ func echoCall(t *testing.T, id any) *jsonrpc.Request {
 func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event, s2 uint64) {
 	t.Helper()
 	ctx := context.Background()
+	s1, evs = answeredStream(t, l)
+	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
+	var err error
+	if s2, err = l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	return s1, evs, s2
+}
+
+// answeredStream gives l a POST stream s1 whose two echo calls ("a" and
+// 5) are answered, with evs its two responses in the log.
+func answeredStream(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event) {
+	t.Helper()
+	ctx := context.Background()
 	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
 	s1, err := l.OpenStream(ctx, calls, false, 0)
 	if err != nil {
@@ -97,14 +116,24 @@ func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.E
 	if evs = streamEvents(t, l, s1); len(evs) != 2 {
 		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
 	}
-	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
-	if s2, err = l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0); err != nil {
+	return s1, evs
+}
+
+// answeredCall gives l a POST stream whose one echo call, id, is
+// answered, and returns the stream's number once its response is read.
+func answeredCall(t *testing.T, l *session.Live, id any) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	c := echoCall(t, id)
+	s, err := l.OpenStream(ctx, []*jsonrpc.Request{c}, false, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
+	if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	return s1, evs, s2
+	streamEvents(t, l, s)
+	return s
 }
 
 // answeredLast returns, as a JSON array, the id of the request that evs,
@@ -178,6 +207,127 @@ func TestLostRequests(t *testing.T) {
 	checks(l3, `[9]`)
 }
 
+// TestLostRequestsHibernated: a generation's ledger outlives its
+// hibernation. For a stream whose responses retention removed, the
+// generation woken from an exact hibernation tells exactly what it told
+// before (regression: it told the stream forgotten, and the 409 had no
+// answeredRequests), and so after a second hibernation; after a lossy
+// hibernation, generation+1 tells it of the old generation's cursors
+// (regression: it kept no ledger of that generation).
+func TestLostRequestsHibernated(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			ctx := context.Background()
+			f, _ := hibernatingRetained(t, exact, session.Options{HibernateAfter: time.Minute}, eventlog.Options{MaxEvents: 4})
+			l := mustCreate(t, f.reg)
+			initialize(t, f, l)
+			s1, evs := answeredStream(t, l)
+			first, last := evs[0].Seq, evs[1].Seq
+			roundTrip(t, f, l, echo(t, 3, "x"))
+			roundTrip(t, f, l, echo(t, 4, "y"))
+			if b, err := f.st.Bounds(ctx, l.Token()); err != nil || b.Floor <= last {
+				t.Fatalf("bounds %+v, %v; want the floor past the stream's last response at %d", b, err, last)
+			}
+			cur := func(seq uint64) replay.Cursor {
+				return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s1, Sequence: seq}
+			}
+			checks := func(on *session.Live) {
+				t.Helper()
+				wantLost(t, on, cur(s1), `[] answered ["a",5]`)
+				wantLost(t, on, cur(first), `[] answered `+answeredLast(t, evs))
+				wantLost(t, on, cur(last), `[]`)
+			}
+			checks(l)
+			wake := func(l *session.Live, gen uint64) *session.Live {
+				t.Helper()
+				hibernateIdle(t, f, l)
+				woken, err := f.reg.Get(ctx, l.Token(), "")
+				if err != nil || woken.Generation() != gen {
+					t.Fatalf("wake: %v, want generation %d", err, gen)
+				}
+				return woken
+			}
+			if !exact {
+				checks(wake(l, 2))
+				return
+			}
+			woken := wake(l, 1)
+			checks(woken)
+			checks(wake(woken, 1))
+		})
+	}
+}
+
+// TestLostRequestsHibernatedBound: the ledger a hibernation saves is the
+// live one, with its bound: after 33 finished streams and an exact
+// hibernation, the woken generation keeps the newest 32 and tells the
+// oldest forgotten, as it did awake.
+func TestLostRequestsHibernatedBound(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	var streams []uint64
+	for i := range 33 {
+		streams = append(streams, answeredCall(t, l, i+100))
+	}
+	checks := func(on *session.Live) {
+		t.Helper()
+		cur := func(s uint64) replay.Cursor {
+			return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
+		}
+		wantLost(t, on, cur(streams[0]), "[] forgotten")
+		wantLost(t, on, cur(streams[1]), `[] answered [101]`)
+		wantLost(t, on, cur(streams[32]), `[] answered [132]`)
+	}
+	checks(l)
+	hibernateIdle(t, f, l)
+	woken, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("wake: %v, want generation 1", err)
+	}
+	checks(woken)
+}
+
+// TestLostRequestsHibernatedWithoutLedger: a record hibernated exactly
+// without the live generation's ledger, as versions that did not keep it
+// wrote it, still wakes at its generation, whose ledger starts empty: its
+// streams are forgotten, and new ones are kept.
+func TestLostRequestsHibernatedWithoutLedger(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: time.Minute})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	s1, _ := answeredStream(t, l)
+	hibernateIdle(t, f, l)
+	rec, err := f.st.Get(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(rec.State, &m); err != nil || m[session.LedgerKey] == nil {
+		t.Fatalf("hibernated state %s, %v: want the member %s", rec.State, err, session.LedgerKey)
+	}
+	delete(m, session.LedgerKey)
+	old, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Wake(ctx, l.Token(), "old", 1, f.clk.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Hibernate(ctx, l.Token(), "old", 1, old); err != nil {
+		t.Fatal(err)
+	}
+	woken, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil || woken.Generation() != 1 {
+		t.Fatalf("wake: %v, want generation 1", err)
+	}
+	wantLost(t, woken, replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s1, Sequence: s1}, `[] forgotten`)
+	s2 := answeredCall(t, woken, 7)
+	wantLost(t, woken, replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s2, Sequence: s2}, `[] answered [7]`)
+}
+
 // TestLostRequestsTakeover: the replica that takes a session over names
 // the requests lost with the previous owner's generation, read from its
 // log: the calls that did not finish, never one whose response the log
@@ -239,16 +389,7 @@ func TestLostRequestsBound(t *testing.T) {
 	}
 	var streams []uint64
 	for i := range 33 {
-		c := echoCall(t, i+100)
-		s, err := l.OpenStream(ctx, []*jsonrpc.Request{c}, false, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-			t.Fatal(err)
-		}
-		streamEvents(t, l, s)
-		streams = append(streams, s)
+		streams = append(streams, answeredCall(t, l, i+100))
 	}
 	cur := func(s uint64) replay.Cursor {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}

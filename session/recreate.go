@@ -206,6 +206,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		// The claim discards generation from's events: read which requests
 		// its streams carried first.
 		sum, sumErr := r.summarizeLog(ctx, rec, from)
+		// A hibernation of generation from saved its ledger: the log may
+		// have lost responses to retention since, or all its events to
+		// the hibernation (a lossy one drops them).
+		_, saved := hibernatedLive(rec.State, from)
+		sum.merge(saved)
 		claimed, err := r.st.Claim(ctx, token, r.opts.Owner, from, r.lease.Grant(now))
 		if err != nil {
 			r.unreserve()
