@@ -190,6 +190,26 @@ func TestRestoreAfterSessionLost(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("POSTs from the 404 on: %v, want %v", got, want)
 	}
+	// The list changes follow the call's answer (docs/connect.md): the
+	// host reads them before it goes away, or the bridge, rightly, sends
+	// them to no one.
+	listChanges := func() int {
+		n := 0
+		for _, m := range seen {
+			if r, ok := m.(*jsonrpc.Request); ok && strings.HasSuffix(r.Method, "/list_changed") {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.After(10 * time.Second); listChanges() < 2; {
+		select {
+		case m := <-in:
+			seen = append(seen, m)
+		case <-deadline:
+			t.Fatalf("the host received %d list_changed within 10s of the call's answer, want 2", listChanges())
+		}
+	}
 
 	hostOut.Close() // the host goes away
 	select {
