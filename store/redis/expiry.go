@@ -70,25 +70,39 @@ func (e expiry) header() string {
 		e.keep.Milliseconds(), e.step.Milliseconds(), keyTail.Milliseconds())
 }
 
-// keepLua defines keep(), which every session script but endLua calls
+// keepLua defines keep(k), which every session script but endLua calls
 // after its write (endLua removes the keys, and the tombstone and the
-// wake stream it leaves have TTLs of their own). It reads the record's
-// PTTL (a read: nothing replicated) and, when less than keep is left,
-// sets the record's expiry to keep + step and the other keys' to that
-// plus the tail; a key with no expiry (a log or wake stream or open set
-// the script just made) gets the latter too. So every key of a session
-// expires, the record first, at least keep after the last write.
+// wake stream it leaves have TTLs of their own), with k the key the write
+// may have created, else the record. The keys of a session get their
+// expiry together: the record keep + step, the others that plus the
+// tail, and a key created between two such pushes the record's PTTL plus
+// the tail. So every key of a session shares one deadline (the record's
+// tail earlier), and k's PTTL (a read: nothing replicated) tells whether
+// all need setting: less than keep left on the record, or keep + tail on
+// another key, pushes all; -1 on another key (the script just created it)
+// gives it the record's remaining time plus the tail, or pushes all when
+// the record has less than keep left. So every key of a session expires,
+// the record first, at least keep after the last write, at the cost of
+// one PTTL per write while the deadline is far.
 const keepLua = `
-local function keep()
+local function keep(k)
   if keepms <= 0 then return end
-  local t = redis.call('PTTL', rec)
+  local t = redis.call('PTTL', k)
   if t == -2 then return end
-  local all = t == -1 or t < keepms
-  if all then redis.call('PEXPIRE', rec, keepms + stepms) end
-  for _, k in ipairs({log, wake, opens}) do
-    if all or redis.call('PTTL', k) == -1 then
-      redis.call('PEXPIRE', k, keepms + stepms + tailms)
+  if k == rec then
+    if t >= keepms then return end
+  elseif t >= keepms + tailms then
+    return
+  elseif t == -1 then
+    local r = redis.call('PTTL', rec)
+    if r >= keepms then
+      redis.call('PEXPIRE', k, r + tailms)
+      return
     end
+  end
+  redis.call('PEXPIRE', rec, keepms + stepms)
+  for _, o in ipairs({log, wake, opens}) do
+    redis.call('PEXPIRE', o, keepms + stepms + tailms)
   end
 end
 `

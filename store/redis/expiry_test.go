@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +138,183 @@ func TestNoExpiry(t *testing.T) {
 			t.Fatalf("PTTL %s = %v, %v; want -1 (no expiry)", k, ttl, err)
 		}
 	}
+}
+
+// TestCreatedKeysGetTheirExpiry: every script that can create a key of a
+// session gives it an expiry that outlives the record's by about the
+// tail, whether the record's deadline is far (the new key gets the
+// record's) or near (every key's is pushed): the wake stream a trim
+// makes, the log an append makes after a claim emptied it, the open set
+// an append makes and the one it makes again after an end emptied it.
+func TestCreatedKeysGetTheirExpiry(t *testing.T) {
+	testenv.NeedRedis(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	const idle = time.Hour
+	keep := idle + idle/4 + redis.DefaultIdleMargin // expiry.go
+	s := open(t, srv, redis.Options{IdleTTL: idle})
+	c := client(t, srv)
+	rec := "tidemark:{tok}:rec"
+	others := []string{"tidemark:{tok}:log", "tidemark:{tok}:wake", "tidemark:{tok}:open"}
+	// check: every key that exists has an expiry, the record's at least
+	// keep, and every other key's a second (the tail) later than the
+	// record's, within a few milliseconds.
+	check := func(step string, want int) {
+		t.Helper()
+		r := c.PTTL(ctx, rec).Val()
+		if r < keep-time.Second || r > keep+keep/8 {
+			t.Fatalf("%s: PTTL %s = %v, want in [%v, %v]", step, rec, r, keep-time.Second, keep+keep/8)
+		}
+		n := 0
+		for _, k := range others {
+			ttl := c.PTTL(ctx, k).Val()
+			if ttl == -2 { // go-redis: the key does not exist
+				continue
+			}
+			n++
+			if d := ttl - r; d < time.Second-10*time.Millisecond || d > time.Second+10*time.Millisecond {
+				t.Fatalf("%s: PTTL %s = %v, %s's %v: want the record's plus 1s", step, k, ttl, rec, r)
+			}
+		}
+		if n != want {
+			t.Fatalf("%s: %d keys besides the record, want %d", step, n, want)
+		}
+	}
+	opening := func() store.Event {
+		return store.Event{Stream: store.NewStream, Kind: store.KindPriming, Data: []byte(`[1]`), Time: epoch}
+	}
+	ending := func(stream uint64) store.Event {
+		return store.Event{Stream: stream, Kind: store.KindMessage, End: true, Data: []byte(`{}`), Time: epoch}
+	}
+	// near makes the record's deadline near, as for a session idle for
+	// most of its keep, so that the next write pushes every key's.
+	near := func() {
+		c.PExpire(ctx, rec, time.Minute)
+		for _, k := range others {
+			c.PExpire(ctx, k, time.Minute+time.Second)
+		}
+	}
+	create(t, s, "tok")
+	check("create", 0)
+	for _, far := range []bool{true, false} {
+		name := map[bool]string{true: "far", false: "near"}[far]
+		if far {
+			c.PExpire(ctx, rec, keep+keep/16)
+		} else {
+			near()
+		}
+		b, err := appendSync(ctx, s, "tok", 1, msgs("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name+": log", 1)
+		if !far {
+			near()
+		}
+		if _, err := s.Trim(ctx, "tok", 1, b.HWM+1); err != nil {
+			t.Fatal(err)
+		}
+		check(name+": wake stream", 2)
+		if !far {
+			near()
+		}
+		b, err = appendSync(ctx, s, "tok", 1, []store.Event{opening()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name+": open set", 3)
+		if _, err := appendSync(ctx, s, "tok", 1, []store.Event{ending(b.HWM)}); err != nil {
+			t.Fatal(err)
+		}
+		check(name+": open set emptied", 2)
+		if !far {
+			near()
+		}
+		if b, err = appendSync(ctx, s, "tok", 1, []store.Event{opening()}); err != nil {
+			t.Fatal(err)
+		}
+		check(name+": open set made again", 3)
+		// An append that opens and ends a stream leaves no open set.
+		b, err = appendSync(ctx, s, "tok", 1, []store.Event{ending(b.HWM)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !far {
+			near()
+		}
+		if _, err := appendSync(ctx, s, "tok", 1, []store.Event{opening(), ending(b.HWM + 1)}); err != nil {
+			t.Fatal(err)
+		}
+		check(name+": stream opened and ended", 2)
+		// A claim empties the log and the open set; the next append
+		// makes the log again.
+		rec, err := s.Claim(ctx, "tok", "p2", 1, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name+": claim", 1)
+		if !far {
+			near()
+		}
+		if _, err := appendSync(ctx, s, "tok", rec.Generation, msgs("b")); err != nil {
+			t.Fatal(err)
+		}
+		check(name+": log after a claim", 2)
+		if err := s.End(ctx, "tok", store.EndDeleted, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		create(t, s, "tok")
+	}
+}
+
+// TestAppendReadsOnePTTL: an append to a session whose keys' deadline is
+// far reads one PTTL and sets no expiry, whether or not it opens a
+// stream while another is open.
+func TestAppendReadsOnePTTL(t *testing.T) {
+	testenv.NeedRedis(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s := open(t, srv, redis.Options{})
+	c := client(t, srv)
+	create(t, s, "tok")
+	opening := store.Event{Stream: store.NewStream, Kind: store.KindPriming, Data: []byte(`[1]`), Time: epoch}
+	if _, err := appendSync(ctx, s, "tok", 1, []store.Event{opening}); err != nil {
+		t.Fatal(err)
+	}
+	c.ConfigResetStat(ctx)
+	const n = 10
+	for i := range n {
+		evs := msgs("a")
+		if i%2 == 1 {
+			evs = []store.Event{opening}
+		}
+		if _, err := appendSync(ctx, s, "tok", 1, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := func(cmd string) int {
+		for line := range strings.Lines(c.Info(ctx, "commandstats").Val()) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				x, _ := strconv.Atoi(v[:strings.IndexByte(v, ',')])
+				return x
+			}
+		}
+		return 0
+	}
+	if got := calls("pttl"); got != n {
+		t.Errorf("%d appends read %d PTTLs, want %d", n, got, n)
+	}
+	if got := calls("pexpire"); got != 0 {
+		t.Errorf("%d appends set %d expiries, want none", n, got)
+	}
+}
+
+// appendSync appends evs and waits until Redis holds them (Store.Sync):
+// a pipelined Append may return before its events are written.
+func appendSync(ctx context.Context, s *redis.Store, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
+	b, err := s.Append(ctx, token, gen, evs)
+	if err != nil {
+		return b, err
+	}
+	return b, s.Sync(ctx, token)
 }

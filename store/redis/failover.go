@@ -49,13 +49,14 @@ local function guard(acked)
   if hwm >= a then
     redis.call('HSET', rec, 'vis', int(a))
     poke('publish')
+    keep(wake)
     return nil
   end
   local g = redis.call('HINCRBY', rec, 'gen', 1)
   redis.call('HSET', rec, 'floor', int(hwm + 1), 'vis', int(hwm), 'base', h[3], 'oldest', '')
   redis.call('DEL', log)
   poke('claim')
-  keep()
+  keep(wake)
   return {'lost', int(g), int(hwm)}
 end
 `

@@ -13,8 +13,10 @@ import "github.com/redis/go-redis/v9"
 //
 // Every session script declares the same five keys (keys.all): KEYS[1]
 // rec, KEYS[2] log, KEYS[3] wake, KEYS[4] tomb, KEYS[5] opens, starts
-// with the Store's expiry header, and calls keep() after its write
-// (expiry.go). Replies
+// with the Store's expiry header, and calls keep(k) after its write
+// (expiry.go), k being the key the write can create: the wake stream for
+// the scripts that poke it, the log or the open set for an append, else
+// the record. Replies
 // are arrays whose first element is a status: "ok", "notfound", "ended"
 // TOMBSTONE, "fenced" GEN, "exists" WHY. A task script declares one key, the task's hash
 // (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
@@ -55,7 +57,7 @@ redis.call('DEL', log, wake, opens)
 redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
   'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
   'floor', '1', 'hwm', '0', 'vis', '0', 'cum', '0', 'base', '0', 'oldest', '')
-keep()
+keep(rec)
 return {'ok'}
 `
 
@@ -71,7 +73,7 @@ redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3],
 redis.call('HDEL', rec, 'open')
 redis.call('DEL', log, opens)
 poke('claim')
-keep()
+keep(wake)
 local r = redis.call('HGETALL', rec)
 table.insert(r, 1, 'ok')
 return r
@@ -83,7 +85,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'lease', ARGV[3])
-keep()
+keep(rec)
 return {'ok'}
 `
 
@@ -93,7 +95,7 @@ local g = redis.call('HGET', rec, 'gen')
 if not g then return gone() end
 if g ~= ARGV[1] then return {'fenced', g} end
 redis.call('HSET', rec, 'state', ARGV[2])
-keep()
+keep(rec)
 return {'ok'}
 `
 
@@ -105,7 +107,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'state', ARGV[3], 'owner', '', 'lease', '')
-keep()
+keep(rec)
 return {'ok'}
 `
 
@@ -116,7 +118,7 @@ local h = redis.call('HMGET', rec, 'gen', 'owner')
 if not h[1] then return gone() end
 if h[1] ~= ARGV[1] or h[2] ~= '' then return {'fenced', h[1]} end
 redis.call('HSET', rec, 'owner', ARGV[2], 'lease', ARGV[3])
-keep()
+keep(rec)
 local r = redis.call('HGETALL', rec)
 table.insert(r, 1, 'ok')
 return r
@@ -141,7 +143,7 @@ end
 local seen = redis.call('HGET', rec, 'seen')
 if not seen then return gone() end
 if later(ARGV[1], seen) then redis.call('HSET', rec, 'seen', ARGV[1]) end
-keep()
+keep(rec)
 return {'ok'}
 `
 
@@ -181,11 +183,13 @@ if lost then return lost end
 h = redis.call('HMGET', rec, 'gen', 'hwm', 'cum', 'floor')
 local n = tonumber(ARGV[2])
 if n == 0 then
-  keep()
+  keep(rec)
   return bounds()
 end
 local hwm, cum = tonumber(h[2]), tonumber(h[3])
-if hwm < tonumber(h[4]) then
+local fresh = hwm < tonumber(h[4])
+local added, live = {}, 0
+if fresh then
   redis.call('HSET', rec, 'oldest', ARGV[9])
 end
 for i = 0, n - 1 do
@@ -203,14 +207,23 @@ for i = 0, n - 1 do
       'end', ARGV[b + 2], 'retry', ARGV[b + 3], 'time', ARGV[b + 4], 'data', ARGV[b + 5], 'cum', int(cum))
     if ARGV[b + 2] == '1' then
       redis.call('ZREM', opens, stream)
+      if added[stream] then
+        added[stream], live = nil, live - 1
+      end
     elseif ARGV[b + 1] == '1' and stream == seq and #ARGV[b + 5] > 0 then
       redis.call('ZADD', opens, hwm, seq)
+      added[seq], live = true, live + 1
     end
   end
 end
 redis.call('HSET', rec, 'hwm', int(hwm), 'cum', int(cum))
 if ARGV[4] == '1' then redis.call('HSET', rec, 'vis', int(hwm)) end
-keep()
+-- The keys this append can create: the open set, when a stream it
+-- opened is still open (live), and the log, when the record held no
+-- entry of its generation (fresh: after create, claim or a lost
+-- guard, which delete the log).
+if live > 0 then keep(opens) end
+if fresh or live == 0 then keep(log) end
 return bounds()
 `
 
@@ -276,7 +289,7 @@ end
 redis.call('XTRIM', log, 'MINID', int(nf) .. '-0')
 redis.call('HSET', rec, 'floor', int(nf), 'base', base, 'oldest', oldest)
 poke('trim')
-keep()
+keep(wake)
 return bounds()
 `
 
@@ -303,7 +316,7 @@ local to = math.min(tonumber(ARGV[2]), tonumber(h[3]))
 if tonumber(h[2] or '0') < to then
   redis.call('HSET', rec, 'vis', int(to))
   poke('publish')
-  keep()
+  keep(wake)
 end
 return bounds()
 `
