@@ -16,10 +16,23 @@ import "github.com/redis/go-redis/v9"
 // with the Store's expiry header, and calls keep(k) after its write
 // (expiry.go), k being the key the write can create: the wake stream for
 // the scripts that poke it, the log or the open set for an append, else
-// the record. Replies
-// are arrays whose first element is a status: "ok", "notfound", "ended"
-// TOMBSTONE, "fenced" GEN, "exists" WHY. A task script declares one key, the task's hash
-// (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
+// the record.
+//
+// Over maxmemory (under noeviction, or a volatile policy with nothing
+// left to evict) Redis refuses a script only at its first write, and
+// only when that command can grow memory (HSET, XADD, SET; not DEL,
+// XTRIM, PEXPIRE): from then on the script writes on, past maxmemory. So
+// a script that adds data makes such a command its first write
+// (createLua), and Redis refuses it before it writes anything; endLua
+// starts by deleting the session's keys, which frees more than the
+// tombstone it writes takes, and runs. (Redis 7's script flags, a
+// "#!lua" first line, would have Redis refuse a writing script up front,
+// but such a script does not load on Redis 6.2, which XTRIM MINID needs
+// and the store otherwise runs on.)
+//
+// Replies are arrays whose first element is a status: "ok", "notfound",
+// "ended" TOMBSTONE, "fenced" GEN, "exists" WHY. A task script declares
+// one key, the task's hash (taskKey), and replies "ok" REV, "notfound", "stale" REV (the stored
 // revision) or "exists". Numbers travel as decimal strings: Lua numbers
 // are doubles, exact for sequences, generations, revisions and byte
 // counts below 2^53, and string.format('%d') keeps them out of exponent
@@ -49,14 +62,17 @@ local function poke(op)
 end
 ` + keepLua
 
-// createLua: ARGV gen owner lease user state created seen.
+// createLua: ARGV gen owner lease user state created seen. Its first
+// write is the record's HSET, not the DEL of what an earlier session of
+// the token left: over maxmemory, Redis refuses the script at that HSET,
+// before it writes anything.
 const createLua = prelude + `
 if redis.call('EXISTS', rec) == 1 then return {'exists', 'live'} end
 if redis.call('EXISTS', tomb) == 1 then return {'exists', 'tombstoned'} end
-redis.call('DEL', log, wake, opens)
 redis.call('HSET', rec, 'gen', ARGV[1], 'owner', ARGV[2], 'lease', ARGV[3], 'user', ARGV[4],
   'state', ARGV[5], 'created', ARGV[6], 'seen', ARGV[7],
   'floor', '1', 'hwm', '0', 'vis', '0', 'cum', '0', 'base', '0', 'oldest', '')
+redis.call('DEL', log, wake, opens)
 keep(rec)
 return {'ok'}
 `
