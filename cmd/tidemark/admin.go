@@ -249,7 +249,7 @@ func readiness(st store.Store, fleet *redis.Store, replicaID, advertised string)
 			if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrEnded) {
 				return nil
 			}
-			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store cannot be reached: %w", err)}
+			return &admin.NotReadyError{Reason: replay.ReasonUnavailable, Err: fmt.Errorf("the store cannot be read: %w", err)}
 		})
 		if c, ok := st.(checker); ok {
 			checks = append(checks, func(ctx context.Context) error {

@@ -442,11 +442,34 @@ func TestReadyzRedisStopped(t *testing.T) {
 		var r struct{ Reason, Error string }
 		json.NewDecoder(resp.Body).Decode(&r)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || r.Reason != "unavailable" || !strings.Contains(r.Error, "the store cannot be reached") {
-			t.Fatalf("/readyz with Redis stopped: %d %+v; want 503 unavailable, the store cannot be reached", resp.StatusCode, r)
+		if resp.StatusCode != http.StatusServiceUnavailable || r.Reason != "unavailable" || !strings.Contains(r.Error, "the store cannot be read") {
+			t.Fatalf("/readyz with Redis stopped: %d %+v; want 503 unavailable, the store cannot be read", resp.StatusCode, r)
 		}
 	}
 	rs.Resume()
+	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
+}
+
+// TestReadyzRedisOutOfMemory: while Redis is out of memory (maxmemory
+// reached, noeviction), /readyz answers 503 unavailable saying that
+// Redis refuses writes for want of memory, and 200 once it has memory
+// again (regression: "the store cannot be reached", with only Redis's
+// EXECABORT, which names no cause).
+func TestReadyzRedisOutOfMemory(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL())
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	if err := rs.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, metricsAddr, http.StatusServiceUnavailable, "unavailable", 5*time.Second)
+	if _, body := get(t, "http://"+metricsAddr+"/readyz"); !strings.Contains(body, "the store cannot be read") ||
+		!strings.Contains(body, "Redis refuses writes (out of memory: used memory over maxmemory)") {
+		t.Errorf("/readyz %s, want the store cannot be read: Redis refuses writes (out of memory: used memory over maxmemory)", body)
+	}
+	if err := rs.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
 	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
 }
 

@@ -15,7 +15,8 @@ import (
 // TestCheckWrites: Check writes one key, tidemark:readiness with a TTL of
 // a minute, and fails with store.ErrUnavailable while Redis answers reads
 // but holds writes back (CLIENT PAUSE WRITE: the write is not
-// acknowledged within 500 ms) or refuses them (out of memory), and
+// acknowledged within 500 ms) or refuses them (out of memory: its error
+// then says so, as a Get's does, rather than only Redis's EXECABORT), and
 // passes again once Redis takes writes (regression: nil while every
 // session's write waited or failed).
 func TestCheckWrites(t *testing.T) {
@@ -48,8 +49,15 @@ func TestCheckWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Check(ctx)
-	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
-		t.Errorf("Check with Redis out of memory: %v; want ErrUnavailable naming OOM", err)
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "write probe: Redis refuses writes (out of memory: used memory over maxmemory): store unavailable: OOM ") {
+		t.Errorf("Check with Redis out of memory: %v; want ErrUnavailable saying Redis refuses writes (out of memory)", err)
+	}
+	// Redis refuses the transaction of a Get too (EXECABORT), for the
+	// same cause, which its error names.
+	_, err = s.Get(ctx, "tok")
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "get session tok: Redis refuses writes (out of memory: used memory over maxmemory): store unavailable: OOM ") ||
+		!strings.Contains(err.Error(), "EXECABORT") {
+		t.Errorf("Get with Redis out of memory: %v; want ErrUnavailable saying Redis refuses writes (out of memory), and EXECABORT", err)
 	}
 	if err := srv.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
 		t.Fatal(err)

@@ -364,7 +364,10 @@ func fail(ctx context.Context, op, token string, err error) error {
 }
 
 // failing is fail for an operation that what names with its object
-// ("update task 0123abcd").
+// ("update task 0123abcd"). An OOM reply (outOfMemory) is said to be
+// Redis refusing writes for want of memory: Redis answers, so the store
+// is reachable, but takes no write that can grow its memory, nor any
+// MULTI transaction, until memory is freed or maxmemory raised.
 func failing(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("redis store: %s: %w", what, ctx.Err())
@@ -372,7 +375,18 @@ func failing(ctx context.Context, what string, err error) error {
 	if errors.Is(err, goredis.ErrClosed) {
 		return fmt.Errorf("redis store: %s: %w: store closed", what, store.ErrUnavailable)
 	}
+	if outOfMemory(err) {
+		return fmt.Errorf("redis store: %s: Redis refuses writes (out of memory: used memory over maxmemory): %w: %w", what, store.ErrUnavailable, err)
+	}
 	return fmt.Errorf("redis store: %s: %w: %w", what, store.ErrUnavailable, err)
+}
+
+// outOfMemory reports whether err holds Redis's refusal of a command
+// for want of memory: an error reply starting "OOM " (maxmemory reached
+// and nothing to evict under the maxmemory-policy).
+func outOfMemory(err error) bool {
+	var reply goredis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
 }
 
 // status turns a script's reply into an error for its non-"ok" statuses,
@@ -434,15 +448,31 @@ func (s *Store) run(ctx context.Context, sc *goredis.Script, op, token string, g
 // tx runs fn's commands in one MULTI/EXEC. A GET that found no key
 // (goredis.Nil) is not a failure: callers read it from the command.
 func (s *Store) tx(ctx context.Context, op, token string, fn func(goredis.Pipeliner)) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+	cmds, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		fn(p)
 		return nil
 	})
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		s.reroute(ctx)
-		return fail(ctx, op, token, err)
+		return fail(ctx, op, token, queued(cmds, err))
 	}
 	return nil
+}
+
+// queued returns err, a transaction's error, with the refusal of the
+// first command Redis would not queue when err is EXECABORT, which names
+// no cause (under OOM Redis queues no command at all).
+func queued(cmds []goredis.Cmder, err error) error {
+	var reply goredis.Error
+	if !errors.As(err, &reply) || !strings.HasPrefix(reply.Error(), "EXECABORT") {
+		return err
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !errors.Is(e, goredis.Nil) && !errors.Is(e, err) {
+			return fmt.Errorf("%w: %w", e, err)
+		}
+	}
+	return err
 }
 
 // readTx is tx for a transaction that changes nothing (Read, Wait's
