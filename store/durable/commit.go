@@ -296,6 +296,26 @@ const diskStalled = 5 * time.Second
 // the file system only, never the engine, so that it answers while the
 // disk does not.
 func (s *Store) Check(ctx context.Context) error {
+	if err := s.checkDir(); err != nil {
+		s.low.Store(true)
+		return err
+	}
+	if since := s.committing.Load(); since != 0 {
+		if d := time.Since(time.Unix(0, since)); d > time.Duration(s.stalled.Load()) {
+			return fmt.Errorf("durable store: data directory %s: %w: a write to its disk has not finished for %v, and every write waits behind it: "+
+				"check the disk (stalled, frozen, or failing); writes go on when it answers", s.dir, store.ErrUnavailable, d.Round(time.Second))
+		}
+	}
+	if err := s.checkSpace(); err != nil {
+		s.low.Store(true)
+		return err
+	}
+	return nil
+}
+
+// checkDir returns an error wrapping store.ErrUnavailable when the data
+// directory is gone or is no longer a directory.
+func (s *Store) checkDir() error {
 	fi, err := os.Stat(s.dir)
 	switch {
 	case err != nil:
@@ -303,11 +323,15 @@ func (s *Store) Check(ctx context.Context) error {
 	case !fi.IsDir():
 		return fmt.Errorf("durable store: data directory %s: %w: no longer a directory: restore it, or restart with another --data-dir", s.dir, store.ErrUnavailable)
 	}
-	if since := s.committing.Load(); since != 0 {
-		if d := time.Since(time.Unix(0, since)); d > time.Duration(s.stalled.Load()) {
-			return fmt.Errorf("durable store: data directory %s: %w: a write to its disk has not finished for %v, and every write waits behind it: "+
-				"check the disk (stalled, frozen, or failing); writes go on when it answers", s.dir, store.ErrUnavailable, d.Round(time.Second))
-		}
+	return nil
+}
+
+// refusal returns why the store refuses new data now, the cheap checks of
+// Check that Append repeats while low is set: the data directory gone, or
+// its file system low on space; nil when neither.
+func (s *Store) refusal() error {
+	if err := s.checkDir(); err != nil {
+		return err
 	}
 	return s.checkSpace()
 }

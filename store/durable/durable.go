@@ -264,10 +264,11 @@ type Store struct {
 	// one there).
 	stalled      atomic.Int64
 	beforeCommit atomic.Pointer[func()]
-	// low is set while the last group that added data found the file
-	// system low on space: Append then checks the space itself and fails
-	// at once, losing nothing, instead of accepting events whose group
-	// would fail and lose their generation.
+	// low is set while the last group that added data, or the last
+	// Check, found the store refusing new data (its file system low on
+	// space, or its directory gone): Append then checks again itself
+	// (refusal) and fails at once, losing nothing, instead of accepting
+	// events whose group would fail and lose their generation.
 	low   atomic.Bool
 	bound bound // the sessions MaxBytes trims first, and its reports
 

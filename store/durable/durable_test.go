@@ -530,6 +530,69 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
+// TestCheckedRefusalRefusesAppend: once Check, what /readyz asks, has
+// found the store refusing new data (its file system low on space, its
+// data directory gone), the next Append fails at once and appends
+// nothing, where before it was accepted, its group then failed and its
+// generation was lost with a call already handed to the engine (nc15
+// m2); once the store takes data again, appends go on at the same
+// generation.
+func TestCheckedRefusalRefusesAppend(t *testing.T) {
+	t.Run("low space", func(t *testing.T) {
+		mnt := tmpfs(t, 48<<20)
+		dir := filepath.Join(mnt, "data")
+		const minFree = 8 << 20
+		s, err := durable.Open(dir, durable.Options{MinFreeBytes: minFree, SweepInterval: -1, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		filler := fill(t, mnt, minFree-1<<20)
+		if err := s.Check(ctx); !errors.Is(err, durable.ErrNoSpace) {
+			t.Fatalf("Check on a full disk = %v, want ErrNoSpace", err)
+		}
+		if _, err := s.Append(ctx, "tok", 1, events(1, time.Now())); !errors.Is(err, durable.ErrNoSpace) || errors.Is(err, store.ErrLost) {
+			t.Fatalf("Append after Check found the disk full = %v, want ErrNoSpace at once, not a loss", err)
+		}
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		evs := events(1, time.Now())
+		if _, err := s.Append(ctx, "tok", 1, evs); err != nil || evs[0].Seq != 1 || s.Sync(ctx, "tok") != nil {
+			t.Fatalf("Append once space is back = %v (seq %d), want stored as 1", err, evs[0].Seq)
+		}
+	})
+	t.Run("directory gone", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		s := open(t, dir, durable.Options{Logger: quiet()})
+		defer s.Close()
+		if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		moved := dir + ".moved"
+		if err := os.Rename(dir, moved); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(ctx); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "restore it") {
+			t.Fatalf("Check with the directory gone = %v, want ErrUnavailable saying to restore it", err)
+		}
+		_, err := s.Append(ctx, "tok", 1, events(1, time.Now()))
+		if err := os.Rename(moved, dir); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLost) {
+			t.Fatalf("Append after Check found the directory gone = %v, want ErrUnavailable at once, not a loss", err)
+		}
+		evs := events(1, time.Now())
+		if _, err := s.Append(ctx, "tok", 1, evs); err != nil || evs[0].Seq != 1 || s.Sync(ctx, "tok") != nil {
+			t.Fatalf("Append once the directory is back = %v (seq %d), want stored as 1", err, evs[0].Seq)
+		}
+	})
+}
+
 // nopClose keeps the handler from closing a store the test closes itself;
 // it passes the store's losses on, as the store would.
 type nopClose struct{ store.Store }

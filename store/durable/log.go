@@ -23,9 +23,11 @@ import (
 // Besides the contract's errors it fails with a *store.LostError once a
 // group holding the generation's events could not be stored (the file
 // system low on space: its cause wraps both store.ErrUnavailable and
-// ErrNoSpace), and, while the last group that added data found the space
-// low and it still is, at once with an error wrapping both, appending
-// nothing (the generation goes on once space is back).
+// ErrNoSpace), and, while the last group that added data or the last
+// Check found the space low or the data directory gone and it still is,
+// at once with an error wrapping store.ErrUnavailable (and ErrNoSpace
+// for the space), appending nothing (the generation goes on once the
+// store takes data again).
 func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []store.Event) (store.Bounds, error) {
 	var out store.Bounds
 	err := s.fenced("append", token, gen, func(ss *sess) error {
@@ -36,7 +38,7 @@ func (s *Store) Append(ctx context.Context, token string, gen uint64, evs []stor
 			return lost
 		}
 		if s.low.Load() {
-			if err := s.checkSpace(); err != nil {
+			if err := s.refusal(); err != nil {
 				return fmt.Errorf("durable store: append session %s gen %d: %w", store.Prefix(token), gen, err)
 			}
 			s.low.Store(false)
