@@ -195,9 +195,12 @@ func (g *ledger) find(stream uint64) *streamCalls {
 	return &g.Streams[i]
 }
 
-// open records a new stream and the ids of its requests.
+// open records a new stream and the ids of its requests, in its place by
+// stream number: concurrent POSTs append their opening events in one
+// order and reach open in another.
 func (g *ledger) open(stream uint64, ids RequestIDs) {
-	g.Streams = append(g.Streams, streamCalls{Stream: stream, IDs: ids, Answered: make([]uint64, len(ids))})
+	i, _ := slices.BinarySearchFunc(g.Streams, stream, byStream)
+	g.Streams = slices.Insert(g.Streams, i, streamCalls{Stream: stream, IDs: ids, Answered: make([]uint64, len(ids))})
 	if len(g.Streams) > ledgerFinished {
 		g.prune()
 	}
