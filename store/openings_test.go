@@ -15,7 +15,8 @@ import (
 // the events of its input, one a line (SEQ STREAM KIND [end] [DATA]),
 // from a log whose record keeps the openings left by the commands before
 // it ("reset" empties them), and prints the openings after, one a line
-// (STREAM DATA, or STREAM (N bytes) past 64 bytes), or "none", and whether the last event changed them.
+// (STREAM DATA, STREAM (N bytes) past 64 bytes, or STREAM mark for the
+// mark, Openings.Dropped), or "none", and whether the last event changed them.
 func TestOpeningsTrimmed(t *testing.T) {
 	datadriven.Walk(t, "testdata/openings", func(t *testing.T, path string) {
 		var o store.Openings
@@ -37,6 +38,10 @@ func TestOpeningsTrimmed(t *testing.T) {
 					b.WriteString("none\n")
 				}
 				for _, op := range o {
+					if len(op.Data) == 0 {
+						fmt.Fprintf(&b, "%d mark\n", op.Stream)
+						continue
+					}
 					if len(op.Data) > 64 {
 						fmt.Fprintf(&b, "%d (%d bytes)\n", op.Stream, len(op.Data))
 						continue

@@ -169,7 +169,8 @@ type Record struct {
 	LastSeen time.Time
 	// Openings are the opening events' Data of the current generation's
 	// streams whose opening event retention removed before their end
-	// (Openings): Trim and a backend's own bound update them in the
+	// (Openings), and the mark of those whose Data it did not keep
+	// (Openings.Dropped): Trim and a backend's own bound update them in the
 	// same atomic step as the removal, Claim empties them, every other
 	// write keeps them; Create ignores them.
 	Openings Openings

@@ -911,3 +911,60 @@ func TestDamagedLogRefused(t *testing.T) {
 		t.Fatalf("Open after the log was overwritten at %d of %d bytes = %v, want ErrCorrupt", fi.Size()/3, fi.Size(), err)
 	}
 }
+
+// TestOpeningsAfterCrash: the openings a trim keeps in a record, the mark
+// of the streams whose ids it did not keep included (store.Openings),
+// read back from what a killed process leaves: a copy of the directory
+// taken while the store is open, opened without the first store's Close.
+func TestOpeningsAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, durable.Options{Logger: quiet()})
+	defer s.Close()
+	if err := s.Create(ctx, rec("tok", "p", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	evs := []store.Event{{Stream: store.NewStream, Kind: store.KindPriming, Data: []byte(`["` + strings.Repeat("x", store.MaxOpeningBytes) + `"]`)}}
+	for i := range store.MaxOpenings + 1 {
+		evs = append(evs, store.Event{Stream: store.NewStream, Kind: store.KindPriming, Data: fmt.Appendf(nil, "[%d]", i)})
+	}
+	evs = append(evs, store.Event{Stream: 0, Kind: store.KindPriming})
+	for i := range evs {
+		if _, err := s.Append(ctx, "tok", 1, evs[i:i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(ctx, "tok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Trim(ctx, "tok", 1, uint64(len(evs))); err != nil {
+		t.Fatal(err)
+	}
+	// The trim's batch is committed with the next group commit.
+	if _, err := s.Append(ctx, "tok", 1, []store.Event{{Stream: 0, Kind: store.KindPriming}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx, "tok"); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Get(ctx, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Openings.Dropped() != 2 || len(want.Openings) != store.MaxOpenings+1 {
+		t.Fatalf("openings after the trim: mark %d, %d openings; want the mark at stream 2 and %d openings",
+			want.Openings.Dropped(), len(want.Openings), store.MaxOpenings+1)
+	}
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, crashed, durable.Options{Logger: quiet()})
+	defer c.Close()
+	got, err := c.Get(ctx, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got.Openings) != fmt.Sprint(want.Openings) {
+		t.Fatalf("openings after the crash:\n%v\nwant\n%v", got.Openings, want.Openings)
+	}
+}

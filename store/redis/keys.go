@@ -49,7 +49,8 @@ package redis
 //	oldest   Time of the event at the floor, Unix nanoseconds; "" if none
 //	open     the openings of streams whose opening entry Trim removed before
 //	         their end (store.Record.Openings, trimLua): a JSON array of
-//	         [STREAM, DATA] string pairs; absent when there are none
+//	         [STREAM, DATA] string pairs, DATA "" for the mark
+//	         (store.Openings.Dropped); absent when there are none
 //
 // Each log entry has the ID "SEQ-0", so the stream's IDs are the sequences:
 // XRANGE from "N" reads from sequence N, XTRIM MINID N raises the floor to

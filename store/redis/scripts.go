@@ -266,10 +266,12 @@ if nf > hwm + 1 then nf = hwm + 1 end
 if nf <= cur then return bounds() end
 local maxOpen, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[4])
 local stored = redis.call('HGET', rec, 'open')
-local open, changed = {}, false
+local open, changed, mark = {}, false, 0
 if stored then
   for _, o in ipairs(cjson.decode(stored)) do
-    if redis.call('ZSCORE', opens, o[1]) then
+    if o[2] == '' then
+      mark = tonumber(o[1])
+    elseif redis.call('ZSCORE', opens, o[1]) then
       table.insert(open, o)
     else
       changed = true
@@ -280,14 +282,24 @@ for _, st in ipairs(redis.call('ZRANGEBYSCORE', opens, int(cur), int(nf - 1))) d
   local e = redis.call('XRANGE', log, st, st)
   if #e > 0 then
     local data = field(e[1][2], 'data')
+    local dropped = tonumber(st)
     if #data <= maxBytes then
       table.insert(open, {st, data})
-      if #open > maxOpen then table.remove(open, 1) end
-      changed = true
+      dropped = 0
+      if #open > maxOpen then dropped = tonumber(table.remove(open, 1)[1]) end
     end
+    if dropped > mark then mark = dropped end
+    changed = true
   end
 end
 if changed then
+  if mark > 0 then
+    local at = #open + 1
+    for i, o in ipairs(open) do
+      if tonumber(o[1]) > mark then at = i break end
+    end
+    table.insert(open, at, {int(mark), ''})
+  end
   if #open == 0 then
     redis.call('HDEL', rec, 'open')
   else

@@ -145,7 +145,8 @@ func decRecord(token string, m map[string]string) store.Record {
 }
 
 // decOpenings decodes the rec's open field (trimLua): a JSON array of
-// [STREAM, DATA] string pairs; nil when empty. The field is written only
+// [STREAM, DATA] string pairs, DATA "" for the mark
+// (store.Openings.Dropped); nil when empty. The field is written only
 // by trimLua, from entries Append wrote: one that does not decode is
 // taken as none (the refused resumes of those streams then say nothing
 // of their lost requests).

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -618,4 +619,31 @@ func testOpenings(t *testing.T, s store.Store) {
 	appendAll(2, msg(first, true))
 	trim(2, first+4)
 	wantOpenings(t, s, "tok-o", "Trim past its end")
+
+	// Past the bounds: a stream whose ids are over store.MaxOpeningBytes,
+	// then store.MaxOpenings+1 streams, the oldest of whose ids go. The
+	// mark (an opening with no data: Openings.Dropped) rises to each
+	// stream not kept, and stays when that stream's end goes.
+	if b, err = s.Bounds(ctx, "tok-o"); err != nil {
+		t.Fatal(err)
+	}
+	long := b.HWM + 1
+	evs := []store.Event{open(`["` + strings.Repeat("x", store.MaxOpeningBytes) + `"]`)}
+	for i := range store.MaxOpenings + 1 {
+		evs = append(evs, open(fmt.Sprintf("[%d]", i)))
+	}
+	appendAll(2, append(evs, msg(0, false))...)
+	trim(2, long+uint64(len(evs)))
+	want := []string{fmt.Sprintf("%d ", long+1)}
+	for i := 1; i <= store.MaxOpenings; i++ {
+		want = append(want, fmt.Sprintf("%d [%d]", long+1+uint64(i), i))
+	}
+	wantOpenings(t, s, "tok-o", "Trim past the bounds", want...)
+	appendAll(2, msg(long, true), msg(long+1, true), msg(0, false))
+	trim(2, long+uint64(len(evs))+3)
+	wantOpenings(t, s, "tok-o", "Trim past the ends of the streams not kept", want...)
+	if _, err := s.Claim(ctx, "tok-o", "p4", 2, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	wantOpenings(t, s, "tok-o", "Claim after the bounds")
 }
