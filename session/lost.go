@@ -46,7 +46,13 @@ import (
 // across a takeover in a fleet. Retention may remove a stream's opening
 // event while its calls still run; the store then keeps that event's
 // data in the record (store.Record.Openings), in the same write, until
-// it removes the stream's end too, and summarizeLog reads it there.
+// it removes the stream's end too, and summarizeLog reads it there. Past
+// the record's bounds (store.MaxOpenings, store.MaxOpeningBytes) the
+// store keeps only a mark, the highest stream whose ids it did not keep
+// (store.Openings.Dropped); the ledger keeps it too (ledger.Dropped), and
+// a 409 for a stream at or below it that the ledger does not know has no
+// lists: the session cannot tell which requests that stream carried, and
+// an empty list would tell the client that none is lost.
 
 // ledgerFinished is the most finished streams (every call answered, or
 // released) a ledger keeps, the newest; streams with a call unanswered
@@ -181,6 +187,11 @@ type ledger struct {
 	HWM uint64 `json:"hwm"`
 	// Streams are the streams it knows, by ascending Stream.
 	Streams []streamCalls `json:"streams"`
+	// Dropped is the highest stream whose opening event retention removed
+	// without the record keeping its ids (store.Openings.Dropped); 0 when
+	// none. A stream at or below it that Streams does not hold may have
+	// had calls unfinished: which requests it carried is unknown.
+	Dropped uint64 `json:"dropped,omitempty"`
 }
 
 // byStream orders a ledger's streams by number, for a binary search for
@@ -309,7 +320,8 @@ type Refused struct {
 // Its lists are empty for the standalone stream, which carries no
 // request, and for a stream the ledger of c's generation no longer keeps
 // (Refused.Forgotten: see ledgerFinished); ok is false when the session
-// keeps no ledger of c's generation (see priorGenerations).
+// keeps no ledger of c's generation (see priorGenerations), or cannot tell
+// which requests the stream carried (see ledger.Dropped).
 func (l *Live) Refused(c replay.Cursor) (r Refused, ok bool) {
 	_, ok = l.streamRequests(c, func(s *streamCalls, live bool) (RequestIDs, bool) {
 		if s == nil {
@@ -349,7 +361,9 @@ func (l *Live) Undelivered(c replay.Cursor) (ids RequestIDs, ok bool) {
 // whether the stream is of the live generation, whose unanswered calls
 // still run, and s is nil when the generation's ledger does not keep the
 // stream (see Refused.Forgotten). It returns empty for the standalone
-// stream, and ok false for a generation the session keeps no ledger of.
+// stream, and ok false for a generation the session keeps no ledger of,
+// or a stream of an earlier generation that its ledger does not hold at
+// or below its Dropped mark.
 func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bool) (RequestIDs, bool)) (ids RequestIDs, ok bool) {
 	if c.Stream == replay.StandaloneStream {
 		return RequestIDs{}, true
@@ -367,7 +381,11 @@ func (l *Live) streamRequests(c replay.Cursor, pick func(s *streamCalls, live bo
 	}
 	for i := range l.prior {
 		if g := &l.prior[i]; g.Generation == c.Generation && c.Sequence <= g.HWM {
-			return pick(g.find(c.Stream), false)
+			s := g.find(c.Stream)
+			if s == nil && c.Stream <= g.Dropped {
+				return nil, false
+			}
+			return pick(s, false)
 		}
 	}
 	return nil, false
@@ -389,10 +407,12 @@ func encodeIDs(calls []*jsonrpc.Request) (RequestIDs, []byte) {
 // (store.Record.Openings): those of rec, the record the claim starts
 // from, and those a trim by the generation's owner added while the log
 // was read, which the record read after the log holds. A stream whose
-// opening the record does not keep either (past store.MaxOpenings) is
-// left out (its 409 cannot tell).
+// opening the record does not keep either (past store.MaxOpenings or
+// store.MaxOpeningBytes) is left out, and the records' mark
+// (store.Openings.Dropped) becomes the ledger's Dropped, so that its 409
+// says it cannot tell.
 func (r *Registry) summarizeLog(ctx context.Context, rec store.Record, gen uint64) (ledger, error) {
-	g := ledger{Generation: gen}
+	g := ledger{Generation: gen, Dropped: rec.Openings.Dropped()}
 	g.seed(rec.Openings)
 	after := uint64(0)
 	for {
@@ -412,6 +432,7 @@ func (r *Registry) summarizeLog(ctx context.Context, rec store.Record, gen uint6
 	}
 	if now, err := r.st.Get(ctx, rec.Token); err == nil && now.Generation == gen {
 		g.seed(now.Openings)
+		g.Dropped = max(g.Dropped, now.Openings.Dropped())
 	}
 	return g, nil
 }
@@ -423,7 +444,7 @@ func (r *Registry) summarizeLog(ctx context.Context, rec store.Record, gen uint6
 func (g *ledger) seed(openings store.Openings) {
 	for _, o := range openings {
 		var ids RequestIDs
-		if g.find(o.Stream) != nil || json.Unmarshal(o.Data, &ids) != nil {
+		if len(o.Data) == 0 || g.find(o.Stream) != nil || json.Unmarshal(o.Data, &ids) != nil {
 			continue
 		}
 		i, _ := slices.BinarySearchFunc(g.Streams, o.Stream, byStream)

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -542,4 +544,145 @@ func TestUndelivered(t *testing.T) {
 			t.Errorf("Undelivered(stream %d seq %d) = %s, want %s", tc.stream, tc.seq, got, tc.want)
 		}
 	}
+}
+
+// trimAll has retention remove every event of l's log but the newest,
+// which is a standalone priming event appended for it.
+func trimAll(t *testing.T, f *fixture, l *session.Live) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.st.Append(ctx, l.Token(), l.Generation(), []store.Event{{Stream: replay.StandaloneStream, Kind: store.KindPriming}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Sync(ctx, l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.st.Bounds(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Trim(ctx, l.Token(), l.Generation(), b.HWM); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLostRequestsManyTrimmedStreams: 70 POST streams, opened at once,
+// each with a call that runs, whose opening events retention removes. The
+// live generation lists each call as running (regression: the streams
+// whose POSTs reached the ledger out of their stream order were not
+// found, and their 409 said "its calls all finished", with no
+// runningRequests). After a re-creation, the record kept the ids of the
+// newest 64 (store.MaxOpenings): each of their calls is lost, and each of
+// the 6 oldest streams is unknown (regression: lostRequests [] and "its
+// calls all finished" for calls that never did).
+func TestLostRequestsManyTrimmedStreams(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	const n = 70
+	streams := make([]uint64, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		c := countdownCall(t, fmt.Sprintf("c%02d", i), 1, 60000)
+		wg.Go(func() {
+			s, err := l.OpenStream(ctx, []*jsonrpc.Request{c}, false, 0)
+			if err == nil {
+				err = l.Deliver(ctx, c, engine.Request{})
+			}
+			streams[i] = s
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	trimAll(t, f, l)
+	cur := func(gen, s uint64) replay.Cursor {
+		return replay.Cursor{Tag: l.Tag(), Generation: gen, Stream: s, Sequence: s}
+	}
+	for i, s := range streams {
+		wantLost(t, l, cur(1, s), fmt.Sprintf(`[] running ["c%02d"]`, i))
+	}
+
+	l2, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := slices.Sorted(slices.Values(streams))
+	for i, s := range streams {
+		want := fmt.Sprintf(`["c%02d"]`, i)
+		if slices.Index(order, s) < n-store.MaxOpenings {
+			want = "unknown"
+		}
+		wantLost(t, l2, cur(1, s), want)
+	}
+}
+
+// TestLostRequestsLongTrimmedStream: a stream whose request ids are over
+// store.MaxOpeningBytes (a batch of 40 calls with 45-byte ids), its calls
+// running, and a later stream with one running call, both of whose
+// opening events retention removes. The live generation lists every call
+// as running; after a re-creation, the record kept only the later
+// stream's ids: its call is lost, and the long stream, whose ids the
+// record did not keep, is unknown (regression: lostRequests [] and "its
+// calls all finished"), as is a stream before it that finished, whose
+// ids the record need not keep.
+func TestLostRequestsLongTrimmedStream(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, session.Options{})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	done := echoCall(t, "done")
+	sDone, err := l.OpenStream(ctx, []*jsonrpc.Request{done}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, done, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	streamEvents(t, l, sDone)
+	var batch []*jsonrpc.Request
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("%s%03d", strings.Repeat("x", 42), i)
+		batch = append(batch, countdownCall(t, id, 1, 60000))
+		ids = append(ids, strconv.Quote(id))
+	}
+	sLong, err := l.OpenStream(ctx, batch, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range batch {
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short := countdownCall(t, "s", 1, 60000)
+	sShort, err := l.OpenStream(ctx, []*jsonrpc.Request{short}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deliver(ctx, short, engine.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	trimAll(t, f, l)
+	cur := func(s uint64) replay.Cursor {
+		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
+	}
+	wantLost(t, l, cur(sLong), "[] running ["+strings.Join(ids, ",")+"]")
+	wantLost(t, l, cur(sShort), `[] running ["s"]`)
+
+	l2, err := f.reg.Recreate(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, l2, cur(sLong), "unknown")
+	wantLost(t, l2, cur(sShort), `["s"]`)
+	wantLost(t, l2, cur(sDone), "unknown")
 }

@@ -201,9 +201,18 @@ func TestDecideGenerationMismatch(t *testing.T) {
 				if lost, _ := json.Marshal(se.Body.Data["lostRequests"]); string(lost) != tc.lost {
 					t.Fatalf("error.data.lostRequests = %s, want %s", lost, tc.lost)
 				}
-			} else if want := (replay.Decision{Outcome: replay.GenerationMismatch, Cursor: c, Session: replay.Session{Generation: 2}}).Message(); se.Body.Message != want {
-				// No ledger of the stream: the decision's own message.
-				t.Errorf("error.message = %q, want %q", se.Body.Message, want)
+			} else {
+				// No ledger of the stream: the session cannot tell which
+				// requests it carried; of a generation never issued, the
+				// decision's own message says so.
+				d := replay.Decision{Outcome: replay.GenerationMismatch, Cursor: c, Session: replay.Session{Generation: 2}}
+				want := d.Message()
+				if c.Generation <= 2 {
+					want = d.Cause() + unknownRequests
+				}
+				if se.Body.Message != want {
+					t.Errorf("error.message = %q, want %q", se.Body.Message, want)
+				}
 			}
 			if tc.answered != "" {
 				keys++
@@ -710,5 +719,62 @@ func TestDecideCursorCompactedForgotten(t *testing.T) {
 		"has not read ran, and cannot be sent"
 	if !strings.HasSuffix(se.Body.Message, want) {
 		t.Errorf("message %q\nwant it to end %q", se.Body.Message, want)
+	}
+}
+
+// unknownRequests ends the message of a 409 whose session cannot tell
+// which requests the refused stream carried.
+const unknownRequests = "; the session no longer knows which requests that stream carried, nor whether their calls finished " +
+	"(error.data lists none): each call of that stream whose response the client has not read may have run, or may still run: " +
+	"check its effect before sending it again, or initialize a new session"
+
+// TestDecideGenerationMismatchUnknownStream: a call whose id is 1,100
+// bytes, over what a session's record keeps of a stream whose opening
+// event retention removed (store.MaxOpeningBytes), runs when retention
+// removes that event and its generation ends. The 409 on its stream has
+// none of the lists and says that the session no longer knows which
+// requests the stream carried, and to check each call's effect before
+// sending it again. Regression: the message said that the stream's
+// requests were lost and to send them again, though the session could
+// not tell which they were, nor whether their calls had run.
+func TestDecideGenerationMismatchUnknownStream(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	st := newStack(t, server, nil, nil)
+	s := st.initialize(t, ctx, "")
+	call := gatedCall(2, "long", 3)
+	id, err := jsonrpc.MakeID(strings.Repeat("x", 1100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call.ID = id
+	p, err := s.Call(ctx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	next(t, p)
+	g.release("long", 1)
+	last := next(t, p)
+	progressOf(t, last)
+	b := st.bounds(t, s.Token)
+	if _, err := st.h.Registry().Log().Store().Trim(ctx, s.Token, 1, b.HWM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.h.Registry().Recreate(ctx, s.Token); err != nil {
+		t.Fatal(err)
+	}
+	wantEOF(t, p)
+	_, err = s.Resume(ctx, last.ID)
+	se := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+	for _, k := range []string{"lostRequests", "answeredRequests", "runningRequests"} {
+		if v, ok := se.Body.Data[k]; ok {
+			t.Errorf("error.data.%s = %v, want it absent (%s)", k, v, se.RawBody)
+		}
+	}
+	if want := "cursor generation 1 != live generation 2: the session's state was re-created, refusing cross-generation replay" +
+		unknownRequests; se.Body.Message != want {
+		t.Errorf("error.message = %q\nwant %q", se.Body.Message, want)
 	}
 }

@@ -221,15 +221,26 @@ func repeatedCursor(d replay.Decision, repeated bool) replay.Decision {
 // answeredRequests, those whose calls finished with responses after the
 // cursor, and runningRequests, those whose calls the live generation still
 // runs: the client never receives those responses, and must not send those
-// requests again. error.message then says the same (refusedMessage); when
-// the session keeps no ledger of the stream, it is d's own message. A
+// requests again. error.message then says the same (refusedMessage). When
+// the session cannot tell which requests the stream carried (it keeps no
+// ledger of the stream's generation, or its record kept no copy of the
+// stream's ids: session.Live.Refused), error.data has none of the lists,
+// never an empty one, which would say that none is lost, and
+// error.message says that it cannot tell (unknownRequestsMessage), or,
+// for a cursor of a generation never issued, d's own message. A
 // session found live logs the refusal with the session's attributes and
 // the cursor; write then does not log it again.
 func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusal {
 	ref := refuse(d.Outcome.Reason(), d.Message())
 	ref.data = d.Data()
 	if live != nil {
-		if r, ok := live.Refused(d.Cursor); ok && d.Outcome.HTTPStatus() == http.StatusConflict {
+		switch r, ok := live.Refused(d.Cursor); {
+		case d.Outcome.HTTPStatus() != http.StatusConflict:
+		case !ok && d.Cursor.Generation > d.Session.Generation:
+			// No such generation was issued: d's own message says so.
+		case !ok:
+			ref.message = unknownRequestsMessage(d)
+		default:
 			ref.data["lostRequests"] = r.Lost // the requests lost with the refused stream
 			if len(r.Answered) > 0 {
 				ref.data["answeredRequests"] = r.Answered
@@ -276,6 +287,18 @@ func refusedMessage(d replay.Decision, r session.Refused) string {
 			"the cursor, where no resume reaches them: do not send them again, since they run"
 	}
 	return m
+}
+
+// unknownRequestsMessage returns the error.message of the 409 d on a
+// session that cannot tell which requests the refused stream carried, nor
+// which of their calls finished: why the stream cannot be resumed
+// (replay.Decision.Cause), then that the session no longer knows, and
+// what the client does with each call of that stream it has no answer
+// to: what it does after any call whose outcome is unknown.
+func unknownRequestsMessage(d replay.Decision) string {
+	return d.Cause() + "; the session no longer knows which requests that stream carried, nor whether their calls finished " +
+		"(error.data lists none): each call of that stream whose response the client has not read may have run, or may still run: " +
+		"check its effect before sending it again, or initialize a new session"
 }
 
 // resumePriming returns the priming event a stream resumed at cursor c opens
