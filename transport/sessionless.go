@@ -38,16 +38,19 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // serveSessionless hands r to Options.Sessionless. Its checks run in this
 // order: a handler is set (400 protocol_version), the method is POST (405
 // method_not_allowed with Allow: POST: the revision has no standalone
-// stream and no session to end), and the media rules (postMedia: 415
-// content_type, 406 not_acceptable), with Options.Auth the scope a
-// tools/call's tool needs (403 insufficient_scope), a batch (400
-// batch_not_allowed), and a call while the server drains (drainRefusal: 503
-// unavailable, as in the stateful era, before the call reaches the Tasks
-// extension or a tool). The request goes on without Mcp-Session-Id and
-// Last-Event-ID, which a server of the revision ignores, and no session
-// ID is minted or echoed (MCP 2026-07-28, basic/transports, "Earlier
-// Streamable HTTP Revisions"). The handler's own answers (the revision's
-// JSON-RPC errors: header mismatch, unsupported version) are its.
+// stream and no session to end), the media rules (postMedia: 415
+// content_type, 406 not_acceptable), the body and its message, with the
+// stateful era's rules and answers (sessionlessBodyRefusal: 413, 408, 400
+// parse_error, batch_not_allowed, invalid_request), with Options.Auth the
+// scope a tools/call's tool needs (403 insufficient_scope), a routing
+// header sent twice (400 header_mismatch), and a call while the server
+// drains (drainRefusal: 503 unavailable, as in the stateful era, before
+// the call reaches the Tasks extension or a tool). The request goes on
+// without Mcp-Session-Id and Last-Event-ID, which a server of the revision
+// ignores, and no session ID is minted or echoed (MCP 2026-07-28,
+// basic/transports, "Earlier Streamable HTTP Revisions"). The handler's
+// own answers (the revision's JSON-RPC errors: header mismatch,
+// unsupported version) are its.
 func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	version := hdr.version
 	if h.opts.Sessionless == nil {
@@ -62,6 +65,9 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	if hdr.media != nil {
 		return hdr.media
 	}
+	if ref := h.sessionlessBodyRefusal(w, r); ref != nil {
+		return ref
+	}
 	if a := h.opts.Auth; a != nil && len(a.ToolScopes) > 0 {
 		if ref := h.sessionlessToolScopes(r); ref != nil {
 			return ref
@@ -72,12 +78,6 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 			ref.id = call.ID
 		}
 		return ref
-	}
-	if h.batchBody(r) {
-		// The go-sdk's handler answers a batch in plain text; the refusal
-		// is the stateful era's, with its reason (batches end with
-		// 2025-06-18, basic/transports).
-		return refuse(replay.ReasonBatchNotAllowed, "JSON-RPC batches are not allowed under protocol version "+version+": send one message per POST")
 	}
 	// Counted (or, a listen stream, registered) before the drain check: a
 	// POST that passes it is one Drain, which closes draining before it
@@ -177,6 +177,26 @@ func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
 	return ref
 }
 
+// sessionlessBodyRefusal reads r's body within its limits (readBody: 413
+// body_too_large, 408 body_timeout, 400 parse_error) and decodes it as the
+// stateful era decodes a POST under a version without batches
+// (decodeMessages: 400 parse_error, batch_not_allowed, invalid_request),
+// so that a body either era refuses gets the same answer, and an id the
+// go-sdk's decoder would round or clamp (1.5, 1e3, beyond ±2^53) is
+// refused before anything runs rather than answered under another id. It
+// puts the body back for Options.Sessionless to read.
+func (h *Handler) sessionlessBodyRefusal(w http.ResponseWriter, r *http.Request) *refusal {
+	body, ref := h.readBody(w, r)
+	if ref != nil {
+		return ref
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if _, _, ref := decodeMessages(body, VSessionless, 1); ref != nil {
+		return ref
+	}
+	return nil
+}
+
 // sessionlessBody reports whether a POST body's params carry the
 // sessionless era's per-request protocol version, restoring the body for the
 // next reader. A body it cannot read or parse is left to the stateful path,
@@ -261,32 +281,6 @@ func (h *Handler) sessionlessCall(r *http.Request, mark string) *jsonrpc.Request
 		return nil
 	}
 	return req
-}
-
-// batchBody reports whether r's body starts, after white space, with
-// '[' (a JSON-RPC batch), reading no more than that much of it and
-// putting what it read back for the next reader.
-func (h *Handler) batchBody(r *http.Request) bool {
-	var head []byte
-	var buf [64]byte
-	batch := false
-	for len(head) < 4096 {
-		n, err := r.Body.Read(buf[:])
-		chunk := buf[:n]
-		head = append(head, chunk...)
-		if rest := bytes.TrimLeft(chunk, " \t\r\n"); len(rest) > 0 {
-			batch = rest[0] == '['
-			break
-		}
-		if err != nil {
-			break
-		}
-	}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
-	return batch
 }
 
 // errReader fails every Read with err.
