@@ -74,6 +74,7 @@ var statuses = map[Reason]int{
 	ReasonHostForbidden:       http.StatusForbidden,
 	ReasonMethodNotAllowed:    http.StatusMethodNotAllowed,
 	ReasonPathNotFound:        http.StatusNotFound,
+	ReasonMethodNotFound:      http.StatusNotFound,
 	ReasonLastEventIDOnPost:   http.StatusBadRequest,
 	ReasonUnavailable:         http.StatusServiceUnavailable,
 	ReasonCapacity:            http.StatusServiceUnavailable,
@@ -167,6 +168,13 @@ const (
 	ReasonMethodNotAllowed Reason = "method_not_allowed"
 	// ReasonPathNotFound: 404, a path that is not the MCP endpoint.
 	ReasonPathNotFound Reason = "path_not_found"
+	// ReasonMethodNotFound: 404 with JSON-RPC error -32601, a request of
+	// protocol 2026-07-28 whose method the server does not implement (MCP
+	// 2026-07-28, basic/transports, "Protocol Version Header": the error
+	// body tells it from the 404 of a server without the modern endpoint).
+	// In the stateful era the same request is answered with -32601 on its
+	// stream.
+	ReasonMethodNotFound Reason = "method_not_found"
 	// ReasonLastEventIDOnPost: 400, Last-Event-ID on a POST (resumption is
 	// a GET).
 	ReasonLastEventIDOnPost Reason = "last_event_id_on_post"
@@ -500,11 +508,10 @@ const (
 	// capabilities, and what it asks needs it (tasks/get, tasks/update,
 	// tasks/cancel, a tool that runs only as a task).
 	ReasonCapabilityMissing Reason = "capability_missing"
-	// ReasonHeaderMismatch: HTTP 400 with JSON-RPC error -32020: a task
-	// request's Mcp-Method or Mcp-Name header is missing or disagrees with
-	// its body (Mcp-Name carries params.taskId); or a request of the
-	// sessionless revision sends Mcp-Method, Mcp-Name or an Mcp-Param-*
-	// header more than once.
+	// ReasonHeaderMismatch: HTTP 400 with JSON-RPC error -32020: a
+	// request of the sessionless revision whose Mcp-Method, Mcp-Name or an
+	// Mcp-Param-* header is missing, disagrees with its body (a task
+	// request's Mcp-Name carries params.taskId), or is sent more than once.
 	ReasonHeaderMismatch Reason = "header_mismatch"
 	// ReasonResultTooLarge: a task's call returned a result over 8 MiB; the
 	// task is stored failed with error -32603 instead.

@@ -280,9 +280,7 @@ func refused(params string) bool {
 func repeatedRoutingHeader(r *http.Request) *refusal {
 	for name, vals := range r.Header {
 		if len(vals) > 1 && (name == wire.HeaderMethod || name == wire.HeaderName || strings.HasPrefix(name, "Mcp-Param-")) {
-			ref := refuse(replay.ReasonHeaderMismatch, "the "+name+" header is sent more than once: send it once")
-			ref.rpcCode = mcp.CodeHeaderMismatch
-			return ref
+			return refuse(replay.ReasonHeaderMismatch, "the "+name+" header is sent more than once: send it once")
 		}
 	}
 	return nil

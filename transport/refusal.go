@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/fleet"
@@ -24,7 +25,9 @@ import (
 )
 
 // JSON-RPC error codes used in refusal bodies: the JSON-RPC 2.0 codes, and
-// -32001 "session not found" as the TypeScript SDK uses it.
+// -32001 "session not found" as the TypeScript SDK uses it; with them
+// -32601 (method not found) and -32020 (header mismatch, MCP 2026-07-28,
+// basic/transports) of the sessionless era (refusal.code).
 const (
 	codeParseError      = -32700
 	codeInvalidRequest  = -32600
@@ -95,6 +98,10 @@ func (ref *refusal) code() int {
 		return codeSessionNotFound
 	case replay.ReasonInvalidParams:
 		return codeInvalidParams
+	case replay.ReasonMethodNotFound:
+		return jsonrpc.CodeMethodNotFound
+	case replay.ReasonHeaderMismatch:
+		return mcp.CodeHeaderMismatch
 	}
 	switch ref.reason.Status() {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusLoopDetected:

@@ -40,7 +40,7 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // method_not_allowed with Allow: POST: the revision has no standalone
 // stream and no session to end), the media rules (postMedia: 415
 // content_type, 406 not_acceptable), the body and its message, with the
-// stateful era's rules and answers (sessionlessBodyRefusal: 413, 408, 400
+// stateful era's rules and answers (sessionlessMessage: 413, 408, 400
 // parse_error, batch_not_allowed, invalid_request), with Options.Auth the
 // scope a tools/call's tool needs (403 insufficient_scope), a routing
 // header sent twice (400 header_mismatch), and a call while the server
@@ -49,8 +49,9 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // without Mcp-Session-Id and Last-Event-ID, which a server of the revision
 // ignores, and no session ID is minted or echoed (MCP 2026-07-28,
 // basic/transports, "Earlier Streamable HTTP Revisions"). The handler's
-// own answers (the revision's JSON-RPC errors: header mismatch,
-// unsupported version) are its.
+// own answers are its, but for the refusals it makes without a reason
+// (heldError.refusal: 400 header_mismatch, 404 method_not_found, 400
+// invalid_request), which are returned with theirs.
 func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	version := hdr.version
 	if h.opts.Sessionless == nil {
@@ -65,7 +66,8 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	if hdr.media != nil {
 		return hdr.media
 	}
-	if ref := h.sessionlessBodyRefusal(w, r); ref != nil {
+	msg, ref := h.sessionlessMessage(w, r)
+	if ref != nil {
 		return ref
 	}
 	if a := h.opts.Auth; a != nil && len(a.ToolScopes) > 0 {
@@ -113,13 +115,17 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	// for ever.
 	dw := newDeadlineWriter(w, h.opts.WriteTimeout)
 	answer := &answerWatcher{w: dw}
+	held := &heldError{w: answer}
 	start := time.Now()
-	serveKeptAlive(dw, h.opts.KeepAlive, h.opts.Sessionless, answer, r)
+	serveKeptAlive(dw, h.opts.KeepAlive, h.opts.Sessionless, held, r)
 	if listen && dw.cutByDeadline() {
 		// The reason of a listen stream cut for its full queue (fanout):
 		// either way its client stopped reading.
 		h.opts.Logger.Warn("a subscriptions/listen stream took no write for the write timeout, its client having stopped reading; it is cut, and its client listens again: if many are, look at the clients' network path",
 			"write_timeout", h.opts.WriteTimeout, "reason", replay.ReasonListenerStalled)
+	}
+	if ref := held.refusal(messageID(msg)); ref != nil {
+		return ref
 	}
 	// The go-sdk serves a request only when Mcp-Method names its method
 	// (MCP 2026-07-28, basic/transports, "Routing Headers").
@@ -177,24 +183,38 @@ func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
 	return ref
 }
 
-// sessionlessBodyRefusal reads r's body within its limits (readBody: 413
+// sessionlessMessage reads r's body within its limits (readBody: 413
 // body_too_large, 408 body_timeout, 400 parse_error) and decodes it as the
 // stateful era decodes a POST under a version without batches
 // (decodeMessages: 400 parse_error, batch_not_allowed, invalid_request),
 // so that a body either era refuses gets the same answer, and an id the
 // go-sdk's decoder would round or clamp (1.5, 1e3, beyond ±2^53) is
 // refused before anything runs rather than answered under another id. It
-// puts the body back for Options.Sessionless to read.
-func (h *Handler) sessionlessBodyRefusal(w http.ResponseWriter, r *http.Request) *refusal {
+// returns the one message the body holds, and puts the body back for
+// Options.Sessionless to read.
+func (h *Handler) sessionlessMessage(w http.ResponseWriter, r *http.Request) (jsonrpc.Message, *refusal) {
 	body, ref := h.readBody(w, r)
 	if ref != nil {
-		return ref
+		return nil, ref
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if _, _, ref := decodeMessages(body, VSessionless, 1); ref != nil {
-		return ref
+	msgs, _, ref := decodeMessages(body, VSessionless, 1)
+	if ref != nil {
+		return nil, ref
 	}
-	return nil
+	return msgs[0], nil
+}
+
+// messageID returns the id of msg, a request or a response; the zero ID
+// (null) for a notification.
+func messageID(msg jsonrpc.Message) jsonrpc.ID {
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		return m.ID
+	case *jsonrpc.Response:
+		return m.ID
+	}
+	return jsonrpc.ID{}
 }
 
 // sessionlessBody reports whether a POST body's params carry the

@@ -54,8 +54,9 @@ type sessionlessBodyCase struct {
 // go-sdk's decoder rounds or clamps (2^53+1 answered as 2^53,
 // 18446744073709551617 as -2^63, 1e3 as 1000, 1.0 and 1.5 as 1) ran the
 // tool and answered under another id; the other bodies got the go-sdk's
-// plain-text 400 with no reason. Where stateful is set, a session's POST
-// of the same body gets the same status, code and reason.
+// plain-text 400, or its JSON-RPC error (-32020, 404 -32601), with no
+// reason. Where stateful is set, a session's POST of the same body gets
+// the same status, code and reason.
 func TestSessionlessBodyRefusals(t *testing.T) {
 	ctx := testContext(t)
 	var runs atomic.Int64
@@ -66,6 +67,10 @@ func TestSessionlessBodyRefusals(t *testing.T) {
 
 	invalid := func(name, id string) sessionlessBodyCase {
 		return sessionlessBodyCase{name: name, body: tallyCall(id), status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true}
+	}
+	mismatch := func(name, header, value string) sessionlessBodyCase {
+		return sessionlessBodyCase{name: name, body: tallyCall("1"), header: map[string]string{header: value},
+			status: 400, code: -32020, reason: "header_mismatch", id: "1"}
 	}
 	cases := []sessionlessBodyCase{
 		// Finding 3: ids the decoder would alter.
@@ -95,6 +100,22 @@ func TestSessionlessBodyRefusals(t *testing.T) {
 			status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true},
 		{name: "response with result and error", body: `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, header: map[string]string{"Mcp-Method": "", "Mcp-Name": ""},
 			status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true},
+		// Finding 4: the go-sdk's own refusals, without a reason. The
+		// routing headers' (MCP 2026-07-28, basic/transports, "Server
+		// Validation": 400 and -32020) and an unknown method's (ibid.,
+		// "Protocol Version Header": 404 and -32601) keep the
+		// specification's status and code; the stateful era answers a
+		// notification's method with an id, and an unknown method, with
+		// -32600 and -32601 on a call's stream.
+		mismatch("no Mcp-Method", "Mcp-Method", ""),
+		mismatch("Mcp-Method another method", "Mcp-Method", "tools/list"),
+		mismatch("no Mcp-Name", "Mcp-Name", ""),
+		mismatch("Mcp-Name another tool", "Mcp-Name", "echo"),
+		{name: "unknown method", body: `{"jsonrpc":"2.0","id":1,"method":"nope/nope","params":{"_meta":` + sessionlessMeta + `}}`,
+			header: map[string]string{"Mcp-Method": "nope/nope", "Mcp-Name": ""}, status: 404, code: -32601, reason: "method_not_found", id: "1"},
+		{name: "notification with an id", body: `{"jsonrpc":"2.0","id":3,"method":"notifications/cancelled","params":{"requestId":1,"_meta":` + sessionlessMeta + `}}`,
+			header: map[string]string{"Mcp-Method": "notifications/cancelled", "Mcp-Name": ""}, status: 400, code: -32600, reason: "invalid_request", id: "3"},
+		{name: "call without an id", body: strings.Replace(tallyCall("1"), `"id":1,`, "", 1), status: 400, code: -32600, reason: "invalid_request", id: "null"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
