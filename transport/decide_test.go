@@ -603,8 +603,8 @@ func TestDecideGenerationMismatchInFlight(t *testing.T) {
 }
 
 // Row 2, continued: an initialize that fails (no params, null params, a
-// required param missing or null, protocolVersion "", or a duplicate
-// "method" key that ends as initialize) presented with a live
+// required param missing or null, protocolVersion "", or a "method" sent
+// twice whose last is initialize) presented with a live
 // token supersedes nothing. The answer carries a new token and the
 // JSON-RPC error response; that token ends (initialize_failed) while the old
 // session, and the call in flight on it, go on unharmed.
@@ -619,7 +619,6 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 	refused := []string{
 		`{"jsonrpc":"2.0","id":3,"method":"initialize"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":null}`,
-		`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":null,"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
@@ -639,6 +638,21 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 		se := mcptest.ReadStatusError(resp)
 		if se.Status != http.StatusBadRequest || se.Reason() != "invalid_params" || se.Body.Code != -32602 || string(se.Body.ID) != "3" || se.Header.Get("Mcp-Session-Id") != "" {
 			t.Fatalf("%s: HTTP %d, body %s, Mcp-Session-Id %q; want 400 invalid_params -32602 for id 3 and no session", body, se.Status, se.RawBody, se.Header.Get("Mcp-Session-Id"))
+		}
+	}
+	// A "method" sent twice is refused before it is judged as initialize.
+	{
+		req, err := c.NewRequest(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := mcptest.ReadStatusError(resp)
+		if se.Status != http.StatusBadRequest || se.Reason() != "invalid_request" || se.Header.Get("Mcp-Session-Id") != "" {
+			t.Fatalf("method twice: HTTP %d, body %s, Mcp-Session-Id %q; want 400 invalid_request and no session", se.Status, se.RawBody, se.Header.Get("Mcp-Session-Id"))
 		}
 	}
 	// The engine fails these: the transport's check leaves fields of the

@@ -95,9 +95,14 @@ func decodeMessages(body []byte, version string, maxBatch int) ([]jsonrpc.Messag
 // request with an empty method; initialize without an id, which is a
 // request (MCP 2025-11-25, lifecycle); a response with no id, with neither
 // a result nor an error, or with both (JSON-RPC 2.0, section 5); an id MCP
-// forbids (checkID). A message the decoder refuses is refused with what
+// forbids (checkID). Before it decodes, a routed member that appears twice
+// (repeatedMember: jsonrpc, id, method, params, params.name). A message the decoder refuses is refused with what
 // invalidMessage finds wrong in it.
 func decodeMessage(raw json.RawMessage) (jsonrpc.Message, *refusal) {
+	if name := repeatedMember(raw); name != "" {
+		return nil, refuse(replay.ReasonInvalidRequest, "the member "+quote(name)+
+			" appears more than once: parsers keep different ones, so send it once")
+	}
 	m, err := jsonrpc.DecodeMessage(raw)
 	if err != nil {
 		return nil, refuse(replay.ReasonInvalidRequest, invalidMessage(raw))

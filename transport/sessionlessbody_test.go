@@ -68,6 +68,9 @@ func TestSessionlessBodyRefusals(t *testing.T) {
 	invalid := func(name, id string) sessionlessBodyCase {
 		return sessionlessBodyCase{name: name, body: tallyCall(id), status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true}
 	}
+	invalidBody := func(name, body string) sessionlessBodyCase {
+		return sessionlessBodyCase{name: name, body: body, status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true}
+	}
 	mismatch := func(name, header, value string) sessionlessBodyCase {
 		return sessionlessBodyCase{name: name, body: tallyCall("1"), header: map[string]string{header: value},
 			status: 400, code: -32020, reason: "header_mismatch", id: "1"}
@@ -100,6 +103,15 @@ func TestSessionlessBodyRefusals(t *testing.T) {
 			status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true},
 		{name: "response with result and error", body: `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, header: map[string]string{"Mcp-Method": "", "Mcp-Name": ""},
 			status: 400, code: -32600, reason: "invalid_request", id: "null", stateful: true},
+		// Finding 7: a routed member sent twice, which the go-sdk's
+		// decoder takes the last of and an intermediary may take the
+		// first of, past the Mcp-Method and Mcp-Name checks.
+		invalidBody("id twice", `{"jsonrpc":"2.0","id":16,"id":17,"method":"tools/call","params":{"name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
+		invalidBody("method twice", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
+		invalidBody("jsonrpc twice", `{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
+		invalidBody("params twice", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"params":{"name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
+		invalidBody("params.name twice", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
+		invalidBody("method twice, one escaped", `{"jsonrpc":"2.0","id":1,"method":"tools/list","\u006dethod":"tools/call","params":{"name":"tally","arguments":{},"_meta":`+sessionlessMeta+`}}`),
 		// Finding 4: the go-sdk's own refusals, without a reason. The
 		// routing headers' (MCP 2026-07-28, basic/transports, "Server
 		// Validation": 400 and -32020) and an unknown method's (ibid.,
@@ -146,9 +158,11 @@ func TestSessionlessBodyRefusals(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Errorf("tally ran %d times for refused requests, want 0", n)
 	}
-	// The tool runs when its call is well formed: the count can move.
+	// The tool runs when its call is well formed, a member no one routes
+	// on repeated in its _meta: the count can move.
 	resp, err := st.client.Do(func() *http.Request {
-		req, _ := st.client.NewRequest(ctx, http.MethodPost, []byte(tallyCall("9007199254740992")))
+		body := strings.Replace(tallyCall("9007199254740992"), `"_meta":{`, `"_meta":{"k":1,"k":2,`, 1)
+		req, _ := st.client.NewRequest(ctx, http.MethodPost, []byte(body))
 		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 		req.Header.Set("Mcp-Method", "tools/call")
 		req.Header.Set("Mcp-Name", "tally")
