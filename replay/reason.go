@@ -127,7 +127,8 @@ const (
 	ReasonContentType Reason = "content_type"
 	// ReasonNotAcceptable: 406, Accept lacks a media type the response needs.
 	ReasonNotAcceptable Reason = "not_acceptable"
-	// ReasonBodyTooLarge: 413, a body over the configured limit.
+	// ReasonBodyTooLarge: 413, a body over the configured limit, or an
+	// initialize whose params are over engine.MaxInitializeParams bytes.
 	ReasonBodyTooLarge Reason = "body_too_large"
 	// ReasonBodyTimeout: 408, the body did not arrive in time.
 	ReasonBodyTimeout Reason = "body_timeout"

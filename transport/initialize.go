@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/fleet"
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/session"
@@ -25,12 +26,19 @@ import (
 // with the request's id. Engines would answer it after creating a session,
 // or accept it: the go-sdk checks only that params are present, and
 // negotiates its latest version for a protocolVersion missing, null or "".
+//
+// Params over engine.MaxInitializeParams bytes are refused first, 413
+// body_too_large with the request's id: the session would keep them for
+// its life (engine.State.Admit).
 func checkInitialize(init *jsonrpc.Request) *refusal {
-	why := initializeParams(init.Params)
-	if why == "" {
+	var ref *refusal
+	if err := (engine.State{}).Admit(nil, []*jsonrpc.Request{init}); err != nil {
+		ref = refuse(replay.ReasonBodyTooLarge, err.Error()+": a session keeps them for its life (send a smaller clientInfo and capabilities)")
+	} else if why := initializeParams(init.Params); why != "" {
+		ref = refuse(replay.ReasonInvalidParams, "initialize: "+why+" (MCP 2025-11-25, lifecycle)")
+	} else {
 		return nil
 	}
-	ref := refuse(replay.ReasonInvalidParams, "initialize: "+why+" (MCP 2025-11-25, lifecycle)")
 	ref.id = init.ID
 	return ref
 }
