@@ -143,7 +143,8 @@ const (
 	// ReasonInvalidParams: 400 (JSON-RPC -32602), an initialize whose
 	// params are not an InitializeParams object (MCP 2025-11-25, lifecycle:
 	// protocolVersion a string, capabilities and clientInfo objects); no
-	// session is created for it.
+	// session is created for it. Also a call that would take its session's
+	// state over its bounds (engine.State.Admit: subscriptions, log level).
 	ReasonInvalidParams Reason = "invalid_params"
 	// ReasonBatchNotAllowed: 400, a JSON-RPC batch under a protocol version
 	// that has none (2025-06-18 and later).

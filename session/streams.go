@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -46,6 +47,23 @@ func (e *CallLimitError) Error() string {
 // Unwrap returns ErrTooManyCalls.
 func (e *CallLimitError) Unwrap() error { return ErrTooManyCalls }
 
+// admitLocked returns the error of engine.State.Admit for calls sent on
+// top of the session's state and its calls in flight that change it, whose
+// params it keeps: what the session would hold once they are all answered.
+// l.mu must be held.
+func (l *Live) admitLocked(calls []*jsonrpc.Request) error {
+	if !slices.ContainsFunc(calls, engine.ChangesState) {
+		return nil // the bounds are on what such calls change
+	}
+	var pending []*jsonrpc.Request
+	for _, c := range l.calls {
+		if c.params != nil {
+			pending = append(pending, &jsonrpc.Request{Method: c.method, Params: c.params})
+		}
+	}
+	return l.state.Admit(pending, calls)
+}
+
 // call is an inbound request in flight.
 type call struct {
 	stream uint64
@@ -70,6 +88,8 @@ type openStream struct {
 // application/json. It fails, registering nothing, with ErrDuplicateID if an
 // ID is already in flight, with a *CallLimitError (ErrTooManyCalls) if the
 // session would have more than Options.MaxCallsPerSession calls in flight,
+// with an error wrapping engine.ErrBound if the calls, once answered, would
+// make the session's state hold more than its bounds (admitLocked),
 // and with the store's error if the append fails (the calls' spans then
 // end with that error's reason, storeReason).
 func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
@@ -78,6 +98,10 @@ func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON 
 		inFlight := len(l.calls)
 		l.mu.Unlock()
 		return 0, &CallLimitError{InFlight: inFlight, Sent: len(calls), Limit: limit}
+	}
+	if err := l.admitLocked(calls); err != nil {
+		l.mu.Unlock()
+		return 0, err
 	}
 	for i, c := range calls {
 		if _, ok := l.calls[c.ID]; ok {

@@ -96,7 +96,10 @@ func (h *Handler) answerCalls(w http.ResponseWriter, r *http.Request, live *sess
 
 // openStream opens the stream of calls on live's session and returns its
 // number. Refusals: 429 too_many_calls when answers must come first, 400
-// duplicate_request_id, and the delivery's 404 or 503 when the stream's
+// duplicate_request_id, 400 invalid_params (-32602) for calls that would
+// take the session's state over its bounds (engine.State.Admit: a
+// resources/subscribe past the session's subscriptions, a logging/setLevel
+// of a level MCP does not name), and the delivery's 404 or 503 when the stream's
 // opening event cannot be stored. A refusal about one call carries its id.
 // A batch of more calls than a session may have in flight at all never
 // gets here: decodeMessages refused it (400 batch_too_large).
@@ -115,6 +118,8 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 		ref = refuse(replay.ReasonTooManyCalls, err.Error()+": wait for answers before sending more requests on this session")
 	case errors.Is(err, session.ErrDuplicateID):
 		ref = refuse(replay.ReasonDuplicateRequestID, err.Error())
+	case errors.Is(err, engine.ErrBound):
+		ref = refuse(replay.ReasonInvalidParams, err.Error())
 	default:
 		return 0, deliveryRefusal(live, err)
 	}

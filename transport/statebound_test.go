@@ -1,9 +1,11 @@
 // statebound_test.go tests the bounds on what a session keeps of its
-// client's input for its life (engine.State.Admit).
+// client's input for its life (engine.State.Admit): the initialize params
+// and the resources/subscribe URIs.
 
 package transport_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -66,5 +68,67 @@ func TestInitializeParamsBound(t *testing.T) {
 	}
 	if started, _ := s.rec.counts(); started != 1 || s.reg.Len() != 1 {
 		t.Fatalf("after the initialize at the bound: %d sessions started, %d live; want 1", started, s.reg.Len())
+	}
+}
+
+// TestSubscriptionsBound: a session holds at most engine.MaxSubscriptions
+// subscriptions; a resources/subscribe past them is refused 400
+// invalid_params (-32602) with its id and reaches no engine, and once one
+// is unsubscribed another subscribe is served again. Subscribing a URI
+// held already adds nothing and is served at the bound.
+func TestSubscriptionsBound(t *testing.T) {
+	ctx := testContext(t)
+	s := newInitStack(t, memory.New(memory.Options{}))
+	sess, err := s.client.Initialize(ctx, "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(id int64, method, uri string) *mcptest.StatusError {
+		t.Helper()
+		resp, err := sess.Post(ctx, mcptest.MustCall(id, method, map[string]string{"uri": uri}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return mcptest.ReadStatusError(resp)
+		}
+		msgs, err := mcptest.ReadAnswer(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := msgs[len(msgs)-1].(*jsonrpc.Response); !ok || r.Error != nil {
+			t.Fatalf("%s %s answered %v, want a result", method, uri, msgs[len(msgs)-1])
+		}
+		return nil
+	}
+	uri := func(i int) string { return fmt.Sprintf("demo://r/%d", i) }
+	for i := range engine.MaxSubscriptions {
+		if se := call(int64(10+i), "resources/subscribe", uri(i)); se != nil {
+			t.Fatalf("subscribe %d of %d refused: %v", i+1, engine.MaxSubscriptions, se)
+		}
+	}
+	if se := call(100, "resources/subscribe", uri(0)); se != nil {
+		t.Fatalf("subscribing a URI held already at the bound: %v", se)
+	}
+	se := call(101, "resources/subscribe", uri(engine.MaxSubscriptions))
+	if se == nil {
+		t.Fatalf("subscribe %d served, want refused", engine.MaxSubscriptions+1)
+	}
+	checkRefusalID(t, se, http.StatusBadRequest, "invalid_params", "101")
+	if se.Body.Code != -32602 {
+		t.Errorf("refusal code %d, want -32602", se.Body.Code)
+	}
+	live, err := s.reg.Get(ctx, sess.Token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(live.State().Subscriptions); n != engine.MaxSubscriptions {
+		t.Errorf("session holds %d subscriptions, want %d", n, engine.MaxSubscriptions)
+	}
+	if se := call(102, "resources/unsubscribe", uri(3)); se != nil {
+		t.Fatalf("unsubscribe: %v", se)
+	}
+	if se := call(103, "resources/subscribe", uri(engine.MaxSubscriptions)); se != nil {
+		t.Fatalf("subscribe after an unsubscribe: %v", se)
 	}
 }
