@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -88,11 +89,64 @@ func BenchmarkIdleSession(b *testing.B) {
 	}
 }
 
+// BenchmarkFullSession is BenchmarkIdleSession for sessions whose state
+// holds the most engine.State.Admit allows: initialize params of
+// engine.MaxInitializeParams bytes, then engine.MaxSubscriptions
+// subscriptions whose URIs take engine.MaxSubscriptionBytes together. Its
+// heapB/session is the worst case of what the memory limit counts per
+// session (cmd/tidemark, sessionMemory).
+func BenchmarkFullSession(b *testing.B) {
+	ctx := context.Background()
+	const n = 500
+	p := `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"","version":"1"}}`
+	params := strings.Replace(p, `"name":""`, `"name":"`+strings.Repeat("n", engine.MaxInitializeParams-len(p))+`"`, 1)
+	uriBytes := engine.MaxSubscriptionBytes / engine.MaxSubscriptions
+	for b.Loop() {
+		reg := benchRegistry(b, session.Options{})
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := range n {
+			l, err := reg.Create(ctx, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchInitializeWith(b, l, params)
+			for k := range engine.MaxSubscriptions {
+				uri := fmt.Sprintf("demo://%d/%d/", i, k)
+				id, _ := jsonrpc.MakeID(float64(k + 2))
+				benchCall(b, l, &jsonrpc.Request{ID: id, Method: "resources/subscribe",
+					Params: []byte(`{"uri":"` + uri + strings.Repeat("u", uriBytes-len(uri)) + `"}`)})
+			}
+			if got := len(l.State().Subscriptions); got != engine.MaxSubscriptions {
+				b.Fatalf("session holds %d subscriptions, want %d", got, engine.MaxSubscriptions)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heapB/session")
+		reg.Close()
+	}
+}
+
 // benchInitialize answers an initialize and notifications/initialized on l.
 func benchInitialize(b *testing.B, l *session.Live) {
-	ctx := context.Background()
+	benchInitializeWith(b, l, `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}`)
+}
+
+// benchInitializeWith is benchInitialize with the initialize params given.
+func benchInitializeWith(b *testing.B, l *session.Live, params string) {
 	id, _ := jsonrpc.MakeID(float64(1))
-	req := &jsonrpc.Request{ID: id, Method: "initialize", Params: []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}`)}
+	benchCall(b, l, &jsonrpc.Request{ID: id, Method: "initialize", Params: []byte(params)})
+	if err := l.Deliver(context.Background(), &jsonrpc.Request{Method: "notifications/initialized"}, engine.Request{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchCall sends the call req on a stream of its own and reads the stream
+// to its end.
+func benchCall(b *testing.B, l *session.Live, req *jsonrpc.Request) {
+	ctx := context.Background()
 	s, err := l.OpenStream(ctx, []*jsonrpc.Request{req}, false, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -109,9 +163,6 @@ func benchInitialize(b *testing.B, l *session.Live) {
 		for _, e := range evs {
 			done = done || e.End
 		}
-	}
-	if err := l.Deliver(ctx, &jsonrpc.Request{Method: "notifications/initialized"}, engine.Request{}); err != nil {
-		b.Fatal(err)
 	}
 }
 

@@ -24,6 +24,13 @@ const storeMemory = 688 << 20
 // an idle session of the go-sdk engine takes about 17 KiB of RSS at the
 // default GOGC, half of it the collector's headroom (bench/NOTES.md, "what
 // profiling changed"), which a memory limit makes the collector give up.
+// It is the session of a client like the SDKs', not the worst case: a
+// client that fills its session's state to the bounds of
+// engine.State.Admit (16 KiB of initialize params, 64 subscriptions of
+// 16 KiB of URIs) makes it hold about twenty times more (session's
+// BenchmarkFullSession), which docs/operating.md ("Retention and memory")
+// tells operators to meet with authorization or a lower --max-sessions
+// rather than with a limit sized for it.
 const sessionMemory = 8 << 10
 
 // runtimeMemory is the room for the runtime, the goroutines' stacks and
