@@ -154,23 +154,54 @@ func closeUntilBodyRead(w http.ResponseWriter, r *http.Request) {
 // by every response that sets it (net/http only reads header values).
 var connectionClose = []string{"close"}
 
-// holdInflight counts a body of size bytes against
-// Options.MaxInflightBytes, at InflightCost bytes per byte, for as long as
-// a POST's calls are being answered, and returns the bytes it holds: give
-// them back with releaseInflight. Over the bound it holds nothing and
-// refuses with 503 inflight_bytes: a process must stay under its memory
-// limit whatever the number of calls its clients keep open.
-func (h *Handler) holdInflight(size int64) (held int64, ref *refusal) {
+// InflightBytes returns what body counts against Options.MaxInflightBytes
+// while its calls are answered (bytes): InflightCost per byte, and
+// ValueCost per JSON value it holds, counted as the commas and the opening
+// brackets and braces outside strings (jsonValues): what decoding it into
+// Go values costs beyond its size.
+func InflightBytes(body []byte) int64 {
+	return InflightCost*int64(len(body)) + ValueCost*jsonValues(body)
+}
+
+// jsonValues returns the commas, '[' and '{' of the JSON text b outside
+// its strings: one per value in an array or member in an object, and one
+// per array or object. It reads b once, byte by byte; b need not be valid
+// JSON (the decoder judges that).
+func jsonValues(b []byte) int64 {
+	n := int64(0)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case ',', '[', '{':
+			n++
+		}
+	}
+	return n
+}
+
+// holdInflight counts a body against Options.MaxInflightBytes, at
+// InflightBytes, for as long as a POST's calls are being answered, and
+// returns the bytes it holds: give them back with releaseInflight. A body
+// that counts more than the whole bound counts as the bound, so that alone
+// it is served. Over the bound it holds nothing and refuses with 503
+// inflight_bytes: a process must stay under its memory limit whatever the
+// number of calls its clients keep open.
+func (h *Handler) holdInflight(body []byte) (held int64, ref *refusal) {
 	limit := h.opts.MaxInflightBytes
 	if limit < 0 {
 		return 0, nil
 	}
-	n := InflightCost * size
+	n := min(InflightBytes(body), limit)
 	if total := h.inflight.Add(n); total > limit {
 		h.inflight.Add(-n)
 		return 0, refuse(replay.ReasonInflightBytes, fmt.Sprintf(
-			"calls being answered hold %d bytes (each body counts %d times its size: it and its decoded copy), and this body of %d bytes would take them over the bound of %d: send it again once some are answered",
-			total-n, InflightCost, size, limit))
+			"calls being answered hold %d bytes, and this body of %d bytes, which counts %d (%d times its size, it and its decoded copy, and %d bytes per JSON value it holds), would take them over the bound of %d: send it again once some are answered",
+			total-n, len(body), n, InflightCost, ValueCost, limit))
 	}
 	return n, nil
 }

@@ -94,3 +94,25 @@ type deadlineRecorder struct{ *httptest.ResponseRecorder }
 func (deadlineRecorder) SetReadDeadline(time.Time) error  { return nil }
 func (deadlineRecorder) SetWriteDeadline(time.Time) error { return nil }
 func (d deadlineRecorder) Unwrap() http.ResponseWriter    { return d.ResponseRecorder }
+
+// BenchmarkInflightBytes measures the scan that counts a body's JSON
+// values for the in-flight bound (transport.InflightBytes), over a 4 MiB
+// body that is one string (an echo of text) and one that is an array of
+// small numbers (a body costly to decode); its MB/s gives the cost per MiB.
+func BenchmarkInflightBytes(b *testing.B) {
+	const size = 4 << 20
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{
+		{"string", []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + strings.Repeat("x", size) + `"}}}`)},
+		{"numbers", []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},"_meta":{"pad":[` + strings.Repeat("0,", size/2) + `0]}}}`)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.body)))
+			for b.Loop() {
+				transport.InflightBytes(bc.body)
+			}
+		})
+	}
+}

@@ -776,7 +776,7 @@ func TestRefusedResumeLogsTheCursorOnce(t *testing.T) {
 
 // TestInflightBytesBound: the bodies of POSTs whose calls are being
 // answered count against MaxInflightBytes over the whole process, each at
-// InflightCost times its size. With a bound of three bodies, three calls held open on two sessions are
+// InflightBytes. With a bound of three bodies, three calls held open on two sessions are
 // answered 200 and the next two get 503 inflight_bytes with Retry-After 1,
 // nothing delivered; once one call is answered, the next call is accepted,
 // and both sessions work throughout.
@@ -788,7 +788,7 @@ func TestInflightBytesBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * transport.InflightCost * int64(len(body))}}, nil)
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * transport.InflightBytes(body)}}, nil)
 	s1 := st.initialize(t, ctx, "")
 	s2 := st.initialize(t, ctx, "")
 	// Ids of two digits, gate names of one letter: every body has
@@ -820,6 +820,54 @@ func TestInflightBytesBound(t *testing.T) {
 		g.release(gate, 1)
 		wantDone(t, held[i], []int64{12, 13, 16}[i], gate+" done")
 	}
+}
+
+// TestInflightBytesCountValues: a body of many small JSON values counts
+// ValueCost per value beyond twice its size, what decoding it costs. With
+// a bound of three such bodies at twice their size, a call whose _meta
+// holds 1,000 numbers (about 36 KB counted for 2 KB sent) is served alone,
+// counted at the whole bound, and a second one gets 503 inflight_bytes
+// until the first is answered.
+func TestInflightBytesCountValues(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	g := addGated(server)
+	pad := make([]int, 1000)
+	call := func(id int64, gate string) *jsonrpc.Request {
+		return mcptest.MustCall(id, "tools/call", map[string]any{"name": "gated", "arguments": GatedArgs{Gate: gate, N: 1},
+			"_meta": map[string]any{"progressToken": gate, "pad": pad}})
+	}
+	body, err := mcptest.Encode(call(11, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := transport.InflightBytes(body), transport.InflightCost*int64(len(body))+transport.ValueCost*int64(len(pad)+11); got != want {
+		// 999 commas in pad, 7 others, 4 objects and 1 array.
+		t.Fatalf("InflightBytes of a body of %d bytes = %d, want %d", len(body), got, want)
+	}
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: 3 * transport.InflightCost * int64(len(body))}}, nil)
+	s := st.initialize(t, ctx, "")
+	held, err := s.Call(ctx, call(11, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	next(t, held)
+	resp, err := s.Post(ctx, call(12, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusalOf(t, resp, http.StatusServiceUnavailable, "inflight_bytes")
+	g.release("a", 1)
+	wantDone(t, held, 11, "a done")
+	str, err := s.Call(ctx, call(13, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer str.Close()
+	next(t, str)
+	g.release("c", 1)
+	wantDone(t, str, 13, "c done")
 }
 
 // wantDone reads the rest of a gated call's stream of one step: its

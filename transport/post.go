@@ -99,7 +99,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 		return ref
 	}
 	if len(p.calls) > 0 {
-		held, ref := h.holdInflight(int64(len(body)))
+		held, ref := h.holdInflight(body)
 		if ref != nil {
 			return ref
 		}

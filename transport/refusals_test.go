@@ -82,7 +82,7 @@ const (
 	authServer     = "auth"     // a resource server (Options.Auth; users alice and bob, tokens expired and down); countdown needs scope tools:slow
 	gosdkServer    = "gosdk"    // behind the go-sdk's bearer-token middleware (users alice and bob)
 	drainingServer = "draining" // draining: takes no new call
-	fullServer     = "full"     // one session at most, which has a call in flight; 1,000 request bytes in flight at most
+	fullServer     = "full"     // one session at most, which has a call in flight; 1,500 request bytes in flight at most (transport.InflightBytes)
 	fleetServer    = "fleet"    // replica b of a fleet whose replica a owns session "remote" and cannot be reached
 	gatewayServer  = "gateway"  // the upstream gateway engine in front of an address nothing listens on
 )
@@ -228,7 +228,7 @@ func (fx *refusalFixture) startFull(t *testing.T, ctx context.Context) {
 	g := addGated(server)
 	st := newStack(t, server, &tidemark.Options{
 		Sessions:  session.Options{MaxSessions: 1},
-		Transport: transport.Options{MaxInflightBytes: 1000},
+		Transport: transport.Options{MaxInflightBytes: 1500},
 	}, nil)
 	fx.servers[fullServer] = &refusalServer{st: st, client: st.client}
 	holder := fx.addSession(t, ctx, fullServer, "holder", "")
