@@ -259,3 +259,23 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkGetHeld looks a session up for a request and ends the request,
+// as every request of a registry that hibernates or hands over does: the
+// lookup holds the session (holdFor) and the request's end releases the
+// hold in a goroutine of its own (unhold).
+func BenchmarkGetHeld(b *testing.B) {
+	reg := benchRegistry(b, session.Options{HibernateAfter: time.Hour})
+	l, err := reg.Create(context.Background(), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		if _, err := reg.Get(ctx, l.Token(), ""); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+}

@@ -14,8 +14,8 @@ import (
 func OutboxOf(l *Live) engine.Outbox { return (*outbox)(l) }
 
 // MayHibernate is mayHibernate, for the cases of testdata/hibernate.
-func MayHibernate(initialized bool, busy int, idle, after time.Duration, eng engine.Hibernation, room, handover bool, failures int, sinceFailure time.Duration) bool {
-	return mayHibernate(idleness{initialized: initialized, busy: busy, idle: idle, after: after, engine: eng, room: room, handover: handover, failures: failures, sinceFailure: sinceFailure})
+func MayHibernate(initialized bool, busy, served int, idle, after time.Duration, eng engine.Hibernation, room, handover bool, failures int, sinceFailure time.Duration) bool {
+	return mayHibernate(idleness{initialized: initialized, busy: busy, served: served, idle: idle, after: after, engine: eng, room: room, handover: handover, failures: failures, sinceFailure: sinceFailure})
 }
 
 // HibernateRetry is hibernateRetry, for the cases of testdata/hibernate.
@@ -37,7 +37,7 @@ func WakesAtSameGeneration(owner string, markedExact bool, eng engine.Hibernatio
 func Idle(l *Live) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.calls)+l.storing+l.attached+l.holds == 0
+	return len(l.calls)+l.storing+l.attached+len(l.holds) == 0
 }
 
 // LiveRoom returns the most entries the map of live sessions has held

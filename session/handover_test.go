@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/session"
 )
 
@@ -94,5 +95,61 @@ func TestHandOverStopsAtDeadline(t *testing.T) {
 	}
 	if got, err := f.reg.Get(context.Background(), l.Token(), ""); err != nil || got != l {
 		t.Fatalf("Get after an expired handover: %v, %v; want the same Live", got, err)
+	}
+}
+
+// TestHandOverRequestServed: requests that looked a session up and have
+// been served (their contexts are done) but whose holds are not released
+// yet (the goroutines context.AfterFunc starts have not run:
+// testenv.LateRelease) do not keep it from the handover; a request still
+// being served next to such a one does. Released afterwards, the late
+// holds leave the hibernated session as the handover stored it: its
+// record keeps generation 1 with no owner, and Get wakes it at
+// generation 1 (regression: a session whose client kept its standalone
+// GET stream open was often left for Close, and its next process claimed
+// generation 2).
+func TestHandOverRequestServed(t *testing.T) {
+	ctx := context.Background()
+	f, _ := hibernating(t, true, session.Options{HibernateAfter: -1, HandOver: true})
+	lookUp := func(l *session.Live) *testenv.LateRelease {
+		t.Helper()
+		req := testenv.NewLateRelease(ctx)
+		if got, err := f.reg.Get(req, l.Token(), ""); err != nil || got != l {
+			t.Fatalf("Get: %v, %v; want the session's Live", got, err)
+		}
+		return req
+	}
+	served := mustCreate(t, f.reg)
+	initialize(t, f, served)
+	serving := mustCreate(t, f.reg)
+	initialize(t, f, serving)
+	waitFor(t, func() bool { return session.Idle(served) && session.Idle(serving) })
+	var late []*testenv.LateRelease
+	for _, l := range []*session.Live{served, served, serving} {
+		req := lookUp(l)
+		req.End()
+		late = append(late, req)
+	}
+	still := lookUp(serving)
+	defer still.End()
+
+	handed, left := f.reg.HandOver(ctx)
+	if handed != 1 || left != 1 || f.reg.Hibernated() != 1 {
+		t.Fatalf("HandOver = %d handed over, %d left, %d hibernated; want 1, 1, 1", handed, left, f.reg.Hibernated())
+	}
+	for _, req := range late {
+		req.Release()
+	}
+	waitFor(t, func() bool { return session.Idle(served) })
+	rec, err := f.st.Get(ctx, served.Token())
+	if err != nil || rec.Generation != 1 || rec.Owner != "" {
+		t.Fatalf("record after the handover = %+v, %v; want generation 1, no owner", rec, err)
+	}
+	woken, err := f.reg.Get(ctx, served.Token(), "")
+	if err != nil || woken == served || woken.Generation() != 1 {
+		t.Fatalf("Get after the handover: %v, %v; want a new Live at generation 1", woken, err)
+	}
+	if got, err := f.reg.Get(ctx, serving.Token(), ""); err != nil || got != serving {
+		t.Fatalf("Get of the session still served: %v, %v; want its Live, not handed over", got, err)
 	}
 }

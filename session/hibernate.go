@@ -245,7 +245,8 @@ func (l *Live) beginHibernate(now time.Time, cause hibCause) bool {
 func (l *Live) beginHibernateLocked(now time.Time, cause hibCause) bool {
 	if l.hibernating || !mayHibernate(idleness{
 		initialized:  !l.initFailed && len(l.state.InitializeParams) > 0,
-		busy:         len(l.calls) + l.storing + l.attached + l.holds,
+		busy:         len(l.calls) + l.storing + l.attached + len(l.holds),
+		served:       l.servedHoldsLocked(),
 		idle:         now.Sub(l.lastSeen),
 		after:        l.reg.opts.HibernateAfter,
 		engine:       l.reg.hib,
@@ -274,7 +275,7 @@ func (l *Live) holdFor(ctx context.Context) bool {
 	}
 	hold := ctx.Done() != nil && (l.reg.hibernates() || l.reg.handsOver())
 	if hold {
-		l.holds++
+		l.holds = append(l.holds, ctx)
 	}
 	l.mu.Unlock()
 	if hold {
@@ -284,12 +285,23 @@ func (l *Live) holdFor(ctx context.Context) bool {
 	return true
 }
 
-// unhold ends a hold of holdFor; the session's idle time starts then,
-// and it may give its room to another session again (unparkLocked).
+// unhold ends a hold of holdFor, whose context is done; the session's
+// idle time starts then, and it may give its room to another session
+// again (unparkLocked). It removes one hold whose context is done, not
+// necessarily its own: each such hold's unhold removes one, so the holds
+// left are those whose unhold has not run.
 func (l *Live) unhold() {
 	now := l.reg.opts.Now()
 	l.mu.Lock()
-	l.holds--
+	for i, ctx := range l.holds {
+		if ctx.Err() != nil {
+			last := len(l.holds) - 1
+			l.holds[i] = l.holds[last]
+			l.holds[last] = nil // the slot keeps no request's context
+			l.holds = l.holds[:last]
+			break
+		}
+	}
 	if now.After(l.lastSeen) {
 		l.lastSeen = now
 	}
@@ -298,6 +310,21 @@ func (l *Live) unhold() {
 	if unpark {
 		l.reg.unpark(l)
 	}
+}
+
+// servedHoldsLocked returns the number of l's holds whose request has
+// been served (its context is done) and whose unhold has not run yet:
+// context.AfterFunc runs it in a goroutine of its own, which may run after
+// the handler's return has been seen elsewhere (http.Server.Shutdown
+// returns once the connection is idle). l.mu must be held.
+func (l *Live) servedHoldsLocked() int {
+	n := 0
+	for _, ctx := range l.holds {
+		if ctx.Err() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // hibernate stores l's session state, with what its engine session keeps

@@ -16,11 +16,15 @@ import (
 // idleness is what the sweep knows of a session when it decides whether
 // it hibernates.
 type idleness struct {
-	initialized bool          // its initialize succeeded
-	busy        int           // calls in flight, answers being stored, connections attached, requests being served
-	idle        time.Duration // since its last use
-	after       time.Duration // Options.HibernateAfter (≤ 0: never)
-	engine      engine.Hibernation
+	initialized bool // its initialize succeeded
+	busy        int  // calls in flight, answers being stored, connections attached, requests being served
+	// served: of busy, the requests already served (their contexts are
+	// done) whose hold has not been released yet (Live.unhold runs in a
+	// goroutine of its own).
+	served int
+	idle   time.Duration // since its last use
+	after  time.Duration // Options.HibernateAfter (≤ 0: never)
+	engine engine.Hibernation
 	// room: another session needs its room (Options.MaxSessions are
 	// live), so how long it has been idle does not matter.
 	room bool
@@ -49,14 +53,22 @@ type idleness struct {
 // sessions, and the idle TTL the hibernated ones.
 //
 // At a graceful shutdown (handover) only the engine's exactness, the
-// initialize and busy count: a session handed over wakes at its
-// generation in the next process, where one closed claims generation+1.
+// initialize and busy count, less the requests already served: the HTTP
+// server has returned from every handler by then, and a hold whose
+// release is late must not close a session that nothing uses (a client
+// whose standalone GET stream the shutdown just ended). A session handed
+// over wakes at its generation in the next process, where one closed
+// claims generation+1. The sweep and making room wait for the release,
+// which starts the session's idle time.
 func mayHibernate(s idleness) bool {
-	if !s.initialized || s.busy != 0 {
+	if !s.initialized {
 		return false
 	}
 	if s.handover {
-		return s.engine == engine.HibernateExact
+		return s.busy-s.served == 0 && s.engine == engine.HibernateExact
+	}
+	if s.busy != 0 {
+		return false
 	}
 	backingOff := !s.room && s.failures > 0 && s.sinceFailure < hibernateRetry(s.failures, s.after)
 	return s.engine != engine.HibernateNever && s.after > 0 &&

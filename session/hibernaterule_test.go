@@ -15,11 +15,13 @@ import (
 // TestHibernateRules runs testdata/hibernate: the rules of hibernation,
 // pure (session/hibernaterule.go). Commands:
 //
-//	choose engine=E [initialized] busy=N idle=DUR after=DUR [room] [handover] [failures=N since=DUR]
+//	choose engine=E [initialized] busy=N [served=S] idle=DUR after=DUR [room] [handover] [failures=F since=DUR]
 //	    whether the sweep (or, with room, the making of room for another
 //	    session; with handover, a graceful shutdown) hibernates such a
-//	    session, whose last N hibernations the store refused, the latest
-//	    DUR ago: "hibernate" or "keep"
+//	    session, busy with N things of which S (default 0) are requests
+//	    already served whose hold is not released yet, whose last F
+//	    hibernations the store refused, the latest DUR ago: "hibernate" or
+//	    "keep"
 //	retry engine=E failures=N after=DUR
 //	    how long the sweep waits after the N-th refused hibernation in a
 //	    row
@@ -43,9 +45,12 @@ func TestHibernateRules(t *testing.T) {
 		}
 		switch d.Cmd {
 		case "choose":
-			var busy int
+			var busy, served int
 			var idle, after string
 			d.ScanArgs(t, "busy", &busy)
+			if d.HasArg("served") {
+				d.ScanArgs(t, "served", &served)
+			}
 			d.ScanArgs(t, "idle", &idle)
 			d.ScanArgs(t, "after", &after)
 			failures, since := 0, "0s"
@@ -53,7 +58,7 @@ func TestHibernateRules(t *testing.T) {
 				d.ScanArgs(t, "failures", &failures)
 				d.ScanArgs(t, "since", &since)
 			}
-			if session.MayHibernate(d.HasArg("initialized"), busy, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room"), d.HasArg("handover"), failures, duration(t, d, since)) {
+			if session.MayHibernate(d.HasArg("initialized"), busy, served, duration(t, d, idle), duration(t, d, after), eng, d.HasArg("room"), d.HasArg("handover"), failures, duration(t, d, since)) {
 				return "hibernate\n"
 			}
 			return "keep\n"

@@ -63,7 +63,11 @@ type Live struct {
 	// hibernating: the registry chose l to hibernate (beginHibernate);
 	// it serves no further request.
 	hibernating bool
-	holds       int // requests being served that looked l up (holdFor)
+	// holds are the contexts of the requests that looked l up (holdFor),
+	// one per hold. A hold ends (unhold) in a goroutine of its own once
+	// its context is done, so a context here may be done already: its
+	// request has been served, and only its release is still to run.
+	holds []context.Context
 	// hibFailures counts the hibernations in a row that the store
 	// refused while l stayed awake (keepsAwake), the latest at hibFailed.
 	hibFailures int

@@ -136,7 +136,7 @@ func (r *Registry) unpark(l *Live) {
 // the stream is open, and a new session is refused (503 capacity) when
 // every session is busy. l.mu must be held.
 func (l *Live) busyForRoomLocked() bool {
-	return len(l.calls)+l.storing > 0 || l.reg.hibernates() && l.attached+l.holds > 0
+	return len(l.calls)+l.storing > 0 || l.reg.hibernates() && l.attached+len(l.holds) > 0
 }
 
 // unparkLocked reports whether l was parked (recency.victim) and is no
