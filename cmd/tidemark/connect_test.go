@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/admin"
 	"github.com/tidemark-mcp/tidemark/internal/faultproxy"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -387,6 +389,69 @@ func TestConnectKill9Memory(t *testing.T) {
 	restartMidCall(t, nil, hostErrorData{
 		Reason: replay.ReasonRequestLost.String(), Status: 404, ServerReason: replay.ReasonSessionNotFound.String(),
 	})
+}
+
+// TestConnectSIGTERMDurable: a graceful stop (SIGTERM) of `tidemark serve
+// --data-dir` while the bridge keeps its standalone GET stream open hands
+// the session over (handed_over=1 not_handed_over=0), and the process
+// restarted on the same port and directory wakes it at generation 1,
+// re-creating nothing: the host's next call succeeds and the host is
+// told nothing, no list_changed notification and no second initialize
+// answer (regression: the session was often not handed over, the next
+// process claimed generation 2, and the bridge told the host its lists
+// may have changed, as after a crash).
+func TestConnectSIGTERMDurable(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	port := testenv.FreePort(t)
+	extra := []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--metrics-addr", "127.0.0.1:0"}
+	p := startOn(t, bin, port, extra...)
+	h := startConnect(t, bin, "http://127.0.0.1:"+strconv.Itoa(port)+"/mcp")
+	h.initialize()
+	echo := func(id int64, text string) {
+		t.Helper()
+		h.request(id, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": text}})
+		r, _ := h.answer(id, 20*time.Second)
+		if got := toolText(t, r); got != text {
+			t.Fatalf("call %d: %q, want %q", id, got, text)
+		}
+	}
+	echo(10, "before the restart")
+	awaitReader(t, p.WaitFor(t, `msg="operator's listener" url=(\S+)`, 10*time.Second)[1])
+
+	terminate(t, p, `handed_over=1 not_handed_over=0`)
+	p2 := startOn(t, bin, port, extra...)
+	echo(11, "after the restart")
+	p2.WaitFor(t, `msg="session woke" session=\S+ generation=1`, 10*time.Second)
+	if strings.Contains(p2.Output(), `msg="session re-created"`) {
+		t.Errorf("the restarted process re-created the session:\n%s", p2.Output())
+	}
+	h.mu.Lock()
+	for _, m := range h.all {
+		if req, ok := m.(*jsonrpc.Request); ok && strings.HasSuffix(req.Method, "/list_changed") {
+			t.Errorf("the host received %s after a graceful restart", req.Method)
+		}
+	}
+	h.mu.Unlock()
+	if n := h.initializeAnswers(10, 11); n != 1 {
+		t.Errorf("the host received %d initialize answers, want 1", n)
+	}
+}
+
+// awaitReader waits, up to 10 seconds, until the operator's listener at
+// operator (an http:// URL) lists one session with one connection reading
+// its streams: the bridge's standalone GET stream.
+func awaitReader(t *testing.T, operator string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, operator+"/debug/sessions")
+		var list admin.List
+		if code == http.StatusOK && json.Unmarshal([]byte(body), &list) == nil && len(list.Sessions) == 1 && list.Sessions[0].Readers == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session with one reader on %s/debug/sessions within 10 s: %d %s", operator, code, body)
+		}
+	}
 }
 
 // TestConnectCutStreamResumes: a proxy cuts the call's SSE stream right
