@@ -106,6 +106,13 @@ type Store interface {
 	// Fenced records a store write refused because it carried a
 	// generation the record has moved past; op is the store operation.
 	Fenced(op string)
+	// StoreOpened records that backend store (StoreMemory, StoreDurable,
+	// StoreRedis) serves this process's calls, before the first of them:
+	// a recorder that exports counts shows that store's failures per
+	// operation at zero from then on, so that a rate or an increase over
+	// them counts the first failure (a series that appears already at 1
+	// shows no increase).
+	StoreOpened(store string)
 }
 
 // Processes records the gateway's subprocesses.
@@ -182,6 +189,13 @@ const (
 	OpSync      = "sync"
 )
 
+// Ops returns every store operation, the values of StoreOperation's and
+// Fenced's op, in the order the constants are declared.
+func Ops() []string {
+	return []string{OpCreate, OpGet, OpClaim, OpRenew, OpSaveState, OpHibernate, OpWake, OpTouch,
+		OpEnd, OpAppend, OpRead, OpTrim, OpBounds, OpSync}
+}
+
 // Discard is a Recorder that records nothing.
 var Discard Recorder = discard{}
 
@@ -198,6 +212,7 @@ func (discard) GenerationCreated(replay.Reason)                    {}
 func (discard) SessionHibernated()                                 {}
 func (discard) SessionWoke(bool)                                   {}
 func (discard) Fenced(string)                                      {}
+func (discard) StoreOpened(string)                                 {}
 func (discard) Appended(int)                                       {}
 func (discard) Replayed(int, time.Duration)                        {}
 func (discard) Trimmed(int)                                        {}

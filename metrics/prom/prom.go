@@ -131,6 +131,18 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 	for i, k := range []metrics.StreamKind{metrics.StreamPost, metrics.StreamStandalone, metrics.StreamResumed, metrics.StreamListen} {
 		r.streamKinds[i] = r.streams.WithLabelValues(string(k))
 	}
+	// The counters the alerting rules (deploy/prometheus/alerts.yml) take
+	// a rate or an increase of are exported at zero for every label value
+	// from the start: a series that first appears at 1 shows no increase,
+	// so the first refusal of a reason or the first fenced write of an
+	// operation would never fire an alert. tidemark_store_errors_total
+	// gets its series when the store is known (StoreOpened).
+	for _, reason := range replay.Refusals() {
+		r.refusals.WithLabelValues(strconv.Itoa(reason.Status()), string(reason))
+	}
+	for _, op := range metrics.Ops() {
+		r.fenced.WithLabelValues(op)
+	}
 	if m.err != nil {
 		return nil, m.err
 	}
@@ -299,6 +311,14 @@ func (r *Recorder) SessionWoke(sameGeneration bool) {
 
 // Fenced implements metrics.Store.
 func (r *Recorder) Fenced(op string) { r.fenced.WithLabelValues(op).Inc() }
+
+// StoreOpened implements metrics.Store: the store's error counts are
+// exported at zero for every operation.
+func (r *Recorder) StoreOpened(store string) {
+	for _, op := range metrics.Ops() {
+		r.storeErrors.WithLabelValues(store, op)
+	}
+}
 
 // Appended implements metrics.Log.
 func (r *Recorder) Appended(n int) { r.appended.Add(float64(n)) }

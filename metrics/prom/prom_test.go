@@ -3,6 +3,8 @@
 package prom_test
 
 import (
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,10 +69,6 @@ func TestExposition(t *testing.T) {
 	r.ProcessExited(replay.ReasonServerExited)
 
 	want := `
-# HELP tidemark_refusals_total Requests refused with an HTTP error status and a JSON-RPC error body, by status and reason.
-# TYPE tidemark_refusals_total counter
-tidemark_refusals_total{reason="cursor_compacted",status="409"} 2
-tidemark_refusals_total{reason="session_not_found",status="404"} 1
 # HELP tidemark_resumes_total GETs with Last-Event-ID answered, by outcome (accepted, refused) and reason (replay, or the refusal's reason).
 # TYPE tidemark_resumes_total counter
 tidemark_resumes_total{outcome="accepted",reason="replay"} 1
@@ -105,12 +103,6 @@ tidemark_retention_trimmed_events_total 7
 # HELP tidemark_replay_floor_raises_total Times retention raised a session's replay floor.
 # TYPE tidemark_replay_floor_raises_total counter
 tidemark_replay_floor_raises_total 1
-# HELP tidemark_fenced_writes_total Store writes refused because they carried a generation the session has moved past, by store operation.
-# TYPE tidemark_fenced_writes_total counter
-tidemark_fenced_writes_total{operation="append"} 1
-# HELP tidemark_store_errors_total Store calls that failed (unreachable, disk full, other faults; not the contract's not-found, ended, exists or fenced answers), by store and operation.
-# TYPE tidemark_store_errors_total counter
-tidemark_store_errors_total{operation="append",store="redis"} 1
 # HELP tidemark_leases_held Session leases this replica holds (fleet mode).
 # TYPE tidemark_leases_held gauge
 tidemark_leases_held 2
@@ -148,10 +140,10 @@ tidemark_session_wakes_total{generation="same"} 2
 tidemark_tasks_running 1
 `
 	names := []string{
-		"tidemark_refusals_total", "tidemark_resumes_total", "tidemark_streams_open", "tidemark_sessions_live",
+		"tidemark_resumes_total", "tidemark_streams_open", "tidemark_sessions_live",
 		"tidemark_sessions_created_total", "tidemark_generations_created_total", "tidemark_events_appended_total",
 		"tidemark_events_replayed_total", "tidemark_retention_trimmed_events_total", "tidemark_replay_floor_raises_total",
-		"tidemark_fenced_writes_total", "tidemark_store_errors_total", "tidemark_leases_held", "tidemark_takeovers_total",
+		"tidemark_leases_held", "tidemark_takeovers_total",
 		"tidemark_subprocesses_running", "tidemark_subprocess_exits_total",
 		"tidemark_tasks_created_total", "tidemark_tasks_settled_total", "tidemark_tasks_cancel_requests_total",
 		"tidemark_tasks_reruns_total", "tidemark_tasks_running",
@@ -159,6 +151,28 @@ tidemark_tasks_running 1
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
+	}
+	// The counters exported at zero for every label value from the start
+	// (TestAlertedCountersStartAtZero) hold the recorded counts.
+	refusals := counterValues(t, reg, "tidemark_refusals_total", "status", "reason")
+	fenced := counterValues(t, reg, "tidemark_fenced_writes_total", "operation")
+	storeErrors := counterValues(t, reg, "tidemark_store_errors_total", "store", "operation")
+	for _, c := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"refusals 409 cursor_compacted", refusals["409,cursor_compacted"], 2},
+		{"refusals 404 session_not_found", refusals["404,session_not_found"], 1},
+		{"fenced append", fenced["append"], 1},
+		{"store errors redis append", storeErrors["redis,append"], 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if sum(refusals) != 3 || sum(fenced) != 1 || sum(storeErrors) != 1 {
+		t.Errorf("refusals, fenced writes and store errors sum to %v, %v, %v; want 3, 1, 1", sum(refusals), sum(fenced), sum(storeErrors))
 	}
 	counts := histogramCounts(t, reg, "mcp_server_operation_duration_seconds", "mcp_method_name", "error_type")
 	wantOps := map[string]uint64{"tools/call,": 1, "tools/call,-32602": 1, "_OTHER,": 1}
@@ -181,6 +195,83 @@ tidemark_tasks_running 1
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
+}
+
+// TestAlertedCountersStartAtZero: the counters the alerting rules take a
+// rate or an increase of (deploy/prometheus/alerts.yml) are exported at 0
+// for every label value before anything is recorded: refusals for every
+// reason of the catalogue with its status, fenced writes for every store
+// operation, and store errors for every operation of the store opened,
+// none of another store's.
+func TestAlertedCountersStartAtZero(t *testing.T) {
+	reg := prom.NewRegistry()
+	r, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.StoreOpened(metrics.StoreRedis)
+	wantRefusals := map[string]float64{}
+	for _, reason := range replay.Refusals() {
+		wantRefusals[strconv.Itoa(reason.Status())+","+string(reason)] = 0
+	}
+	wantFenced, wantStoreErrors := map[string]float64{}, map[string]float64{}
+	for _, op := range metrics.Ops() {
+		wantFenced[op] = 0
+		wantStoreErrors["redis,"+op] = 0
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   map[string]float64
+	}{
+		{"tidemark_refusals_total", []string{"status", "reason"}, wantRefusals},
+		{"tidemark_fenced_writes_total", []string{"operation"}, wantFenced},
+		{"tidemark_store_errors_total", []string{"store", "operation"}, wantStoreErrors},
+	} {
+		got := counterValues(t, reg, c.name, c.labels...)
+		if !maps.Equal(got, c.want) {
+			t.Errorf("%s before any event: %v\nwant every label value at 0: %v", c.name, got, c.want)
+		}
+	}
+	if n := len(wantRefusals); n < 30 || len(wantFenced) != 14 {
+		t.Errorf("%d refusal reasons and %d store operations; want at least 30 and 14", n, len(wantFenced))
+	}
+}
+
+// counterValues returns the value of each series of counter name, keyed
+// by its labels' values joined with commas.
+func counterValues(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			vals := make([]string, len(labels))
+			for _, l := range m.GetLabel() {
+				for i, want := range labels {
+					if l.GetName() == want {
+						vals[i] = l.GetValue()
+					}
+				}
+			}
+			out[strings.Join(vals, ",")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func sum(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
 }
 
 // TestSecondRecorderOnOneRegistry: a second Recorder on one registry fails

@@ -28,11 +28,13 @@ type Store struct {
 
 // New returns st observed: name is the backend's label (metrics.StoreMemory,
 // StoreDurable, StoreRedis), rec records each call (nil: metrics.Discard),
-// tracer starts a span per write (nil: none). Close closes st.
+// tracer starts a span per write (nil: none); New tells rec that name
+// serves (metrics.Store.StoreOpened). Close closes st.
 func New(st store.Store, name string, rec metrics.Store, tracer *tracing.Tracer) *Store {
 	if rec == nil {
 		rec = metrics.Discard
 	}
+	rec.StoreOpened(name)
 	return &Store{st: st, name: name, rec: rec, tracer: tracer}
 }
 
