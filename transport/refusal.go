@@ -78,6 +78,10 @@ type refusal struct {
 	// errors name the session by its token prefix, which a refusal body
 	// never carries (the request may not hold that token).
 	cause error
+	// logger, when set, logs the refusal instead of the handler's logger:
+	// a session's (session.Live.Logger), whose lines carry the session
+	// and its generation.
+	logger *slog.Logger
 }
 
 // refuse returns a refusal for reason, with message as the error body's
@@ -169,6 +173,9 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warn
 	if ref.logged {
 		return
 	}
+	if ref.logger != nil {
+		logger = ref.logger
+	}
 	level := slog.LevelDebug
 	suppressed := 0
 	switch {
@@ -228,9 +235,11 @@ func notFound(err error) *refusal {
 
 // deliveryRefusal returns the refusal for a failure to hand a message to
 // live's session, or to store what answering it needs (an opening event, a
-// state change, the bounds a resume is decided on), and logs the failure
-// with the session's attributes and the error; a failure because the
-// client went away is clientGone's.
+// state change, the bounds a resume is decided on), logged by write with
+// the session's attributes and the error, as every refusal is: a 5xx at
+// most once per reason per refusalWarnInterval, since a store outage or a
+// failover fails every request alike. A failure because the client went
+// away is clientGone's.
 func deliveryRefusal(live *session.Live, err error) *refusal {
 	var ref *refusal
 	switch {
@@ -248,7 +257,7 @@ func deliveryRefusal(live *session.Live, err error) *refusal {
 	default:
 		ref = refuse(replay.ReasonUnavailable, "the session's store or server cannot take the request now: retry the request")
 	}
-	live.Logger().Warn("delivery failed", "reason", ref.reason, "error", err)
+	ref.cause, ref.logger = err, live.Logger()
 	return ref
 }
 
