@@ -578,16 +578,32 @@ func (c *serveConfig) exitWithin() time.Duration {
 // request before the server closes it (http.Server.IdleTimeout).
 const idleConnTimeout = 2 * time.Minute
 
+// newLogger returns the logger of --log-format (text or json) and
+// --log-level, writing to w. Durations read the same in both formats,
+// as time.Duration.String writes them ("grace":"10s", grace=10s): the JSON
+// handler's own form is an integer of nanoseconds, which the docs'
+// examples (docs/deploying.md, "shutting down") and an operator comparing
+// exit_within with a stop timeout do not read.
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationString
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
+}
+
+// durationString is a slog.HandlerOptions.ReplaceAttr that writes a
+// time.Duration value as its String form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // warnHibernation warns when --hibernate-after can never take effect:

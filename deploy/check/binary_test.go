@@ -438,13 +438,11 @@ func (s *served) stop(t testing.TB) time.Duration {
 	if err := s.p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	m := s.p.WaitFor(t, `"msg":"shutting down",.*"exit_within":(\d+)|msg="shutting down" .*exit_within=(\S+)`, 10*time.Second)
-	var within time.Duration
-	if m[1] != "" {
-		ns, _ := strconv.ParseInt(m[1], 10, 64)
-		within = time.Duration(ns)
-	} else {
-		within, _ = time.ParseDuration(m[2])
+	// Both log formats write a duration as time.Duration.String does.
+	m := s.p.WaitFor(t, `"msg":"shutting down",.*"exit_within":"([^"]+)"|msg="shutting down" .*exit_within=(\S+)`, 10*time.Second)
+	within, err := time.ParseDuration(m[1] + m[2])
+	if err != nil {
+		t.Fatalf("the shutting down line's exit_within: %v", err)
 	}
 	select {
 	case <-s.p.Done():
