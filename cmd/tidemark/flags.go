@@ -184,13 +184,37 @@ func checkHostPort(name, v string) error {
 var examplePort = map[string]string{"addr": "8080", "metrics-addr": "9464"}
 
 // checkHTTPURL returns the usage error of flag name whose value v is not
-// an absolute http or https URL, or nil; what says what the URL names.
+// an absolute http or https URL with a host, or nil; what says what the
+// URL names. A URL holding "$(" is refused: it is a variable its
+// environment did not expand (Kubernetes leaves $(VAR) in a container's
+// args as written when VAR is not in its env), which no peer can reach.
+// So is a host that is empty (http://:8080/mcp) or holds characters no
+// host name has (RFC 1123, section 2.1: letters, digits, hyphens, dots;
+// underscores are accepted, as resolvers do), unless it is a bracketed
+// IPv6 address.
 func checkHTTPURL(name, v, what string) error {
+	want := "want an absolute http:// or https:// URL of " + what
+	if strings.Contains(v, "$(") {
+		return fmt.Errorf("--%s %q: holds \"$(\", a variable its environment did not expand (Kubernetes leaves $(VAR) as written when VAR is not in the container's env): %s", name, redact.URL(v), want)
+	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--%s %q: want an absolute http:// or https:// URL of %s", name, redact.URL(v), what)
+		return fmt.Errorf("--%s %q: %s", name, redact.URL(v), want)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("--%s %q: the host is empty: %s", name, redact.URL(v), want)
+	}
+	if !strings.HasPrefix(u.Host, "[") && strings.IndexFunc(host, notHostRune) >= 0 {
+		return fmt.Errorf("--%s %q: the host %q has characters a host name cannot have: %s", name, redact.URL(v), host, want)
 	}
 	return nil
+}
+
+// notHostRune reports whether r cannot be in a host name or an IPv4
+// address.
+func notHostRune(r rune) bool {
+	return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '.' || r == '_')
 }
 
 // checkFile returns the usage error of flag name whose value, the path of

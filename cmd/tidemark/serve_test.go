@@ -36,6 +36,14 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		{[]string{"--hibernate-after", "-1s"}, "--hibernate-after -1s: want a positive duration, or 0 for never"},
 		{[]string{"--task-ttl", "2h"}, "--task-ttl 2h0m0s: want a positive duration of at most 1h0m0s"},
 		{[]string{"--task-max", "0"}, "--task-max 0: want a positive number of tasks"},
+		{[]string{"--redis", "redis://127.0.0.1:1/0", "--advertise-url", "http://:8080/mcp"},
+			`--advertise-url "http://:8080/mcp": the host is empty: want an absolute http:// or https:// URL of this replica's MCP endpoint, which the other replicas reach`},
+		{[]string{"--redis", "redis://127.0.0.1:1/0", "--advertise-url", "http://$(POD_IP):8080/mcp"},
+			`--advertise-url "http://$(POD_IP):8080/mcp": holds "$(", a variable its environment did not expand (Kubernetes leaves $(VAR) as written when VAR is not in the container's env): want an absolute http:// or https:// URL`},
+		{[]string{"--redis", "redis://127.0.0.1:1/0", "--advertise-url", "http://pod*ip:8080/mcp"},
+			`--advertise-url "http://pod*ip:8080/mcp": the host "pod*ip" has characters a host name cannot have: want an absolute http:// or https:// URL`},
+		{[]string{"--redis", "redis://127.0.0.1:1/0", "--advertise-url", "http://fd00::1:8080/mcp"},
+			`--advertise-url "http://fd00::1:8080/mcp": want an absolute http:// or https:// URL`},
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...), &bytes.Buffer{}, &stderr)
@@ -119,5 +127,19 @@ func TestServeSessionlessOnly(t *testing.T) {
 	want := `{"jsonrpc":"2.0","id":3,"error":{"code":-32022,"message":"protocol version \"2025-11-25\" is not served here: this server serves 2026-07-28 alone, which has no initialize and no sessions; send each request with its version in params._meta and in MCP-Protocol-Version","data":{"reason":"protocol_version","requested":"2025-11-25","supported":["2026-07-28"]}}}`
 	if status, body := post("", "", `{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); status != http.StatusBadRequest || body != want {
 		t.Errorf("initialize: %d %s\nwant 400 %s", status, body, want)
+	}
+}
+
+// TestCheckHTTPURLAccepts: host names, IPv4 and bracketed IPv6 addresses
+// (a zone included) pass the URL check that refuses empty hosts and
+// unexpanded variables.
+func TestCheckHTTPURLAccepts(t *testing.T) {
+	for _, v := range []string{
+		"http://10.0.0.1:8080/mcp", "https://tidemark-0.tidemark.default.svc:8080/mcp", "http://my_host/mcp",
+		"http://[fd00::1]:8080/mcp", "http://[fe80::1%25eth0]:8080/mcp", "http://localhost/mcp?x=$HOME",
+	} {
+		if err := checkHTTPURL("advertise-url", v, "x"); err != nil {
+			t.Errorf("%s: %v, want accepted", v, err)
+		}
 	}
 }
