@@ -485,7 +485,7 @@ func (c *serveConfig) announce(ln net.Listener, b *backing, logger *slog.Logger)
 	return func() { cancel(); <-announced }
 }
 
-// run serves h on ln until SIGINT or SIGTERM, then shuts down: calls in
+// run serves h on ln until SIGINT, SIGTERM or SIGHUP, then shuts down: calls in
 // flight finish within --shutdown-grace (new calls get 503), then streams
 // get a final retry field and close within streamCloseTime, then the
 // sessions are handed over at their generation within handOverTime
@@ -497,8 +497,14 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 	// so idle clients cannot hold sockets without limit; streams are
 	// requests in progress and are not affected.
 	srv := &http.Server{Handler: c.endpoint(h), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleConnTimeout}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// SIGHUP stops the process as SIGTERM does: a closed terminal or a
+	// "reload" sent by habit drains it and hands its sessions over, where
+	// Go's default would kill it at once (every session's generation
+	// lost, as after SIGKILL). serve reads its configuration only at
+	// start, so there is nothing to reload.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	// stopAnnouncing withdraws this replica from the fleet's directory,
@@ -510,19 +516,20 @@ func (c *serveConfig) run(ln net.Listener, h *tidemark.Handler, b *backing, op *
 	}
 	logger.Info("serving", append(attrs, served...)...)
 
+	var sig os.Signal
 	select {
 	case err := <-errc:
 		logger.Error("server failed", "error", err)
 		stopAnnouncing()
 		closeHandler()
 		return 1
-	case <-ctx.Done():
+	case sig = <-sigc:
 	}
 	op.draining.Store(true)
 	// exit_within is the sum of the shutdown's deadlines: what a stop
 	// timeout (Kubernetes' termination grace period after its preStop,
 	// compose's stop_grace_period, systemd's TimeoutStopSec) must allow.
-	logger.Info("shutting down", "reason", replay.ReasonSignal, "grace", c.shutdownGrace, "exit_within", c.exitWithin())
+	logger.Info("shutting down", "reason", replay.ReasonSignal, "grace", c.shutdownGrace, "exit_within", c.exitWithin(), "signal", sig.String())
 	stopAnnouncing()
 	// Streams get their final retry field with a time of their own: a
 	// drain that used up the grace must not cut them without it.

@@ -196,6 +196,28 @@ func TestExitWithin(t *testing.T) {
 	}
 }
 
+// TestSIGHUPDrains: SIGHUP (a closed terminal, or a "reload" sent by
+// habit) stops `tidemark serve --data-dir` as SIGTERM does: the shutting
+// down line names the signal, the idle session is handed over, and the
+// process exits 0, where Go's default killed it at once (exit status
+// 129, no drain, the session back at generation+1 after the restart).
+func TestSIGHUPDrains(t *testing.T) {
+	bin := testenv.BuildTidemark(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, url := startDurable(t, bin, dir)
+	if _, err := (&mcptest.Client{URL: url}).Initialize(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.WaitFor(t, `msg="shutting down" reason=signal grace=10s exit_within=22s signal=hangup`, 5*time.Second)
+	p.WaitFor(t, `msg="sessions handed over" reason=shutdown handed_over=1 not_handed_over=0`, 10*time.Second)
+	exitsCleanly(t, p, 10*time.Second)
+}
+
 // exitsCleanly waits up to within for p, sent SIGTERM, to exit, and fails
 // the test unless it exits in time with status 0.
 func exitsCleanly(t *testing.T, p *testenv.Process, within time.Duration) {
