@@ -123,12 +123,12 @@ func Explain(status int, body []byte, flag string) string {
 			what = "a JSON-RPC error (" + a.Detail + ")"
 		}
 		return fmt.Sprintf("answered %d with %s: that is an MCP listener (tidemark serve --addr), not the operator's listener: "+
-			"point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener\" names it)", status, what, flag)
+			"point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener started\" names it)", status, what, flag)
 	}
 	detail := "an empty body"
 	if a.Detail != "" {
 		detail = fmt.Sprintf("the body %q", a.Detail)
 	}
-	return fmt.Sprintf("answered %d %s with %s, not the JSON of tidemark serve's operator's listener: point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener\" names it)",
+	return fmt.Sprintf("answered %d %s with %s, not the JSON of tidemark serve's operator's listener: point %s at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener started\" names it)",
 		status, http.StatusText(status), detail, flag)
 }

@@ -116,7 +116,7 @@ func (c operatorConfig) start(logger *slog.Logger) (*operator, error) {
 			logger.Error("metrics listener failed", "error", err)
 		}
 	}()
-	logger.Info("operator's listener", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions /debug/tasks")
+	logger.Info("operator's listener started", "url", "http://"+ln.Addr().String(), "endpoints", "/metrics /healthz /readyz /debug/sessions /debug/tasks")
 	return o, nil
 }
 

@@ -72,7 +72,7 @@ func TestInspectPointedAtMCP(t *testing.T) {
 		var stdout, stderr strings.Builder
 		code := run([]string{"inspect", "--metrics-addr", u.Host}, &stdout, &stderr)
 		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-		wantEnd := ": that is an MCP listener (tidemark serve --addr), not the operator's listener: point --metrics-addr at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener\" names it)"
+		wantEnd := ": that is an MCP listener (tidemark serve --addr), not the operator's listener: point --metrics-addr at the address tidemark serve --metrics-addr listens on (its log line \"operator's listener started\" names it)"
 		if code != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], "tidemark inspect: http://"+u.Host+"/debug/sessions?n=20 answered ") || !strings.HasSuffix(lines[0], wantEnd) {
 			t.Errorf("--path %s: inspect of the MCP listener: exit %d, stderr %q; want 1 and one line ending %q", path, code, stderr.String(), wantEnd)
 		}

@@ -35,7 +35,7 @@ func startObserved(t *testing.T, env []string, args ...string) (*testenv.Process
 	cmd := exec.Command(testenv.BuildTidemark(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	p := testenv.StartCmd(t, cmd)
-	m := p.WaitFor(t, `msg="operator's listener" url=http://(\S+)`, 30*time.Second)
+	m := p.WaitFor(t, `msg="operator's listener started" url=http://(\S+)`, 30*time.Second)
 	return p, testenv.ServeURL(t, p), m[1]
 }
 

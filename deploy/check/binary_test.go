@@ -392,7 +392,7 @@ func startServe(t testing.TB, bin string, args, env []string) *served {
 	cmd.Env = env
 	p := testenv.StartCmd(t, cmd)
 	s := &served{p: p}
-	m := p.WaitFor(t, `"msg":"operator's listener","url":"http://([^"]+)"|msg="operator's listener" url=http://(\S+)`, 30*time.Second)
+	m := p.WaitFor(t, `"msg":"operator's listener started","url":"http://([^"]+)"|msg="operator's listener started" url=http://(\S+)`, 30*time.Second)
 	s.adminAddr = m[1] + m[2]
 	m = p.WaitFor(t, `"msg":"serving",.*"memory_limit":(\d+)|msg=serving .*memory_limit=(\d+)`, 30*time.Second)
 	s.memoryLimit, _ = strconv.ParseInt(m[1]+m[2], 10, 64)
