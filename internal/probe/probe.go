@@ -176,7 +176,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	bctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	base, err := runBaseline(bctx, p, cfg)
+	timedOut := errors.Is(bctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
+	if err != nil && timedOut {
+		// A context error alone names neither the bound nor what to look at.
+		return rep, fmt.Errorf("probe: the baseline call got no complete answer within --timeout %v, so nothing can be checked: "+
+			"check that a server answers at %s (a listener that accepts and never answers looks like this), "+
+			"or raise --timeout for a tool that takes longer (%w)", cfg.Timeout, cfg.URL, err)
+	}
 	if err != nil {
 		return rep, fmt.Errorf("probe: the baseline call failed, so nothing can be checked: %w", err)
 	}

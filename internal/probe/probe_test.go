@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
@@ -325,4 +328,72 @@ func TestOutput(t *testing.T) {
 	if got["pass"] != 1.0 || got["fail"] != 0.0 || got["na"] != 1.0 || got["protocolVersion"] != "2025-11-25" {
 		t.Errorf("report JSON = %v", got)
 	}
+}
+
+// TestSilentServer: against a listener that accepts connections and never
+// answers, the probe's error names the --timeout it waited and what to
+// check, not only "context deadline exceeded".
+func TestSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	url := "http://" + ln.Addr().String() + "/mcp"
+	_, err = Run(t.Context(), Config{URL: url, Timeout: 300 * time.Millisecond})
+	want := "probe: the baseline call got no complete answer within --timeout 300ms, so nothing can be checked: check that a server answers at " + url
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Run against a silent listener: %v, want %q...", err, want)
+	}
+}
+
+// TestNoEventIDs: against a server whose events carry no IDs (the go-sdk's
+// handler without an event store), the storm check fails at once saying
+// so, instead of waiting out its --timeout for replays that cannot come.
+func TestNoEventIDs(t *testing.T) {
+	server := demo.NewServer()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	rep, err := Run(t.Context(), Config{URL: srv.URL, Storm: 4, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	logReport(t, rep)
+	for _, r := range rep.Results {
+		if r.ID != "storm" {
+			continue
+		}
+		want := "the baseline call's events carried no ID: the stream cannot be resumed, so no storm was run"
+		if r.Verdict != Fail || r.Observed != want || r.Millis > 1000 {
+			t.Errorf("storm: %s %q after %d ms; want FAIL %q at once", r.Verdict, r.Observed, r.Millis, want)
+		}
+		return
+	}
+	t.Fatal("no storm result")
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -33,6 +34,13 @@ func checkStorm(ctx context.Context, e *env) Result {
 	}
 	if r, ok := e.noStream(); ok {
 		return r
+	}
+	// Without event IDs there is no cursor to resume from: every session
+	// of the storm would wait out the check's timeout for a replay that
+	// cannot come, and the verdict would name the timeout, not the cause.
+	if e.base.lastCursor == "" {
+		return Result{Verdict: Fail, Statuses: []int{http.StatusOK},
+			Observed: "the baseline call's events carried no ID: the stream cannot be resumed, so no storm was run"}
 	}
 	preps, i, err := e.prepareStorm(ctx, n)
 	if err != nil {
