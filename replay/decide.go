@@ -132,7 +132,9 @@ const (
 	GenerationMismatch
 	// CursorCompacted: the cursor is below the replay floor (409).
 	CursorCompacted
-	// CursorAhead: the cursor is above the high-water mark (400); never clamped.
+	// CursorAhead: the cursor is above the high-water mark (400); never
+	// clamped. No event above the high-water mark was ever sent, so the
+	// caller ends the live generation (Decision.Message).
 	CursorAhead
 	// NeedEvent is not a final outcome: every row up to the stream check
 	// passed, and the caller must look up the event at Decision.Cursor.Sequence,
@@ -192,7 +194,11 @@ type Decision struct {
 // client should do next: its Cause, and for a 409 (GenerationMismatch,
 // CursorCompacted) the advice of a server that cannot tell which of the
 // stream's requests are lost, to send them again. A server that can tell
-// writes its own advice after Cause (transport, resumeRefusal).
+// writes its own advice after Cause (transport, resumeRefusal). For
+// CursorAhead it adds that the cursor's generation ends, as the server
+// that applies the decision ends it (transport, resume; session,
+// Live.EndAhead), so that no id above the high-water mark is issued in
+// it again.
 func (d Decision) Message() string {
 	switch d.Outcome {
 	case GenerationMismatch:
@@ -206,6 +212,9 @@ func (d Decision) Message() string {
 			return d.Cause() + " and its requests are lost: send them again, or initialize a new session"
 		}
 		return d.Cause() + ": send its requests again, or initialize a new session"
+	case CursorAhead:
+		return d.Cause() + fmt.Sprintf("; generation %d ends, and the session continues at the next generation: the stream cannot be resumed",
+			d.Session.Generation)
 	}
 	return d.Cause()
 }
@@ -242,7 +251,11 @@ func (d Decision) Cause() string {
 		return fmt.Sprintf("cursor sequence %d is below the replay floor %d: events were compacted; the stream cannot be resumed",
 			c.Sequence, s.Floor)
 	case CursorAhead:
-		return fmt.Sprintf("cursor sequence %d is above the high-water mark %d: refusing to clamp", c.Sequence, s.HWM)
+		// No event above the high-water mark, the durable watermark, was
+		// ever sent: log first (DESIGN.md, "Delivery rules").
+		return fmt.Sprintf("cursor sequence %d is above the high-water mark %d: refusing to clamp; no event above the high-water mark "+
+			"was ever sent, so the store lost events it had confirmed (restored from a backup?) or the cursor was not issued here",
+			c.Sequence, s.HWM)
 	case NeedEvent:
 		return fmt.Sprintf("look up the event at sequence %d", c.Sequence)
 	}

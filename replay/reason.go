@@ -108,7 +108,8 @@ const (
 	// ReasonCursorCompacted: 409, the cursor is below the replay floor.
 	ReasonCursorCompacted Reason = "cursor_compacted"
 	// ReasonCursorAhead: 400, the cursor is above the high-water mark; it is
-	// never clamped.
+	// never clamped, and the live generation ends: row 6 of the decision
+	// (DESIGN.md, "The replay decision").
 	ReasonCursorAhead Reason = "cursor_ahead"
 )
 
@@ -322,9 +323,12 @@ const (
 	// or not confirmed stored: a pipelined store lost a batch it had
 	// accepted (store.ErrLost), or the store was unavailable for an event
 	// or a state the generation had to store (store.ErrUnavailable); the
-	// generation ends, so that no client ever sees a gap. Also the reason
-	// of the re-creation that follows in the same process, which still
-	// owns the record.
+	// generation ends, so that no client ever sees a gap. Also a store
+	// that lost events it had confirmed (a resume's cursor above the
+	// high-water mark: session.ErrConfirmedLost), after which the
+	// generation ends so that no id names two events. Also the reason of
+	// the re-creation that follows in the same process, which still owns
+	// the record.
 	ReasonGenerationLost Reason = "generation_lost"
 )
 

@@ -346,7 +346,9 @@ func TestCause(t *testing.T) {
 			"the log is gone; the stream cannot be resumed",
 			" and its requests are lost: send them again, or initialize a new session"},
 		{replay.Decision{Outcome: replay.CursorAhead, Session: s, Cursor: replay.Cursor{Sequence: 21}},
-			"cursor sequence 21 is above the high-water mark 20: refusing to clamp", ""},
+			"cursor sequence 21 is above the high-water mark 20: refusing to clamp; no event above the high-water mark was ever sent, " +
+				"so the store lost events it had confirmed (restored from a backup?) or the cursor was not issued here",
+			"; generation 4 ends, and the session continues at the next generation: the stream cannot be resumed"},
 	} {
 		if got := tc.d.Cause(); got != tc.cause {
 			t.Errorf("%s: Cause() = %q, want %q", tc.d.Outcome.Reason(), got, tc.cause)

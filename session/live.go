@@ -98,6 +98,10 @@ type Live struct {
 	// prior are the ledgers of earlier generations, from the record
 	// (lost.go); set at the start, then only read.
 	prior []ledger
+
+	// ahead is set once a resume named a cursor of this generation above
+	// the session's high-water mark (EndAhead): nothing more is appended.
+	ahead atomic.Pointer[aheadError]
 }
 
 func newLive(r *Registry, rec store.Record, st *engine.State, prior []ledger, woken bool) *Live {

@@ -198,6 +198,9 @@ func (l *Live) abandonIfUnavailable(err error) {
 // drops this generation: its engine session closes, so its handlers stop
 // producing events nobody can store.
 func (l *Live) append(ctx context.Context, ev *store.Event) error {
+	if err := l.refuseAhead(); err != nil {
+		return err
+	}
 	evs, _ := l.reg.oneEvent.Get().(*[1]store.Event)
 	if evs == nil {
 		evs = new([1]store.Event)

@@ -198,12 +198,22 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 	if held {
 		r.log.Forget(l.token)
 		msg := "live state dropped: this process no longer owns the generation"
-		if reason == replay.ReasonGenerationLost {
+		attrs := []any{"reason", reason, "error", err}
+		var ahead *aheadError
+		switch {
+		case errors.As(err, &ahead):
+			// A client holds a cursor above the durable watermark, where
+			// no event was ever sent: the store went back.
+			msg = "live state dropped: the store lost events it had confirmed: restored from a backup? A client holds a cursor " +
+				"above the high-water mark, where no event was ever sent, so this generation ends; the next request re-creates " +
+				"the session at generation+1"
+			attrs = []any{"reason", reason, "cursor", ahead.cursor.String(), "hwm", ahead.hwm}
+		case reason == replay.ReasonGenerationLost:
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it, and the line says so.
 			msg = "live state dropped: an event was not stored, or not confirmed stored, so this generation ends; the next request re-creates the session at generation+1"
 		}
-		l.logger.Warn(msg, "reason", reason, "error", err)
+		l.logger.Warn(msg, attrs...)
 	}
 	go func() {
 		defer r.closing.Done()

@@ -345,35 +345,51 @@ func TestDecideCursorCompacted(t *testing.T) {
 	}
 }
 
-// Row 6: a cursor above the high-water mark is refused, never clamped.
+// Row 6: a cursor above the high-water mark is refused, never clamped,
+// and its generation ends: no event above the high-water mark was ever
+// sent, so the store went back (a restored backup) or the cursor was made
+// up, and the ids above it are issued in no generation that has them. The
+// refusal leaves the log as it was; the next request claims generation+1,
+// so the same cursor then answers 409 generation_mismatch.
 func TestDecideCursorAhead(t *testing.T) {
 	ctx := testContext(t)
 	st := newStack(t, nil, nil, nil)
-	s := st.initialize(t, ctx, "")
-	countdown(t, ctx, s, 2, 3, "p") // HWM 7
-	b := st.bounds(t, s.Token)
-	if b.HWM != 7 {
-		t.Fatalf("HWM = %d, want 7", b.HWM)
-	}
 	for _, seq := range []uint64{8, 1000, replay.MaxSequence} {
-		req, _ := s.NewRequest(ctx, http.MethodGet, nil)
-		req.Header.Set("Last-Event-ID", cursorOf(s, 1, 3, seq))
-		resp, err := st.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		s := st.initialize(t, ctx, "")
+		countdown(t, ctx, s, 2, 3, "p") // HWM 7
+		b := st.bounds(t, s.Token)
+		if b.HWM != 7 {
+			t.Fatalf("HWM = %d, want 7", b.HWM)
 		}
-		se := refusalOf(t, resp, http.StatusBadRequest, "cursor_ahead")
+		resume := func() *http.Response {
+			req, _ := s.NewRequest(ctx, http.MethodGet, nil)
+			req.Header.Set("Last-Event-ID", cursorOf(s, 1, 3, seq))
+			resp, err := st.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		}
+		se := refusalOf(t, resume(), http.StatusBadRequest, "cursor_ahead")
 		if se.Body.Data["hwm"] != json.Number("7") || se.Body.Data["cursorSequence"] != json.Number(jsonUint(seq)) {
 			t.Fatalf("seq %d: error.data = %v, want hwm 7, cursorSequence %d", seq, se.Body.Data, seq)
+		}
+		if !strings.HasSuffix(se.Body.Message, "restored from a backup?) or the cursor was not issued here; "+
+			"generation 1 ends, and the session continues at the next generation: the stream cannot be resumed") {
+			t.Fatalf("seq %d: error.message %q does not say that generation 1 ends", seq, se.Body.Message)
 		}
 		// The body is the error and nothing else: no stream.
 		var env map[string]json.RawMessage
 		if err := json.Unmarshal(se.RawBody, &env); err != nil || len(env) != 3 {
 			t.Fatalf("seq %d: body %q is not exactly one JSON-RPC error object", seq, se.RawBody)
 		}
-	}
-	if after := st.bounds(t, s.Token); after != b {
-		t.Fatalf("refused resumes changed the log: %+v → %+v", b, after)
+		if after := st.bounds(t, s.Token); after != b {
+			t.Fatalf("seq %d: the refused resume changed the log: %+v → %+v", seq, b, after)
+		}
+		refusalOf(t, resume(), http.StatusConflict, "generation_mismatch")
+		if after := st.bounds(t, s.Token); after.Generation != 2 || after.HWM != 7 {
+			t.Fatalf("seq %d: bounds after the next request %+v, want generation 2, HWM 7", seq, after)
+		}
 	}
 }
 

@@ -133,10 +133,14 @@ func (fx *refusalFixture) startMain(t *testing.T, ctx context.Context) {
 	evs := countdown(t, ctx, live, 2, 2, "p")
 	fx.values["cursor:live"] = evs[1].ID
 	last := parseCursor(t, evs[len(evs)-1].ID)
-	ahead, other := last, last
-	ahead.Sequence += 1000
+	other := last
 	other.Stream = replay.StandaloneStream // the event at that sequence is on the POST stream
-	fx.values["ahead:live"], fx.values["other-stream:live"] = ahead.String(), other.String()
+	fx.values["other-stream:live"] = other.String()
+	// A cursor above the high-water mark ends its generation (the next
+	// request claims generation+1), so it has a session of its own.
+	ahead := parseCursor(t, countdown(t, ctx, fx.addSession(t, ctx, mainServer, "ahead", ""), 2, 2, "p")[0].ID)
+	ahead.Sequence += 1000
+	fx.values["ahead:ahead"] = ahead.String()
 
 	old := fx.addSession(t, ctx, mainServer, "old", "2025-03-26")
 	fx.values["cursor:old"] = countdown2025(t, ctx, old)

@@ -86,6 +86,12 @@ func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err e
 	if ref != nil {
 		return stream{}, ref
 	}
+	if d.Outcome == replay.CursorAhead {
+		// The store lost events it had confirmed, or the cursor was made
+		// up: no id above the high-water mark is issued again in this
+		// generation.
+		live.EndAhead(d.Cursor, in.Session.HWM)
+	}
 	if d.Outcome != replay.Replay {
 		return stream{}, resumeRefusal(live, d, in.LastEventID)
 	}

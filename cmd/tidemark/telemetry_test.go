@@ -219,7 +219,7 @@ func TestPrometheusScrapesExactCounts(t *testing.T) {
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="initialize"}`:                1,
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="notifications/initialized"}`: 1,
 		`tidemark_sessions_created_total`:                                                          1,
-		`tidemark_sessions_live`:                                                                   1,
+		`tidemark_sessions_live`:                                                                   0,                      // cursor_ahead ended its live state
 		`tidemark_events_appended_total`:                                                           float64(len(seen) + 2), // and initialize's priming event and response
 		`sum(tidemark_streams_open)`:                                                               0,
 		`tidemark_replay_duration_seconds_count`:                                                   1,
