@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tidemark-mcp/tidemark/metrics"
 	"github.com/tidemark-mcp/tidemark/metrics/prom"
@@ -242,11 +243,18 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 // by its labels' values joined with commas.
 func counterValues(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) map[string]float64 {
 	t.Helper()
+	return series(t, reg, name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// series returns value(m) for each series m of the metric family name,
+// keyed by the values of its labels named labels, joined with commas.
+func series[V any](t *testing.T, reg prometheus.Gatherer, name string, labels []string, value func(*dto.Metric) V) map[string]V {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
+	out := map[string]V{}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -260,7 +268,7 @@ func counterValues(t *testing.T, reg prometheus.Gatherer, name string, labels ..
 					}
 				}
 			}
-			out[strings.Join(vals, ",")] = m.GetCounter().GetValue()
+			out[strings.Join(vals, ",")] = value(m)
 		}
 	}
 	return out
@@ -290,28 +298,7 @@ func TestSecondRecorderOnOneRegistry(t *testing.T) {
 // name, keyed by its labels' values joined with commas.
 func histogramCounts(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) map[string]uint64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]uint64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			vals := make([]string, len(labels))
-			for _, l := range m.GetLabel() {
-				for i, want := range labels {
-					if l.GetName() == want {
-						vals[i] = l.GetValue()
-					}
-				}
-			}
-			out[strings.Join(vals, ",")] = m.GetHistogram().GetSampleCount()
-		}
-	}
-	return out
+	return series(t, reg, name, labels, func(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() })
 }
 
 func equal(a, b map[string]uint64) bool {
