@@ -87,16 +87,8 @@ func echoCall(t *testing.T, id any) *jsonrpc.Request {
 // whose countdown call 9 runs for a minute, unanswered.
 func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event, s2 uint64) {
 	t.Helper()
-	ctx := context.Background()
 	s1, evs = answeredStream(t, l)
-	slow := request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
-	var err error
-	if s2, err = l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
+	s2 = delivered(t, l, request(t, 9, "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}}))
 	return s1, evs, s2
 }
 
@@ -104,17 +96,7 @@ func answeredAndRunning(t *testing.T, l *session.Live) (s1 uint64, evs []store.E
 // 5) are answered, with evs its two responses in the log.
 func answeredStream(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event) {
 	t.Helper()
-	ctx := context.Background()
-	calls := []*jsonrpc.Request{echoCall(t, "a"), echoCall(t, 5)}
-	s1, err := l.OpenStream(ctx, calls, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range calls {
-		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s1 = delivered(t, l, echoCall(t, "a"), echoCall(t, 5))
 	if evs = streamEvents(t, l, s1); len(evs) != 2 {
 		t.Fatalf("stream of two echo calls: %d events, want 2 responses", len(evs))
 	}
@@ -125,16 +107,25 @@ func answeredStream(t *testing.T, l *session.Live) (s1 uint64, evs []store.Event
 // answered, and returns the stream's number once its response is read.
 func answeredCall(t *testing.T, l *session.Live, id any) uint64 {
 	t.Helper()
+	s := delivered(t, l, echoCall(t, id))
+	streamEvents(t, l, s)
+	return s
+}
+
+// delivered gives l a POST stream of calls, each delivered to the engine,
+// and returns its number: the calls run (or have run) on it.
+func delivered(t *testing.T, l *session.Live, calls ...*jsonrpc.Request) uint64 {
+	t.Helper()
 	ctx := context.Background()
-	c := echoCall(t, id)
-	s, err := l.OpenStream(ctx, []*jsonrpc.Request{c}, false, 0)
+	s, err := l.OpenStream(ctx, calls, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-		t.Fatal(err)
+	for _, c := range calls {
+		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	streamEvents(t, l, s)
 	return s
 }
 
@@ -460,23 +451,8 @@ func TestLostRequestsTrimmedOpening(t *testing.T) {
 	l := mustCreate(t, f.reg)
 	initialize(t, f, l)
 
-	done := echoCall(t, "done")
-	s1, err := l.OpenStream(ctx, []*jsonrpc.Request{done}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, done, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
-	streamEvents(t, l, s1)
-	slow := request(t, "slow", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}})
-	s2, err := l.OpenStream(ctx, []*jsonrpc.Request{slow}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, slow, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
+	s1 := answeredCall(t, l, "done")
+	s2 := delivered(t, l, request(t, "slow", "tools/call", map[string]any{"name": "countdown", "arguments": map[string]any{"n": 1, "delay_ms": 60000}}))
 	if err := f.st.Sync(ctx, l.Token()); err != nil {
 		t.Fatal(err)
 	}
@@ -638,15 +614,7 @@ func TestLostRequestsLongTrimmedStream(t *testing.T) {
 	f := newFixture(t, session.Options{})
 	l := mustCreate(t, f.reg)
 	initialize(t, f, l)
-	done := echoCall(t, "done")
-	sDone, err := l.OpenStream(ctx, []*jsonrpc.Request{done}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, done, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
-	streamEvents(t, l, sDone)
+	sDone := answeredCall(t, l, "done")
 	var batch []*jsonrpc.Request
 	var ids []string
 	for i := range 40 {
@@ -654,23 +622,8 @@ func TestLostRequestsLongTrimmedStream(t *testing.T) {
 		batch = append(batch, countdownCall(t, id, 1, 60000))
 		ids = append(ids, strconv.Quote(id))
 	}
-	sLong, err := l.OpenStream(ctx, batch, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range batch {
-		if err := l.Deliver(ctx, c, engine.Request{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	short := countdownCall(t, "s", 1, 60000)
-	sShort, err := l.OpenStream(ctx, []*jsonrpc.Request{short}, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Deliver(ctx, short, engine.Request{}); err != nil {
-		t.Fatal(err)
-	}
+	sLong := delivered(t, l, batch...)
+	sShort := delivered(t, l, countdownCall(t, "s", 1, 60000))
 	trimAll(t, f, l)
 	cur := func(s uint64) replay.Cursor {
 		return replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: s, Sequence: s}
