@@ -7,11 +7,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,42 +48,6 @@ func wantFailure(t *testing.T, r *jsonrpc.Response, reason replay.Reason, say st
 	}
 }
 
-// silentListener accepts connections on loopback and never answers them,
-// until the test's end.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return "http://" + ln.Addr().String() + "/mcp"
-}
-
 // TestSilentServerAtStart: toward a server that accepts connections but
 // never answers, the host's initialize fails with server_unreachable once
 // the start timeout has passed, and Run returns an error wrapping
@@ -99,7 +61,7 @@ func TestSilentServerAtStart(t *testing.T) {
 }
 
 func silentServerAtStart(t *testing.T, protocol string) {
-	url := silentListener(t)
+	url := testenv.SilentServer(t, "/mcp")
 	start := time.Now()
 	toBridge, hostOut := io.Pipe()
 	fromBridge, bridgeOut := io.Pipe()

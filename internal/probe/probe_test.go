@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/tidemark-mcp/tidemark"
 	"github.com/tidemark-mcp/tidemark/eventlog"
 	"github.com/tidemark-mcp/tidemark/internal/demo"
+	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/transport"
 )
 
@@ -334,33 +333,8 @@ func TestOutput(t *testing.T) {
 // answers, the probe's error names the --timeout it waited and what to
 // check, not only "context deadline exceeded".
 func TestSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	url := "http://" + ln.Addr().String() + "/mcp"
-	_, err = Run(t.Context(), Config{URL: url, Timeout: 300 * time.Millisecond})
+	url := testenv.SilentServer(t, "/mcp")
+	_, err := Run(t.Context(), Config{URL: url, Timeout: 300 * time.Millisecond})
 	want := "probe: the baseline call got no complete answer within --timeout 300ms, so nothing can be checked: check that a server answers at " + url
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Run against a silent listener: %v, want %q...", err, want)
