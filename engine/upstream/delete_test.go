@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -11,11 +12,22 @@ import (
 
 // deleteAuthorizations returns the Authorization of each DELETE the
 // upstream received, in order.
-func deleteAuthorizations(up *testUpstream) []string {
+func deleteAuthorizations(up *testUpstream) []string { return deleteHeaders(up, "Authorization") }
+
+// deleteHeaders returns header of each DELETE the upstream received, in
+// order.
+func deleteHeaders(up *testUpstream, header string) []string {
 	var out []string
 	for _, r := range up.requests(http.MethodDelete, "") {
-		out = append(out, r.header.Get("Authorization"))
+		out = append(out, r.header.Get(header))
 	}
+	return out
+}
+
+// deletedSessions returns the upstream sessions a DELETE ended, sorted.
+func deletedSessions(up *testUpstream) []string {
+	out := deleteHeaders(up, "Mcp-Session-Id")
+	slices.Sort(out)
 	return out
 }
 

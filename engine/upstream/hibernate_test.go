@@ -314,13 +314,7 @@ func TestHibernatedSessionEndReleasesUpstream(t *testing.T) {
 	up.mu.Lock()
 	ids := slices.Clone(up.sessions)
 	up.mu.Unlock()
-	deletes := func() []string {
-		var out []string
-		for _, r := range up.requests(http.MethodDelete, "") {
-			out = append(out, r.header.Get("Mcp-Session-Id"))
-		}
-		return out
-	}
+	deletes := func() []string { return deleteHeaders(up, "Mcp-Session-Id") }
 
 	if err := a.Delete(ctx); err != nil {
 		t.Fatal(err)
@@ -375,15 +369,7 @@ func TestSweptInheritedReleasesUpstream(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deletes := func() []string {
-		var out []string
-		for _, r := range up.requests(http.MethodDelete, "") {
-			out = append(out, r.header.Get("Mcp-Session-Id"))
-		}
-		slices.Sort(out)
-		return out
-	}
-	if got := deletes(); len(got) != 0 {
+	if got := deletedSessions(up); len(got) != 0 {
 		t.Fatalf("the first process's close sent DELETE for upstream sessions %q, want none: its sessions outlive it", got)
 	}
 
@@ -399,7 +385,7 @@ func TestSweptInheritedReleasesUpstream(t *testing.T) {
 	}
 	g2.eng.Close() // waits for the DELETEs under way
 	slices.Sort(ids)
-	if got := deletes(); !slices.Equal(got, ids) {
+	if got := deletedSessions(up); !slices.Equal(got, ids) {
 		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
 	}
 	for _, s := range []*mcptest.Session{a, b} {
@@ -435,11 +421,7 @@ func TestMemoryCloseReleasesHibernated(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.eng.Close()
-	var got []string
-	for _, r := range up.requests(http.MethodDelete, "") {
-		got = append(got, r.header.Get("Mcp-Session-Id"))
-	}
-	slices.Sort(got)
+	got := deletedSessions(up)
 	slices.Sort(ids)
 	if !slices.Equal(got, ids) {
 		t.Errorf("the upstream received DELETE for sessions %q, want one for each of %q", got, ids)
