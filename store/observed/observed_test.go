@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -67,31 +68,17 @@ func TestRecordsCallsAndFencing(t *testing.T) {
 
 	// Every operation's fenced-write and store-error series is exported,
 	// at 0 until it counts something (metrics.Store.StoreOpened).
-	fenced := map[string]float64{}
-	storeErrors := map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var op, backend string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "operation":
-					op = l.GetValue()
-				case "store":
-					backend = l.GetValue()
-				}
-			}
-			switch mf.GetName() {
-			case "tidemark_fenced_writes_total":
-				fenced[op] = m.GetCounter().GetValue()
-			case "tidemark_store_errors_total":
-				storeErrors[backend+"/"+op] = m.GetCounter().GetValue()
-			}
-		}
+	counter := func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
+	fenced := map[string]float64{}
+	for k, v := range byStoreOp(mfs, "tidemark_fenced_writes_total", counter) {
+		_, op, _ := strings.Cut(k, "/")
+		fenced[op] = v
 	}
+	storeErrors := byStoreOp(mfs, "tidemark_store_errors_total", counter)
 	wantFenced, wantErrors := map[string]float64{}, map[string]float64{}
 	for _, op := range metrics.Ops() {
 		wantFenced[op] = 0
@@ -104,24 +91,7 @@ func TestRecordsCallsAndFencing(t *testing.T) {
 	if !maps.Equal(storeErrors, wantErrors) {
 		t.Errorf("tidemark_store_errors_total %v, want every memory operation at 0 (fenced and not-found are answers, not faults): %v", storeErrors, wantErrors)
 	}
-	counts := map[string]uint64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "tidemark_store_operation_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var op, backend string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "operation":
-					op = l.GetValue()
-				case "store":
-					backend = l.GetValue()
-				}
-			}
-			counts[backend+"/"+op] = m.GetHistogram().GetSampleCount()
-		}
-	}
+	counts := byStoreOp(mfs, "tidemark_store_operation_duration_seconds", func(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() })
 	wantCounts := map[string]uint64{"memory/create": 1, "memory/append": 2, "memory/claim": 1, "memory/get": 1}
 	if len(counts) != len(wantCounts) {
 		t.Errorf("store operations recorded %v, want %v", counts, wantCounts)
@@ -140,4 +110,28 @@ func TestRecordsCallsAndFencing(t *testing.T) {
 	if got := strings.Join(names, ","); got != "store create,store append,store claim,store append" {
 		t.Errorf("spans %s, want one per write: store create,store append,store claim,store append", got)
 	}
+}
+
+// byStoreOp returns value(m) for each series m of the metric family name
+// in mfs, keyed "store/operation" by its labels (a label it lacks is "").
+func byStoreOp[V any](mfs []*dto.MetricFamily, name string, value func(*dto.Metric) V) map[string]V {
+	out := map[string]V{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var op, backend string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "operation":
+					op = l.GetValue()
+				case "store":
+					backend = l.GetValue()
+				}
+			}
+			out[backend+"/"+op] = value(m)
+		}
+	}
+	return out
 }
