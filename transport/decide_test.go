@@ -642,7 +642,8 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`,
 	}
 	c := st.clientWith(http.Header{"Mcp-Session-Id": {old.Token}, "Mcp-Protocol-Version": {old.ProtocolVersion}})
-	for _, body := range refused {
+	post := func(body string) *mcptest.StatusError {
+		t.Helper()
 		req, err := c.NewRequest(ctx, http.MethodPost, []byte(body))
 		if err != nil {
 			t.Fatal(err)
@@ -651,22 +652,17 @@ func TestDecideFailedInitializeSupersedesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		se := mcptest.ReadStatusError(resp)
+		return mcptest.ReadStatusError(resp)
+	}
+	for _, body := range refused {
+		se := post(body)
 		if se.Status != http.StatusBadRequest || se.Reason() != "invalid_params" || se.Body.Code != -32602 || string(se.Body.ID) != "3" || se.Header.Get("Mcp-Session-Id") != "" {
 			t.Fatalf("%s: HTTP %d, body %s, Mcp-Session-Id %q; want 400 invalid_params -32602 for id 3 and no session", body, se.Status, se.RawBody, se.Header.Get("Mcp-Session-Id"))
 		}
 	}
 	// A "method" sent twice is refused before it is judged as initialize.
 	{
-		req, err := c.NewRequest(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		se := mcptest.ReadStatusError(resp)
+		se := post(`{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"initialize"}`)
 		if se.Status != http.StatusBadRequest || se.Reason() != "invalid_request" || se.Header.Get("Mcp-Session-Id") != "" {
 			t.Fatalf("method twice: HTTP %d, body %s, Mcp-Session-Id %q; want 400 invalid_request and no session", se.Status, se.RawBody, se.Header.Get("Mcp-Session-Id"))
 		}
