@@ -12,8 +12,6 @@ import (
 	"os"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/tidemark-mcp/tidemark/store"
 )
 
@@ -34,15 +32,10 @@ const checkKeyTTL = time.Minute
 func (s *Store) checkKey() string { return s.prefix + "readiness" }
 
 // writable writes the probe's key, a SET of one byte with checkKeyTTL,
-// within checkWriteTimeout (or ctx's deadline, when sooner), and when
-// writes wait for replicas (Options.Replicas; zero: those connected) it
-// WAITs for as many on the same connection, within the same bound: a
-// replica that is connected but does not acknowledge (stopped, its link
-// held) fails every session's write (runOn), and so fails the probe. Its
-// error wraps store.ErrUnavailable: Redis refused the write (OOM,
-// READONLY, ...), did not acknowledge it in time, or fewer replicas than
-// writes need acknowledged it. On a Cluster it tries the primary that
-// holds the key's slot.
+// within checkWriteTimeout (or ctx's deadline, when sooner). Its error
+// wraps store.ErrUnavailable: Redis refused the write (OOM, READONLY,
+// ...), or did not acknowledge it in time. On a Cluster it tries the
+// primary that holds the key's slot.
 func (s *Store) writable(ctx context.Context) error {
 	bound := checkWriteTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -50,39 +43,8 @@ func (s *Store) writable(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	primary, err := primaryFor(wctx, s.rdb, s.checkKey())
-	if err != nil {
-		return failing(ctx, "write probe", err)
-	}
-	n, err := s.repl.need(wctx, primary)
-	if err != nil {
-		return failing(ctx, "write probe", err)
-	}
-	// WAIT's own timeout ends before the socket's deadline, so that a
-	// short count comes back as an answer rather than a cut connection;
-	// WAIT 0 would block for ever.
-	waitFor := max(min(s.repl.timeout, bound*4/5), time.Millisecond)
-	var set *goredis.StatusCmd
-	var wait *goredis.Cmd
-	_, err = primary.Pipelined(wctx, func(p goredis.Pipeliner) error {
-		set = p.Set(wctx, s.checkKey(), "1", checkKeyTTL)
-		if n > 0 {
-			wait = p.Do(wctx, "WAIT", n, waitFor.Milliseconds())
-		}
-		return nil
-	})
-	if err == nil {
-		err = set.Err()
-	}
+	err := s.rdb.Set(wctx, s.checkKey(), "1", checkKeyTTL).Err()
 	switch {
-	case err == nil && wait != nil:
-		if acks, werr := wait.Int64(); werr != nil {
-			return failing(ctx, "write probe", werr)
-		} else if int(acks) < n {
-			return fmt.Errorf("redis store: a write reached %d of the %d replicas writes must reach within %v (a replica is stopped or cut off, and every session's write fails the same way): %w",
-				acks, n, waitFor.Round(time.Millisecond), store.ErrUnavailable)
-		}
-		return nil
 	case err == nil:
 		return nil
 	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):

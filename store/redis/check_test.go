@@ -66,32 +66,3 @@ func TestCheckWrites(t *testing.T) {
 		t.Errorf("Check once Redis takes writes again: %v", err)
 	}
 }
-
-// TestCheckWaitsForReplicas: with a replica connected but stopped
-// (SIGSTOP), every session's write fails its WAIT, and Check fails too,
-// saying so; it passes again once the replica acknowledges (regression:
-// /readyz answered 200 for all 20 s of a stopped replica, nc15 M4).
-func TestCheckWaitsForReplicas(t *testing.T) {
-	primary := redistest.Start(t, redistest.Options{})
-	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary.Addr()})
-	replica.WaitInSync()
-	primary.WaitReplicaListed(replica)
-	s := open(t, primary, redis.Options{})
-	ctx := context.Background()
-	if err := s.Check(ctx); err != nil {
-		t.Fatalf("Check with the replica acknowledging: %v", err)
-	}
-	replica.Pause()
-	err := s.Check(ctx)
-	replica.Resume()
-	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "a write reached 0 of the 1 replicas writes must reach within 400ms") {
-		t.Errorf("Check with the replica stopped: %v; want ErrUnavailable, a write reached 0 of the 1 replicas within 400ms", err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for err = s.Check(ctx); err != nil && time.Now().Before(deadline); err = s.Check(ctx) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Errorf("Check 10 s after the replica resumed: %v", err)
-	}
-}
