@@ -416,7 +416,7 @@ func TestConnectSIGTERMDurable(t *testing.T) {
 		}
 	}
 	echo(10, "before the restart")
-	awaitReader(t, p.WaitFor(t, `msg="operator's listener" url=(\S+)`, 10*time.Second)[1])
+	awaitReader(t, p.WaitFor(t, `msg="operator's listener started" url=(\S+)`, 10*time.Second)[1])
 
 	terminate(t, p, `handed_over=1 not_handed_over=0`)
 	p2 := startOn(t, bin, port, extra...)
