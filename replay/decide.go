@@ -203,7 +203,9 @@ func (d Decision) Message() string {
 	switch d.Outcome {
 	case GenerationMismatch:
 		if d.Cursor.Generation > d.Session.Generation {
-			return d.Cause() + "; send the stream's requests again, or initialize a new session"
+			return d.Cause() + fmt.Sprintf("; generation %d ends, and the session continues above generation %d: "+
+				"it does not know which requests the stream carried, nor whether their calls finished: "+
+				"check each call's effect before sending it again", d.Session.Generation, d.Cursor.Generation)
 		}
 		return d.Cause() + "; the requests the stream carried are lost (error.data.lostRequests lists them, when known): " +
 			"send them again, or initialize a new session"
@@ -236,10 +238,11 @@ func (d Decision) Cause() string {
 		return "Last-Event-ID is not a cursor of this session: " + d.Detail
 	case GenerationMismatch:
 		if c.Generation > s.Generation {
-			// No generation above the live one has existed: the cursor was
-			// not issued for this session's state (forged, or from a store
-			// that lost data).
-			return fmt.Sprintf("cursor generation %d > live generation %d: no such generation was issued, refusing cross-generation replay",
+			// No generation above the live one has existed: the store lost
+			// events it had confirmed (restored from a backup behind a
+			// session that went on), or the cursor was not issued here.
+			return fmt.Sprintf("cursor generation %d > live generation %d: no such generation was issued, so the store lost events it had "+
+				"confirmed (restored from a backup?) or the cursor was not issued here; refusing cross-generation replay",
 				c.Generation, s.Generation)
 		}
 		return fmt.Sprintf("cursor generation %d != live generation %d: the session's state was re-created, refusing cross-generation replay",

@@ -309,8 +309,10 @@ func TestGenerationMismatchMessage(t *testing.T) {
 	}{
 		{3, "cursor generation 3 != live generation 4: the session's state was re-created, refusing cross-generation replay; " +
 			"the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session"},
-		{99, "cursor generation 99 > live generation 4: no such generation was issued, refusing cross-generation replay; " +
-			"send the stream's requests again, or initialize a new session"},
+		{99, "cursor generation 99 > live generation 4: no such generation was issued, so the store lost events it had confirmed " +
+			"(restored from a backup?) or the cursor was not issued here; refusing cross-generation replay; generation 4 ends, " +
+			"and the session continues above generation 99: it does not know which requests the stream carried, nor whether " +
+			"their calls finished: check each call's effect before sending it again"},
 	} {
 		d := replay.Decide(replay.Input{
 			HasSessionID: true,
@@ -337,8 +339,10 @@ func TestCause(t *testing.T) {
 			"cursor generation 3 != live generation 4: the session's state was re-created, refusing cross-generation replay",
 			"; the requests the stream carried are lost (error.data.lostRequests lists them, when known): send them again, or initialize a new session"},
 		{replay.Decision{Outcome: replay.GenerationMismatch, Session: s, Cursor: replay.Cursor{Generation: 5}},
-			"cursor generation 5 > live generation 4: no such generation was issued, refusing cross-generation replay",
-			"; send the stream's requests again, or initialize a new session"},
+			"cursor generation 5 > live generation 4: no such generation was issued, so the store lost events it had confirmed " +
+				"(restored from a backup?) or the cursor was not issued here; refusing cross-generation replay",
+			"; generation 4 ends, and the session continues above generation 5: it does not know which requests the stream " +
+				"carried, nor whether their calls finished: check each call's effect before sending it again"},
 		{replay.Decision{Outcome: replay.CursorCompacted, Session: s, Cursor: replay.Cursor{Sequence: 9}},
 			"cursor sequence 9 is below the replay floor 10: events were compacted; the stream cannot be resumed",
 			": send its requests again, or initialize a new session"},

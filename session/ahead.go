@@ -4,8 +4,10 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tidemark-mcp/tidemark/replay"
 	"github.com/tidemark-mcp/tidemark/store"
@@ -19,14 +21,19 @@ import (
 // Redis that lost acknowledged writes), or the cursor was made up.
 var ErrConfirmedLost = errors.New("the store lost events it had confirmed")
 
-// aheadError is the error of a generation ended by EndAhead: the cursor
-// a resume named and the high-water mark it was above.
+// aheadError is the error of a generation ended by EndAhead or EndAbove:
+// the cursor a resume named, the high-water mark then, and whether the
+// cursor's generation, not its sequence, was above the session's.
 type aheadError struct {
 	cursor replay.Cursor
 	hwm    uint64
+	above  bool
 }
 
 func (e *aheadError) Error() string {
+	if e.above {
+		return fmt.Sprintf("%v: a cursor of generation %d, above the session's, was resumed", ErrConfirmedLost, e.cursor.Generation)
+	}
 	return fmt.Sprintf("%v: cursor sequence %d of generation %d is above the high-water mark %d",
 		ErrConfirmedLost, e.cursor.Sequence, e.cursor.Generation, e.hwm)
 }
@@ -49,6 +56,64 @@ func (l *Live) EndAhead(c replay.Cursor, hwm uint64) {
 		return
 	}
 	l.reg.drop(l, replay.ReasonGenerationLost, l.ahead.Load())
+}
+
+// maxClaimAbove bounds the generations one re-creation claims to get past
+// the generation a resume named (claimAbove): each is a store write, and
+// a store restored from a backup is a few generations behind its
+// clients, where a made-up cursor may name any.
+const maxClaimAbove = 16
+
+// EndAbove ends l's generation in this process after a resume named c, a
+// cursor of a generation above l's, at hwm, the session's high-water mark
+// (replay.GenerationMismatch, answered 409). The store never issued such a
+// generation as it stands, so it lost events it had confirmed (a backup
+// restored behind a session that went on to later generations) or c was
+// made up, and ids of every generation up to c's may be in a client's
+// hands: the generation appends nothing more, as after EndAhead, and the
+// re-creation of the session by this registry claims generations until
+// it holds one above c's, at most maxClaimAbove past the record's
+// (DESIGN.md, "The replay decision"). A second call for the same
+// generation does nothing.
+func (l *Live) EndAbove(c replay.Cursor, hwm uint64) {
+	if !l.ahead.CompareAndSwap(nil, &aheadError{cursor: c, hwm: hwm, above: true}) {
+		return
+	}
+	l.reg.noteAbove(l.token, c.Generation)
+	l.reg.drop(l, replay.ReasonGenerationLost, l.ahead.Load())
+}
+
+// noteAbove records gen, a generation a resume of token's session named
+// above the session's, for claimAbove.
+func (r *Registry) noteAbove(token string, gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.above[token]; ok || len(r.above) < lostHereMax {
+		r.above[token] = max(cur, gen)
+	}
+}
+
+// claimAbove claims, after claimed, the generation a re-creation has just
+// claimed, the generations that follow until it holds one above the
+// generation a resume named (noteAbove), at most maxClaimAbove, and
+// returns the record of the last. The claims discard nothing more: the
+// first emptied the log. On an error the note stays, for the next
+// re-creation, and claimed is returned with it.
+func (r *Registry) claimAbove(ctx context.Context, claimed store.Record, lease time.Time) (store.Record, error) {
+	token := claimed.Token
+	r.mu.Lock()
+	above, ok := r.above[token]
+	delete(r.above, token)
+	r.mu.Unlock()
+	for n := 0; ok && claimed.Generation <= above && n < maxClaimAbove; n++ {
+		next, err := r.st.Claim(ctx, token, r.opts.Owner, claimed.Generation, lease)
+		if err != nil {
+			r.noteAbove(token, above)
+			return claimed, err
+		}
+		claimed = next
+	}
+	return claimed, nil
 }
 
 // refuseAhead returns the *store.LostError of an append to a generation

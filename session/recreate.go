@@ -226,6 +226,10 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 		if err != nil {
 			return nil, r.storeErr(token, err)
 		}
+		if claimed, err = r.claimAbove(ctx, claimed, r.lease.Grant(now)); err != nil {
+			r.unreserve()
+			return nil, r.storeErr(token, err)
+		}
 		r.log.Forget(token)
 		if sumErr == nil && len(sum.Streams) > 0 {
 			prior = withPrior(prior, sum)

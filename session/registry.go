@@ -192,6 +192,11 @@ type Registry struct {
 	// still names this registry as its owner. At most lostHereMax
 	// entries; a session past them is re-created as owner_gone.
 	lostHere map[string]uint64
+	// above holds, for each session whose generation a resume ended by
+	// naming a generation above it (Live.EndAbove), that cursor's
+	// generation, until the re-creation claims past it (claimAbove). At
+	// most lostHereMax entries.
+	above    map[string]uint64
 	reserved int     // room taken by sessions being started (see reserve)
 	lru      recency // eviction order of the sessions in live not known to be busy (room.go)
 	closed   bool
@@ -251,6 +256,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		ending:     make(map[string]*store.EndedError),
 		hibernated: newHibIndex(),
 		lostHere:   make(map[string]uint64),
+		above:      make(map[string]uint64),
 		hib:        engine.HibernationOf(eng),
 		hibWarns:   warngate.New[hibFailure](hibWarnInterval, opts.Now),
 	}
@@ -443,6 +449,7 @@ func (r *Registry) endLocked(ctx context.Context, token string, reason store.End
 	}
 	r.hibernated.del(token)
 	delete(r.lostHere, token)
+	delete(r.above, token)
 	r.ending[token] = &store.EndedError{Token: token, Reason: reason, UserID: userID}
 	r.mu.Unlock()
 	defer r.endDone(token)

@@ -86,11 +86,16 @@ func (h *Handler) resume(r *http.Request, hdr headers, live *session.Live, err e
 	if ref != nil {
 		return stream{}, ref
 	}
-	if d.Outcome == replay.CursorAhead {
+	switch {
+	case d.Outcome == replay.CursorAhead:
 		// The store lost events it had confirmed, or the cursor was made
 		// up: no id above the high-water mark is issued again in this
 		// generation.
 		live.EndAhead(d.Cursor, in.Session.HWM)
+	case d.Outcome == replay.GenerationMismatch && d.Cursor.Generation > in.Session.Generation:
+		// The same for a generation the store never issued as it stands:
+		// the session continues above the cursor's.
+		live.EndAbove(d.Cursor, in.Session.HWM)
 	}
 	if d.Outcome != replay.Replay {
 		return stream{}, resumeRefusal(live, d, in.LastEventID)
