@@ -63,3 +63,39 @@ func TestEndAhead(t *testing.T) {
 		` hwm=`+strconv.FormatUint(b.HWM, 10)+`\n`)
 	wantLog(t, logs, `msg="session re-created" session=\S+ generation=2 previous_generation=1 \S+ reason=generation_lost`)
 }
+
+// TestEndAbove: a resume that named a cursor of a generation above the
+// live one ends the live generation as EndAhead does, its WARN line says
+// the cursor is of a later generation, and the next lookup re-creates the
+// session above that generation: 5 for a cursor of generation 4, and at
+// most 16 generations past the record's for a cursor of a far one.
+func TestEndAbove(t *testing.T) {
+	ctx := context.Background()
+	logs := &testenv.LogBuffer{}
+	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	b, err := f.st.Bounds(ctx, l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.EndAbove(replay.Cursor{Tag: l.Tag(), Generation: 4, Stream: 1, Sequence: 1}, b.HWM)
+	l2, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Generation() != 5 {
+		t.Fatalf("lookup after EndAbove of a generation-4 cursor: generation %d, want 5", l2.Generation())
+	}
+	wantLog(t, logs, `level=WARN msg="live state dropped: the store lost events it had confirmed: restored from a backup\? A client holds a cursor of a generation above this one, .*" `+
+		`session=`+regexp.QuoteMeta(store.Prefix(l.Token()))+` generation=1 reason=generation_lost`)
+
+	l2.EndAbove(replay.Cursor{Tag: l.Tag(), Generation: 1 << 40, Stream: 1, Sequence: 1}, b.HWM)
+	l3, err := f.reg.Get(ctx, l.Token(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l3.Generation() != 5+1+16 {
+		t.Fatalf("lookup after EndAbove of a far generation: generation %d, want %d (16 past the record's claim)", l3.Generation(), 5+1+16)
+	}
+}

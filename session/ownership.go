@@ -207,6 +207,11 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 			msg = "live state dropped: the store lost events it had confirmed: restored from a backup? A client holds a cursor " +
 				"above the high-water mark, where no event was ever sent, so this generation ends; the next request re-creates " +
 				"the session at generation+1"
+			if ahead.above {
+				msg = "live state dropped: the store lost events it had confirmed: restored from a backup? A client holds a cursor " +
+					"of a generation above this one, which the store never issued as it stands, so this generation ends; the next " +
+					"request re-creates the session above the cursor's generation"
+			}
 			attrs = []any{"reason", reason, "cursor", ahead.cursor.String(), "hwm", ahead.hwm}
 		case reason == replay.ReasonGenerationLost:
 			// The store could not take an event: the generation ends here
