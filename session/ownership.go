@@ -217,6 +217,10 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 			// The store could not take an event: the generation ends here
 			// although no other owner holds it, and the line says so.
 			msg = "live state dropped: an event was not stored, or not confirmed stored, so this generation ends; the next request re-creates the session at generation+1"
+		case reason == replay.ReasonSessionNotFound:
+			// The store forgot the session (a restart without
+			// persistence, FLUSHALL, an eviction) or ended it elsewhere.
+			msg = "live state dropped: the store no longer holds the session (it is unknown, or ended elsewhere), so its requests answer 404 session_not_found"
 		}
 		l.logger.Warn(msg, attrs...)
 	}

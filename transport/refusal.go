@@ -239,7 +239,10 @@ func notFound(err error) *refusal {
 // the session's attributes and the error, as every refusal is: a 5xx at
 // most once per reason per refusalWarnInterval, since a store outage or a
 // failover fails every request alike. A failure because the client went
-// away is clientGone's.
+// away is clientGone's. A store that answers that the session is unknown
+// or ended (404 session_not_found) also ends live's generation in this
+// process (session.Live.Gone): no later request of the session is handed
+// to the engine.
 func deliveryRefusal(live *session.Live, err error) *refusal {
 	var ref *refusal
 	switch {
@@ -247,7 +250,9 @@ func deliveryRefusal(live *session.Live, err error) *refusal {
 		// Every caller passes its request's context: it ended because the
 		// client's connection closed (net/http).
 		return clientGone(live, err)
-	case errors.Is(err, store.ErrEnded) || errors.Is(err, store.ErrNotFound):
+	case live.Gone(err):
+		// The store no longer holds the session: this process lets go of
+		// it too, so that no later request of it reaches the engine.
 		ref = notFound(err)
 	case errors.Is(err, store.ErrFenced):
 		// Another replica took the session over; the next attempt reaches it.
