@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tidemark-mcp/tidemark/replay"
@@ -47,10 +48,11 @@ func (e *aheadError) Unwrap() error { return ErrConfirmedLost }
 // store lost it, so the generation appends nothing more: its later
 // appends fail with a *store.LostError, its live state is dropped as for
 // a generation whose events were not stored (replay.ReasonGenerationLost,
-// logged once at WARN with the cursor and hwm), and the next request
-// re-creates the session at generation+1, whose ids no client holds
-// (DESIGN.md, "The replay decision"). A second call for the same
-// generation does nothing.
+// logged once at WARN with the cursor and hwm, or at DEBUG when another
+// such line went out less than aheadWarnInterval ago: warnAhead), and
+// the next request re-creates the session at generation+1, whose ids no
+// client holds (DESIGN.md, "The replay decision"). A second call for the
+// same generation does nothing.
 func (l *Live) EndAhead(c replay.Cursor, hwm uint64) {
 	if !l.ahead.CompareAndSwap(nil, &aheadError{cursor: c, hwm: hwm}) {
 		return
@@ -114,6 +116,28 @@ func (r *Registry) claimAbove(ctx context.Context, claimed store.Record, lease t
 		claimed = next
 	}
 	return claimed, nil
+}
+
+// aheadWarnInterval is the least time between two WARN lines of a
+// generation ended by EndAhead, or by EndAbove, in one process: a client
+// may send any number of made-up cursors, and each ends a generation.
+const aheadWarnInterval = time.Second
+
+// warnAhead logs msg with attrs on l's logger, the line of a generation
+// that EndAhead (above false) or EndAbove (above true) ended: at WARN when
+// the gate lets a line of that kind through (one per aheadWarnInterval
+// for the whole registry), with suppressed, the number of that kind's
+// lines held back since the last one, when there were any; at DEBUG
+// otherwise.
+func (r *Registry) warnAhead(l *Live, above bool, msg string, attrs ...any) {
+	level := slog.LevelDebug
+	if ok, n := r.aheadWarns.Pass(above); ok {
+		level = slog.LevelWarn
+		if n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+	}
+	l.logger.Log(context.Background(), level, msg, attrs...)
 }
 
 // refuseAhead returns the *store.LostError of an append to a generation

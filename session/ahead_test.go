@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -97,5 +98,62 @@ func TestEndAbove(t *testing.T) {
 	}
 	if l3.Generation() != 5+1+16 {
 		t.Fatalf("lookup after EndAbove of a far generation: generation %d, want %d (16 past the record's claim)", l3.Generation(), 5+1+16)
+	}
+}
+
+// TestEndAheadWarnsOncePerSecond: made-up cursors end one generation
+// each, and the process logs one WARN line per second of each kind: 60
+// cursors above the high-water mark give one line, a cursor of a later
+// generation one of its own, and the next cursor above the high-water
+// mark a second later one more, which counts the 59 held back.
+func TestEndAheadWarnsOncePerSecond(t *testing.T) {
+	ctx := context.Background()
+	logs := &testenv.LogBuffer{}
+	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	token := l.Token()
+	ahead := func() {
+		t.Helper()
+		l, err := f.reg.Get(ctx, token, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := f.st.Bounds(ctx, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.EndAhead(replay.Cursor{Tag: l.Tag(), Generation: l.Generation(), Stream: 1, Sequence: b.HWM + 5}, b.HWM)
+	}
+	for range 60 {
+		ahead()
+	}
+	l, err := f.reg.Get(ctx, token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.EndAbove(replay.Cursor{Tag: l.Tag(), Generation: l.Generation() + 1, Stream: 1, Sequence: 1}, 0)
+	f.clk.Advance(time.Second)
+	ahead()
+
+	var warns []string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "level=WARN") {
+			warns = append(warns, line)
+		}
+	}
+	aheadLine := regexp.MustCompile(`^time=\S+ level=WARN msg="live state dropped: the store lost events it had confirmed: restored from a backup\? A client holds a cursor above the high-water mark, .*" session=\S+ generation=(\d+) reason=generation_lost cursor=\S+ hwm=\d+( suppressed=\d+)?\n$`)
+	aboveLine := regexp.MustCompile(`^time=\S+ level=WARN msg="live state dropped: the store lost events it had confirmed: restored from a backup\? A client holds a cursor of a generation above this one, .*" session=\S+ generation=61 reason=generation_lost cursor=\S+ hwm=0\n$`)
+	if len(warns) != 3 {
+		t.Fatalf("%d WARN lines, want 3; log:\n%s", len(warns), logs)
+	}
+	if m := aheadLine.FindStringSubmatch(warns[0]); m == nil || m[1] != "1" || m[2] != "" {
+		t.Errorf("first WARN line %q: want generation 1's, without suppressed", warns[0])
+	}
+	if !aboveLine.MatchString(warns[1]) {
+		t.Errorf("second WARN line %q: want generation 61's, of a cursor of a later generation", warns[1])
+	}
+	if m := aheadLine.FindStringSubmatch(warns[2]); m == nil || m[2] != " suppressed=59" {
+		t.Errorf("third WARN line %q: want a cursor above the high-water mark, suppressed=59", warns[2])
 	}
 }

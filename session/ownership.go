@@ -222,7 +222,11 @@ func (r *Registry) drop(l *Live, reason replay.Reason, err error) {
 			// persistence, FLUSHALL, an eviction) or ended it elsewhere.
 			msg = "live state dropped: the store no longer holds the session (it is unknown, or ended elsewhere), so its requests answer 404 session_not_found"
 		}
-		l.logger.Warn(msg, attrs...)
+		if ahead != nil {
+			r.warnAhead(l, ahead.above, msg, attrs...)
+		} else {
+			l.logger.Warn(msg, attrs...)
+		}
 	}
 	go func() {
 		defer r.closing.Done()

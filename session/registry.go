@@ -162,6 +162,10 @@ type Registry struct {
 	// hibWarns gates the WARN lines of failed hibernations
 	// (warnHibFailure).
 	hibWarns *warngate.Gate[hibFailure]
+	// aheadWarns gates the WARN lines of generations that a cursor above
+	// the store's ended (warnAhead), keyed by whether its generation was
+	// above.
+	aheadWarns *warngate.Gate[bool]
 
 	// mu guards live, starting, ending, hibernated, reserved, lru, closed and each Live's
 	// dropped, lruKey and lruIndex. Requests only read live (RLock);
@@ -259,6 +263,7 @@ func New(st store.Store, log *eventlog.Log, eng engine.Engine, opts Options) *Re
 		above:      make(map[string]uint64),
 		hib:        engine.HibernationOf(eng),
 		hibWarns:   warngate.New[hibFailure](hibWarnInterval, opts.Now),
+		aheadWarns: warngate.New[bool](aheadWarnInterval, opts.Now),
 	}
 	log.SetEvict(r.evictOverBudget)
 	if n, ok := st.(store.LossNotifier); ok {

@@ -3,7 +3,8 @@
 // and one line for each would flood the log with lines that say the same
 // thing. The transport gates its 5xx refusal lines with it, keyed by
 // refusal reason, and the session registry its hibernation failures,
-// keyed by kind of failure.
+// keyed by kind of failure, and the generations that cursors above the
+// store's ended, keyed by whether the cursor's generation was above.
 package warngate
 
 import (
