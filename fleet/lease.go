@@ -246,17 +246,22 @@ func (l Leases) Await(held RemoteError, rec store.Record, sent, now, since time.
 
 // LostReason returns the log reason for a renewal or append error that
 // means the generation it was made for is over (replay.ReasonFenced: a
-// newer generation owns the session; replay.ReasonGenerationLost; or
-// replay.ReasonSessionNotFound), or "" for a transient error, after which
-// the generation is kept and renewed again.
+// newer generation owns the session; replay.ReasonSessionNotFound: the
+// store holds the session no more, unknown or ended, whether it said so
+// to the call or to the pipelined batch the call was in;
+// replay.ReasonGenerationLost: events were not stored), or "" for a
+// transient error, after which the generation is kept and renewed again.
 func LostReason(err error) replay.Reason {
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		return replay.ReasonFenced
+	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
+		// Before ErrLost: a pipelined batch lost because the store no
+		// longer holds the session ends no generation that a next one
+		// continues; the session is gone.
+		return replay.ReasonSessionNotFound
 	case errors.Is(err, store.ErrLost):
 		return replay.ReasonGenerationLost
-	case errors.Is(err, store.ErrEnded), errors.Is(err, store.ErrNotFound):
-		return replay.ReasonSessionNotFound
 	}
 	return ""
 }

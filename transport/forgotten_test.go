@@ -5,12 +5,14 @@
 package transport_test
 
 import (
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"regexp"
 	"sync/atomic"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tidemark-mcp/tidemark/eventlog"
@@ -76,7 +78,7 @@ func (f *forgetting) check(t *testing.T, ran int64) {
 	if n := f.runs.Load(); n != ran {
 		t.Errorf("the engine ran %d calls, want %d: the call after the store forgot the session ran", n, ran)
 	}
-	warn := regexp.MustCompile(`level=WARN msg="live state dropped: the store no longer holds the session \(it is unknown, or ended elsewhere\), so its requests answer 404 session_not_found" session=\S+ generation=1 reason=session_not_found error="redis store: \w+ session \S+: session not found"\n`)
+	warn := regexp.MustCompile(`level=WARN msg="live state dropped: the store no longer holds the session \(it is unknown, or ended elsewhere\), so its requests answer 404 session_not_found" session=\S+ generation=1 reason=session_not_found error="[^"\n]*redis store: \w+ session \S+: session not found"\n`)
 	if n := len(warn.FindAllString(f.logs.String(), -1)); n != 1 {
 		t.Errorf("%d lines match %q, want 1; log:\n%s", n, warn, f.logs)
 	}
@@ -108,4 +110,36 @@ func TestForgottenSessionRunsNoCall(t *testing.T) {
 	_, err := f.s.Resume(ctx, newest)
 	wantRefusal(t, err, 404, "session_not_found")
 	f.check(t, 2)
+}
+
+// TestForgottenSessionCallFirst: a call is the first request after Redis
+// forgets the session. The process cannot know without a store round
+// trip before the engine: the call runs (once), its opening event is
+// lost with the session, and it is answered 200 with -32603 saying it
+// may have run, reason session_not_found; the live state is dropped with
+// the line that says the store no longer holds the session, and the next
+// call is refused 404 without running.
+func TestForgottenSessionCallFirst(t *testing.T) {
+	f := newForgetting(t)
+	f.forget(t)
+	str, err := f.s.Call(testContext(t), mcptest.MustCall(2, "ping", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := str.Collect()
+	str.Close()
+	if err != nil || len(evs) != 1 || evs[0].HasID {
+		t.Fatalf("events %v, %v; want one, without an id", evs, err)
+	}
+	answer, ok := evs[0].Response()
+	if !ok || answer.ID != mcptest.ID(2) {
+		t.Fatalf("event %v: want the answer to 2", evs[0])
+	}
+	var werr *jsonrpc.Error
+	if !errors.As(answer.Error, &werr) || werr.Code != jsonrpc.CodeInternalError ||
+		werr.Message != "the call was handed to the server, but the session ended before its answer was stored, so it may have run: check its effect before sending it again, on a new session" ||
+		string(werr.Data) != `{"generation":1,"reason":"session_not_found"}` {
+		t.Errorf("error %+v; want -32603 session_not_found at generation 1 with the message", answer.Error)
+	}
+	f.check(t, 1)
 }
