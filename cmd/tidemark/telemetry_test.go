@@ -489,6 +489,30 @@ func TestReadyzCountsRedisReplicas(t *testing.T) {
 	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
 }
 
+// TestReadyzRedisStoppedReplica: with the default --redis-replicas 0
+// every write waits for the one replica, so while it is stopped
+// (SIGSTOP: still connected to the primary) /readyz answers 503
+// unavailable within 5 s, naming the replica's lag, and 200 once it runs
+// again (regression: 200 throughout while every write failed).
+func TestReadyzRedisStoppedReplica(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: rs.Addr()})
+	replica.WaitInSync()
+	rs.WaitReplicaListed(replica)
+	_, _, metricsAddr := startObserved(t, nil, "--redis", rs.URL())
+	awaitReady(t, metricsAddr, http.StatusOK, "", 5*time.Second)
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	awaitReady(t, metricsAddr, http.StatusServiceUnavailable, "unavailable", 5*time.Second)
+	want := "0 of the 1 replicas writes must reach are connected to the primary " + rs.Addr() +
+		" with a lag of at most 2s (" + replica.Addr() + ": lag "
+	if _, body := get(t, "http://"+metricsAddr+"/readyz"); !strings.Contains(body, want) {
+		t.Errorf("/readyz %s, want the error to say %q", body, want)
+	}
+	replica.Resume()
+	awaitReady(t, metricsAddr, http.StatusOK, "", 10*time.Second)
+}
+
 // TestReadyzFollowsDataDir: a durable store's /readyz answers 200 while
 // its data directory is there, and 503 unavailable, naming the directory,
 // once it is removed under the running server: every write would be

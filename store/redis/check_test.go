@@ -3,6 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +68,103 @@ func TestCheckWrites(t *testing.T) {
 	if err := s.Check(ctx); err != nil {
 		t.Errorf("Check once Redis takes writes again: %v", err)
 	}
+}
+
+// TestCheckStoppedReplica: a primary with one replica, which every write
+// waits for up to 1 s (ReplicationTimeout's default), whether
+// Options.Replicas is 0 (every replica connected) or 1. See
+// checkStoppedReplica.
+func TestCheckStoppedReplica(t *testing.T) {
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary.Addr()})
+	replica.WaitInSync()
+	primary.WaitReplicaListed(replica)
+	checkStoppedReplica(t, primary, replica, []namedStore{
+		{"Replicas 0", open(t, primary, redis.Options{})},
+		{"Replicas 1", open(t, primary, redis.Options{Replicas: 1})},
+	})
+}
+
+// TestCheckStoppedReplicaSentinel: checkStoppedReplica through a Sentinel
+// URL, with Options.Replicas 0: a primary, one replica, three sentinels.
+func TestCheckStoppedReplicaSentinel(t *testing.T) {
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{ReplicaOf: primary.Addr()})
+	replica.WaitInSync()
+	primary.WaitReplicaListed(replica)
+	ss := redistest.StartSentinels(t, primary)
+	ss.WaitReady(1)
+	checkStoppedReplica(t, primary, replica, []namedStore{{"Sentinel, Replicas 0", openURL(t, ss.URL(), redis.Options{})}})
+}
+
+type namedStore struct {
+	name string
+	s    *redis.Store
+}
+
+// checkStoppedReplica: with the replica of primary running, Check passes
+// on each of stores at each of 40 calls 50 ms apart (over two of the
+// replica's ack periods: no flapping). While the replica is stopped
+// (SIGSTOP: it stays connected, and online to the primary) a Create of
+// session stopped-replica (whose keys primary holds) through the first
+// of stores fails (ErrUnavailable, 0 of 1 replicas), and Check fails
+// within 5 s with ErrUnavailable naming the replica and its lag, over
+// the bound of 2 s; once it runs again (SIGCONT) Check passes within 5 s,
+// then at each of 40 calls again (regression: Check passed throughout
+// while every write failed).
+func checkStoppedReplica(t *testing.T, primary, replica *redistest.Server, stores []namedStore) {
+	t.Helper()
+	ctx := context.Background()
+	everyCall := func(when string) {
+		t.Helper()
+		for i := range 40 {
+			for _, st := range stores {
+				if err := st.s.Check(ctx); err != nil {
+					t.Fatalf("%s: Check %d %s: %v", st.name, i, when, err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	everyCall("with the replica running")
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	stopped := time.Now()
+	want := regexp.MustCompile(`^redis store: 0 of the 1 replicas writes must reach are connected to the primary ` +
+		regexp.QuoteMeta(primary.Addr()) + ` with a lag of at most 2s \(` + regexp.QuoteMeta(replica.Addr()) +
+		`: lag (\d+)s\); writes fail until they are: store unavailable$`)
+	for _, st := range stores {
+		var err error
+		for err == nil && time.Since(stopped) < 5*time.Second {
+			time.Sleep(100 * time.Millisecond)
+			err = st.s.Check(ctx)
+		}
+		m := want.FindStringSubmatch(fmt.Sprint(err))
+		if !errors.Is(err, store.ErrUnavailable) || m == nil {
+			t.Fatalf("%s: Check %v after the replica stopped: %v; want ErrUnavailable matching %s",
+				st.name, time.Since(stopped).Round(time.Millisecond), err, want)
+		}
+		lag, _ := strconv.Atoi(m[1])
+		if lag < 3 {
+			t.Errorf("%s: Check's error names a lag of %ds, want over the bound of 2s", st.name, lag)
+		}
+		t.Logf("%s: Check failed %v after the replica stopped, at a lag of %ds", st.name, time.Since(stopped).Round(time.Millisecond), lag)
+	}
+	err := stores[0].s.Create(ctx, store.Record{Token: "stopped-replica", Generation: 1, Owner: "p1", Created: epoch, LastSeen: epoch})
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "replicated to 0 of 1 replicas within 1s") {
+		t.Errorf("Create with the replica stopped: %v; want ErrUnavailable, replicated to 0 of 1 replicas within 1s", err)
+	}
+
+	replica.Resume()
+	resumed := time.Now()
+	for _, st := range stores {
+		for err := st.s.Check(ctx); err != nil; err = st.s.Check(ctx) {
+			if time.Since(resumed) > 5*time.Second {
+				t.Fatalf("%s: Check 5s after the replica resumed: %v", st.name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	everyCall("after the replica resumed")
 }

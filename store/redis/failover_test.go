@@ -314,7 +314,8 @@ func TestSentinelFailoverLoss(t *testing.T) {
 
 // TestCluster: a Redis Cluster of three primaries with a replica each,
 // created with redis-cli --cluster create. The store contract and that
-// of task records hold on it (each task's keys in one slot); then, while
+// of task records hold on it (each task's keys in one slot), and Check
+// sees a stopped replica (checkStoppedReplica); then, while
 // four sessions are written and tailed, the primary of the first
 // session's slot is replaced twice: by CLUSTER FAILOVER FORCE on its
 // replica, then by killing (SIGKILL) that new primary so the old one is
@@ -324,6 +325,15 @@ func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("contract", func(t *testing.T) { runContract(t, c.URL()) })
 	t.Run("tasks", func(t *testing.T) { clusterTasks(t, c) })
+	t.Run("check_stopped_replica", func(t *testing.T) {
+		// Before failover, which leaves a primary without its replica.
+		// Options.Replicas 1: with 0, writes stop waiting for a replica
+		// once the cluster marks it failed, a second or two into its stop.
+		p := c.PrimaryFor(redis.DefaultPrefix + "{stopped-replica}:rec")
+		replica := c.ReplicaOf(p)
+		checkStoppedReplica(t, p, replica, []namedStore{{"Cluster, Replicas 1", openURL(t, c.URL(), redis.Options{Replicas: 1})}})
+		p.WaitReplicaListed(replica)
+	})
 	t.Run("failover", func(t *testing.T) {
 		w := openURL(t, c.URL(), redis.Options{})
 		r := openURL(t, c.URL(), redis.Options{})

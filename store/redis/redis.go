@@ -146,7 +146,9 @@ type Options struct {
 	// replicas within it fails with ErrUnavailable although the primary
 	// stored it: an append then ends its generation (its events never
 	// become visible; the next request continues at generation+1). Keep
-	// it below Timeout. Default (zero): DefaultReplicationTimeout, 1 s.
+	// it below Timeout. It also bounds the lag at which Check counts a
+	// replica as one writes reach (lagBound: 1 s plus it, rounded up to
+	// seconds). Default (zero): DefaultReplicationTimeout, 1 s.
 	ReplicationTimeout time.Duration
 
 	// Prefix starts every key the store writes, so that several fleets (or

@@ -100,38 +100,96 @@ func connected(role []any) int {
 // Check reports whether the store would take new data, for readiness
 // probes. Redis must acknowledge one small write within 500 ms (writable,
 // check.go): a Redis that refuses writes or holds them back still answers
-// reads. With Options.Replicas positive, every primary (each of a
-// Cluster's) must also have that many replicas connected, since WAIT
-// cannot confirm a write on fewer and every write then fails (runOn).
-// Its error wraps store.ErrUnavailable and says which failed (with the
-// count of replicas connected); nil otherwise. Options.Replicas zero or
-// negative asks no count: the wait counts the replicas there are.
+// reads. Every primary (each of a Cluster's) must also answer as a
+// primary and have as many replicas that writes can reach (lag.go:
+// online, and a lag of at most lagBound of Options.ReplicationTimeout)
+// as its writes wait for: Options.Replicas when positive; when zero,
+// every replica the write path counts (need: those connected, or on a
+// Cluster those its configuration gives the primary and has not marked
+// failed). WAIT cannot confirm a write on fewer and every write then
+// fails (runOn). Its error wraps store.ErrUnavailable and says which
+// failed (with the count of replicas that writes reach, and the lag or
+// state of the others); nil otherwise. Options.Replicas negative asks no
+// count: writes wait for no replica.
 func (s *Store) Check(ctx context.Context) error {
 	if err := s.writable(ctx); err != nil {
 		return err
 	}
-	want := s.repl.want
-	if want <= 0 {
-		return nil
-	}
-	check := func(ctx context.Context, primary *goredis.Client) error {
-		role, err := primary.Do(ctx, "ROLE").Slice()
-		if err != nil {
-			return fmt.Errorf("redis store: ROLE of %s: %w: %w", primary.Options().Addr, store.ErrUnavailable, err)
-		}
-		if len(role) < 3 || str(role[0]) != "master" {
-			return fmt.Errorf("redis store: %s answers ROLE %v, not as a primary (a failover is in progress): %w", primary.Options().Addr, at(role, 0), store.ErrUnavailable)
-		}
-		if n := connected(role); n < want {
-			return fmt.Errorf("redis store: %d of the %d replicas writes must reach are connected to the primary %s; writes fail until they are: %w",
-				n, want, primary.Options().Addr, store.ErrUnavailable)
-		}
+	if s.repl.want < 0 {
 		return nil
 	}
 	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, check)
+		return cc.ForEachMaster(ctx, s.repl.check)
 	}
-	return check(ctx, s.rdb.(*goredis.Client))
+	return s.repl.check(ctx, s.rdb.(*goredis.Client))
+}
+
+// check is Check's test of one primary: its INFO replication, and on a
+// Cluster with Options.Replicas zero its count of replicas (count).
+func (r *replication) check(ctx context.Context, primary *goredis.Client) error {
+	addr := primary.Options().Addr
+	info, err := primary.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("redis store: INFO replication of %s: %w: %w", addr, store.ErrUnavailable, err)
+	}
+	if role := infoField(info, "role"); role != "master" {
+		return fmt.Errorf("redis store: %s answers role:%s, not as a primary (a failover is in progress): %w", r.name(ctx, primary), role, store.ErrUnavailable)
+	}
+	replicas := replicasOf(info)
+	want := r.want
+	switch {
+	case want == 0 && r.cluster:
+		if want, err = r.count(ctx, primary); err != nil {
+			return fmt.Errorf("redis store: replicas of %s: %w: %w", addr, store.ErrUnavailable, err)
+		}
+	case want == 0:
+		// The replicas ROLE lists: those online.
+		for _, rp := range replicas {
+			if rp.state == "online" {
+				want++
+			}
+		}
+	}
+	bound := lagBound(r.timeout)
+	reach := 0
+	var others []string
+	for _, rp := range replicas {
+		if rp.reaches(bound) {
+			reach++
+		} else {
+			others = append(others, rp.whyNot())
+		}
+	}
+	if reach >= want {
+		return nil
+	}
+	why := ""
+	if len(others) > 0 {
+		why = " (" + strings.Join(others, ", ") + ")"
+	}
+	return fmt.Errorf("redis store: %d of the %d replicas writes must reach are connected to the primary %s with a lag of at most %ds%s; writes fail until they are: %w",
+		reach, want, r.name(ctx, primary), bound, why, store.ErrUnavailable)
+}
+
+// name returns primary's address, for an error: its Options' Addr,
+// except on Sentinel, where the client's Options name no server
+// ("FailoverClient") and the address is the one the server answers on
+// (CLIENT INFO's laddr, Redis 6.2 and later), when it gives one.
+func (r *replication) name(ctx context.Context, primary *goredis.Client) string {
+	addr := primary.Options().Addr
+	if !r.failover || r.cluster {
+		return addr
+	}
+	info, err := primary.Do(ctx, "CLIENT", "INFO").Text()
+	if err != nil {
+		return addr
+	}
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "laddr="); ok && v != "" {
+			return v
+		}
+	}
+	return addr
 }
 
 // count asks primary for its replicas: on a Cluster node, the replicas
