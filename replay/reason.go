@@ -189,8 +189,9 @@ const (
 	// error -32603 when the memory of used requestStates (package
 	// requeststate) cannot be reached.
 	ReasonUnavailable Reason = "unavailable"
-	// ReasonCapacity: 503 with Retry-After, no room for another session or
-	// subprocess; also the end reason of a session evicted to make room,
+	// ReasonCapacity: 503 with Retry-After, no room for another session,
+	// subprocess or subscriptions/listen stream (transport.Options.MaxListens:
+	// tidemark serve --max-listens); also the end reason of a session evicted to make room,
 	// and the reason of a JSON-RPC error -32603 when the memory of used
 	// requestStates (package requeststate) is full.
 	ReasonCapacity Reason = "capacity"

@@ -51,14 +51,14 @@ type stack struct {
 // newStack serves server (the demo server when nil) with opts behind
 // httptest.NewServer; wrap, when non-nil, wraps the handler (auth
 // middleware). Everything is shut down when the test ends.
-func newStack(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler) *stack {
+func newStack(t testing.TB, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler) *stack {
 	t.Helper()
 	return newStackOn(t, server, opts, wrap, nil)
 }
 
 // newStackOn is newStack with the listener's connections passed through
 // conn, when non-nil, as they are accepted.
-func newStackOn(t *testing.T, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler, conn func(net.Conn)) *stack {
+func newStackOn(t testing.TB, server *mcp.Server, opts *tidemark.Options, wrap func(http.Handler) http.Handler, conn func(net.Conn)) *stack {
 	t.Helper()
 	if server == nil {
 		server = demo.NewServer()

@@ -1,14 +1,19 @@
 // listens.go holds the open subscriptions/listen streams of the sessionless
-// era, which a graceful shutdown ends instead of waiting for them.
+// era: their bound (Options.MaxListens), and their end at a graceful
+// shutdown, which ends them instead of waiting for them.
 
 package transport
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/tidemark-mcp/tidemark/internal/wire"
+	"github.com/tidemark-mcp/tidemark/replay"
 )
 
 // methodListen is the sessionless era's method that opens a listen stream
@@ -24,10 +29,15 @@ type listens struct {
 	cancel map[uint64]context.CancelFunc
 }
 
-// add registers cancel and returns the function that removes it.
-func (l *listens) add(cancel context.CancelFunc) (remove func()) {
+// add registers cancel and returns the function that removes it, unless
+// limit streams are registered already (limit negative: no bound): then
+// it registers nothing and ok is false.
+func (l *listens) add(cancel context.CancelFunc, limit int) (remove func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if limit >= 0 && len(l.cancel) >= limit {
+		return nil, false
+	}
 	if l.cancel == nil {
 		l.cancel = make(map[uint64]context.CancelFunc)
 	}
@@ -38,7 +48,17 @@ func (l *listens) add(cancel context.CancelFunc) (remove func()) {
 		l.mu.Lock()
 		delete(l.cancel, id)
 		l.mu.Unlock()
-	}
+	}, true
+}
+
+// capacityRefusal is the refusal of a listen stream beyond
+// Options.MaxListens: 503 capacity with Retry-After, the answer of every
+// bound on what the process holds; the request's id is the listen's.
+func capacityRefusal(limit int, id jsonrpc.ID) *refusal {
+	ref := refuse(replay.ReasonCapacity, fmt.Sprintf(
+		"no room for another subscriptions/listen stream: this server holds %d open at most; listen again later", limit))
+	ref.id = id
+	return ref
 }
 
 // endAll cancels every listen stream registered; their handlers return

@@ -36,6 +36,12 @@ const (
 	DefaultKeepAlive        = 15 * time.Second
 	DefaultWriteTimeout     = 30 * time.Second
 	DefaultRetry            = time.Second
+	// DefaultMaxListens bounds the open subscriptions/listen streams of a
+	// process (Options.MaxListens), sized from what one open stream holds
+	// (BenchmarkListenStream; docs/operating.md, "Retention and memory"):
+	// that many streams hold about what DefaultMaxInflightBytes lets the
+	// bodies of calls in flight hold.
+	DefaultMaxListens = 1000
 )
 
 const (
@@ -83,6 +89,15 @@ type Options struct {
 	// is delivered. Default DefaultMaxInflightBytes (128 MiB); negative: no
 	// bound.
 	MaxInflightBytes int64
+	// MaxListens bounds the sessionless era's subscriptions/listen streams
+	// open at once in the process (streams). A listen beyond it gets 503
+	// capacity with Retry-After before it reaches Sessionless, and the
+	// streams open are unharmed; one that ends makes room for the next.
+	// No session counts it (MaxSessions and MaxCallsPerSession of package
+	// session do not apply to it), so without the bound a client that
+	// opens listens is held back by file descriptors alone. Default
+	// DefaultMaxListens; negative: no bound.
+	MaxListens int
 	// BodyTimeout bounds reading a POST body; a client that sends it slower
 	// gets 408 body_timeout (a slow body must not hold a connection and a
 	// goroutine for ever). Default 30 seconds.
@@ -167,6 +182,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if opts.MaxListens == 0 {
+		opts.MaxListens = DefaultMaxListens
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -43,9 +43,10 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // stateful era's rules and answers (sessionlessMessage: 413, 408, 400
 // parse_error, batch_not_allowed, invalid_request), with Options.Auth the
 // scope a tools/call's tool needs (403 insufficient_scope), a routing
-// header sent twice (400 header_mismatch), and a call while the server
-// drains (drainRefusal: 503 unavailable, as in the stateful era, before
-// the call reaches the Tasks extension or a tool). The request goes on
+// header sent twice (400 header_mismatch), a subscriptions/listen beyond
+// Options.MaxListens open streams (503 capacity: capacityRefusal), and a
+// call while the server drains (drainRefusal: 503 unavailable, as in the
+// stateful era, before the call reaches the Tasks extension or a tool). The request goes on
 // without Mcp-Session-Id and Last-Event-ID, which a server of the revision
 // ignores, and no session ID is minted or echoed (MCP 2026-07-28,
 // basic/transports, "Earlier Streamable HTTP Revisions"). The handler's
@@ -91,7 +92,11 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		// listens again, elsewhere or after the restart.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		defer h.listens.add(cancel)()
+		remove, ok := h.listens.add(cancel, h.opts.MaxListens)
+		if !ok {
+			return capacityRefusal(h.opts.MaxListens, messageID(msg))
+		}
+		defer remove()
 		r = r.WithContext(ctx)
 		h.opts.Metrics.StreamOpened(metrics.StreamListen)
 		defer h.opts.Metrics.StreamClosed(metrics.StreamListen)

@@ -31,7 +31,7 @@ func badValues(t *testing.T) map[string]map[string]string {
 			"addr": "8080", "path": "mcp", "json-response": "maybe", "protocol": "2025-11-25",
 			"retention-events": "x", "retention-bytes": "x", "retention-age": "5", "retention-budget": "x",
 			"session-idle-ttl": "5", "hibernate-after": "-1s", "stdio-hibernate": "maybe", "max-sessions": "x", "max-calls-per-session": "x", "retry": "5", "keepalive": "5",
-			"max-body-bytes": "x", "max-inflight-bytes": "x", "shutdown-grace": "5",
+			"max-body-bytes": "x", "max-inflight-bytes": "x", "max-listens": "0", "shutdown-grace": "5",
 			"log-level": "LOUD", "log-format": "xml", "stdio": "maybe", "env": "x",
 			"data-dir": notDir, "redis": "notaurl://", "redis-password-file": dir, "replica-id": "a b", "lease-ttl": "5", "lease-renew": "5",
 			"redis-replicas": "x", "redis-replication-timeout": "5", "advertise-url": "notaurl",

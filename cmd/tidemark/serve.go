@@ -64,6 +64,7 @@ type serveConfig struct {
 	keepAlive       time.Duration
 	maxBody         int64
 	maxInflight     int64
+	maxListens      int
 	shutdownGrace   time.Duration
 	logLevel        slog.Level
 	logFormat       string
@@ -103,6 +104,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.keepAlive, "keepalive", transport.DefaultKeepAlive, "idle time before an SSE keep-alive comment (duration; -1s: never)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", transport.DefaultMaxBodyBytes, "largest POST body accepted (bytes)")
 	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "most memory held by the request bodies of calls being answered, summed over the process, each body counting twice its size (it and its decoded copy) and 32 bytes per JSON value it holds (what decoding costs), at most the bound; a POST over it answers 503 inflight_bytes; at least twice --max-body-bytes (bytes; -1: no bound)")
+	fs.IntVar(&c.maxListens, "max-listens", transport.DefaultMaxListens, "most 2026-07-28 subscriptions/listen streams open at once in this process, which no session counts; one more answers 503 capacity, those open unharmed; each holds 6 goroutines and about 110 KiB of RSS, so the default bounds them to about 107 MiB (streams; -1: no bound)")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGINT/SIGTERM lets calls in flight finish (new calls get 503) before streams close with a final retry field (duration)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -234,6 +236,8 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-calls-per-session %d: want a positive number of requests", c.maxCalls)
 	case c.maxInflight == 0 || c.maxInflight < -1:
 		return fmt.Errorf("--max-inflight-bytes %d: want a positive number of bytes, or -1 for no bound", c.maxInflight)
+	case c.maxListens == 0 || c.maxListens < -1:
+		return fmt.Errorf("--max-listens %d: want a positive number of streams, or -1 for no bound", c.maxListens)
 	case c.maxBody <= 0:
 		return fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", c.maxBody)
 	case c.maxInflight != -1 && c.maxInflight < transport.InflightCost*c.maxBody:
@@ -434,7 +438,7 @@ func (c *serveConfig) options(b *backing, logger *slog.Logger) *tidemark.Options
 		},
 		Transport: transport.Options{
 			JSONResponse: c.jsonResponse, Retry: c.retry, KeepAlive: c.keepAlive,
-			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, Logger: logger,
+			MaxBodyBytes: c.maxBody, MaxInflightBytes: c.maxInflight, MaxListens: c.maxListens, Logger: logger,
 			SessionlessOnly: c.protocol == transport.VSessionless,
 		},
 	}

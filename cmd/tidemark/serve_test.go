@@ -26,6 +26,8 @@ func TestServeRefusesMeaninglessFlags(t *testing.T) {
 		{[]string{"--max-inflight-bytes", "1000", "--max-body-bytes", "4096"}, "--max-inflight-bytes 1000 is below twice --max-body-bytes 4096 (a body counts twice its size): a POST body of more than half of it could never be served, and would be told to retry for ever; " +
 			"set --max-inflight-bytes to at least 8192 (or -1 for no bound), or lower --max-body-bytes"},
 		{[]string{"--max-inflight-bytes", "8388607"}, "--max-inflight-bytes 8388607 is below twice --max-body-bytes 4194304"},
+		{[]string{"--max-listens", "0"}, "--max-listens 0: want a positive number of streams, or -1 for no bound"},
+		{[]string{"--max-listens", "-2"}, "--max-listens -2: want a positive number of streams, or -1 for no bound"},
 		{[]string{"--max-sessions", "0"}, "--max-sessions 0: want a positive number of sessions"},
 		{[]string{"--max-calls-per-session", "0"}, "--max-calls-per-session 0: want a positive number of requests"},
 		{[]string{"--retention-events", "-5"}, "--retention-events -5: want a positive number, or -1 for no limit"},
