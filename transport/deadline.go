@@ -121,33 +121,40 @@ var keepAliveComment = []byte(": keep-alive\n")
 // for interval, as Tidemark's own streams get (Options.KeepAlive), so that
 // proxies with idle timeouts keep a quiet subscriptions/listen stream
 // open; only at a line's end, never inside one. It returns the function
-// that stops it, which waits until it has; interval zero or less: none.
+// that stops it, after which it writes nothing; interval zero or less:
+// none.
 func (d *deadlineWriter) keepAlive(interval time.Duration) (stop func()) {
 	if interval <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			d.mu.Lock()
-			if d.sse && d.lineStart && time.Since(d.last) >= interval {
-				if _, err := d.writeLocked(keepAliveComment); err == nil {
-					d.flushLocked()
-				}
-			}
-			d.mu.Unlock()
+	// A timer, not a goroutine with a ticker: a quiet stream holds no
+	// goroutine of its own between looks, and every open listen stream
+	// would hold one for its life. A look runs under d.mu, which stop
+	// takes too, so none writes once stop has returned.
+	var (
+		t       *time.Timer
+		stopped bool
+	)
+	look := func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if stopped {
+			return
 		}
-	})
+		if d.sse && d.lineStart && time.Since(d.last) >= interval {
+			if _, err := d.writeLocked(keepAliveComment); err == nil {
+				d.flushLocked()
+			}
+		}
+		t.Reset(interval / 2)
+	}
+	d.mu.Lock()
+	t = time.AfterFunc(interval/2, look)
+	d.mu.Unlock()
 	return func() {
-		close(done)
-		wg.Wait()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
