@@ -41,17 +41,20 @@ type listener struct {
 	send    mcp.MethodHandler // the server's sending chain below the Bus
 	key     streamKey         // in Bus.streams, unless its session is nil
 
-	wake chan struct{} // capacity 1: the queue has something
-	done chan struct{} // closed when the listener ends
-
 	mu    sync.Mutex
 	queue []pending // at most queueLen
 	ended bool
+	// acked says the acknowledgment is sent, so the queue may be written
+	// (the acknowledgment is the stream's first message).
+	acked bool
+	// writing says a goroutine writes the queue (Bus.write); there is one
+	// at most, which ends when the queue is empty.
+	writing bool
 }
 
 // newListener returns the listener of a listen handler that cancel ends.
 func newListener(cancel context.CancelFunc) *listener {
-	return &listener{cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &listener{cancel: cancel}
 }
 
 // streamKey identifies a listen stream among the notifications the
@@ -87,7 +90,8 @@ type listenKey struct{}
 // is not seen. The sending middleware puts every list change and resource
 // update sent to a subscriptions/listen stream, by the Bus or by s itself
 // (Server.ResourceUpdated, AddTool and the like), into the stream's queue;
-// the stream's goroutine sends them below it.
+// a goroutine of the stream's, while its queue holds any, sends them below
+// it.
 func (b *Bus) Attach(s *mcp.Server) {
 	b.mu.Lock()
 	if _, ok := b.servers[s]; ok {
@@ -134,8 +138,8 @@ func (b *Bus) Attach(s *mcp.Server) {
 // the filter acknowledged. The listener is registered before the
 // acknowledgment goes out, so a notification raised once the client has
 // it reaches the stream; one raised while it is being sent waits in the
-// queue, whose goroutine starts once the acknowledgment is sent. A
-// listener whose acknowledgment fails is forgotten.
+// queue, which is written once the acknowledgment is sent. A listener
+// whose acknowledgment fails is forgotten.
 func (b *Bus) acknowledge(ctx context.Context, req mcp.Request, send mcp.MethodHandler) (mcp.Result, error) {
 	l, _ := ctx.Value(listenKey{}).(*listener)
 	ss, _ := req.GetSession().(*mcp.ServerSession)
@@ -156,7 +160,9 @@ func (b *Bus) acknowledge(ctx context.Context, req mcp.Request, send mcp.MethodH
 		b.forget(l)
 		return res, err
 	}
-	go b.write(l)
+	if l.acknowledged() {
+		go b.write(l)
+	}
 	return res, err
 }
 

@@ -23,7 +23,8 @@
 // have pushed that one out of the stream meanwhile (it then logs reason
 // notifications_lost). Nothing that raises or delivers a notification
 // waits on a listener's connection: each stream has a queue of its own
-// (queueLen) and a goroutine that writes it; a stream whose client does
+// (queueLen) and, while the queue holds any, a goroutine that writes it;
+// a stream whose client does
 // not read fills its queue and is cut (reason listener_stalled), and its
 // client listens again.
 //

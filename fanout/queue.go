@@ -1,8 +1,9 @@
 package fanout
 
 // This file holds a listener's queue: the notifications waiting for its
-// stream, and the goroutine that writes them, so that nothing that raises
-// or delivers a notification waits on one listener's connection.
+// stream, and the goroutine that writes them while there are any, so that
+// nothing that raises or delivers a notification waits on one listener's
+// connection, and a quiet stream holds no goroutine of its own.
 
 import (
 	"context"
@@ -33,10 +34,11 @@ type pending struct {
 }
 
 // enqueue adds the notification method, sent as req, to l's queue and
-// wakes l's goroutine. When the queue is full, l is cut: its stream ends
-// (its listen handler returns) and it hears nothing more; its client
-// listens again (MCP 2026-07-28, basic/patterns/subscriptions). A
-// notification for a listener that ended is dropped.
+// starts l's writing goroutine unless it runs or l's acknowledgment is not
+// sent yet. When the queue is full, l is cut: its stream ends (its listen
+// handler returns) and it hears nothing more; its client listens again
+// (MCP 2026-07-28, basic/patterns/subscriptions). A notification for a
+// listener that ended is dropped.
 func (b *Bus) enqueue(l *listener, method string, req mcp.Request) {
 	l.mu.Lock()
 	if l.ended {
@@ -49,11 +51,24 @@ func (b *Bus) enqueue(l *listener, method string, req mcp.Request) {
 		return
 	}
 	l.queue = append(l.queue, pending{method: method, req: req})
+	start := l.acked && !l.writing
+	l.writing = l.writing || start
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if start {
+		go b.write(l)
 	}
+}
+
+// acknowledged notes that l's acknowledgment is sent, and reports whether
+// its queue waits to be written: then the caller starts its writing
+// goroutine (Bus.write).
+func (l *listener) acknowledged() (start bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acked = true
+	start = !l.ended && !l.writing && len(l.queue) > 0
+	l.writing = l.writing || start
+	return start
 }
 
 // cut ends l, whose queue is full as a notification of method arrives.
@@ -67,46 +82,41 @@ func (b *Bus) cut(l *listener, method string) {
 }
 
 // write sends the notifications of l's queue, in order, through the
-// server's sending chain below the Bus, until l ends or the Bus closes.
-// It starts once l's acknowledgment is sent, so the acknowledgment is the
-// stream's first message (basic/patterns/subscriptions, "Acknowledgment").
-// One write waits for the connection at most sendTimeout, or as long as
-// the connection blocks it: a stalled write holds up this stream alone.
+// server's sending chain below the Bus, until the queue is empty, l ends or
+// the Bus closes; enqueue starts it again for the next. One runs at a time
+// (listener.writing), and only once l's acknowledgment is sent, so the
+// acknowledgment is the stream's first message (basic/patterns/
+// subscriptions, "Acknowledgment"). One write waits for the connection at
+// most sendTimeout, or as long as the connection blocks it: a stalled
+// write holds up this stream alone.
 func (b *Bus) write(l *listener) {
 	for {
-		select {
-		case <-l.done:
+		p, ok := l.next()
+		if !ok {
 			return
+		}
+		select {
 		case <-b.stop:
 			return
-		case <-l.wake:
+		default:
 		}
-		for {
-			p, ok := l.next()
-			if !ok {
-				break
-			}
-			select {
-			case <-b.stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(l.ctx, sendTimeout)
-			_, err := l.send(ctx, p.method, p.req)
-			cancel()
-			if err != nil && l.ctx.Err() == nil {
-				b.logger.Warn("delivering a notification to a subscriptions/listen stream failed", "method", p.method, "error", err)
-			}
+		ctx, cancel := context.WithTimeout(l.ctx, sendTimeout)
+		_, err := l.send(ctx, p.method, p.req)
+		cancel()
+		if err != nil && l.ctx.Err() == nil {
+			b.logger.Warn("delivering a notification to a subscriptions/listen stream failed", "method", p.method, "error", err)
 		}
 	}
 }
 
 // next takes the first notification of l's queue; ok is false when the
-// queue is empty or l ended.
+// queue is empty or l ended, and then its writing goroutine, the caller,
+// ends.
 func (l *listener) next() (p pending, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || len(l.queue) == 0 {
+		l.writing = false
 		return pending{}, false
 	}
 	p = l.queue[0]
@@ -118,8 +128,8 @@ func (l *listener) next() (p pending, ok bool) {
 	return p, true
 }
 
-// end marks l ended, drops its queue and stops its goroutine. It is
-// idempotent.
+// end marks l ended and drops its queue: its writing goroutine, if any,
+// ends after the write it is in. It is idempotent.
 func (l *listener) end() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,5 +138,4 @@ func (l *listener) end() {
 	}
 	l.ended = true
 	l.queue = nil
-	close(l.done)
 }
