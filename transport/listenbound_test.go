@@ -24,7 +24,8 @@ import (
 // and one count in tidemark_refusals_total, while the two go on hearing
 // their notifications; once one ends, a new listen is accepted. The
 // failing input (a hostile-client review): 300 unauthenticated listens
-// held 1,800 goroutines and 33 MiB, bounded by file descriptors alone.
+// took the process from 119 to 1,919 goroutines and from 63 to 96 MiB of
+// RSS, bounded by file descriptors alone.
 func TestMaxListens(t *testing.T) {
 	ctx := testContext(t)
 	server, _ := listenServer()
