@@ -24,42 +24,26 @@ import (
 // that has not lapsed, and the store's errors (store.ErrUnavailable). A
 // session of another user is ErrForbidden, live or ended (endedFor).
 func (r *Registry) Get(ctx context.Context, token, userID string) (*Live, error) {
-	l, err := r.get(ctx, token, userID)
+	return r.GetChecked(ctx, token, userID, nil)
+}
+
+// GetChecked is Get, which calls check (when not nil) with the session's
+// record before it starts the session's live state from it (a wake from
+// hibernation, or a re-creation at generation+1), after every error of
+// its own (not found, ended, another user's, another owner's lease, idle
+// beyond IdleTTL): an error of check is returned as it is, and nothing is
+// started. A request whose refusal the record alone decides (a protocol
+// version that contradicts the one the session negotiated, a cursor of
+// another session) is then refused without waking a hibernated session
+// (DESIGN.md, "Hibernation"). check is not called when the live state is
+// held here already; the caller judges the request on it then.
+func (r *Registry) GetChecked(ctx context.Context, token, userID string, check func(store.Record) error) (*Live, error) {
+	l, err := r.get(ctx, token, userID, check)
 	return l, endedFor(err, token, userID)
 }
 
-// Dormant reports whether Get, for a request of userID, would start the
-// live state of token's session in this process (wake it from
-// hibernation, or re-create it), without starting anything: no live
-// state of it is held or starting here, its end has not begun, and its
-// record is a session's (not a tombstone), bound to userID, held under no
-// other owner's lease that has not lapsed, and not idle beyond IdleTTL.
-// It reads the record once (store.Sessions.Get); a record it cannot read
-// reports false. A request that the record alone refuses (a malformed
-// Last-Event-ID: replay.DecideCursor) is then refused before Get, so that
-// a hibernated session stays hibernated (DESIGN.md, "Hibernation"). False
-// says only that Get decides, as for any request.
-func (r *Registry) Dormant(ctx context.Context, token, userID string) bool {
-	r.mu.RLock()
-	_, held := r.live[token]
-	_, starting := r.starting[token]
-	_, ending := r.endingReason(token)
-	closed := r.closed
-	r.mu.RUnlock()
-	if held || starting || ending || closed {
-		return false
-	}
-	rec, err := r.st.Get(ctx, token)
-	if err != nil {
-		return false
-	}
-	now := r.opts.Now()
-	idle := r.opts.IdleTTL > 0 && now.Sub(rec.LastSeen) > r.opts.IdleTTL
-	return rec.UserID == userID && r.lease.Remote(rec, now, r.Answering(now)) == nil && !idle
-}
-
 // get is Get, whose errors may name another user's ended session.
-func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error) {
+func (r *Registry) get(ctx context.Context, token, userID string, check func(store.Record) error) (*Live, error) {
 	for {
 		r.mu.RLock()
 		shut := r.closed
@@ -124,7 +108,7 @@ func (r *Registry) get(ctx context.Context, token, userID string) (*Live, error)
 		r.starting[token] = done
 		r.mu.Unlock()
 
-		l, err := r.recreate(ctx, token, userID, engineEnded)
+		l, err := r.recreate(ctx, token, userID, engineEnded, check)
 		r.mu.Lock()
 		if err == nil {
 			r.hibernated.del(token)
@@ -145,10 +129,14 @@ const claimAttempts = 3
 // (*fleet.RemoteError).
 // engineEnded says this process saw the previous generation's engine
 // session end on its own (a gateway's subprocess exited), which the log
-// line gives as the reason.
-func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool) (*Live, error) {
-	if l, done, err := r.wakeIndexed(ctx, token, userID); done {
-		return l, err
+// line gives as the reason. check, when not nil, judges the record before
+// anything starts (GetChecked); the wake that needs no read of the record
+// (wakeIndexed) is then not taken, since check needs the record.
+func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnded bool, check func(store.Record) error) (*Live, error) {
+	if check == nil {
+		if l, done, err := r.wakeIndexed(ctx, token, userID); done {
+			return l, err
+		}
 	}
 	rec, err := r.st.Get(ctx, token)
 	if !storeAnswered(err) {
@@ -174,6 +162,11 @@ func (r *Registry) recreate(ctx context.Context, token, userID string, engineEnd
 			r.mu.Lock()
 			r.endLocked(ctx, token, store.EndIdle, rec)
 			return nil, &store.EndedError{Token: token, Reason: store.EndIdle, UserID: rec.UserID}
+		}
+		if check != nil {
+			if err := check(rec); err != nil {
+				return nil, err
+			}
 		}
 		st, prior, err := decodeState(rec.State)
 		if err != nil {

@@ -47,21 +47,57 @@ func (e *CallLimitError) Error() string {
 // Unwrap returns ErrTooManyCalls.
 func (e *CallLimitError) Unwrap() error { return ErrTooManyCalls }
 
-// admitLocked returns the error of engine.State.Admit for calls sent on
-// top of the session's state and its calls in flight that change it, whose
-// params it keeps: what the session would hold once they are all answered.
-// l.mu must be held.
-func (l *Live) admitLocked(calls []*jsonrpc.Request) error {
-	if !slices.ContainsFunc(calls, engine.ChangesState) {
-		return nil // the bounds are on what such calls change
+// admitCalls returns the error OpenStream fails with for calls sent to a
+// session whose state is st, with inFlight its calls in flight, which
+// Options.MaxCallsPerSession bounds at limit: a *CallLimitError past the
+// limit, then engine.State.Admit's error for what the state would hold
+// once the calls that change it (these and those in flight, whose params
+// a call keeps) are all answered, then ErrDuplicateID for an id in flight
+// already, or twice in calls. It changes nothing.
+func admitCalls(limit int, inFlight map[jsonrpc.ID]call, st *engine.State, calls []*jsonrpc.Request) error {
+	if len(inFlight)+len(calls) > limit {
+		return &CallLimitError{InFlight: len(inFlight), Sent: len(calls), Limit: limit}
 	}
-	var pending []*jsonrpc.Request
-	for _, c := range l.calls {
-		if c.params != nil {
-			pending = append(pending, &jsonrpc.Request{Method: c.method, Params: c.params})
+	if slices.ContainsFunc(calls, engine.ChangesState) { // the bounds are on what such calls change
+		var pending []*jsonrpc.Request
+		for _, c := range inFlight {
+			if c.params != nil {
+				pending = append(pending, &jsonrpc.Request{Method: c.method, Params: c.params})
+			}
+		}
+		if err := st.Admit(pending, calls); err != nil {
+			return err
 		}
 	}
-	return l.state.Admit(pending, calls)
+	for i, c := range calls {
+		if _, ok := inFlight[c.ID]; ok {
+			return fmt.Errorf("%w: %v", ErrDuplicateID, c.ID.Raw())
+		}
+		for _, d := range calls[:i] {
+			if d.ID == c.ID {
+				return fmt.Errorf("%w: %v twice in one batch", ErrDuplicateID, c.ID.Raw())
+			}
+		}
+	}
+	return nil
+}
+
+// AdmitCalls returns the error OpenStream would fail with for calls sent
+// to the session of rec, once its live state starts from rec with no call
+// in flight (admitCalls: a *CallLimitError, an error wrapping
+// engine.ErrBound, ErrDuplicateID), without starting it: what the
+// request that carries them is refused for whether the session is awake
+// or not (GetChecked). A record whose state does not decode gives nil:
+// starting from it fails, and that failure is the request's answer.
+func (r *Registry) AdmitCalls(rec store.Record, calls []*jsonrpc.Request) error {
+	st, _, err := decodeState(rec.State)
+	if err != nil {
+		return nil
+	}
+	if st == nil {
+		st = &engine.State{} // the state a session that saved none starts with
+	}
+	return admitCalls(r.opts.MaxCallsPerSession, nil, st, calls)
 }
 
 // call is an inbound request in flight.
@@ -89,31 +125,14 @@ type openStream struct {
 // ID is already in flight, with a *CallLimitError (ErrTooManyCalls) if the
 // session would have more than Options.MaxCallsPerSession calls in flight,
 // with an error wrapping engine.ErrBound if the calls, once answered, would
-// make the session's state hold more than its bounds (admitLocked),
+// make the session's state hold more than its bounds (admitCalls),
 // and with the store's error if the append fails (the calls' spans then
 // end with that error's reason, storeReason).
 func (l *Live) OpenStream(ctx context.Context, calls []*jsonrpc.Request, asJSON bool, retry time.Duration) (uint64, error) {
 	l.mu.Lock()
-	if limit := l.reg.opts.MaxCallsPerSession; len(l.calls)+len(calls) > limit {
-		inFlight := len(l.calls)
-		l.mu.Unlock()
-		return 0, &CallLimitError{InFlight: inFlight, Sent: len(calls), Limit: limit}
-	}
-	if err := l.admitLocked(calls); err != nil {
+	if err := admitCalls(l.reg.opts.MaxCallsPerSession, l.calls, &l.state, calls); err != nil {
 		l.mu.Unlock()
 		return 0, err
-	}
-	for i, c := range calls {
-		if _, ok := l.calls[c.ID]; ok {
-			l.mu.Unlock()
-			return 0, fmt.Errorf("%w: %v", ErrDuplicateID, c.ID.Raw())
-		}
-		for _, d := range calls[:i] {
-			if d.ID == c.ID {
-				l.mu.Unlock()
-				return 0, fmt.Errorf("%w: %v twice in one batch", ErrDuplicateID, c.ID.Raw())
-			}
-		}
 	}
 	// Reserve the IDs now; the stream number is known after the append.
 	// No message can relate to them before Deliver, which follows.

@@ -112,8 +112,22 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 	if err == nil {
 		return streamID, nil
 	}
+	if ref := callsRefusal(err, calls); ref != nil {
+		return 0, ref
+	}
+	return 0, deliveryRefusal(live, err)
+}
+
+// callsRefusal returns the refusal of calls that a session does not admit
+// (session.Live.OpenStream, session.Registry.AdmitCalls), nil for a nil
+// err or an error of another kind: 429 too_many_calls, 400
+// duplicate_request_id, 400 invalid_params (engine.ErrBound). A refusal
+// about one call carries its id.
+func callsRefusal(err error, calls []*jsonrpc.Request) *refusal {
 	var ref *refusal
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, session.ErrTooManyCalls):
 		ref = refuse(replay.ReasonTooManyCalls, err.Error()+": wait for answers before sending more requests on this session")
 	case errors.Is(err, session.ErrDuplicateID):
@@ -121,12 +135,12 @@ func (h *Handler) openStream(ctx context.Context, live *session.Live, calls []*j
 	case errors.Is(err, engine.ErrBound):
 		ref = refuse(replay.ReasonInvalidParams, err.Error())
 	default:
-		return 0, deliveryRefusal(live, err)
+		return nil
 	}
 	if len(calls) == 1 {
 		ref.id = calls[0].ID
 	}
-	return 0, ref
+	return ref
 }
 
 // deliver hands p's messages to live's session. When one fails, the calls

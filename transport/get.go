@@ -18,12 +18,13 @@ import (
 // session_required), then the session lookup (404, 403, 503; a session
 // another replica owns is served there), then the version (sessionVersion:
 // 400 protocol_version for a header naming another version than the
-// session negotiated).
+// session negotiated), which a session whose live state is not held here
+// gets from its record, without a wake (getCheck).
 func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request, hdr headers) *refusal {
 	if hdr.get != nil {
 		return hdr.get
 	}
-	live, forwarded, err := h.lookup(w, r, hdr.token, nil)
+	live, forwarded, err := h.lookup(w, r, hdr.token, nil, getCheck(hdr.version))
 	switch {
 	case forwarded:
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/tidemark-mcp/tidemark/session"
+	"github.com/tidemark-mcp/tidemark/store"
 )
 
 // userID returns the user an authenticated request acts for (go-sdk
@@ -30,11 +31,14 @@ func userID(r *http.Request) string {
 // the POST body already read (nil for GET), which the owner gets. Its
 // errors are Get's and the router's (*fleet.Refusal: owner_moved,
 // owner_unreachable, unavailable; the directory's); lookupRefusal maps
-// every one.
-func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, token string, body []byte) (live *session.Live, forwarded bool, err error) {
+// every one. check, the request kind's (dormant.go), judges the session's
+// record before a session whose live state is not held here is woken or
+// re-created for r (session.Registry.GetChecked): its refusal is lookup's
+// error, which lookupRefusal returns as it is.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, token string, body []byte, check func(store.Record) error) (live *session.Live, forwarded bool, err error) {
 	user := userID(r)
 	forwarded, err = h.router.Route(w, r, body, func(ctx context.Context) (err error) {
-		live, err = h.reg.Get(ctx, token, user)
+		live, err = h.reg.GetChecked(ctx, token, user, check)
 		return err
 	})
 	if forwarded || err != nil {

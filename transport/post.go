@@ -110,7 +110,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 		live, version, ref = h.initialize(w, r, p.initialize)
 		p.supersedes = hdr.token
 	} else {
-		live, version, ref = h.postSession(w, r, hdr.token, body, version, batch)
+		live, version, ref = h.postSession(w, r, hdr.token, body, version, batch, p.calls)
 	}
 	if live == nil {
 		return ref // refused, or forwarded to the session's owner
@@ -134,29 +134,42 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request, hdr headers)
 // the one the session negotiated (sessionVersion). A session that
 // negotiated 2025-06-18 or later takes no batch, whatever older version a
 // request's header claims (400 batch_not_allowed); a header naming another
-// version than the session's is then refused (400 protocol_version). It
-// returns no session and no refusal when the request was forwarded to the
-// session's owner, which answered it.
-func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token string, body []byte, version string, batch bool) (*session.Live, string, *refusal) {
+// version than the session's is then refused (400 protocol_version)
+// (postVersion). It returns no session and no refusal when the request was
+// forwarded to the session's owner, which answered it. A session whose
+// live state is not held here is judged on its record first, by those
+// rules and those of its calls (postCheck), and is not woken for a request
+// they refuse.
+func (h *Handler) postSession(w http.ResponseWriter, r *http.Request, token string, body []byte, version string, batch bool, calls []*jsonrpc.Request) (*session.Live, string, *refusal) {
 	if token == "" {
 		return nil, "", refuse(replay.ReasonSessionRequired, "Mcp-Session-Id header is required for requests after initialize")
 	}
-	live, forwarded, err := h.lookup(w, r, token, body)
+	live, forwarded, err := h.lookup(w, r, token, body, h.postCheck(version, batch, calls))
 	switch {
 	case forwarded:
 		return nil, "", nil
 	case err != nil:
 		return nil, "", lookupRefusal(err)
 	}
-	if negotiated := live.ProtocolVersion(); batch && negotiated >= V20250618 {
-		return nil, "", refuse(replay.ReasonBatchNotAllowed,
-			"JSON-RPC batches are not allowed under protocol version "+negotiated+", which this session negotiated")
-	}
-	version, ref := sessionVersion(live, version)
+	version, ref := postVersion(live.ProtocolVersion(), version, batch)
 	if ref != nil {
 		return nil, "", ref
 	}
 	return live, version, nil
+}
+
+// postVersion returns the protocol version a POST on a session that
+// negotiated negotiated ("" when it recorded none) is served by, as
+// negotiatedVersion does, after the rule on batches: a session that
+// negotiated 2025-06-18 or later takes none (400 batch_not_allowed).
+// header is the request's MCP-Protocol-Version, batch whether its body is
+// a batch.
+func postVersion(negotiated, header string, batch bool) (string, *refusal) {
+	if batch && negotiated >= V20250618 {
+		return "", refuse(replay.ReasonBatchNotAllowed,
+			"JSON-RPC batches are not allowed under protocol version "+negotiated+", which this session negotiated")
+	}
+	return negotiatedVersion(negotiated, header)
 }
 
 // sessionVersion returns the protocol version a request on live's session

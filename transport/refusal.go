@@ -204,7 +204,10 @@ func (ref *refusal) write(w http.ResponseWriter, logger *slog.Logger, gate *warn
 func lookupRefusal(err error) *refusal {
 	var ref *refusal
 	var fr *fleet.Refusal
+	var rr *recordRefusal
 	switch {
+	case errors.As(err, &rr):
+		return rr.ref // decided from the session's record (dormant.go)
 	case errors.As(err, &fr):
 		return refuse(fr.Reason, fr.Message)
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, store.ErrEnded):

@@ -28,9 +28,10 @@ import (
 // protocol_version), whose resumed stream would not have its shape. The lookup re-creates the session's live
 // state at generation+1 when no live process holds it, so the decision
 // compares the cursor with the generation that serves now; a session
-// another replica owns is decided and served there. A cursor that row 3
-// refuses by itself is refused before the lookup when the lookup would
-// wake the session for it (malformedDormant), with the same refusal.
+// another replica owns is decided and served there. A session whose live
+// state is not held here is judged on its record before it is woken or
+// re-created (resumeCheck: the version, then a cursor that row 3 refuses
+// by itself), and a resume refused so wakes nothing.
 //
 // Every resume answered here is counted by its outcome (Options.Metrics:
 // replay, or the refusal's reason) and, past the header rules, traced as
@@ -42,12 +43,7 @@ func (h *Handler) serveResume(w http.ResponseWriter, r *http.Request, hdr header
 	}
 	ctx, span := h.opts.Tracer.StartResume(r.Context(), r.Header, hdr.token, hdr.cursors[0])
 	r = r.WithContext(ctx)
-	if ref := h.malformedDormant(r, hdr); ref != nil {
-		h.opts.Metrics.Resumed(ref.reason)
-		span.EndResume(ref.reason)
-		return ref
-	}
-	live, forwarded, err := h.lookup(w, r, hdr.token, nil)
+	live, forwarded, err := h.lookup(w, r, hdr.token, nil, h.resumeCheck(hdr))
 	if forwarded {
 		span.End(nil) // served by the session's owner, which counts it
 		return nil
@@ -187,31 +183,6 @@ func (h *Handler) decide(r *http.Request, token string, live *session.Live, in *
 		d = replay.Decide(*in)
 	}
 	return d, at, nil
-}
-
-// malformedDormant returns the refusal of a resume whose Last-Event-ID
-// the cursor alone refuses (row 3 of the replay decision,
-// replay.DecideCursor: it does not parse, or names another session), when
-// the lookup would start the session's live state here to decide it
-// (session.Registry.Dormant: a hibernated session, or one no process
-// holds): the refusal the live session gives, status, reason, message and
-// data alike, without waking it (DESIGN.md, "Hibernation"). It returns nil
-// for every other resume, which the lookup and the decision answer.
-func (h *Handler) malformedDormant(r *http.Request, hdr headers) *refusal {
-	cursor := ""
-	if len(hdr.cursors) == 1 {
-		cursor = hdr.cursors[0]
-	}
-	d, ok := replay.DecideCursor(replay.Tag(hdr.token), cursor)
-	if !ok || !h.reg.Dormant(r.Context(), hdr.token, userID(r)) {
-		return nil
-	}
-	d = repeatedCursor(d, len(hdr.cursors) > 1)
-	ref := resumeRefusal(nil, d, cursor)
-	h.logger.Info("resume refused", "session", store.Prefix(hdr.token), "reason", d.Outcome.Reason(),
-		"cursor", clip(cursor), "status", d.Outcome.HTTPStatus(), "woken", false)
-	ref.logged = true
-	return ref
 }
 
 // repeatedCursor returns d, whose message says that the Last-Event-ID
