@@ -50,7 +50,7 @@ type Handler struct {
 	versions []string
 	conns    *connections
 
-	inflight atomic.Int64 // request bytes held by POSTs of calls being answered
+	inflight atomic.Int64 // request bytes held by POSTs of calls being answered, of either era (holdInflight)
 	// sessionless counts the POSTs of the sessionless era being served,
 	// which no session holds: Drain waits for them too.
 	sessionless atomic.Int64

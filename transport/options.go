@@ -83,10 +83,12 @@ type Options struct {
 	// bodies get 413. Default 4 MiB.
 	MaxBodyBytes int64
 	// MaxInflightBytes bounds the memory held by POSTs whose calls are
-	// being answered, summed over the process: each body counts
-	// InflightBytes (bytes). A POST of calls that would go
-	// over it gets 503 inflight_bytes with Retry-After, and nothing of it
-	// is delivered. Default DefaultMaxInflightBytes (128 MiB); negative: no
+	// being answered, of either era, summed over the process: each body
+	// counts InflightBytes (bytes), a stateful POST's until its calls are
+	// answered, a 2026-07-28 call's until its handler has answered it (a
+	// subscriptions/listen's until its stream ends). A POST of calls that
+	// would go over it gets 503 inflight_bytes with Retry-After, and
+	// nothing of it is delivered. Default DefaultMaxInflightBytes (128 MiB); negative: no
 	// bound.
 	MaxInflightBytes int64
 	// MaxListens bounds the sessionless era's subscriptions/listen streams

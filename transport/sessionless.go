@@ -44,9 +44,13 @@ func (h *Handler) isSessionless(r *http.Request, hdr headers) bool {
 // parse_error, batch_not_allowed, invalid_request), with Options.Auth the
 // scope a tools/call's tool needs (403 insufficient_scope), a routing
 // header sent twice (400 header_mismatch), a subscriptions/listen beyond
-// Options.MaxListens open streams (503 capacity: capacityRefusal), and a
-// call while the server drains (drainRefusal: 503 unavailable, as in the
-// stateful era, before the call reaches the Tasks extension or a tool). The request goes on
+// Options.MaxListens open streams (503 capacity: capacityRefusal), a call
+// while the server drains (drainRefusal: 503 unavailable, as in the
+// stateful era, before the call reaches the Tasks extension or a tool),
+// and a call whose body would take the bytes held by calls being
+// answered, of either era, over Options.MaxInflightBytes (holdInflight:
+// 503 inflight_bytes), which it holds until the handler has answered it.
+// The request goes on
 // without Mcp-Session-Id and Last-Event-ID, which a server of the revision
 // ignores, and no session ID is minted or echoed (MCP 2026-07-28,
 // basic/transports, "Earlier Streamable HTTP Revisions"). The handler's
@@ -67,7 +71,7 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	if hdr.media != nil {
 		return hdr.media
 	}
-	msg, ref := h.sessionlessMessage(w, r)
+	msg, body, ref := h.sessionlessMessage(w, r)
 	if ref != nil {
 		return ref
 	}
@@ -108,6 +112,15 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 		if call := h.sessionlessCall(r, `"id"`); call != nil {
 			return h.drainRefusal([]*jsonrpc.Request{call})
 		}
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+		// Its body and decoded copy are held until it is answered (a
+		// listen stream: until it ends), as a stateful POST's are.
+		held, ref := h.holdInflight(body)
+		if ref != nil {
+			return ref
+		}
+		defer h.releaseInflight(held)
 	}
 	if len(r.Header.Values(wire.HeaderSession)) > 0 || len(r.Header.Values(wire.HeaderLastEventID)) > 0 {
 		r = r.Clone(r.Context())
@@ -195,19 +208,19 @@ func (h *Handler) refuseStateful(r *http.Request, hdr headers) *refusal {
 // so that a body either era refuses gets the same answer, and an id the
 // go-sdk's decoder would round or clamp (1.5, 1e3, beyond ±2^53) is
 // refused before anything runs rather than answered under another id. It
-// returns the one message the body holds, and puts the body back for
-// Options.Sessionless to read.
-func (h *Handler) sessionlessMessage(w http.ResponseWriter, r *http.Request) (jsonrpc.Message, *refusal) {
+// returns the one message the body holds and the body, which it puts back
+// for Options.Sessionless to read.
+func (h *Handler) sessionlessMessage(w http.ResponseWriter, r *http.Request) (jsonrpc.Message, []byte, *refusal) {
 	body, ref := h.readBody(w, r)
 	if ref != nil {
-		return nil, ref
+		return nil, nil, ref
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	msgs, _, ref := decodeMessages(body, VSessionless, 1)
 	if ref != nil {
-		return nil, ref
+		return nil, nil, ref
 	}
-	return msgs[0], nil
+	return msgs[0], body, nil
 }
 
 // messageID returns the id of msg, a request or a response; the zero ID

@@ -304,6 +304,52 @@ func TestDrainWaitsForSessionlessCalls(t *testing.T) {
 	}
 }
 
+// TestSessionlessInflightBytes: the body of a 2026-07-28 call counts
+// against MaxInflightBytes until it is answered, as a stateful POST's
+// does. With a bound of one held call's body, a second call gets 503
+// inflight_bytes with Retry-After 1 and does not run; once the held call
+// is answered the bound is free again, and the same call is served.
+func TestSessionlessInflightBytes(t *testing.T) {
+	ctx := testContext(t)
+	server := demo.NewServer()
+	started, let := addHold(server)
+	heldBody := mcptest.SessionlessBody(3, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}}, nil)
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxInflightBytes: transport.InflightBytes(heldBody)}}, nil)
+	t.Cleanup(let) // before the server's close, which waits for the call
+	answered := make(chan *mcptest.StatusError, 1)
+	go func() {
+		resp, err := st.client.Do(sessionlessCall(t, ctx, st, 3, "hold", nil, nil))
+		if err != nil {
+			answered <- &mcptest.StatusError{Detail: err.Error()}
+			return
+		}
+		answered <- mcptest.ReadStatusError(resp)
+	}()
+	<-started
+	echo := func() (*http.Response, error) {
+		return st.client.Do(sessionlessCall(t, ctx, st, 4, "echo", map[string]any{"text": "after"}, nil))
+	}
+	resp, err := echo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := refusalOf(t, resp, http.StatusServiceUnavailable, "inflight_bytes")
+	if ra := se.Header.Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After %q, want 1", ra)
+	}
+	let()
+	if se := <-answered; se.Status != http.StatusOK || !strings.Contains(string(se.RawBody), `"text":"held"`) {
+		t.Fatalf("the held call answered %+v, want 200 with its result", se)
+	}
+	resp, err = echo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := mcptest.ReadStatusError(resp); se.Status != http.StatusOK || !strings.Contains(string(se.RawBody), `"text":"after"`) {
+		t.Fatalf("the call after the held one answered: %d %s, want 200 with its result", se.Status, se.RawBody)
+	}
+}
+
 // TestSessionlessOnly: with Options.SessionlessOnly every request of the
 // stateful era is refused 400 protocol_version with the JSON-RPC error
 // -32022 (UnsupportedProtocolVersionError, MCP 2026-07-28,
