@@ -90,6 +90,46 @@ func (st State) Admit(pending, calls []*jsonrpc.Request) error {
 	return nil
 }
 
+// MaxListenParams is the most bytes the params of a 2026-07-28
+// subscriptions/listen may take, as sent: its stream keeps them, decoded,
+// for its life, with no session to bound it (the go-sdk's listen handler
+// holds the params and subscribes each URI). 32 KiB holds the
+// MaxSubscriptionBytes of URIs a session may subscribe, their quoting, the
+// notification flags and a _meta as large as MaxInitializeParams allows.
+const MaxListenParams = 32 << 10
+
+// AdmitListen returns an error wrapping ErrBound when the params of a
+// subscriptions/listen would make its stream hold more than a session may
+// (MCP 2026-07-28, basic/patterns/subscriptions: notifications.
+// resourceSubscriptions replaces resources/subscribe): params over
+// MaxListenParams bytes, or more than MaxSubscriptions resource URIs, or
+// URIs of more than MaxSubscriptionBytes together. It returns nil for
+// every other listen; params that do not decode are left to the engine,
+// which answers them with an error.
+func AdmitListen(params []byte) error {
+	if len(params) > MaxListenParams {
+		return fmt.Errorf("%w: subscriptions/listen params of %d bytes exceed %d bytes", ErrBound, len(params), MaxListenParams)
+	}
+	var p struct {
+		Notifications *struct {
+			ResourceSubscriptions []string `json:"resourceSubscriptions"`
+		} `json:"notifications"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Notifications == nil {
+		return nil
+	}
+	uris := p.Notifications.ResourceSubscriptions
+	size := 0
+	for _, u := range uris {
+		size += len(u)
+	}
+	if len(uris) > MaxSubscriptions || size > MaxSubscriptionBytes {
+		return fmt.Errorf("%w: subscriptions/listen names %d resource URIs of %d bytes, over the bound of %d URIs and %d bytes a stream may hold",
+			ErrBound, len(uris), size, MaxSubscriptions, MaxSubscriptionBytes)
+	}
+	return nil
+}
+
 // paramsLevel returns params.level, and false when params do not decode
 // or have no string level.
 func paramsLevel(params []byte) (string, bool) {

@@ -128,8 +128,9 @@ const (
 	ReasonContentType Reason = "content_type"
 	// ReasonNotAcceptable: 406, Accept lacks a media type the response needs.
 	ReasonNotAcceptable Reason = "not_acceptable"
-	// ReasonBodyTooLarge: 413, a body over the configured limit, or an
-	// initialize whose params are over engine.MaxInitializeParams bytes.
+	// ReasonBodyTooLarge: 413, a body over the configured limit, an
+	// initialize whose params are over engine.MaxInitializeParams bytes, or
+	// a subscriptions/listen whose params are over engine.MaxListenParams.
 	ReasonBodyTooLarge Reason = "body_too_large"
 	// ReasonBodyTimeout: 408, the body did not arrive in time.
 	ReasonBodyTimeout Reason = "body_timeout"
@@ -145,7 +146,9 @@ const (
 	// params are not an InitializeParams object (MCP 2025-11-25, lifecycle:
 	// protocolVersion a string, capabilities and clientInfo objects); no
 	// session is created for it. Also a call that would take its session's
-	// state over its bounds (engine.State.Admit: subscriptions, log level).
+	// state over its bounds (engine.State.Admit: subscriptions, log level),
+	// or a subscriptions/listen naming more resource URIs than a session
+	// may subscribe (engine.AdmitListen).
 	ReasonInvalidParams Reason = "invalid_params"
 	// ReasonBatchNotAllowed: 400, a JSON-RPC batch under a protocol version
 	// that has none (2025-06-18 and later).

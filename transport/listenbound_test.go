@@ -4,6 +4,7 @@
 package transport_test
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-mcp/tidemark"
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/mcptest"
 	"github.com/tidemark-mcp/tidemark/internal/testenv"
 	"github.com/tidemark-mcp/tidemark/transport"
@@ -150,4 +152,57 @@ func promValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[st
 		}
 	}
 	return 0
+}
+
+// TestListenParamsBound: a subscriptions/listen may name at most
+// engine.MaxSubscriptions resource URIs, and its params may take at most
+// engine.MaxListenParams bytes; past either it is refused with its id (400
+// invalid_params, 413 body_too_large) before it takes a place among the
+// listens open, so a full server still says what is wrong with it. The
+// failing input (a newcomer's review): one listen of about 150,000 URIs in
+// a 4 MB body held 50 to 65 MB for its life, and twenty took RSS to 1.17 GB
+// against a soft memory limit of 820 MB.
+func TestListenParamsBound(t *testing.T) {
+	ctx := testContext(t)
+	server, _ := listenServer()
+	st := newStack(t, server, &tidemark.Options{Transport: transport.Options{MaxListens: 1}}, nil)
+	uris := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("demo://r%03d", i))
+		}
+		return out
+	}
+	listen := func(id int64, uris []string, meta map[string]any) []byte {
+		return mcptest.SessionlessBody(id, "subscriptions/listen",
+			map[string]any{"notifications": map[string]any{"resourceSubscriptions": uris}}, meta)
+	}
+
+	open, _, err := st.client.Listen(ctx, listen(1, uris(engine.MaxSubscriptions), nil))
+	if err != nil {
+		t.Fatalf("a listen of %d URIs: %v, want its stream", engine.MaxSubscriptions, err)
+	}
+	defer open.Body.Close()
+
+	cases := []struct {
+		name   string
+		body   []byte
+		status int
+		want   string
+	}{
+		{"65 URIs", listen(2, uris(engine.MaxSubscriptions+1), nil), http.StatusBadRequest,
+			`{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"engine: session state bound: subscriptions/listen names 65 resource URIs of 715 bytes, over the bound of 64 URIs and 16384 bytes a stream may hold: a listen stream keeps them for its life (listen to fewer resources, or open more streams)","data":{"reason":"invalid_params"}}}`},
+		{"params over 32 KiB", listen(3, uris(1), map[string]any{"pad": strings.Repeat("x", engine.MaxListenParams)}), http.StatusRequestEntityTooLarge,
+			`{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"engine: session state bound: subscriptions/listen params of 33012 bytes exceed 32768 bytes: a listen stream keeps them for its life (listen to fewer resources, or open more streams)","data":{"reason":"body_too_large"}}}`},
+	}
+	for _, tc := range cases {
+		_, _, err := st.client.Listen(ctx, tc.body)
+		se, ok := mcptest.AsStatusError(err)
+		if !ok {
+			t.Fatalf("%s: %v, want HTTP %d", tc.name, err, tc.status)
+		}
+		if se.Status != tc.status || string(se.RawBody) != tc.want {
+			t.Errorf("%s: HTTP %d %s\nwant HTTP %d %s", tc.name, se.Status, se.RawBody, tc.status, tc.want)
+		}
+	}
 }

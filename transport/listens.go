@@ -1,6 +1,7 @@
 // listens.go holds the open subscriptions/listen streams of the sessionless
-// era: their bound (Options.MaxListens), and their end at a graceful
-// shutdown, which ends them instead of waiting for them.
+// era: their bound (Options.MaxListens), what one may ask to keep
+// (checkListen), and their end at a graceful shutdown, which ends them
+// instead of waiting for them.
 
 package transport
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/tidemark-mcp/tidemark/engine"
 	"github.com/tidemark-mcp/tidemark/internal/wire"
 	"github.com/tidemark-mcp/tidemark/replay"
 )
@@ -58,6 +60,30 @@ func capacityRefusal(limit int, id jsonrpc.ID) *refusal {
 	ref := refuse(replay.ReasonCapacity, fmt.Sprintf(
 		"no room for another subscriptions/listen stream: this server holds %d open at most; listen again later", limit))
 	ref.id = id
+	return ref
+}
+
+// checkListen refuses a subscriptions/listen whose params would make its
+// stream hold more than a session may (engine.AdmitListen), with the
+// listen's id, before it takes a place among the listens open: 413
+// body_too_large for params over engine.MaxListenParams bytes, as an
+// initialize's are refused, and 400 invalid_params for too many resource
+// URIs, as a resources/subscribe past a session's bound is.
+func checkListen(msg jsonrpc.Message) *refusal {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.Method != methodListen {
+		return nil
+	}
+	err := engine.AdmitListen(req.Params)
+	if err == nil {
+		return nil
+	}
+	reason := replay.ReasonInvalidParams
+	if len(req.Params) > engine.MaxListenParams {
+		reason = replay.ReasonBodyTooLarge
+	}
+	ref := refuse(reason, err.Error()+": a listen stream keeps them for its life (listen to fewer resources, or open more streams)")
+	ref.id = req.ID
 	return ref
 }
 

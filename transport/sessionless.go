@@ -91,6 +91,9 @@ func (h *Handler) serveSessionless(w http.ResponseWriter, r *http.Request, hdr h
 	// counts and ends listens, waits for or ends.
 	listen := h.isListen(r, hdr)
 	if listen {
+		if ref := checkListen(msg); ref != nil {
+			return ref
+		}
 		// A listen stream is no call in flight: Drain ends it at once
 		// (the handler then answers it and returns), and its client
 		// listens again, elsewhere or after the restart.
