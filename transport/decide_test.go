@@ -146,6 +146,18 @@ func TestDecideGenerationAbove(t *testing.T) {
 	if se.Body.Message != d.Message() || len(se.Body.Data) != 3 {
 		t.Fatalf("409 %q, data %v; want %q with reason, generation and cursorGeneration only", se.Body.Message, se.Body.Data, d.Message())
 	}
+	// The standalone stream's cursor of a generation above gets no lists
+	// either (regression, nc17 F4: its 409 said lostRequests [] and "no
+	// request of that stream is lost").
+	s2 := st.initialize(t, ctx, "")
+	countdown(t, ctx, s2, 2, 3, "p")
+	standalone := cursorOf(s2, 3, 0, 7)
+	_, err = s2.Resume(ctx, standalone)
+	se2 := wantRefusal(t, err, http.StatusConflict, "generation_mismatch")
+	d2 := replay.Decision{Outcome: replay.GenerationMismatch, Cursor: parseCursor(t, standalone), Session: replay.Session{Generation: 1}}
+	if se2.Body.Message != d2.Message() || len(se2.Body.Data) != 3 {
+		t.Fatalf("standalone stream: 409 %q, data %v; want %q with reason, generation and cursorGeneration only", se2.Body.Message, se2.Body.Data, d2.Message())
+	}
 	evs := countdown(t, ctx, s, 3, 2, "q")
 	if c := parseCursor(t, evs[0].ID); c.Generation != 4 {
 		t.Fatalf("the next call's priming cursor %s is of generation %d, want 4: above the generation the resume named", evs[0].ID, c.Generation)

@@ -218,8 +218,10 @@ func resumeRefusal(live *session.Live, d replay.Decision, cursor string) *refusa
 	if live != nil {
 		switch r, ok := live.Refused(d.Cursor); {
 		case d.Outcome.HTTPStatus() != http.StatusConflict:
-		case !ok && d.Cursor.Generation > d.Session.Generation:
-			// No such generation was issued: d's own message says so.
+		case d.Cursor.Generation > d.Session.Generation:
+			// No such generation was issued: d's own message says so, and
+			// no list here names that stream's requests (the standalone
+			// stream's empty ones included, which would say none is lost).
 		case !ok:
 			ref.message = unknownRequestsMessage(d)
 		default:
