@@ -5,7 +5,6 @@ package transport_test
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -33,14 +32,7 @@ func TestMaxListens(t *testing.T) {
 	server, _ := listenServer()
 	reg := prometheus.NewRegistry()
 	var logs testenv.LogBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
+	logger := logs.Logger()
 	st := newStack(t, server, &tidemark.Options{
 		Transport:  transport.Options{MaxListens: 2, Logger: logger},
 		Registerer: reg,

@@ -91,14 +91,7 @@ func TestSessionlessListenWriteTimeout(t *testing.T) {
 	const writeTimeout = 200 * time.Millisecond
 	server, ended := listenServer()
 	var logs testenv.LogBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
+	logger := logs.Logger()
 	st := newStackOn(t, server, &tidemark.Options{Transport: transport.Options{WriteTimeout: writeTimeout, Logger: logger}}, nil, func(c net.Conn) {
 		// A small send buffer, so that a few events fill the path.
 		c.(*net.TCPConn).SetWriteBuffer(4096)

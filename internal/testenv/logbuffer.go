@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bytes"
+	"log/slog"
 	"sync"
 )
 
@@ -27,4 +28,17 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Logger returns a text logger writing to l whose lines carry no time,
+// so that a test can compare them whole.
+func (l *LogBuffer) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }
