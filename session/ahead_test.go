@@ -26,20 +26,13 @@ import (
 // generation+1 with reason generation_lost.
 func TestEndAhead(t *testing.T) {
 	ctx := context.Background()
-	logs := &testenv.LogBuffer{}
-	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	l := mustCreate(t, f.reg)
-	initialize(t, f, l)
-	b, err := f.st.Bounds(ctx, l.Token())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, logs, l, b := loggedSession(t)
 	c := replay.Cursor{Tag: l.Tag(), Generation: 1, Stream: 1, Sequence: b.HWM + 5}
 	l.EndAhead(c, b.HWM)
 	l.EndAhead(c, b.HWM)
 
 	call := request(t, 2, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}})
-	_, err = l.OpenStream(ctx, []*jsonrpc.Request{call}, false, 0)
+	_, err := l.OpenStream(ctx, []*jsonrpc.Request{call}, false, 0)
 	var lost *store.LostError
 	if !errors.As(err, &lost) || !errors.Is(err, session.ErrConfirmedLost) || lost.Generation != 1 || lost.Seq != b.HWM+1 {
 		t.Fatalf("append after EndAhead: %v; want a *store.LostError of generation 1 from %d, wrapping ErrConfirmedLost", err, b.HWM+1)
@@ -72,14 +65,7 @@ func TestEndAhead(t *testing.T) {
 // most 16 generations past the record's for a cursor of a far one.
 func TestEndAbove(t *testing.T) {
 	ctx := context.Background()
-	logs := &testenv.LogBuffer{}
-	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	l := mustCreate(t, f.reg)
-	initialize(t, f, l)
-	b, err := f.st.Bounds(ctx, l.Token())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, logs, l, b := loggedSession(t)
 	l.EndAbove(replay.Cursor{Tag: l.Tag(), Generation: 4, Stream: 1, Sequence: 1}, b.HWM)
 	l2, err := f.reg.Get(ctx, l.Token(), "")
 	if err != nil {
@@ -108,10 +94,7 @@ func TestEndAbove(t *testing.T) {
 // mark a second later one more, which counts the 59 held back.
 func TestEndAheadWarnsOncePerSecond(t *testing.T) {
 	ctx := context.Background()
-	logs := &testenv.LogBuffer{}
-	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	l := mustCreate(t, f.reg)
-	initialize(t, f, l)
+	f, logs, l, _ := loggedSession(t)
 	token := l.Token()
 	ahead := func() {
 		t.Helper()
@@ -156,4 +139,19 @@ func TestEndAheadWarnsOncePerSecond(t *testing.T) {
 	if m := aheadLine.FindStringSubmatch(warns[2]); m == nil || m[2] != " suppressed=59" {
 		t.Errorf("third WARN line %q: want a cursor above the high-water mark, suppressed=59", warns[2])
 	}
+}
+
+// loggedSession returns a fixture whose registry logs to logs, and an
+// initialized session of it with its bounds.
+func loggedSession(t *testing.T) (*fixture, *testenv.LogBuffer, *session.Live, store.Bounds) {
+	t.Helper()
+	logs := &testenv.LogBuffer{}
+	f := newFixture(t, session.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	l := mustCreate(t, f.reg)
+	initialize(t, f, l)
+	b, err := f.st.Bounds(context.Background(), l.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, logs, l, b
 }
